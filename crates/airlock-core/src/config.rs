@@ -1,0 +1,325 @@
+//! `airlock.toml`: the operator's configuration (DESIGN.md §3).
+//!
+//! This module only parses and checks what can be checked without touching
+//! the host; `airlock-hostfs` opens the ceilings and `airlock-runtime`
+//! checks them against the state directory.
+
+use crate::limits::{LimitOverrides, Limits};
+use crate::path::RelPath;
+use crate::reason::{ReasonCode, Refusal};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// Most ceilings a configuration may declare.
+pub const MAX_CEILINGS: usize = 32;
+
+/// Host paths that may never be a ceiling, nor lie beneath one.
+pub const PROTECTED_HOST_PATHS: &[&str] = &["/proc", "/sys", "/dev"];
+
+/// Whether a ceiling permits creating outputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CeilingMode {
+    /// Read inputs only.
+    Ro,
+    /// Read inputs and create new outputs (never overwrite).
+    Rw,
+}
+
+/// One configured ceiling: `HOST:VIRTUAL:MODE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ceiling {
+    /// Host directory, absolute or relative to the config file's directory
+    /// (already joined with it).
+    pub host: PathBuf,
+    /// Where the worker sees it, relative to `working_dir`; `None` is the
+    /// working directory itself (written `.`).
+    pub virtual_root: Option<RelPath>,
+    /// ro or rw.
+    pub mode: CeilingMode,
+    /// The entry as the operator wrote it, for messages.
+    pub spec: String,
+}
+
+impl Ceiling {
+    /// Parses `HOST:VIRTUAL:MODE`. HOST may itself contain `:`; VIRTUAL is
+    /// `.` or a path under the grammar of [`RelPath`].
+    pub fn parse(spec: &str, base_dir: &Path) -> Result<Ceiling, Refusal> {
+        let bad = |why: String| Refusal::new(ReasonCode::ConfigInvalid, format!("[filesystem] roots entry {spec:?}: {why}"));
+        let mut parts = spec.rsplitn(3, ':');
+        let (mode, virt, host) = match (parts.next(), parts.next(), parts.next()) {
+            (Some(m), Some(v), Some(h)) => (m, v, h),
+            _ => return Err(bad("expected HOST:VIRTUAL:MODE".into())),
+        };
+        let mode = match mode {
+            "ro" => CeilingMode::Ro,
+            "rw" => CeilingMode::Rw,
+            other => return Err(bad(format!("mode {other:?} is not ro or rw"))),
+        };
+        if host.is_empty() {
+            return Err(bad("the host path is empty".into()));
+        }
+        if host.bytes().any(|b| b == 0) {
+            return Err(bad("the host path contains NUL".into()));
+        }
+        let virtual_root = if virt == "." {
+            None
+        } else {
+            Some(RelPath::parse(virt).map_err(|r| bad(format!("virtual path: {}", r.message)))?)
+        };
+        Ok(Ceiling { host: base_dir.join(host), virtual_root, mode, spec: spec.to_owned() })
+    }
+
+    fn depth(&self) -> usize {
+        self.virtual_root.as_ref().map_or(0, RelPath::depth)
+    }
+}
+
+/// The worker tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// Namespaces, Landlock and seccomp on this host; no daemon.
+    Native,
+    /// gVisor `runsc`.
+    Gvisor,
+    /// A Docker engine.
+    Docker,
+    /// A micro virtual machine.
+    Microvm,
+}
+
+/// Which resolver `airlock-hostfs` uses beneath a ceiling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResolverChoice {
+    /// openat2 where the kernel allows it, else the emulated walk.
+    #[default]
+    Auto,
+    /// openat2 only; refuse to start where it is unavailable.
+    Openat2,
+    /// The per-component `O_NOFOLLOW` walk, even where openat2 works.
+    Emulated,
+}
+
+impl ResolverChoice {
+    /// Parses `auto`, `openat2` or `emulated`.
+    pub fn parse(s: &str) -> Option<ResolverChoice> {
+        match s {
+            "auto" => Some(ResolverChoice::Auto),
+            "openat2" => Some(ResolverChoice::Openat2),
+            "emulated" => Some(ResolverChoice::Emulated),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    state_dir: Option<String>,
+    tools_dir: Option<String>,
+    #[serde(default)]
+    sandbox: RawSandbox,
+    #[serde(default)]
+    filesystem: RawFilesystem,
+    #[serde(default)]
+    policy: RawPolicy,
+    #[serde(default)]
+    limits: LimitOverrides,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawSandbox {
+    tier: Option<Tier>,
+    working_dir: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawFilesystem {
+    #[serde(default)]
+    roots: Vec<String>,
+    resolver: Option<ResolverChoice>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    #[serde(default)]
+    files: Vec<String>,
+}
+
+/// A parsed, checked configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it came from, if any (`None` for the embedded default).
+    pub source: Option<PathBuf>,
+    /// Directory relative paths are taken from.
+    pub base_dir: PathBuf,
+    /// Journal, keys, staging, invocations.
+    pub state_dir: PathBuf,
+    /// Where tool names are looked up (`NAME.clad.toml`).
+    pub tools_dir: PathBuf,
+    /// Worker tier.
+    pub tier: Tier,
+    /// Absolute directory where the worker sees declared paths.
+    pub working_dir: String,
+    /// Ceilings, at most [`MAX_CEILINGS`], with distinct virtual destinations.
+    pub ceilings: Vec<Ceiling>,
+    /// Resolver choice (`[filesystem] resolver`).
+    pub resolver: ResolverChoice,
+    /// Cedar policy file patterns.
+    pub policy_files: Vec<String>,
+    /// Limits after configuration.
+    pub limits: Limits,
+}
+
+impl Config {
+    /// The configuration used when no `airlock.toml` is found: state in
+    /// `./.airlock`, tools in `./tools`, native tier, no ceilings.
+    pub fn embedded_default(base_dir: &Path) -> Config {
+        Config::parse("", None, base_dir).expect("the embedded default configuration is valid")
+    }
+
+    /// Parses `text`, read from `source`, with relative paths taken from `base_dir`.
+    pub fn parse(text: &str, source: Option<&Path>, base_dir: &Path) -> Result<Config, Refusal> {
+        let where_ = source.map_or_else(|| "embedded configuration".to_owned(), |p| p.display().to_string());
+        let raw: RawConfig = toml::from_str(text)
+            .map_err(|e| Refusal::new(ReasonCode::ConfigInvalid, format!("{where_}: {}", e.to_string().trim_end())))?;
+        let working_dir = raw.sandbox.working_dir.unwrap_or_else(|| "/workspace".to_owned());
+        check_working_dir(&working_dir)?;
+        if raw.filesystem.roots.len() > MAX_CEILINGS {
+            return Err(Refusal::new(
+                ReasonCode::ConfigInvalid,
+                format!("[filesystem] roots has {} entries, more than {MAX_CEILINGS}", raw.filesystem.roots.len()),
+            ));
+        }
+        let mut ceilings: Vec<Ceiling> = Vec::with_capacity(raw.filesystem.roots.len());
+        for spec in &raw.filesystem.roots {
+            let c = Ceiling::parse(spec, base_dir)?;
+            if let Some(other) = ceilings.iter().find(|o| o.virtual_root == c.virtual_root) {
+                return Err(Refusal::new(
+                    ReasonCode::ConfigInvalid,
+                    format!("[filesystem] roots {:?} and {:?} have the same virtual destination", other.spec, c.spec),
+                ));
+            }
+            ceilings.push(c);
+        }
+        let limits = Limits::lowered(&raw.limits)?;
+        Ok(Config {
+            source: source.map(Path::to_path_buf),
+            base_dir: base_dir.to_path_buf(),
+            state_dir: base_dir.join(raw.state_dir.as_deref().unwrap_or(".airlock")),
+            tools_dir: base_dir.join(raw.tools_dir.as_deref().unwrap_or("tools")),
+            tier: raw.sandbox.tier.unwrap_or(Tier::Native),
+            working_dir,
+            ceilings,
+            resolver: raw.filesystem.resolver.unwrap_or_default(),
+            policy_files: raw.policy.files,
+            limits,
+        })
+    }
+
+    /// The most specific ceiling covering `path`, and the rest of `path`
+    /// beneath it (`None` when `path` names the ceiling itself).
+    pub fn ceiling_for(&self, path: &RelPath) -> Option<(&Ceiling, Option<RelPath>)> {
+        self.ceilings
+            .iter()
+            .filter_map(|c| match &c.virtual_root {
+                None => Some((c, Some(path.clone()))),
+                Some(root) => path.strip_prefix(root).map(|rest| (c, rest)),
+            })
+            .max_by_key(|(c, _)| c.depth())
+    }
+}
+
+fn check_working_dir(dir: &str) -> Result<(), Refusal> {
+    let bad = |why: &str| Refusal::new(ReasonCode::ConfigInvalid, format!("[sandbox] working_dir {dir:?}: {why}"));
+    let rest = dir.strip_prefix('/').ok_or_else(|| bad("must be absolute"))?;
+    if rest.is_empty() {
+        return Err(bad("must not be /"));
+    }
+    RelPath::parse(rest).map_err(|r| bad(&r.message))?;
+    for p in PROTECTED_HOST_PATHS.iter().chain(&["/etc", "/usr", "/bin", "/lib", "/lib64", "/sbin"]) {
+        if dir == *p || dir.starts_with(&format!("{p}/")) {
+            return Err(bad("overlaps a system directory the worker needs"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, Refusal> {
+        Config::parse(text, None, Path::new("/base"))
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse("").unwrap();
+        assert_eq!(c.state_dir, Path::new("/base/.airlock"));
+        assert_eq!(c.tier, Tier::Native);
+        assert_eq!(c.working_dir, "/workspace");
+        assert!(c.ceilings.is_empty());
+    }
+
+    #[test]
+    fn ceilings_parse_and_most_specific_wins() {
+        let c = parse(r#"
+            [filesystem]
+            roots = ["./data:data:ro", "/srv/out:data/out:rw", "/srv/a:b:c:x:ro", "./src:.:ro"]
+        "#)
+        .unwrap();
+        assert_eq!(c.ceilings[2].host, Path::new("/srv/a:b:c"));
+        let p = |s| RelPath::parse(s).unwrap();
+        let (ceil, rest) = c.ceiling_for(&p("data/out/r.json")).unwrap();
+        assert_eq!(ceil.mode, CeilingMode::Rw);
+        assert_eq!(rest, Some(p("r.json")));
+        let (ceil, rest) = c.ceiling_for(&p("data/in.csv")).unwrap();
+        assert_eq!(ceil.host, Path::new("/base/./data"));
+        assert_eq!(rest, Some(p("in.csv")));
+        let (ceil, _) = c.ceiling_for(&p("data-evil/x")).unwrap();
+        assert_eq!(ceil.virtual_root, None, "falls to the `.` root, never matched by string prefix");
+        assert_eq!(c.ceiling_for(&p("data")).unwrap().1, None);
+    }
+
+    #[test]
+    fn refusals() {
+        let cases = [
+            r#"[filesystem]
+               roots = ["./a:data:ro", "./b:data:rw"]"#,
+            r#"[filesystem]
+               roots = ["./a:data:rx"]"#,
+            r#"[filesystem]
+               roots = ["./a:../x:ro"]"#,
+            r#"[filesystem]
+               roots = ["./a:/abs:ro"]"#,
+            r#"[filesystem]
+               roots = [":data:ro"]"#,
+            r#"[sandbox]
+               working_dir = "relative""#,
+            r#"[sandbox]
+               working_dir = "/proc/x""#,
+            r#"bogus = 1"#,
+            r#"[limits]
+               max_inputs = 64"#,
+        ];
+        for text in cases {
+            let err = parse(text).unwrap_err();
+            assert_eq!(err.code, ReasonCode::ConfigInvalid, "{text}");
+        }
+        let many: Vec<String> = (0..33).map(|i| format!("\"./d{i}:v{i}:ro\"")).collect();
+        let text = format!("[filesystem]\nroots = [{}]", many.join(","));
+        assert!(parse(&text).unwrap_err().message.contains("more than 32"));
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = parse("[sandbox]\ntierr = \"native\"").unwrap_err();
+        assert!(err.message.contains("tierr"), "{}", err.message);
+    }
+}

@@ -1,0 +1,183 @@
+//! The descriptor: everything policy needs to know about one resolved call,
+//! as canonical JSON (RFC 8785) with its SHA-256 digest.
+//!
+//! It binds the tool, the argv after substitution, the transport, the risk
+//! tier and the file boundary (each input's path, size and hash, the one
+//! output's path, the size limit, and the held output parent's identity).
+//! It never holds a byte of input content. Cedar sees it at
+//! `context.invocation.resolved`.
+
+use crate::path::RelPath;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// Version of the descriptor layout; bump on any change of meaning.
+pub const DESCRIPTOR_VERSION: u32 = 1;
+
+/// One input as bound into the descriptor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ReadGrant {
+    /// Path relative to the working directory.
+    pub path: String,
+    /// Snapshot size in bytes.
+    pub bytes: u64,
+    /// `sha256:` and the lowercase hex digest of the snapshot.
+    pub sha256: String,
+}
+
+/// A directory's identity on the host. Numbers are decimal strings so that
+/// 64-bit values survive JSON and RFC 8785 number rules exactly.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct DirIdentity {
+    /// `st_dev`.
+    pub dev: String,
+    /// `st_ino`.
+    pub ino: String,
+}
+
+impl DirIdentity {
+    /// From raw `st_dev` and `st_ino`.
+    pub fn new(dev: u64, ino: u64) -> Self {
+        DirIdentity { dev: dev.to_string(), ino: ino.to_string() }
+    }
+}
+
+/// `command_boundary.filesystem`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct FilesystemBoundary {
+    /// Inputs, in declaration order.
+    pub reads: Vec<ReadGrant>,
+    /// The new output, if any (at most one).
+    pub create: Vec<String>,
+    /// Per-file size bound.
+    pub max_file_bytes: u64,
+    /// Always true: the worker sees snapshots taken at prepare.
+    pub input_snapshots: bool,
+    /// Always false: an existing output is never replaced.
+    pub overwrite: bool,
+    /// Identity of the held output parent directory, when there is an output.
+    pub output_parent: Option<DirIdentity>,
+    /// Flat set of read paths (Cedar cannot quantify over records).
+    pub read_paths: Vec<String>,
+    /// Flat set of read hashes.
+    pub read_sha256: Vec<String>,
+    /// Flat set of create paths.
+    pub create_paths: Vec<String>,
+}
+
+impl FilesystemBoundary {
+    /// Builds the boundary and its flat sets.
+    pub fn new(reads: Vec<ReadGrant>, create: Option<&RelPath>, max_file_bytes: u64, output_parent: Option<DirIdentity>) -> Self {
+        let create: Vec<String> = create.map(|p| p.as_str().to_owned()).into_iter().collect();
+        FilesystemBoundary {
+            read_paths: reads.iter().map(|r| r.path.clone()).collect(),
+            read_sha256: reads.iter().map(|r| r.sha256.clone()).collect(),
+            create_paths: create.clone(),
+            reads,
+            create,
+            max_file_bytes,
+            input_snapshots: true,
+            overwrite: false,
+            output_parent,
+        }
+    }
+}
+
+/// `command_boundary`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct CommandBoundary {
+    /// The file boundary; absent for a tool without `[filesystem]`.
+    pub filesystem: FilesystemBoundary,
+}
+
+/// The resolved call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Descriptor {
+    /// Layout version.
+    pub version: u32,
+    /// Tool name.
+    pub tool: String,
+    /// Tool version from the manifest.
+    pub tool_version: String,
+    /// `sha256:` digest of the manifest's bytes.
+    pub manifest_sha256: String,
+    /// The validated arguments, as the strings substituted into argv.
+    pub args: BTreeMap<String, String>,
+    /// The argv after substitution.
+    pub argv: Vec<String>,
+    /// How the tool is reached (`exec` for a command).
+    pub transport: String,
+    /// The manifest's risk tier.
+    pub risk_tier: String,
+    /// Whether the manifest demands human approval.
+    pub human_approval: bool,
+    /// Where the worker sees declared paths.
+    pub working_dir: String,
+    /// The resolved boundary.
+    pub command_boundary: CommandBoundary,
+}
+
+impl Descriptor {
+    /// RFC 8785 canonical JSON bytes.
+    pub fn canonical_json(&self) -> Vec<u8> {
+        canonical_json(self)
+    }
+
+    /// `sha256:` and the hex digest of [`Descriptor::canonical_json`].
+    pub fn digest(&self) -> String {
+        sha256_tagged(&self.canonical_json())
+    }
+}
+
+/// RFC 8785 canonical JSON of any serializable value.
+pub fn canonical_json<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json_canonicalizer::to_vec(value).expect("descriptor values are always representable as JSON")
+}
+
+/// `sha256:` followed by the lowercase hex SHA-256 of `bytes`.
+pub fn sha256_tagged(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Descriptor {
+        let reads = vec![ReadGrant { path: "data/in.txt".into(), bytes: 3, sha256: sha256_tagged(b"abc") }];
+        Descriptor {
+            version: DESCRIPTOR_VERSION,
+            tool: "wc".into(),
+            tool_version: "1".into(),
+            manifest_sha256: sha256_tagged(b"m"),
+            args: BTreeMap::from([("input".into(), "data/in.txt".into())]),
+            argv: vec!["wc".into(), "data/in.txt".into()],
+            transport: "exec".into(),
+            risk_tier: "low".into(),
+            human_approval: false,
+            working_dir: "/workspace".into(),
+            command_boundary: CommandBoundary {
+                filesystem: FilesystemBoundary::new(reads, Some(&RelPath::parse("out/r.json").unwrap()), 8, Some(DirIdentity::new(u64::MAX, 7))),
+            },
+        }
+    }
+
+    #[test]
+    fn canonical_form_is_sorted_and_compact() {
+        let json = String::from_utf8(sample().canonical_json()).unwrap();
+        assert!(json.starts_with(r#"{"args":{"input":"data/in.txt"},"argv":["wc","data/in.txt"],"command_boundary":{"filesystem":{"create":["out/r.json"]"#), "{json}");
+        assert!(json.contains(r#""output_parent":{"dev":"18446744073709551615","ino":"7"}"#));
+        assert!(!json.contains(' ') || json.contains("\" \""));
+    }
+
+    #[test]
+    fn digest_changes_with_any_field() {
+        let a = sample();
+        let mut b = sample();
+        b.command_boundary.filesystem.reads[0].bytes = 4;
+        assert_ne!(a.digest(), b.digest());
+        assert_eq!(a.digest(), sample().digest());
+        assert!(a.digest().starts_with("sha256:") && a.digest().len() == 71);
+    }
+}

@@ -1,0 +1,35 @@
+//! airlock-core: the pure model of airlock.
+//!
+//! Nothing here touches the host. It holds:
+//!
+//! - [`ReasonCode`], [`Status`] and the exit codes: the stable contract of
+//!   every refusal (DESIGN.md §3);
+//! - [`RelPath`]: the one path grammar every declared path passes;
+//! - [`Limits`]: per-call bounds that configuration may only lower;
+//! - [`Config`]: `airlock.toml`, with its ceilings;
+//! - [`manifest`]: ToolClad-format manifests, argument validation and argv
+//!   construction;
+//! - [`Descriptor`]: the canonical (RFC 8785) description of a resolved call
+//!   and its digest.
+//!
+//! ```
+//! use airlock_core::{RelPath, ReasonCode};
+//! assert!(RelPath::parse("data/input.csv").is_ok());
+//! let refusal = RelPath::parse("data/../etc/passwd").unwrap_err();
+//! assert_eq!(refusal.code, ReasonCode::PathTraversal);
+//! assert_eq!(refusal.code.as_str(), "path.traversal");
+//! ```
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod descriptor;
+pub mod limits;
+pub mod manifest;
+pub mod path;
+pub mod reason;
+
+pub use config::{Ceiling, CeilingMode, Config, ResolverChoice, Tier};
+pub use descriptor::{canonical_json, sha256_tagged, CommandBoundary, Descriptor, DirIdentity, FilesystemBoundary, ReadGrant};
+pub use limits::Limits;
+pub use path::{PathEntry, RelPath};
+pub use reason::{exit, HasReason, ReasonCode, Refusal, Status};

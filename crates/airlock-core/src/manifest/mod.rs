@@ -1,0 +1,1 @@
+//! ToolClad-format manifests (placeholder, filled next).

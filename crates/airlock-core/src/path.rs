@@ -1,0 +1,339 @@
+//! The path grammar: what a declared file path may look like.
+//!
+//! One function, [`RelPath::parse`], decides whether a string is an
+//! acceptable relative path, and one table of [`ReasonCode`]s says why not.
+//! It is used for `[filesystem]` entries, `path` arguments, ceiling virtual
+//! destinations and every path a later component resolves. Nothing is
+//! trimmed, decoded or normalised: a path is accepted exactly as written or
+//! refused.
+//!
+//! Refused (ATTACKS.md §Paths, seeds 000 and 003): empty paths, rooted paths,
+//! `..`, empty or `.` components, backslashes, mount delimiters and drive
+//! prefixes (`:`), characters reserved on portable file systems
+//! (`<>"|?*`), NUL, CR, LF and every other control or bidirectional-override
+//! character, components over 255 bytes, paths over 4,096 bytes or 64
+//! components, Windows device names with any extension or trailing dots and
+//! spaces, components ending in a dot or a space, and the control
+//! directories `.git` and `.airlock` in any letter case.
+
+use crate::reason::{ReasonCode, Refusal};
+use std::fmt;
+
+/// Longest accepted path, in bytes.
+pub const MAX_PATH_BYTES: usize = 4096;
+/// Longest accepted component, in bytes.
+pub const MAX_COMPONENT_BYTES: usize = 255;
+/// Most components in one path.
+pub const MAX_COMPONENTS: usize = 64;
+
+/// Control directories that are refused anywhere in a path (compared
+/// without regard to ASCII letter case).
+pub const CONTROL_DIRS: &[&str] = &[".git", ".airlock"];
+
+const RESERVED_CHARS: &[char] = &['<', '>', '"', '|', '?', '*'];
+
+const DEVICE_NAMES: &[&str] = &[
+    "CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$", "COM1", "COM2", "COM3", "COM4", "COM5",
+    "COM6", "COM7", "COM8", "COM9", "COM\u{b9}", "COM\u{b2}", "COM\u{b3}", "LPT1", "LPT2", "LPT3",
+    "LPT4", "LPT5", "LPT6", "LPT7", "LPT8", "LPT9", "LPT\u{b9}", "LPT\u{b2}", "LPT\u{b3}",
+];
+
+/// A relative path that passed the grammar: one or more components joined by
+/// single `/`, none of them refused.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(transparent)]
+pub struct RelPath(String);
+
+impl RelPath {
+    /// Parses `path` under the full grammar.
+    pub fn parse(path: &str) -> Result<RelPath, Refusal> {
+        check_path(path)?;
+        Ok(RelPath(path.to_owned()))
+    }
+
+    /// Parses raw bytes: they must be UTF-8 and then pass [`RelPath::parse`].
+    pub fn parse_bytes(path: &[u8]) -> Result<RelPath, Refusal> {
+        if path.is_empty() {
+            return Err(refuse(ReasonCode::PathEmpty, "the path is empty"));
+        }
+        let s = std::str::from_utf8(path)
+            .map_err(|_| refuse(ReasonCode::PathEncoding, "the path is not valid UTF-8"))?;
+        RelPath::parse(s)
+    }
+
+    /// The path as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Its components, in order.
+    pub fn components(&self) -> impl DoubleEndedIterator<Item = &str> + Clone {
+        self.0.split('/')
+    }
+
+    /// Number of components (at least one).
+    pub fn depth(&self) -> usize {
+        self.components().count()
+    }
+
+    /// The last component.
+    pub fn file_name(&self) -> &str {
+        self.0.rsplit('/').next().unwrap_or(&self.0)
+    }
+
+    /// Everything before the last component, or `None` for a one-component path.
+    pub fn parent(&self) -> Option<RelPath> {
+        self.0.rfind('/').map(|i| RelPath(self.0[..i].to_owned()))
+    }
+
+    /// The rest of `self` below `prefix`, compared component by component
+    /// (never by string prefix): `data/x` is below `data`, `data-evil/x` is not.
+    /// `Some(None)` when `self == prefix`.
+    pub fn strip_prefix(&self, prefix: &RelPath) -> Option<Option<RelPath>> {
+        let mut mine = self.components();
+        for want in prefix.components() {
+            if mine.next() != Some(want) {
+                return None;
+            }
+        }
+        let rest: Vec<&str> = mine.collect();
+        if rest.is_empty() {
+            Some(None)
+        } else {
+            Some(Some(RelPath(rest.join("/"))))
+        }
+    }
+
+    /// `self` followed by `child`.
+    pub fn join(&self, child: &RelPath) -> Result<RelPath, Refusal> {
+        RelPath::parse(&format!("{}/{}", self.0, child.0))
+    }
+}
+
+impl fmt::Debug for RelPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for RelPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn refuse(code: ReasonCode, message: impl Into<String>) -> Refusal {
+    Refusal::new(code, message)
+}
+
+fn is_forbidden_control(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// The whole grammar. Checks run in a fixed order so a path always gets the
+/// same code.
+fn check_path(path: &str) -> Result<(), Refusal> {
+    if path.is_empty() {
+        return Err(refuse(ReasonCode::PathEmpty, "the path is empty"));
+    }
+    if let Some(c) = path.chars().find(|c| is_forbidden_control(*c)) {
+        return Err(refuse(
+            ReasonCode::PathControlChar,
+            format!("the path contains the control character U+{:04X}", c as u32),
+        ));
+    }
+    if path.len() > MAX_PATH_BYTES {
+        return Err(refuse(
+            ReasonCode::PathTooLong,
+            format!("the path is {} bytes, more than {MAX_PATH_BYTES}", path.len()),
+        ));
+    }
+    if path.contains('\\') {
+        return Err(refuse(ReasonCode::PathBackslash, "the path contains a backslash"));
+    }
+    if path.starts_with('/') {
+        return Err(refuse(ReasonCode::PathAbsolute, "the path is rooted; paths are relative to the working directory"));
+    }
+    let count = path.split('/').count();
+    if count > MAX_COMPONENTS {
+        return Err(refuse(
+            ReasonCode::PathTooDeep,
+            format!("the path has {count} components, more than {MAX_COMPONENTS}"),
+        ));
+    }
+    for component in path.split('/') {
+        check_component(component)?;
+    }
+    Ok(())
+}
+
+fn check_component(c: &str) -> Result<(), Refusal> {
+    if c.is_empty() {
+        return Err(refuse(ReasonCode::PathEmptyComponent, "the path has an empty component"));
+    }
+    if c == "." {
+        return Err(refuse(ReasonCode::PathDotComponent, "the path has a `.` component"));
+    }
+    if c == ".." {
+        return Err(refuse(ReasonCode::PathTraversal, "the path has a `..` component"));
+    }
+    if c.len() > MAX_COMPONENT_BYTES {
+        return Err(refuse(
+            ReasonCode::PathComponentTooLong,
+            format!("a component is {} bytes, more than {MAX_COMPONENT_BYTES}", c.len()),
+        ));
+    }
+    if c.contains(':') {
+        return Err(refuse(ReasonCode::PathMountDelimiter, "the path contains `:` (a mount delimiter or drive prefix)"));
+    }
+    if let Some(r) = c.chars().find(|ch| RESERVED_CHARS.contains(ch)) {
+        return Err(refuse(ReasonCode::PathReservedChar, format!("the path contains the reserved character `{r}`")));
+    }
+    if c.ends_with('.') || c.ends_with(' ') {
+        return Err(refuse(ReasonCode::PathTrailingDotOrSpace, format!("the component {c:?} ends in a dot or a space")));
+    }
+    if is_device_name(c) {
+        return Err(refuse(ReasonCode::PathDeviceName, format!("the component {c:?} is a Windows device name")));
+    }
+    if CONTROL_DIRS.iter().any(|d| d.eq_ignore_ascii_case(c)) {
+        return Err(refuse(ReasonCode::PathControlDir, format!("the component {c:?} is a control directory")));
+    }
+    Ok(())
+}
+
+/// `CON`, `nul.txt`, `Com1 .log`, `LPT1.tar.gz`: the stem before the first
+/// dot, with trailing spaces removed, compared without letter case.
+fn is_device_name(component: &str) -> bool {
+    let stem = component.split('.').next().unwrap_or(component).trim_end_matches(' ');
+    DEVICE_NAMES.iter().any(|d| d.eq_ignore_ascii_case(stem))
+}
+
+/// One `[filesystem]` entry: a literal path or exactly one whole argument
+/// reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathEntry {
+    /// A literal relative path such as `data/input.csv`.
+    Literal(RelPath),
+    /// `{name}`: the value of argument `name`, which must itself pass the grammar.
+    Arg(String),
+}
+
+impl PathEntry {
+    /// Parses an entry. A `{` or `}` anywhere but as the whole entry is a
+    /// concatenated template and refused (`manifest.path_template`).
+    pub fn parse(entry: &str) -> Result<PathEntry, Refusal> {
+        if let Some(inner) = entry.strip_prefix('{').and_then(|e| e.strip_suffix('}')) {
+            if is_arg_name(inner) {
+                return Ok(PathEntry::Arg(inner.to_owned()));
+            }
+        }
+        if entry.contains('{') || entry.contains('}') {
+            return Err(refuse(
+                ReasonCode::ManifestPathTemplate,
+                format!("{entry:?} is not a literal path or exactly one whole {{argument}} reference"),
+            ));
+        }
+        RelPath::parse(entry).map(PathEntry::Literal)
+    }
+}
+
+/// Argument names: `[A-Za-z][A-Za-z0-9_]{0,63}`; names starting with `_` are
+/// reserved for values airlock injects.
+pub fn is_arg_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic())
+        && name.len() <= 64
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(p: &str) -> Option<ReasonCode> {
+        RelPath::parse(p).err().map(|r| r.code)
+    }
+
+    #[test]
+    fn table() {
+        use ReasonCode::*;
+        let long_comp = "a".repeat(256);
+        let long_path = vec!["abcdefg"; 600].join("/");
+        let deep = vec!["a"; 65].join("/");
+        let cases: &[(&str, Option<ReasonCode>)] = &[
+            ("data/input.csv", None),
+            ("a", None),
+            ("résumé/naïve file.txt", None),
+            ("", Some(PathEmpty)),
+            ("../p-evil/x", Some(PathTraversal)),
+            ("data/../x", Some(PathTraversal)),
+            ("a//b", Some(PathEmptyComponent)),
+            ("a/", Some(PathEmptyComponent)),
+            ("./x", Some(PathDotComponent)),
+            ("/etc/passwd", Some(PathAbsolute)),
+            ("data\\..\\x", Some(PathBackslash)),
+            ("C:x", Some(PathMountDelimiter)),
+            ("data:rw", Some(PathMountDelimiter)),
+            ("a\0b", Some(PathControlChar)),
+            ("a\rb", Some(PathControlChar)),
+            ("a\nb", Some(PathControlChar)),
+            ("a\u{7f}b", Some(PathControlChar)),
+            ("a\u{202e}b", Some(PathControlChar)),
+            (&long_comp, Some(PathComponentTooLong)),
+            (&long_path, Some(PathTooLong)),
+            (&deep, Some(PathTooDeep)),
+            ("CON", Some(PathDeviceName)),
+            ("out/nul.txt", Some(PathDeviceName)),
+            ("COM1", Some(PathDeviceName)),
+            ("LPT1.log", Some(PathDeviceName)),
+            ("con .txt", Some(PathDeviceName)),
+            ("lpt\u{b9}", Some(PathDeviceName)),
+            ("console", None),
+            ("com10", None),
+            ("x.", Some(PathTrailingDotOrSpace)),
+            ("x ", Some(PathTrailingDotOrSpace)),
+            (".git/config", Some(PathControlDir)),
+            ("a/.GiT/b", Some(PathControlDir)),
+            ("a/.Airlock", Some(PathControlDir)),
+            (".gitignore", None),
+            ("a*b", Some(PathReservedChar)),
+            ("a?b", Some(PathReservedChar)),
+        ];
+        for (p, want) in cases {
+            assert_eq!(code(p), *want, "{p:?}");
+        }
+    }
+
+    #[test]
+    fn edges_are_inclusive() {
+        assert_eq!(code(&"a".repeat(255)), None);
+        assert_eq!(code(&vec!["a"; 64].join("/")), None);
+        let exact = format!("{}/{}", "b".repeat(255), vec!["c".repeat(255); 15].join("/"));
+        assert_eq!(exact.len(), 4095);
+        assert_eq!(code(&exact), None);
+    }
+
+    #[test]
+    fn strip_prefix_is_by_component() {
+        let p = RelPath::parse("data/x").unwrap();
+        let q = RelPath::parse("data-evil/x").unwrap();
+        let data = RelPath::parse("data").unwrap();
+        assert_eq!(p.strip_prefix(&data), Some(Some(RelPath::parse("x").unwrap())));
+        assert_eq!(q.strip_prefix(&data), None);
+        assert_eq!(data.strip_prefix(&data), Some(None));
+    }
+
+    #[test]
+    fn entries() {
+        assert_eq!(PathEntry::parse("{input}").unwrap(), PathEntry::Arg("input".into()));
+        assert_eq!(code_entry("data/{input}"), Some(ReasonCode::ManifestPathTemplate));
+        assert_eq!(code_entry("{input}.csv"), Some(ReasonCode::ManifestPathTemplate));
+        assert_eq!(code_entry("{a}{b}"), Some(ReasonCode::ManifestPathTemplate));
+        assert_eq!(code_entry("{_output}"), Some(ReasonCode::ManifestPathTemplate));
+        assert!(matches!(PathEntry::parse("data/in.csv").unwrap(), PathEntry::Literal(_)));
+    }
+
+    fn code_entry(e: &str) -> Option<ReasonCode> {
+        PathEntry::parse(e).err().map(|r| r.code)
+    }
+}

@@ -1,0 +1,280 @@
+//! Stable reason codes, the envelope status they imply, and process exit codes.
+//!
+//! Every refusal or failure airlock reports carries exactly one [`ReasonCode`].
+//! The dotted string of a code never changes meaning; programs key on it.
+//! The table below is the single place that maps a code to its status and
+//! exit code (DESIGN.md §3).
+
+use std::fmt;
+
+/// The `status` field of an envelope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// The call did what was asked.
+    Ok,
+    /// The tool ran and failed.
+    Failed,
+    /// A grant, path, limit or policy said no before anything ran.
+    Refused,
+    /// airlock itself failed.
+    Error,
+}
+
+/// Process exit codes (DESIGN.md §3, sysexits-style).
+pub mod exit {
+    /// Success.
+    pub const OK: i32 = 0;
+    /// The tool ran and failed.
+    pub const TOOL_FAILED: i32 = 1;
+    /// Command-line usage error.
+    pub const USAGE: i32 = 64;
+    /// Bad manifest or argument.
+    pub const DATA: i32 = 65;
+    /// An input is missing.
+    pub const NO_INPUT: i32 = 66;
+    /// Internal error.
+    pub const SOFTWARE: i32 = 70;
+    /// The output already exists.
+    pub const CANT_CREATE: i32 = 73;
+    /// Staging capacity exhausted; retry later.
+    pub const TEMP_FAIL: i32 = 75;
+    /// Refused by a grant, path rule or policy.
+    pub const NO_PERM: i32 = 77;
+    /// Bad configuration, or a host that cannot enforce it.
+    pub const CONFIG: i32 = 78;
+    /// Timed out.
+    pub const TIMEOUT: i32 = 124;
+}
+
+macro_rules! reason_codes {
+    ($( $(#[$doc:meta])* $variant:ident => $code:literal, $status:ident, $exit:ident; )*) => {
+        /// A stable, dotted reason code.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum ReasonCode {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        impl ReasonCode {
+            /// Every code, in table order.
+            pub const ALL: &'static [ReasonCode] = &[ $( ReasonCode::$variant, )* ];
+
+            /// The dotted string, e.g. `path.traversal`.
+            pub fn as_str(self) -> &'static str {
+                match self { $( ReasonCode::$variant => $code, )* }
+            }
+
+            /// The envelope status this code implies.
+            pub fn status(self) -> Status {
+                match self { $( ReasonCode::$variant => Status::$status, )* }
+            }
+
+            /// The process exit code this code implies.
+            pub fn exit_code(self) -> i32 {
+                match self { $( ReasonCode::$variant => exit::$exit, )* }
+            }
+
+            /// Looks a code up by its dotted string.
+            pub fn from_str_code(s: &str) -> Option<ReasonCode> {
+                match s { $( $code => Some(ReasonCode::$variant), )* _ => None }
+            }
+        }
+    };
+}
+
+reason_codes! {
+    // ---- paths (grammar; refused before any I/O) ----
+    /// The path is empty.
+    PathEmpty => "path.empty", Refused, NO_PERM;
+    /// The path is rooted (`/etc/passwd`).
+    PathAbsolute => "path.absolute", Refused, NO_PERM;
+    /// A `..` component.
+    PathTraversal => "path.traversal", Refused, NO_PERM;
+    /// An empty component (`a//b`, a trailing `/`).
+    PathEmptyComponent => "path.empty_component", Refused, NO_PERM;
+    /// A `.` component.
+    PathDotComponent => "path.dot_component", Refused, NO_PERM;
+    /// A backslash anywhere.
+    PathBackslash => "path.backslash", Refused, NO_PERM;
+    /// A mount delimiter or drive prefix (`:`).
+    PathMountDelimiter => "path.mount_delimiter", Refused, NO_PERM;
+    /// A character reserved on portable file systems (`<>"|?*`).
+    PathReservedChar => "path.reserved_char", Refused, NO_PERM;
+    /// NUL, CR, LF or another control or bidirectional-override character.
+    PathControlChar => "path.control_char", Refused, NO_PERM;
+    /// The path is not valid UTF-8.
+    PathEncoding => "path.encoding", Refused, NO_PERM;
+    /// A component is longer than 255 bytes.
+    PathComponentTooLong => "path.component_too_long", Refused, NO_PERM;
+    /// The path is longer than 4,096 bytes.
+    PathTooLong => "path.too_long", Refused, NO_PERM;
+    /// The path has more than 64 components.
+    PathTooDeep => "path.too_deep", Refused, NO_PERM;
+    /// A Windows device name (`CON`, `nul.txt`, `COM1`, `LPT1.log`).
+    PathDeviceName => "path.device_name", Refused, NO_PERM;
+    /// A component ends in a dot or a space.
+    PathTrailingDotOrSpace => "path.trailing_dot_or_space", Refused, NO_PERM;
+    /// A control directory (`.git`, `.airlock`) in any letter case.
+    PathControlDir => "path.control_dir", Refused, NO_PERM;
+    /// The same path is declared twice.
+    PathDuplicate => "path.duplicate", Refused, NO_PERM;
+    // ---- paths (resolution on the host) ----
+    /// A symbolic link at some component.
+    PathSymlink => "path.symlink", Refused, NO_PERM;
+    /// A component on the way is not a directory.
+    PathNotDirectory => "path.not_directory", Refused, NO_PERM;
+    /// Resolution would cross a mount point.
+    PathMountCrossing => "path.mount_crossing", Refused, NO_PERM;
+    /// Resolution would leave the ceiling.
+    PathEscape => "path.escape", Refused, NO_PERM;
+    /// The path changed between two steps of resolution (a race was seen).
+    PathRace => "path.race", Refused, NO_PERM;
+    // ---- grants ----
+    /// No configured ceiling covers the path.
+    GrantNoCeiling => "grant.no_ceiling", Refused, NO_PERM;
+    /// A read-only ceiling cannot authorize creating an output.
+    GrantReadOnly => "grant.read_only", Refused, NO_PERM;
+    // ---- inputs ----
+    /// A declared input does not exist.
+    InputMissing => "input.missing", Refused, NO_INPUT;
+    /// An input is not a regular file (directory, FIFO, socket, device).
+    InputNotRegular => "input.not_regular", Refused, NO_PERM;
+    /// An input has more than one hard link.
+    InputHardlink => "input.hardlink", Refused, NO_PERM;
+    /// An input is larger than `max_file_bytes`.
+    InputTooLarge => "input.too_large", Refused, NO_PERM;
+    /// An input changed while it was being snapshotted.
+    InputChanged => "input.changed", Refused, NO_PERM;
+    /// An input could not be read.
+    InputUnreadable => "input.unreadable", Refused, NO_INPUT;
+    // ---- outputs ----
+    /// The output already exists (file, directory or any link).
+    OutputExists => "output.exists", Refused, CANT_CREATE;
+    /// The output's parent directory does not exist.
+    OutputParentMissing => "output.parent_missing", Refused, NO_INPUT;
+    /// The output's parent directory is not the one that was prepared.
+    OutputParentChanged => "output.parent_changed", Refused, NO_PERM;
+    // ---- limits ----
+    /// More inputs than allowed.
+    LimitInputs => "limit.inputs", Refused, NO_PERM;
+    /// More input bytes in all than allowed.
+    LimitInputBytes => "limit.input_bytes", Refused, NO_PERM;
+    /// More than one output.
+    LimitOutputs => "limit.outputs", Refused, DATA;
+    /// `max_file_bytes` outside 1 B … 16 MiB or above the configured bound.
+    LimitFileBytes => "limit.file_bytes", Refused, DATA;
+    /// An output went over its size limit.
+    LimitOutputSize => "limit.output_size", Failed, TOOL_FAILED;
+    // ---- manifests and arguments ----
+    /// The manifest is malformed (syntax, unknown key, bad value).
+    ManifestInvalid => "manifest.invalid", Refused, DATA;
+    /// The manifest uses a section or feature airlock does not execute yet.
+    ManifestUnsupported => "manifest.unsupported", Refused, DATA;
+    /// The tool could not be found.
+    ManifestNotFound => "manifest.not_found", Refused, DATA;
+    /// A `[filesystem]` entry is a template other than one whole `{arg}`.
+    ManifestPathTemplate => "manifest.path_template", Refused, DATA;
+    /// A required argument is missing.
+    ArgMissing => "arg.missing", Refused, DATA;
+    /// An argument that the tool does not declare.
+    ArgUnknown => "arg.unknown", Refused, DATA;
+    /// An argument value failed its type's validation.
+    ArgInvalid => "arg.invalid", Refused, DATA;
+    /// An argument holds a shell metacharacter.
+    ArgInjection => "arg.injection", Refused, DATA;
+    /// An argument starts with `-` where options are not allowed.
+    ArgLeadingDash => "arg.leading_dash", Refused, DATA;
+    /// An argument value is outside its range.
+    ArgOutOfRange => "arg.out_of_range", Refused, DATA;
+    /// An argument does not match its pattern.
+    ArgPattern => "arg.pattern", Refused, DATA;
+    /// An argument value is not in its `allowed` list.
+    ArgNotAllowed => "arg.not_allowed", Refused, DATA;
+    // ---- configuration and host ----
+    /// `airlock.toml` is malformed or inconsistent.
+    ConfigInvalid => "config.invalid", Error, CONFIG;
+    /// A configured ceiling is not acceptable (protected path, not a directory …).
+    ConfigCeiling => "config.ceiling", Error, CONFIG;
+    /// The state directory is unsafe or unusable.
+    ConfigStateDir => "config.state_dir", Error, CONFIG;
+    /// The host lacks a facility the configuration needs.
+    HostUnsupported => "host.unsupported", Error, CONFIG;
+    // ---- invocations ----
+    /// The invocation id has been used before.
+    InvocationDuplicate => "invocation.duplicate", Refused, NO_PERM;
+    /// The invocation id is malformed.
+    InvocationIdInvalid => "invocation.id_invalid", Refused, USAGE;
+    /// No prepared invocation with that id.
+    InvocationNotFound => "invocation.not_found", Refused, NO_INPUT;
+    // ---- general ----
+    /// Command-line usage error.
+    Usage => "usage", Refused, USAGE;
+    /// airlock itself failed.
+    Internal => "internal", Error, SOFTWARE;
+}
+
+impl fmt::Display for ReasonCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for ReasonCode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// A reason code with a message for people.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct Refusal {
+    /// The stable code programs key on.
+    pub code: ReasonCode,
+    /// What happened, for people.
+    pub message: String,
+}
+
+impl Refusal {
+    /// A refusal with `code` and `message`.
+    pub fn new(code: ReasonCode, message: impl Into<String>) -> Self {
+        Refusal { code, message: message.into() }
+    }
+}
+
+/// Anything that carries a reason code.
+pub trait HasReason {
+    /// The stable code of this error.
+    fn reason(&self) -> ReasonCode;
+}
+
+impl HasReason for Refusal {
+    fn reason(&self) -> ReasonCode {
+        self.code
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_dotted_and_round_trip() {
+        let mut seen = std::collections::HashSet::new();
+        for code in ReasonCode::ALL {
+            let s = code.as_str();
+            assert!(seen.insert(s), "duplicate code {s}");
+            assert!(s.chars().all(|c| c.is_ascii_lowercase() || c == '.' || c == '_'), "{s}");
+            assert_eq!(ReasonCode::from_str_code(s), Some(*code));
+        }
+    }
+
+    #[test]
+    fn refusals_never_exit_zero() {
+        for code in ReasonCode::ALL {
+            assert_ne!(code.exit_code(), exit::OK, "{code}");
+            assert_ne!(code.status(), Status::Ok, "{code}");
+        }
+    }
+}

@@ -39,7 +39,10 @@ pub struct DirIdentity {
 impl DirIdentity {
     /// From raw `st_dev` and `st_ino`.
     pub fn new(dev: u64, ino: u64) -> Self {
-        DirIdentity { dev: dev.to_string(), ino: ino.to_string() }
+        DirIdentity {
+            dev: dev.to_string(),
+            ino: ino.to_string(),
+        }
     }
 }
 
@@ -68,7 +71,12 @@ pub struct FilesystemBoundary {
 
 impl FilesystemBoundary {
     /// Builds the boundary and its flat sets.
-    pub fn new(reads: Vec<ReadGrant>, create: Option<&RelPath>, max_file_bytes: u64, output_parent: Option<DirIdentity>) -> Self {
+    pub fn new(
+        reads: Vec<ReadGrant>,
+        create: Option<&RelPath>,
+        max_file_bytes: u64,
+        output_parent: Option<DirIdentity>,
+    ) -> Self {
         let create: Vec<String> = create.map(|p| p.as_str().to_owned()).into_iter().collect();
         FilesystemBoundary {
             read_paths: reads.iter().map(|r| r.path.clone()).collect(),
@@ -145,7 +153,11 @@ mod tests {
     use super::*;
 
     fn sample() -> Descriptor {
-        let reads = vec![ReadGrant { path: "data/in.txt".into(), bytes: 3, sha256: sha256_tagged(b"abc") }];
+        let reads = vec![ReadGrant {
+            path: "data/in.txt".into(),
+            bytes: 3,
+            sha256: sha256_tagged(b"abc"),
+        }];
         Descriptor {
             version: DESCRIPTOR_VERSION,
             tool: "wc".into(),
@@ -158,7 +170,12 @@ mod tests {
             human_approval: false,
             working_dir: "/workspace".into(),
             command_boundary: CommandBoundary {
-                filesystem: FilesystemBoundary::new(reads, Some(&RelPath::parse("out/r.json").unwrap()), 8, Some(DirIdentity::new(u64::MAX, 7))),
+                filesystem: FilesystemBoundary::new(
+                    reads,
+                    Some(&RelPath::parse("out/r.json").unwrap()),
+                    8,
+                    Some(DirIdentity::new(u64::MAX, 7)),
+                ),
             },
         }
     }

@@ -23,13 +23,17 @@
 
 pub mod config;
 pub mod descriptor;
+pub mod envelope;
 pub mod limits;
 pub mod manifest;
 pub mod path;
 pub mod reason;
 
 pub use config::{Ceiling, CeilingMode, Config, ResolverChoice, Tier};
-pub use descriptor::{canonical_json, sha256_tagged, CommandBoundary, Descriptor, DirIdentity, FilesystemBoundary, ReadGrant};
+pub use descriptor::{
+    canonical_json, sha256_tagged, CommandBoundary, Descriptor, DirIdentity, FilesystemBoundary, ReadGrant,
+};
+pub use envelope::{CreatedFile, Envelope, ErrorBody, Evidence};
 pub use limits::Limits;
 pub use path::{PathEntry, RelPath};
 pub use reason::{exit, HasReason, ReasonCode, Refusal, Status};

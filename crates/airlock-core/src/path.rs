@@ -33,9 +33,36 @@ pub const CONTROL_DIRS: &[&str] = &[".git", ".airlock"];
 const RESERVED_CHARS: &[char] = &['<', '>', '"', '|', '?', '*'];
 
 const DEVICE_NAMES: &[&str] = &[
-    "CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$", "COM1", "COM2", "COM3", "COM4", "COM5",
-    "COM6", "COM7", "COM8", "COM9", "COM\u{b9}", "COM\u{b2}", "COM\u{b3}", "LPT1", "LPT2", "LPT3",
-    "LPT4", "LPT5", "LPT6", "LPT7", "LPT8", "LPT9", "LPT\u{b9}", "LPT\u{b2}", "LPT\u{b3}",
+    "CON",
+    "PRN",
+    "AUX",
+    "NUL",
+    "CONIN$",
+    "CONOUT$",
+    "COM1",
+    "COM2",
+    "COM3",
+    "COM4",
+    "COM5",
+    "COM6",
+    "COM7",
+    "COM8",
+    "COM9",
+    "COM\u{b9}",
+    "COM\u{b2}",
+    "COM\u{b3}",
+    "LPT1",
+    "LPT2",
+    "LPT3",
+    "LPT4",
+    "LPT5",
+    "LPT6",
+    "LPT7",
+    "LPT8",
+    "LPT9",
+    "LPT\u{b9}",
+    "LPT\u{b2}",
+    "LPT\u{b3}",
 ];
 
 /// A relative path that passed the grammar: one or more components joined by
@@ -56,8 +83,8 @@ impl RelPath {
         if path.is_empty() {
             return Err(refuse(ReasonCode::PathEmpty, "the path is empty"));
         }
-        let s = std::str::from_utf8(path)
-            .map_err(|_| refuse(ReasonCode::PathEncoding, "the path is not valid UTF-8"))?;
+        let s =
+            std::str::from_utf8(path).map_err(|_| refuse(ReasonCode::PathEncoding, "the path is not valid UTF-8"))?;
         RelPath::parse(s)
     }
 
@@ -152,7 +179,10 @@ fn check_path(path: &str) -> Result<(), Refusal> {
         return Err(refuse(ReasonCode::PathBackslash, "the path contains a backslash"));
     }
     if path.starts_with('/') {
-        return Err(refuse(ReasonCode::PathAbsolute, "the path is rooted; paths are relative to the working directory"));
+        return Err(refuse(
+            ReasonCode::PathAbsolute,
+            "the path is rooted; paths are relative to the working directory",
+        ));
     }
     let count = path.split('/').count();
     if count > MAX_COMPONENTS {
@@ -169,7 +199,10 @@ fn check_path(path: &str) -> Result<(), Refusal> {
 
 fn check_component(c: &str) -> Result<(), Refusal> {
     if c.is_empty() {
-        return Err(refuse(ReasonCode::PathEmptyComponent, "the path has an empty component"));
+        return Err(refuse(
+            ReasonCode::PathEmptyComponent,
+            "the path has an empty component",
+        ));
     }
     if c == "." {
         return Err(refuse(ReasonCode::PathDotComponent, "the path has a `.` component"));
@@ -184,19 +217,34 @@ fn check_component(c: &str) -> Result<(), Refusal> {
         ));
     }
     if c.contains(':') {
-        return Err(refuse(ReasonCode::PathMountDelimiter, "the path contains `:` (a mount delimiter or drive prefix)"));
+        return Err(refuse(
+            ReasonCode::PathMountDelimiter,
+            "the path contains `:` (a mount delimiter or drive prefix)",
+        ));
     }
     if let Some(r) = c.chars().find(|ch| RESERVED_CHARS.contains(ch)) {
-        return Err(refuse(ReasonCode::PathReservedChar, format!("the path contains the reserved character `{r}`")));
+        return Err(refuse(
+            ReasonCode::PathReservedChar,
+            format!("the path contains the reserved character `{r}`"),
+        ));
     }
     if c.ends_with('.') || c.ends_with(' ') {
-        return Err(refuse(ReasonCode::PathTrailingDotOrSpace, format!("the component {c:?} ends in a dot or a space")));
+        return Err(refuse(
+            ReasonCode::PathTrailingDotOrSpace,
+            format!("the component {c:?} ends in a dot or a space"),
+        ));
     }
     if is_device_name(c) {
-        return Err(refuse(ReasonCode::PathDeviceName, format!("the component {c:?} is a Windows device name")));
+        return Err(refuse(
+            ReasonCode::PathDeviceName,
+            format!("the component {c:?} is a Windows device name"),
+        ));
     }
     if CONTROL_DIRS.iter().any(|d| d.eq_ignore_ascii_case(c)) {
-        return Err(refuse(ReasonCode::PathControlDir, format!("the component {c:?} is a control directory")));
+        return Err(refuse(
+            ReasonCode::PathControlDir,
+            format!("the component {c:?} is a control directory"),
+        ));
     }
     Ok(())
 }
@@ -330,10 +378,71 @@ mod tests {
         assert_eq!(code_entry("{input}.csv"), Some(ReasonCode::ManifestPathTemplate));
         assert_eq!(code_entry("{a}{b}"), Some(ReasonCode::ManifestPathTemplate));
         assert_eq!(code_entry("{_output}"), Some(ReasonCode::ManifestPathTemplate));
-        assert!(matches!(PathEntry::parse("data/in.csv").unwrap(), PathEntry::Literal(_)));
+        assert!(matches!(
+            PathEntry::parse("data/in.csv").unwrap(),
+            PathEntry::Literal(_)
+        ));
     }
 
     fn code_entry(e: &str) -> Option<ReasonCode> {
         PathEntry::parse(e).err().map(|r| r.code)
+    }
+}
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn safe_component() -> impl Strategy<Value = String> {
+        "[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,20}[a-zA-Z0-9_]"
+            .prop_filter("not a device name or control dir", |c| check_component(c).is_ok())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Anything accepted holds every invariant the resolvers rely on.
+        #[test]
+        fn accepted_paths_are_safe(s in "\\PC{0,80}|[a-zA-Z./\\\\:]{0,30}") {
+            if let Ok(p) = RelPath::parse(&s) {
+                prop_assert!(!p.as_str().starts_with('/'));
+                prop_assert!(p.as_str().len() <= MAX_PATH_BYTES);
+                prop_assert!(p.depth() <= MAX_COMPONENTS);
+                for c in p.components() {
+                    prop_assert!(!c.is_empty() && c != "." && c != "..");
+                    prop_assert!(!c.contains('\\') && !c.contains(':'));
+                    prop_assert!(c.len() <= MAX_COMPONENT_BYTES);
+                }
+            }
+        }
+
+        /// Safe components joined by `/` are always accepted, unchanged.
+        #[test]
+        fn safe_paths_are_accepted(parts in proptest::collection::vec(safe_component(), 1..10)) {
+            let s = parts.join("/");
+            prop_assert_eq!(RelPath::parse(&s).map(|p| p.as_str().to_owned()), Ok(s));
+        }
+
+        /// Splicing any forbidden piece into a safe path is always refused.
+        #[test]
+        fn forbidden_pieces_are_refused(
+            parts in proptest::collection::vec(safe_component(), 1..6),
+            at in 0usize..6,
+            bad in prop::sample::select(vec!["..", ".", "", ".git", ".AIRLOCK", "CON", "nul.txt", "a\\b", "c:d", "e\0f", "g\rh", "i\nj", "k ", "l.", "m*"]),
+        ) {
+            let mut parts = parts;
+            let at = at.min(parts.len());
+            parts.insert(at, bad.to_owned());
+            let s = parts.join("/");
+            prop_assert!(RelPath::parse(&s).is_err(), "{:?} was accepted", s);
+        }
+
+        /// A leading `/` is always refused.
+        #[test]
+        fn rooted_is_refused(parts in proptest::collection::vec(safe_component(), 1..6)) {
+            let s = format!("/{}", parts.join("/"));
+            prop_assert!(RelPath::parse(&s).is_err());
+        }
     }
 }

@@ -1,1 +1,317 @@
-//! ToolClad-format manifests (placeholder, filled next).
+//! ToolClad-format manifests (`*.clad.toml`): parse, argument validation,
+//! argv construction and the files of one call.
+//!
+//! [`Manifest::parse`] reads every section of the ToolClad format, refusing
+//! unknown keys (the message names the key and its line) and anything
+//! structurally wrong (`manifest.invalid`, or the path and limit codes of
+//! `[filesystem]`). An existing ToolClad manifest loads unchanged even when
+//! it uses features airlock does not execute; [`Manifest::check_executable`]
+//! then refuses it with `manifest.unsupported` naming each feature.
+//!
+//! One call goes [`Manifest::bind_args`] → [`Manifest::filesystem_plan`] and
+//! [`Manifest::build_argv`]. No shell is involved anywhere: values are
+//! substituted into words that were fixed at parse.
+//!
+//! ```
+//! use airlock_core::manifest::Manifest;
+//! let m = Manifest::parse(r#"
+//!     [tool]
+//!     name = "wordcount"
+//!     version = "1"
+//!     description = "Count words"
+//!     [args.input]
+//!     position = 1
+//!     required = true
+//!     type = "path"
+//!     [args.out]
+//!     position = 2
+//!     required = true
+//!     type = "path"
+//!     [command]
+//!     exec = ["wc", "-w", "{input}", "--out={_output_file}"]
+//!     [filesystem]
+//!     read = ["{input}"]
+//!     create = ["{out}"]
+//! "#, "wordcount.clad.toml").unwrap();
+//! m.check_executable().unwrap();
+//! let args = m.bind_args(&["data/in.txt".into(), "results/wc.txt".into()], &[]).unwrap();
+//! assert_eq!(m.build_argv(&args).unwrap(), ["wc", "-w", "data/in.txt", "--out=results/wc.txt"]);
+//! assert_eq!(m.filesystem_plan(&args).unwrap().reads[0].as_str(), "data/in.txt");
+//! ```
+
+mod args;
+mod bind;
+mod command;
+mod filesystem;
+mod model;
+mod schema;
+mod template;
+mod unsupported;
+
+#[cfg(test)]
+mod tests;
+
+pub use args::{ArgType, MAX_VALUE_BYTES, SHELL_METACHARACTERS};
+pub use bind::BoundArgs;
+pub use command::{END_OF_OPTIONS, OUTPUT_FILE_PLACEHOLDER};
+pub use filesystem::FilesystemPlan;
+pub use model::{
+    ArgDef, CedarMeta, CommandDef, ConditionalDef, Dispatch, EvidenceMeta, FilesystemDef, Mode, OutputDef,
+    OutputFormat, RiskTier, SourceDef, ToolLimits, ToolMeta,
+};
+
+use crate::descriptor::sha256_tagged;
+use crate::reason::{ReasonCode, Refusal};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// Longest tool name, in bytes.
+pub const MAX_TOOL_NAME: usize = 64;
+
+/// The whole file, as serde reads it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManifest {
+    tool: ToolMeta,
+    #[serde(default)]
+    args: BTreeMap<String, ArgDef>,
+    command: Option<CommandDef>,
+    output: Option<OutputDef>,
+    filesystem: Option<FilesystemDef>,
+    source: Option<SourceDef>,
+    mcp: Option<toml::Table>,
+    session: Option<toml::Table>,
+    http: Option<toml::Table>,
+    browser: Option<toml::Table>,
+}
+
+/// What parse derives from the sections: compiled patterns, command words,
+/// resolved `[filesystem]` entries.
+#[derive(Debug, Clone)]
+struct Compiled {
+    args: BTreeMap<String, args::ArgRule>,
+    command: Option<command::CompiledCommand>,
+    filesystem: filesystem::CompiledFilesystem,
+}
+
+/// A parsed, structurally checked manifest.
+///
+/// The public fields are the manifest as written; what airlock derives from
+/// them (compiled patterns, command words) is fixed at parse, so changing a
+/// field afterwards does not change how calls are validated or built.
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    /// `[tool]`.
+    pub tool: ToolMeta,
+    /// `[args.NAME]`, by name.
+    pub args: BTreeMap<String, ArgDef>,
+    /// `[command]`.
+    pub command: Option<CommandDef>,
+    /// `[output]`.
+    pub output: Option<OutputDef>,
+    /// `[filesystem]`.
+    pub filesystem: Option<FilesystemDef>,
+    /// `[source]`.
+    pub source: Option<SourceDef>,
+    /// `[mcp]`, kept as written (not executed).
+    pub mcp: Option<toml::Table>,
+    /// `[session]`, kept as written (not executed).
+    pub session: Option<toml::Table>,
+    /// `[http]`, kept as written (not executed).
+    pub http: Option<toml::Table>,
+    /// `[browser]`, kept as written (not executed).
+    pub browser: Option<toml::Table>,
+    sha256: String,
+    origin: String,
+    compiled: Compiled,
+}
+
+fn invalid(message: String) -> Refusal {
+    Refusal::new(ReasonCode::ManifestInvalid, message)
+}
+
+/// `[a-z][a-z0-9_-]{0,63}`.
+fn is_tool_name(name: &str) -> bool {
+    name.len() <= MAX_TOOL_NAME
+        && name.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+fn check_tool(tool: &ToolMeta) -> Result<(), Refusal> {
+    if !is_tool_name(&tool.name) {
+        return Err(invalid(format!(
+            "[tool] name {:?}: a tool name is a lowercase letter followed by at most 63 of a-z, 0-9, `_`, `-`",
+            tool.name
+        )));
+    }
+    if tool.version.trim().is_empty() {
+        return Err(invalid("[tool] version is empty".to_owned()));
+    }
+    if tool.description.trim().is_empty() {
+        return Err(invalid("[tool] description is empty".to_owned()));
+    }
+    if tool.timeout_seconds == 0 {
+        return Err(invalid("[tool] timeout_seconds must be at least 1".to_owned()));
+    }
+    if let Some(l) = &tool.limits {
+        for (key, v) in [
+            ("memory_bytes", l.memory_bytes),
+            ("cpu_seconds", l.cpu_seconds),
+            ("pids", l.pids),
+            ("open_files", l.open_files),
+            ("scratch_bytes", l.scratch_bytes),
+        ] {
+            if v == Some(0) {
+                return Err(invalid(format!("[tool.limits] {key} must be at least 1")));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_positions(defs: &BTreeMap<String, ArgDef>) -> Result<(), Refusal> {
+    let mut seen: BTreeMap<u32, &str> = BTreeMap::new();
+    for (name, def) in defs {
+        if let Some(p) = def.position {
+            if let Some(other) = seen.insert(p, name) {
+                return Err(invalid(format!(
+                    "[args.{other}] and [args.{name}] both have position {p}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Manifest {
+    /// Parses and structurally checks `text`; `origin` (usually the file
+    /// path) opens every message.
+    pub fn parse(text: &str, origin: &str) -> Result<Manifest, Refusal> {
+        let at = |r: Refusal| Refusal::new(r.code, format!("{origin}: {}", r.message));
+        let raw: RawManifest = toml::from_str(text).map_err(|e| at(invalid(e.to_string().trim_end().to_owned())))?;
+        check_tool(&raw.tool).map_err(at)?;
+        check_positions(&raw.args).map_err(at)?;
+        let command = raw
+            .command
+            .as_ref()
+            .map(|c| command::compile(c, &raw.args))
+            .transpose()
+            .map_err(at)?;
+        let end_of_options = raw.command.as_ref().is_some_and(|c| c.end_of_options);
+        let mut rules = BTreeMap::new();
+        for (name, def) in &raw.args {
+            let fallback = raw.command.as_ref().and_then(|c| c.defaults.get(name));
+            let dash_ok = command.as_ref().is_some_and(|c| c.dash_ok(end_of_options, name));
+            rules.insert(name.clone(), args::compile(name, def, fallback, dash_ok).map_err(at)?);
+        }
+        let filesystem = filesystem::compile(raw.filesystem.as_ref(), &raw.args).map_err(at)?;
+        if raw.output.as_ref().is_some_and(|o| o.max_bytes == Some(0)) {
+            return Err(at(invalid("[output] max_bytes must be at least 1".to_owned())));
+        }
+        Ok(Manifest {
+            tool: raw.tool,
+            args: raw.args,
+            command: raw.command,
+            output: raw.output,
+            filesystem: raw.filesystem,
+            source: raw.source,
+            mcp: raw.mcp,
+            session: raw.session,
+            http: raw.http,
+            browser: raw.browser,
+            sha256: sha256_tagged(text.as_bytes()),
+            origin: origin.to_owned(),
+            compiled: Compiled {
+                args: rules,
+                command,
+                filesystem,
+            },
+        })
+    }
+
+    /// `sha256:` and the hex digest of the manifest's bytes.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
+    }
+
+    /// The tool name.
+    pub fn name(&self) -> &str {
+        &self.tool.name
+    }
+
+    /// Where the manifest came from, as given to [`Manifest::parse`].
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// Argument names that take positional values, in order.
+    pub fn positional_names(&self) -> Vec<&str> {
+        bind::positional_order(&self.args)
+    }
+
+    /// Every feature airlock does not execute, for people (empty when
+    /// [`Manifest::check_executable`] would only look at defaults).
+    pub fn unsupported_features(&self) -> Vec<String> {
+        unsupported::features(self)
+    }
+
+    /// `Ok` when airlock can run this manifest. `manifest.unsupported` lists
+    /// every section or feature it does not execute (`[mcp]`, `[session]`,
+    /// `[http]`, `[browser]`, `[source]`, a mode other than oneshot, callback
+    /// dispatch, no `[command]`, an executor, mappings, conditionals,
+    /// `{_…}` placeholders other than `{_output_file}`, evidence capture,
+    /// XML or a non-builtin parser, unimplemented argument types,
+    /// `scope_check`, `block_internal`, sanitizers other than `injection`);
+    /// `manifest.invalid` when a default fails its argument's validation.
+    pub fn check_executable(&self) -> Result<(), Refusal> {
+        unsupported::check(self)
+    }
+
+    /// Binds values to arguments and validates each one.
+    ///
+    /// Positional values fill the arguments that have a `position`, in
+    /// ascending order; named values may be JSON strings, numbers or
+    /// booleans. Refused: too many positional values or an undeclared name
+    /// (`arg.unknown`), a value given twice (`arg.invalid`), a required
+    /// argument with neither value nor default (`arg.missing`), and every
+    /// validation failure of the argument's type. Defaults (from the
+    /// argument, else from `[command.defaults]`) are validated like values.
+    pub fn bind_args(
+        &self,
+        positional: &[String],
+        named: &[(String, serde_json::Value)],
+    ) -> Result<BoundArgs, Refusal> {
+        bind::bind(&self.args, &self.compiled.args, positional, named)
+    }
+
+    /// The argv of one call: each word of `exec` or `template` with its
+    /// placeholders substituted, `--` before the first word with a
+    /// placeholder when `end_of_options = true`. A word that is only absent
+    /// placeholders is left out; a word that needs an absent value is
+    /// refused (`arg.missing`). Refused first when
+    /// [`Manifest::check_executable`] refuses.
+    pub fn build_argv(&self, args: &BoundArgs) -> Result<Vec<String>, Refusal> {
+        self.check_executable()?;
+        let command = self
+            .compiled
+            .command
+            .as_ref()
+            .ok_or_else(|| Refusal::new(ReasonCode::ManifestUnsupported, format!("{}: no command", self.origin)))?;
+        let plan = self.filesystem_plan(args)?;
+        command.build(args, plan.create.as_ref())
+    }
+
+    /// The files of one call: literal entries and the bound values of `{arg}`
+    /// entries (absent optional arguments left out), with no path twice
+    /// (`path.duplicate`) and within the input and output counts.
+    pub fn filesystem_plan(&self, args: &BoundArgs) -> Result<FilesystemPlan, Refusal> {
+        self.compiled.filesystem.plan(args)
+    }
+
+    /// JSON Schema of the arguments, for MCP `inputSchema`.
+    pub fn input_schema(&self) -> serde_json::Value {
+        schema::input_schema(&self.args, &self.compiled.args)
+    }
+}

@@ -1,0 +1,122 @@
+//! Alternating timing of a candidate and its baseline, and the printed row.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// Percentiles of a set of samples.
+#[derive(Debug, Clone, Copy)]
+pub struct Summary {
+    /// Median.
+    pub p50: Duration,
+    /// 99th percentile (the maximum for fewer than 100 samples).
+    pub p99: Duration,
+}
+
+fn summarize(mut samples: Vec<Duration>) -> Summary {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    Summary {
+        p50: at(0.5),
+        p99: at(0.99),
+    }
+}
+
+/// How the ratio is judged.
+#[derive(Debug, Clone, Copy)]
+pub enum Target {
+    /// candidate p50 / baseline p50 must be at most this.
+    TimeRatioAtMost(f64),
+}
+
+/// One printed row.
+#[derive(Debug)]
+pub struct Report {
+    /// Row name.
+    pub name: &'static str,
+    /// What airlock did.
+    pub candidate: Summary,
+    /// What the baseline did.
+    pub baseline: Summary,
+    /// The goal.
+    pub target: Target,
+    /// Bytes processed per iteration, for a throughput column.
+    pub bytes: Option<u64>,
+    /// Samples per side.
+    pub samples: usize,
+}
+
+impl Report {
+    /// candidate p50 / baseline p50.
+    pub fn ratio(&self) -> f64 {
+        self.candidate.p50.as_secs_f64() / self.baseline.p50.as_secs_f64()
+    }
+
+    /// Whether the target was met.
+    pub fn met(&self) -> bool {
+        match self.target {
+            Target::TimeRatioAtMost(max) => self.ratio() <= max,
+        }
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Target::TimeRatioAtMost(max) = self.target;
+        write!(
+            f,
+            "{:<44} airlock p50 {:>8.2} ms p99 {:>8.2} ms | baseline p50 {:>8.2} ms p99 {:>8.2} ms | ratio {:.3} (target <= {max:.3}) {} [n={}]",
+            self.name,
+            ms(self.candidate.p50),
+            ms(self.candidate.p99),
+            ms(self.baseline.p50),
+            ms(self.baseline.p99),
+            self.ratio(),
+            if self.met() { "MET" } else { "MISSED" },
+            self.samples,
+        )?;
+        if let Some(bytes) = self.bytes {
+            let mbps = |d: Duration| bytes as f64 / d.as_secs_f64() / 1e6;
+            write!(
+                f,
+                "\n{:<44} throughput airlock {:.0} MB/s, baseline {:.0} MB/s, airlock/baseline {:.3}",
+                "",
+                mbps(self.candidate.p50),
+                mbps(self.baseline.p50),
+                1.0 / self.ratio()
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs `candidate` and `baseline` alternately `samples` times each (after
+/// one warm-up of each) and summarizes both.
+pub fn compare(
+    samples: usize,
+    mut candidate: impl FnMut() -> Result<(), String>,
+    mut baseline: impl FnMut() -> Result<(), String>,
+) -> Result<(Summary, Summary), String> {
+    candidate()?;
+    baseline()?;
+    let (mut a, mut b) = (Vec::with_capacity(samples), Vec::with_capacity(samples));
+    for i in 0..samples {
+        // Alternate which side goes first so drift hits both equally.
+        let time = |f: &mut dyn FnMut() -> Result<(), String>| -> Result<Duration, String> {
+            let t = Instant::now();
+            f()?;
+            Ok(t.elapsed())
+        };
+        if i % 2 == 0 {
+            a.push(time(&mut candidate)?);
+            b.push(time(&mut baseline)?);
+        } else {
+            b.push(time(&mut baseline)?);
+            a.push(time(&mut candidate)?);
+        }
+    }
+    Ok((summarize(a), summarize(b)))
+}

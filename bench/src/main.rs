@@ -1,0 +1,42 @@
+//! `cargo run --release -p airlock-bench [-- ROW…]`: runs every benchmark
+//! row of the project. Each row times airlock and its baseline alternately
+//! in the same run (this machine is noisy), then prints medians, p99s and
+//! the ratio against the baseline, with the row's target.
+//!
+//! Rows are added here by later issues; `--list` names them.
+
+mod harness;
+mod rows;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--list") {
+        for row in rows::ALL {
+            println!("{}", row.name);
+        }
+        return;
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let wanted: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    let mut misses = 0;
+    for row in rows::ALL {
+        if !wanted.is_empty() && !wanted.iter().any(|w| row.name.contains(w.as_str())) {
+            continue;
+        }
+        match (row.run)(quick) {
+            Ok(report) => {
+                println!("{report}");
+                if !report.met() {
+                    misses += 1;
+                }
+            }
+            Err(e) => {
+                println!("{:<44} could not run: {e}", row.name);
+                misses += 1;
+            }
+        }
+    }
+    if misses > 0 {
+        println!("{misses} row(s) missed their target or could not run");
+    }
+}

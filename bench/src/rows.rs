@@ -1,0 +1,82 @@
+//! The benchmark rows.
+
+use crate::harness::{compare, Report, Target};
+use airlock_core::RelPath;
+use airlock_hostfs::{Dir, HostAuthority, InputFile, PrivateDir, Resolver};
+use std::process::Command;
+
+/// A named row.
+pub struct Row {
+    /// Name printed and matched by filters.
+    pub name: &'static str,
+    /// Runs it; `quick` uses fewer samples.
+    pub run: fn(bool) -> Result<Report, String>,
+}
+
+/// Every row, in the order they are printed.
+pub const ALL: &[Row] = &[Row {
+    name: "snapshot+hash 32 MiB vs sha256sum",
+    run: snapshot_vs_sha256sum,
+}];
+
+const SNAPSHOT_BYTES: u64 = 32 * 1024 * 1024;
+
+/// Issue 2: snapshot-and-hash of one 32 MiB file (open through the
+/// resolver, bounded read, SHA-256 while reading, copy into a private
+/// snapshot file) vs `sha256sum` of the same file. Target: airlock's
+/// throughput at least 0.9x sha256sum's, i.e. time ratio <= 1/0.9.
+fn snapshot_vs_sha256sum(quick: bool) -> Result<Report, String> {
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let data = tmp.path().join("data");
+    std::fs::create_dir(&data).map_err(|e| e.to_string())?;
+    let file = data.join("big.bin");
+    let mut bytes = vec![0u8; SNAPSHOT_BYTES as usize];
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for chunk in bytes.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    std::fs::write(&file, &bytes).map_err(|e| e.to_string())?;
+    drop(bytes);
+
+    let authority = HostAuthority::ambient();
+    let resolver = Resolver::new(airlock_core::ResolverChoice::Auto).map_err(|e| e.to_string())?;
+    let ceiling = Dir::open_ceiling(&authority, &data).map_err(|e| e.to_string())?;
+    let state = PrivateDir::open_or_create(&authority, &tmp.path().join("state")).map_err(|e| e.to_string())?;
+    let rel = RelPath::parse("big.bin").unwrap();
+    let mut n = 0u64;
+    let airlock = || -> Result<(), String> {
+        n += 1;
+        let name = format!("snap-{n}");
+        let input = InputFile::open(&resolver, &ceiling, &rel, &rel, SNAPSHOT_BYTES).map_err(|e| e.to_string())?;
+        let mut dest = state.create_file(&name).map_err(|e| e.to_string())?;
+        input
+            .snapshot_into(&mut dest, SNAPSHOT_BYTES)
+            .map_err(|e| e.to_string())?;
+        drop(dest);
+        state.remove_tree(&name).map_err(|e| e.to_string())
+    };
+    let sha256sum = || -> Result<(), String> {
+        let out = Command::new("sha256sum")
+            .arg(&file)
+            .output()
+            .map_err(|e| format!("sha256sum: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err("sha256sum failed".into())
+        }
+    };
+    let samples = if quick { 5 } else { 21 };
+    let (candidate, baseline) = compare(samples, airlock, sha256sum)?;
+    Ok(Report {
+        name: ALL[0].name,
+        candidate,
+        baseline,
+        target: Target::TimeRatioAtMost(1.0 / 0.9),
+        bytes: Some(SNAPSHOT_BYTES),
+        samples,
+    })
+}

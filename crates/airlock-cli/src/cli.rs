@@ -1,0 +1,63 @@
+//! The command line (DESIGN.md §3).
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Run tools on a host's files one operation at a time, with exactly the
+/// files each operation declares.
+#[derive(Debug, Parser)]
+#[command(name = "airlock", version, about, max_term_width = 100)]
+pub struct Cli {
+    /// Configuration file (default: ./airlock.toml, else the embedded default).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Indent the JSON envelope.
+    #[arg(long, global = true)]
+    pub pretty: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Validate a call, snapshot its inputs, hold its output parent and print
+    /// the descriptor; keep the prepared call for a later dispatch.
+    Prepare(CallArgs),
+    /// List, validate or describe tools.
+    #[command(subcommand)]
+    Tools(ToolsCommand),
+}
+
+/// A tool and its arguments.
+#[derive(Debug, Args)]
+pub struct CallArgs {
+    /// A manifest path, or a tool name found in the tools directory.
+    pub tool: String,
+    /// Positional argument values, in the order of `[args.*].position`.
+    pub values: Vec<String>,
+    /// A named argument value (repeatable).
+    #[arg(long = "arg", value_name = "NAME=VALUE")]
+    pub named: Vec<String>,
+    /// Use this invocation id instead of a fresh one (1-64 of A-Z a-z 0-9 . _ -).
+    #[arg(long, value_name = "ID")]
+    pub invocation_id: Option<String>,
+}
+
+/// `airlock tools …`.
+#[derive(Debug, Subcommand)]
+pub enum ToolsCommand {
+    /// List the tools in the tools directory.
+    List,
+    /// Check manifests (all in the tools directory when none are named).
+    Validate {
+        /// Manifest paths or tool names.
+        tools: Vec<String>,
+    },
+    /// Print the JSON Schema of a tool's arguments.
+    Schema {
+        /// A manifest path or tool name.
+        tool: String,
+    },
+}

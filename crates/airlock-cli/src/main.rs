@@ -1,0 +1,62 @@
+//! `airlock`: run tools on a host's files one operation at a time, with
+//! exactly the files each operation declares.
+//!
+//! This binary is thin: it parses the command line, finds the
+//! configuration, makes the one [`HostAuthority`], calls the runtime, and
+//! prints one envelope on stdout with the exit code its reason implies.
+
+mod cli;
+mod commands;
+mod settings;
+
+use airlock_core::{exit, Envelope, ReasonCode, Refusal};
+use clap::Parser;
+use std::io::Write;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => exit::OK,
+                _ => exit::USAGE,
+            };
+            let _ = e.print();
+            return ExitCode::from(code as u8);
+        }
+    };
+    let pretty = cli.pretty;
+    let envelope = commands::run(cli).unwrap_or_else(|refusal| Envelope::from_refusal(&refusal));
+    emit(&envelope, pretty)
+}
+
+/// Prints the envelope and returns its exit code; a refusal is also said on
+/// stderr for people.
+fn emit(envelope: &Envelope, pretty: bool) -> ExitCode {
+    if let Some(err) = &envelope.error {
+        eprintln!("airlock: {}: {}: {}", status_word(envelope), err.code, err.message);
+    }
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{}", envelope.to_json(pretty))
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        return ExitCode::from(exit::SOFTWARE as u8);
+    }
+    ExitCode::from(envelope.exit_code_for_process() as u8)
+}
+
+fn status_word(envelope: &Envelope) -> &'static str {
+    match envelope.status {
+        airlock_core::Status::Ok => "ok",
+        airlock_core::Status::Failed => "failed",
+        airlock_core::Status::Refused => "refused",
+        airlock_core::Status::Error => "error",
+    }
+}
+
+/// A usage refusal.
+pub(crate) fn usage(message: impl Into<String>) -> Refusal {
+    Refusal::new(ReasonCode::Usage, message)
+}

@@ -1,0 +1,294 @@
+//! `[command]`: the words of argv as written, checked at parse, and the argv
+//! of one call.
+//!
+//! `exec` gives one word an element; `template` is split once with
+//! shell-like quoting (see `template`). Either way each word is then a list
+//! of literal text and `{placeholders}`, and a value is substituted into its
+//! word without ever being split. argv[0] is always literal manifest text.
+
+use super::args::scalar_string;
+use super::bind::BoundArgs;
+use super::model::{ArgDef, CommandDef};
+use super::template::{parse_word, split_template, Segment, Word};
+use crate::path::{is_arg_name, RelPath};
+use crate::reason::{ReasonCode, Refusal};
+use std::collections::BTreeMap;
+
+/// The placeholder replaced by the path of the `[filesystem]` create entry.
+pub const OUTPUT_FILE_PLACEHOLDER: &str = "_output_file";
+
+/// The end-of-options marker inserted when `end_of_options = true`.
+pub const END_OF_OPTIONS: &str = "--";
+
+/// A `[command]` after parse.
+#[derive(Debug, Clone)]
+pub(crate) struct CompiledCommand {
+    /// The words of `exec` or `template`; empty for an `executor`.
+    pub(crate) words: Vec<Word>,
+    /// `[command.defaults]` as strings.
+    pub(crate) defaults: BTreeMap<String, String>,
+    /// Where `--` goes: before this word (the first with a placeholder).
+    pub(crate) end_of_options_at: Option<usize>,
+}
+
+fn invalid(message: String) -> Refusal {
+    Refusal::new(ReasonCode::ManifestInvalid, message)
+}
+
+/// Structural checks of `[command]`: exactly one form, words parse, argv[0]
+/// is literal and non-empty, no NUL, every placeholder resolvable (an
+/// argument, a `[command.defaults]` key, or a reserved `_` name).
+pub(crate) fn compile(cmd: &CommandDef, args: &BTreeMap<String, ArgDef>) -> Result<CompiledCommand, Refusal> {
+    let forms = [cmd.exec.is_some(), cmd.template.is_some(), cmd.executor.is_some()];
+    if forms.iter().filter(|f| **f).count() != 1 {
+        return Err(invalid(
+            "[command] needs exactly one of exec, template or executor".to_owned(),
+        ));
+    }
+    let mut defaults = BTreeMap::new();
+    for (key, value) in &cmd.defaults {
+        if !is_arg_name(key) {
+            return Err(invalid(format!(
+                "[command.defaults] key {key:?} is not a valid placeholder name"
+            )));
+        }
+        let text = scalar_string(value).ok_or_else(|| {
+            invalid(format!(
+                "[command.defaults] {key} must be a string, integer, float or boolean"
+            ))
+        })?;
+        if text.contains('\0') {
+            return Err(invalid(format!("[command.defaults] {key} contains NUL")));
+        }
+        defaults.insert(key.clone(), text);
+    }
+    let raw_words: Vec<String> = match (&cmd.exec, &cmd.template) {
+        (Some(exec), _) => exec.clone(),
+        (None, Some(template)) => {
+            split_template(template).map_err(|why| invalid(format!("[command] template: {why}")))?
+        }
+        (None, None) => {
+            return Ok(CompiledCommand {
+                words: Vec::new(),
+                defaults,
+                end_of_options_at: None,
+            })
+        }
+    };
+    let form = if cmd.exec.is_some() { "exec" } else { "template" };
+    if raw_words.is_empty() {
+        return Err(invalid(format!("[command] {form} has no words")));
+    }
+    let mut words = Vec::with_capacity(raw_words.len());
+    for raw in &raw_words {
+        if raw.contains('\0') {
+            return Err(invalid(format!("[command] {form}: the word {raw:?} contains NUL")));
+        }
+        let word = parse_word(raw).map_err(|why| invalid(format!("[command] {form}: {why}")))?;
+        for name in word.placeholders() {
+            let known = name.starts_with('_') || args.contains_key(name) || defaults.contains_key(name);
+            if !known {
+                return Err(invalid(format!(
+                    "[command] {form}: the placeholder {{{name}}} names no declared argument and no [command.defaults] key"
+                )));
+            }
+        }
+        words.push(word);
+    }
+    let program = &raw_words[0];
+    if words[0].has_placeholder() {
+        let why = "must come from the manifest, not from a placeholder";
+        return Err(invalid(format!(
+            "[command] {form}: the program (the first word, {program:?}) {why}"
+        )));
+    }
+    if program.is_empty() {
+        return Err(invalid(format!(
+            "[command] {form}: the program (the first word) is empty"
+        )));
+    }
+    let end_of_options_at = if cmd.end_of_options {
+        words.iter().position(Word::has_placeholder)
+    } else {
+        None
+    };
+    Ok(CompiledCommand {
+        words,
+        defaults,
+        end_of_options_at,
+    })
+}
+
+impl CompiledCommand {
+    /// Whether a leading `-` in argument `name` is safe: `end_of_options` is on
+    /// and every word using `name` comes at or after the `--`.
+    pub(crate) fn dash_ok(&self, end_of_options: bool, name: &str) -> bool {
+        end_of_options
+            && self
+                .words
+                .iter()
+                .enumerate()
+                .all(|(i, w)| !w.placeholders().any(|p| p == name) || self.end_of_options_at.is_some_and(|at| i >= at))
+    }
+
+    /// Every placeholder name used, in order of first use.
+    pub(crate) fn placeholders(&self) -> Vec<&str> {
+        let mut seen: Vec<&str> = Vec::new();
+        for name in self.words.iter().flat_map(Word::placeholders) {
+            if !seen.contains(&name) {
+                seen.push(name);
+            }
+        }
+        seen
+    }
+
+    /// The argv of one call. `output_file` is the create path of the
+    /// filesystem plan.
+    pub(crate) fn build(&self, args: &BoundArgs, output_file: Option<&RelPath>) -> Result<Vec<String>, Refusal> {
+        let mut argv = Vec::with_capacity(self.words.len() + 1);
+        for (i, word) in self.words.iter().enumerate() {
+            if self.end_of_options_at == Some(i) {
+                argv.push(END_OF_OPTIONS.to_owned());
+            }
+            let mut text = String::new();
+            let mut absent: Vec<&str> = Vec::new();
+            for segment in &word.segments {
+                match segment {
+                    Segment::Text(t) => text.push_str(t),
+                    Segment::Placeholder(name) => match self.resolve(name, args, output_file)? {
+                        Some(value) => text.push_str(value),
+                        None => absent.push(name),
+                    },
+                }
+            }
+            match absent.first() {
+                None => argv.push(text),
+                Some(_) if word.only_placeholders() && absent.len() == word.segments.len() => {}
+                Some(name) => {
+                    return Err(Refusal::new(
+                        ReasonCode::ArgMissing,
+                        format!(
+                            "argument `{name}` is absent but the command word {:?} needs it",
+                            word_source(word)
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(argv)
+    }
+
+    fn resolve<'a>(
+        &'a self,
+        name: &str,
+        args: &'a BoundArgs,
+        output_file: Option<&'a RelPath>,
+    ) -> Result<Option<&'a str>, Refusal> {
+        if name == OUTPUT_FILE_PLACEHOLDER {
+            return output_file.map(|p| Some(p.as_str())).ok_or_else(|| {
+                Refusal::new(
+                    ReasonCode::ManifestInvalid,
+                    format!("the command uses {{{OUTPUT_FILE_PLACEHOLDER}}} but this call creates no file"),
+                )
+            });
+        }
+        if name.starts_with('_') {
+            return Err(Refusal::new(
+                ReasonCode::ManifestUnsupported,
+                format!("the placeholder {{{name}}} is not supplied by airlock"),
+            ));
+        }
+        if let Some(value) = args.get(name) {
+            return Ok(Some(value));
+        }
+        Ok(self.defaults.get(name).map(String::as_str))
+    }
+}
+
+/// The word as the manifest wrote it (for messages).
+fn word_source(word: &Word) -> String {
+    word.segments
+        .iter()
+        .map(|s| match s {
+            Segment::Text(t) => t.replace('{', "{{").replace('}', "}}"),
+            Segment::Placeholder(p) => format!("{{{p}}}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmd(toml_text: &str) -> CommandDef {
+        toml::from_str(toml_text).unwrap()
+    }
+
+    fn arg(ty: &str) -> ArgDef {
+        toml::from_str(&format!("type = {ty:?}")).unwrap()
+    }
+
+    fn args(names: &[&str]) -> BTreeMap<String, ArgDef> {
+        names.iter().map(|n| (n.to_string(), arg("string"))).collect()
+    }
+
+    fn err(c: &str, a: &[&str]) -> String {
+        compile(&cmd(c), &args(a)).unwrap_err().message
+    }
+
+    #[test]
+    fn exactly_one_form() {
+        assert!(err("", &[]).contains("exactly one"));
+        assert!(err("exec = [\"a\"]\ntemplate = \"a\"", &[]).contains("exactly one"));
+        assert!(compile(&cmd("executor = \"x.sh\""), &args(&[]))
+            .unwrap()
+            .words
+            .is_empty());
+    }
+
+    #[test]
+    fn program_comes_from_the_manifest() {
+        assert!(err("exec = [\"{prog}\", \"x\"]", &["prog"]).contains("program"));
+        assert!(err("exec = [\"/bin/{prog}\"]", &["prog"]).contains("program"));
+        assert!(err("exec = [\"\", \"x\"]", &[]).contains("empty"));
+        assert!(err("exec = []", &[]).contains("no words"));
+        assert!(err("template = \"  \"", &[]).contains("no words"));
+        assert!(err("template = \"'' x\"", &[]).contains("empty"));
+    }
+
+    #[test]
+    fn placeholders_must_resolve() {
+        assert!(err("exec = [\"a\", \"{nope}\"]", &["x"]).contains("{nope}"));
+        assert!(compile(
+            &cmd("exec = [\"a\", \"{x}\", \"{_output_file}\", \"{_scan_id}\"]"),
+            &args(&["x"])
+        )
+        .is_ok());
+        let c = compile(&cmd("exec = [\"a\", \"{rate}\"]\n[defaults]\nrate = 1000"), &args(&[])).unwrap();
+        assert_eq!(c.defaults["rate"], "1000");
+        assert!(err("exec = [\"a\", \"b\\u0000\"]", &[]).contains("NUL"));
+        assert!(err("exec = [\"a\", \"{x\"]", &["x"]).contains("not closed"));
+        assert!(err("template = \"a 'b\"", &[]).contains("not closed"));
+        assert!(err("exec = [\"a\"]\n[defaults]\nx = [1]", &[]).contains("[command.defaults] x"));
+    }
+
+    #[test]
+    fn end_of_options_position() {
+        let c = compile(
+            &cmd("exec = [\"grep\", \"-n\", \"{p}\", \"{f}\"]\nend_of_options = true"),
+            &args(&["p", "f"]),
+        )
+        .unwrap();
+        assert_eq!(c.end_of_options_at, Some(2));
+        assert!(c.dash_ok(true, "p") && c.dash_ok(true, "f"));
+        assert!(!c.dash_ok(false, "p"));
+        let c = compile(&cmd("exec = [\"grep\", \"{p}\"]"), &args(&["p"])).unwrap();
+        assert_eq!(c.end_of_options_at, None);
+    }
+
+    #[test]
+    fn placeholders_listed_once() {
+        let c = compile(&cmd("template = \"t {a} {b}x{a} {_output_file}\""), &args(&["a", "b"])).unwrap();
+        assert_eq!(c.placeholders(), ["a", "b", "_output_file"]);
+    }
+}

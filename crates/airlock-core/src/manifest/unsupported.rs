@@ -1,0 +1,140 @@
+//! What a manifest may say but airlock does not execute.
+//!
+//! An existing ToolClad manifest loads unchanged; running it is refused with
+//! `manifest.unsupported` and a list of every feature in the way. A section
+//! airlock does not execute is refused, never ignored.
+
+use super::args::ArgType;
+use super::command::OUTPUT_FILE_PLACEHOLDER;
+use super::model::{Dispatch, Mode, OutputFormat};
+use super::Manifest;
+use crate::reason::{ReasonCode, Refusal};
+
+/// Every feature of `m` that airlock does not execute, for people.
+pub(crate) fn features(m: &Manifest) -> Vec<String> {
+    let mut found = Vec::new();
+    for (present, what) in [
+        (m.mcp.is_some(), "[mcp] (MCP proxy backend)"),
+        (m.session.is_some(), "[session] (session mode)"),
+        (m.http.is_some(), "[http] (HTTP backend)"),
+        (m.browser.is_some(), "[browser] (browser mode)"),
+        (
+            m.source.is_some(),
+            "[source] (source queries run through `airlock query`, not through a tool manifest yet)",
+        ),
+    ] {
+        if present {
+            found.push(what.to_owned());
+        }
+    }
+    if m.tool.mode != Mode::Oneshot {
+        found.push(format!("[tool] mode = {:?}", m.tool.mode.as_str()));
+    }
+    if m.tool.dispatch == Dispatch::Callback {
+        found.push("[tool] dispatch = \"callback\"".to_owned());
+    }
+    if m.tool.evidence.as_ref().is_some_and(|e| e.capture) {
+        found.push("[tool.evidence] capture = true (airlock records its own evidence)".to_owned());
+    }
+    command_features(m, &mut found);
+    output_features(m, &mut found);
+    for (name, def) in &m.args {
+        let ty = ArgType::parse(&def.type_name);
+        if !ty.is_supported() {
+            found.push(format!("[args.{name}] type = {:?}", def.type_name));
+        }
+        if def.scope_check {
+            found.push(format!("[args.{name}] scope_check = true"));
+        }
+        if def.block_internal {
+            found.push(format!("[args.{name}] block_internal = true"));
+        }
+        for s in def.sanitize.iter().flatten().filter(|s| *s != "injection") {
+            found.push(format!(
+                "[args.{name}] sanitize {s:?} (only \"injection\" is supported)"
+            ));
+        }
+        if ty == ArgType::Url {
+            for s in def
+                .schemes
+                .iter()
+                .flatten()
+                .filter(|s| !matches!(s.as_str(), "http" | "https"))
+            {
+                found.push(format!("[args.{name}] schemes {s:?} (only http and https)"));
+            }
+        }
+    }
+    found
+}
+
+fn command_features(m: &Manifest, found: &mut Vec<String>) {
+    let Some(cmd) = &m.command else {
+        found.push("no command ([command] is missing, so there is nothing to run)".to_owned());
+        return;
+    };
+    if cmd.executor.is_some() {
+        found.push("[command] executor".to_owned());
+    }
+    if cmd.mappings.is_some() {
+        found.push("[command.mappings]".to_owned());
+    }
+    if cmd.conditionals.is_some() {
+        found.push("[command.conditionals]".to_owned());
+    }
+    let Some(compiled) = &m.compiled.command else { return };
+    for name in compiled.placeholders() {
+        if name == OUTPUT_FILE_PLACEHOLDER {
+            if !m.compiled.filesystem.has_create() {
+                found.push(format!(
+                    "{{{OUTPUT_FILE_PLACEHOLDER}}} without a [filesystem] create entry"
+                ));
+            }
+        } else if name.starts_with('_') {
+            found.push(format!("the placeholder {{{name}}}"));
+        }
+    }
+}
+
+fn output_features(m: &Manifest, found: &mut Vec<String>) {
+    let Some(out) = &m.output else { return };
+    if out.format == OutputFormat::Xml {
+        found.push("[output] format = \"xml\"".to_owned());
+    }
+    if let Some(parser) = &out.parser {
+        let builtin = format!("builtin:{}", out.format.as_str());
+        if *parser != builtin {
+            found.push(format!(
+                "[output] parser = {parser:?} (only {builtin:?} matches format {:?})",
+                out.format.as_str()
+            ));
+        }
+    }
+}
+
+/// `Ok` when airlock can run `m`: no unsupported feature, and every default
+/// passes its argument's validation.
+pub(crate) fn check(m: &Manifest) -> Result<(), Refusal> {
+    let found = features(m);
+    if !found.is_empty() {
+        return Err(Refusal::new(
+            ReasonCode::ManifestUnsupported,
+            format!("{}: airlock does not execute: {}", m.origin, found.join("; ")),
+        ));
+    }
+    for (name, def) in &m.args {
+        let Some(rule) = m.compiled.args.get(name) else {
+            continue;
+        };
+        if let Some(default) = &rule.default {
+            rule.validate(&format!("[args.{name}] default"), def, default)
+                .map_err(|r| {
+                    Refusal::new(
+                        ReasonCode::ManifestInvalid,
+                        format!("{}: {} ({})", m.origin, r.message, r.code),
+                    )
+                })?;
+        }
+    }
+    Ok(())
+}

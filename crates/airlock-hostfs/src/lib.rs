@@ -1,0 +1,59 @@
+//! airlock-hostfs: the only crate that opens host paths.
+//!
+//! Every declared path is resolved *through file handles* beneath a
+//! ceiling's directory handle, never by string prefix and never following a
+//! link at any component:
+//!
+//! - [`Resolver`]: `openat2(RESOLVE_BENEATH | NO_SYMLINKS | NO_MAGICLINKS |
+//!   NO_XDEV)` where the kernel allows it, and a per-component `O_NOFOLLOW`
+//!   walk that gives the same answers where it does not;
+//! - [`InputFile`]: opens an input `O_PATH` first, checks it is a regular file
+//!   with one link and within bounds, then reopens it non-blocking and reads a
+//!   bounded snapshot, hashing while it reads;
+//! - [`HeldOutput`]: holds an output's parent directory open and records its
+//!   `(dev, ino)`; refuses an existing output of any kind;
+//! - [`PrivateDir`]: the state directory, `0700`, worked on through handles,
+//!   with a removal that never follows links.
+//!
+//! Reaching the host by absolute path needs a [`HostAuthority`], which only
+//! the binary makes.
+//!
+//! # What this crate does not do
+//!
+//! It is not a sandbox. It does not stop a process holding these handles
+//! from using them; it does not defend against a host administrator who
+//! bind-mounts over a ceiling while it is open (mount crossings beneath a
+//! ceiling are refused, a mount over the ceiling itself is the operator's);
+//! and a snapshot read is cooperative I/O, so a ceiling on a hung network
+//! file system can stall it.
+//!
+//! ```no_run
+//! use airlock_core::{RelPath, ResolverChoice};
+//! use airlock_hostfs::{Dir, HostAuthority, InputFile, Resolver};
+//! let authority = HostAuthority::ambient();
+//! let ceiling = Dir::open_ambient(&authority, "/srv/data".as_ref())?;
+//! let resolver = Resolver::new(ResolverChoice::Auto)?;
+//! let path = RelPath::parse("input.csv").unwrap();
+//! let input = InputFile::open(&resolver, &ceiling, &path, &path, 8 << 20)?;
+//! let mut copy = Vec::new();
+//! let info = input.snapshot_into(&mut copy, 8 << 20)?;
+//! println!("{} bytes, {}", info.bytes, info.sha256_tagged());
+//! # Ok::<(), airlock_hostfs::Error>(())
+//! ```
+#![deny(missing_docs)]
+
+mod authority;
+mod dir;
+mod error;
+mod input;
+mod output;
+mod private;
+mod resolve;
+
+pub use authority::HostAuthority;
+pub use dir::Dir;
+pub use error::{Error, Result};
+pub use input::{InputFile, SnapshotInfo};
+pub use output::HeldOutput;
+pub use private::{random_suffix, PrivateDir};
+pub use resolve::{Resolver, ResolverKind};

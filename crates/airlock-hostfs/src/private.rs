@@ -1,0 +1,341 @@
+//! Private directories airlock owns (the state directory and what is under
+//! it): created `0700`, checked to be owned by us and closed to others, and
+//! worked on only through handles.
+
+use crate::authority::HostAuthority;
+use crate::dir::Dir;
+use crate::error::{Error, Result};
+use airlock_core::ReasonCode;
+use rustix::fd::AsFd;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, CWD};
+use rustix::io::Errno;
+use std::fs::File;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+/// Deepest tree [`PrivateDir::remove_tree`] will descend.
+const MAX_REMOVE_DEPTH: usize = 16;
+
+/// A directory only the current user can use.
+#[derive(Debug)]
+pub struct PrivateDir {
+    dir: Dir,
+    display: PathBuf,
+}
+
+fn check_name(name: &str) -> Result<()> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        return Err(Error::new(
+            ReasonCode::Internal,
+            format!("invalid private entry name {name:?}"),
+        ));
+    }
+    Ok(())
+}
+
+impl PrivateDir {
+    /// Opens the directory at `path`, creating it (and missing parents)
+    /// with mode `0700`. Refuses (`config.state_dir`) a final symlink, a
+    /// directory owned by someone else, or one others can read or write.
+    pub fn open_or_create(_authority: &HostAuthority, path: &Path) -> Result<PrivateDir> {
+        let err = |e: Errno, what: &str| {
+            Error::syscall(
+                ReasonCode::ConfigStateDir,
+                format_args!("{what}({})", path.display()),
+                e,
+            )
+        };
+        if let Err(e) = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(path) {
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                return Err(Error::new(
+                    ReasonCode::ConfigStateDir,
+                    format!("creating {}: {e}", path.display()),
+                ));
+            }
+        }
+        let fd = rustix::fs::openat(
+            CWD,
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| err(e, "open"))?;
+        let dir = PrivateDir {
+            dir: Dir::from_fd(fd)?,
+            display: path.to_path_buf(),
+        };
+        dir.check_private()?;
+        Ok(dir)
+    }
+
+    fn check_private(&self) -> Result<()> {
+        let st =
+            rustix::fs::fstat(self.dir.as_fd()).map_err(|e| Error::syscall(ReasonCode::ConfigStateDir, "fstat", e))?;
+        if st.st_uid != rustix::process::geteuid().as_raw() {
+            return Err(Error::new(
+                ReasonCode::ConfigStateDir,
+                format!(
+                    "{} is owned by uid {}, not by the user running airlock",
+                    self.display.display(),
+                    st.st_uid
+                ),
+            ));
+        }
+        if st.st_mode & 0o077 != 0 {
+            return Err(Error::new(
+                ReasonCode::ConfigStateDir,
+                format!(
+                    "{} is open to other users (mode {:o}); it must be 0700",
+                    self.display.display(),
+                    st.st_mode & 0o7777
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The path it was opened at, for messages.
+    pub fn display_path(&self) -> &Path {
+        &self.display
+    }
+
+    /// The underlying handle.
+    pub fn dir(&self) -> &Dir {
+        &self.dir
+    }
+
+    /// Opens subdirectory `name`, creating it `0700` if missing.
+    pub fn ensure_subdir(&self, name: &str) -> Result<PrivateDir> {
+        check_name(name)?;
+        match rustix::fs::mkdirat(self.dir.as_fd(), name, Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => {
+                return Err(Error::syscall(
+                    ReasonCode::ConfigStateDir,
+                    format_args!("mkdirat({name:?})"),
+                    e,
+                ))
+            }
+        }
+        self.open_subdir(name)
+    }
+
+    /// Creates subdirectory `name` (`0700`); fails if it exists.
+    pub fn create_subdir(&self, name: &str) -> Result<PrivateDir> {
+        check_name(name)?;
+        rustix::fs::mkdirat(self.dir.as_fd(), name, Mode::from_raw_mode(0o700))
+            .map_err(|e| Error::syscall(ReasonCode::Internal, format_args!("mkdirat({name:?})"), e))?;
+        self.open_subdir(name)
+    }
+
+    /// Opens existing subdirectory `name` without following a link.
+    pub fn open_subdir(&self, name: &str) -> Result<PrivateDir> {
+        check_name(name)?;
+        let fd = rustix::fs::openat(
+            self.dir.as_fd(),
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| {
+            let code = if e == Errno::NOENT {
+                ReasonCode::InvocationNotFound
+            } else {
+                ReasonCode::ConfigStateDir
+            };
+            Error::syscall(code, format_args!("openat({name:?})"), e)
+        })?;
+        let sub = PrivateDir {
+            dir: Dir::from_fd(fd)?,
+            display: self.display.join(name),
+        };
+        sub.check_private()?;
+        Ok(sub)
+    }
+
+    /// Creates file `name` exclusively, mode `0600`, for writing.
+    pub fn create_file(&self, name: &str) -> Result<File> {
+        check_name(name)?;
+        let fd = rustix::fs::openat(
+            self.dir.as_fd(),
+            name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| {
+            Error::syscall(
+                ReasonCode::Internal,
+                format_args!("openat({name:?}, O_CREAT|O_EXCL)"),
+                e,
+            )
+        })?;
+        Ok(File::from(fd))
+    }
+
+    /// Opens regular file `name` for reading, never through a link.
+    pub fn open_file(&self, name: &str) -> Result<File> {
+        check_name(name)?;
+        let fd = rustix::fs::openat(
+            self.dir.as_fd(),
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| {
+            let code = if e == Errno::NOENT {
+                ReasonCode::InvocationNotFound
+            } else {
+                ReasonCode::Internal
+            };
+            Error::syscall(code, format_args!("openat({name:?})"), e)
+        })?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| Error::syscall(ReasonCode::Internal, "fstat", e))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(Error::new(
+                ReasonCode::Internal,
+                format!("{name:?} in {} is not a regular file", self.display.display()),
+            ));
+        }
+        Ok(File::from(fd))
+    }
+
+    /// Writes `bytes` to a new file `name`, synced, in one step: written to
+    /// a temporary name first, then renamed without replacing anything.
+    pub fn write_new_file(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        use std::io::Write;
+        let tmp = format!(".tmp-{name}-{}", random_suffix());
+        let mut f = self.create_file(&tmp)?;
+        let written = f.write_all(bytes).and_then(|()| f.sync_all());
+        if let Err(e) = written {
+            let _ = self.remove_tree(&tmp);
+            return Err(Error::new(ReasonCode::Internal, format!("writing {name:?}: {e}")));
+        }
+        self.rename_noreplace(&tmp, name).inspect_err(|_| {
+            let _ = self.remove_tree(&tmp);
+        })
+    }
+
+    /// Renames `from` to `to` inside this directory, refusing to replace
+    /// anything (`renameat2(RENAME_NOREPLACE)`); an existing `to` is
+    /// `invocation.duplicate`.
+    pub fn rename_noreplace(&self, from: &str, to: &str) -> Result<()> {
+        check_name(from)?;
+        check_name(to)?;
+        rustix::fs::renameat_with(self.dir.as_fd(), from, self.dir.as_fd(), to, RenameFlags::NOREPLACE).map_err(|e| {
+            let code = if e == Errno::EXIST {
+                ReasonCode::InvocationDuplicate
+            } else {
+                ReasonCode::Internal
+            };
+            Error::syscall(code, format_args!("renameat2({from:?}, {to:?}, RENAME_NOREPLACE)"), e)
+        })
+    }
+
+    /// Whether an entry called `name` exists (of any kind).
+    pub fn contains(&self, name: &str) -> bool {
+        check_name(name).is_ok() && rustix::fs::statat(self.dir.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW).is_ok()
+    }
+
+    /// Names of the entries, sorted.
+    pub fn entries(&self) -> Result<Vec<String>> {
+        list(&self.dir)
+    }
+
+    /// Flushes this directory's entries.
+    pub fn sync(&self) -> Result<()> {
+        self.dir.sync()
+    }
+
+    /// Removes `name` and everything beneath it, through handles: a link is
+    /// unlinked, never followed, so a subdirectory swapped for a symlink
+    /// cannot redirect the removal outside this directory. Missing is fine.
+    pub fn remove_tree(&self, name: &str) -> Result<()> {
+        check_name(name)?;
+        remove_entry(&self.dir, name, 0)
+    }
+}
+
+fn list(dir: &Dir) -> Result<Vec<String>> {
+    let fd = rustix::fs::openat(
+        dir.as_fd(),
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| Error::syscall(ReasonCode::Internal, "openat(\".\")", e))?;
+    let mut reader = rustix::fs::Dir::read_from(&fd).map_err(|e| Error::syscall(ReasonCode::Internal, "readdir", e))?;
+    let mut names = Vec::new();
+    while let Some(entry) = reader.read() {
+        let entry = entry.map_err(|e| Error::syscall(ReasonCode::Internal, "readdir", e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name != "." && name != ".." {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+fn remove_entry(parent: &Dir, name: &str, depth: usize) -> Result<()> {
+    let st = match rustix::fs::statat(parent.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::NOENT) => return Ok(()),
+        Err(e) => {
+            return Err(Error::syscall(
+                ReasonCode::Internal,
+                format_args!("fstatat({name:?})"),
+                e,
+            ))
+        }
+    };
+    if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+        if depth >= MAX_REMOVE_DEPTH {
+            return Err(Error::new(
+                ReasonCode::Internal,
+                format!("{name:?} is nested deeper than {MAX_REMOVE_DEPTH}"),
+            ));
+        }
+        let fd = rustix::fs::openat(
+            parent.as_fd(),
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| Error::syscall(ReasonCode::Internal, format_args!("openat({name:?})"), e))?;
+        let sub = Dir::from_fd(fd)?;
+        if sub.dev_ino() != (st.st_dev, st.st_ino) {
+            return Err(Error::new(
+                ReasonCode::PathRace,
+                format!("{name:?} was replaced during removal"),
+            ));
+        }
+        for child in list(&sub)? {
+            remove_entry(&sub, &child, depth + 1)?;
+        }
+        match rustix::fs::unlinkat(parent.as_fd(), name, AtFlags::REMOVEDIR) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(Error::syscall(
+                ReasonCode::Internal,
+                format_args!("unlinkat({name:?}, AT_REMOVEDIR)"),
+                e,
+            )),
+        }
+    } else {
+        match rustix::fs::unlinkat(parent.as_fd(), name, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(Error::syscall(
+                ReasonCode::Internal,
+                format_args!("unlinkat({name:?})"),
+                e,
+            )),
+        }
+    }
+}
+
+/// 16 random hex characters from the kernel.
+pub fn random_suffix() -> String {
+    let mut bytes = [0u8; 8];
+    rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())
+        .expect("getrandom never fails for 8 bytes");
+    hex::encode(bytes)
+}

@@ -1,0 +1,178 @@
+//! Every case runs against both backends and must give the same answer.
+
+use super::{Resolver, ResolverKind};
+use crate::{Dir, HeldOutput, HostAuthority, InputFile};
+use airlock_core::{ReasonCode, RelPath};
+use rustix::fd::AsFd;
+use rustix::fs::OFlags;
+use std::fs;
+use std::os::unix::fs::symlink;
+
+fn backends() -> Vec<Resolver> {
+    let mut v = vec![Resolver::with_kind(ResolverKind::Emulated)];
+    if Resolver::openat2_supported() {
+        v.push(Resolver::with_kind(ResolverKind::Openat2));
+    } else {
+        eprintln!("openat2 unsupported here: only the emulated resolver is tested");
+    }
+    v
+}
+
+struct Tree {
+    tmp: tempfile::TempDir,
+}
+
+impl Tree {
+    /// ceiling/ holds: a.txt, sub/b.txt, link -> a.txt, dirlink -> sub,
+    /// out -> /etc (escape), file/ (regular file used as a directory),
+    /// dangling -> nowhere, fifo, hard (2 links), big (100 bytes).
+    fn new() -> Tree {
+        let tmp = tempfile::tempdir().unwrap();
+        let c = tmp.path().join("ceiling");
+        fs::create_dir_all(c.join("sub")).unwrap();
+        fs::write(c.join("a.txt"), "alpha").unwrap();
+        fs::write(c.join("sub/b.txt"), "beta").unwrap();
+        symlink("a.txt", c.join("link")).unwrap();
+        symlink("sub", c.join("dirlink")).unwrap();
+        symlink("/etc", c.join("out")).unwrap();
+        fs::write(c.join("file"), "not a dir").unwrap();
+        symlink("nowhere", c.join("dangling")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            c.join("fifo").as_path(),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        fs::write(c.join("hard"), "two links").unwrap();
+        fs::hard_link(c.join("hard"), tmp.path().join("hard-outside")).unwrap();
+        fs::write(c.join("big"), vec![b'x'; 100]).unwrap();
+        Tree { tmp }
+    }
+
+    fn ceiling(&self) -> Dir {
+        Dir::open_ambient(&HostAuthority::ambient(), &self.tmp.path().join("ceiling")).unwrap()
+    }
+}
+
+fn p(s: &str) -> RelPath {
+    RelPath::parse(s).unwrap()
+}
+
+fn open_input(r: &Resolver, c: &Dir, path: &str, max: u64) -> Result<Vec<u8>, ReasonCode> {
+    let rel = p(path);
+    let input = InputFile::open(r, c, &rel, &rel, max).map_err(|e| e.code())?;
+    let mut out = Vec::new();
+    input.snapshot_into(&mut out, max).map_err(|e| e.code())?;
+    Ok(out)
+}
+
+#[test]
+fn inputs_give_the_same_answer_on_both_backends() {
+    let tree = Tree::new();
+    let c = tree.ceiling();
+    let cases: &[(&str, Result<&[u8], ReasonCode>)] = &[
+        ("a.txt", Ok(b"alpha")),
+        ("sub/b.txt", Ok(b"beta")),
+        ("link", Err(ReasonCode::PathSymlink)),
+        ("dirlink/b.txt", Err(ReasonCode::PathSymlink)),
+        ("out/passwd", Err(ReasonCode::PathSymlink)),
+        ("file/x", Err(ReasonCode::PathNotDirectory)),
+        ("dangling", Err(ReasonCode::PathSymlink)),
+        ("missing", Err(ReasonCode::InputMissing)),
+        ("sub/missing/x", Err(ReasonCode::InputMissing)),
+        ("sub", Err(ReasonCode::InputNotRegular)),
+        ("fifo", Err(ReasonCode::InputNotRegular)),
+        ("hard", Err(ReasonCode::InputHardlink)),
+        ("big", Err(ReasonCode::InputTooLarge)),
+    ];
+    for r in backends() {
+        for (path, want) in cases {
+            let got = open_input(&r, &c, path, 99);
+            assert_eq!(got.as_deref().map_err(|e| *e), *want, "{path} with {:?}", r.kind());
+        }
+    }
+}
+
+#[test]
+fn size_limit_is_inclusive() {
+    let tree = Tree::new();
+    let c = tree.ceiling();
+    for r in backends() {
+        assert_eq!(open_input(&r, &c, "big", 100).unwrap().len(), 100);
+        assert_eq!(open_input(&r, &c, "big", 99), Err(ReasonCode::InputTooLarge));
+    }
+}
+
+#[test]
+fn snapshot_hash_matches_content() {
+    let tree = Tree::new();
+    let c = tree.ceiling();
+    let rel = p("a.txt");
+    let input = InputFile::open(&backends()[0], &c, &rel, &rel, 1024).unwrap();
+    let mut out = Vec::new();
+    let info = input.snapshot_into(&mut out, 1024).unwrap();
+    assert_eq!(info.bytes, 5);
+    assert_eq!(info.sha256_tagged(), airlock_core::sha256_tagged(b"alpha"));
+}
+
+#[test]
+fn outputs_refuse_every_existing_kind() {
+    let tree = Tree::new();
+    let c = tree.ceiling();
+    for r in backends() {
+        for existing in ["a.txt", "sub", "link", "dangling", "fifo", "sub/b.txt"] {
+            let err = HeldOutput::hold(&r, &c, &p(existing), &p(existing)).unwrap_err();
+            assert_eq!(err.code(), ReasonCode::OutputExists, "{existing}");
+        }
+        let held = HeldOutput::hold(&r, &c, &p("sub/new.json"), &p("sub/new.json")).unwrap();
+        assert_eq!(held.name(), "new.json");
+        let sub = fs::metadata(tree.tmp.path().join("ceiling/sub")).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(held.parent().dev_ino(), (sub.dev(), sub.ino()));
+        let missing = HeldOutput::hold(&r, &c, &p("nope/new.json"), &p("nope/new.json")).unwrap_err();
+        assert_eq!(missing.code(), ReasonCode::OutputParentMissing);
+        let through_link = HeldOutput::hold(&r, &c, &p("dirlink/new.json"), &p("dirlink/new.json")).unwrap_err();
+        assert_eq!(through_link.code(), ReasonCode::PathSymlink);
+        let escape = HeldOutput::hold(&r, &c, &p("out/new.json"), &p("out/new.json")).unwrap_err();
+        assert_eq!(escape.code(), ReasonCode::PathSymlink);
+    }
+}
+
+#[test]
+fn held_parent_survives_a_swap_of_its_path() {
+    let tree = Tree::new();
+    let c = tree.ceiling();
+    let r = backends()[0];
+    let held = HeldOutput::hold(&r, &c, &p("sub/new.json"), &p("sub/new.json")).unwrap();
+    let base = tree.tmp.path().join("ceiling");
+    fs::rename(base.join("sub"), base.join("moved")).unwrap();
+    symlink("/etc", base.join("sub")).unwrap();
+    // The handle still names the moved directory, not /etc.
+    let f = rustix::fs::openat(
+        held.parent().as_fd(),
+        "b.txt",
+        OFlags::RDONLY,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap();
+    let mut s = String::new();
+    use std::io::Read;
+    fs::File::from(f).read_to_string(&mut s).unwrap();
+    assert_eq!(s, "beta");
+}
+
+#[test]
+fn symlink_component_with_o_path_returns_the_link_itself() {
+    let tree = Tree::new();
+    let c = tree.ceiling();
+    for r in backends() {
+        let fd = r.open_beneath(c.as_fd(), &p("link"), OFlags::PATH).unwrap();
+        let st = rustix::fs::fstat(&fd).unwrap();
+        assert_eq!(
+            rustix::fs::FileType::from_raw_mode(st.st_mode),
+            rustix::fs::FileType::Symlink
+        );
+    }
+}

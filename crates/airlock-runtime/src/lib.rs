@@ -1,0 +1,102 @@
+//! airlock-runtime: the pipeline as a library.
+//!
+//! A [`Runtime`] is opened once per process from a [`Config`] and a
+//! [`HostAuthority`]. [`Runtime::prepare`] walks step 1 of DESIGN.md §1 and
+//! returns a [`PreparedCall`]: inputs snapshotted into the state directory
+//! through handles, the output's parent held, and the descriptor built and
+//! digested. Later steps take a `PreparedCall` and nothing else.
+//!
+//! ```no_run
+//! use airlock_core::Config;
+//! use airlock_hostfs::HostAuthority;
+//! use airlock_runtime::{new_invocation_id, CallRequest, Runtime};
+//! let config = Config::embedded_default(".".as_ref());
+//! let runtime = Runtime::open(HostAuthority::ambient(), config, None)?;
+//! let call = runtime.prepare(&CallRequest {
+//!     tool: "wordcount".into(),
+//!     positional: vec!["data/in.txt".into(), "results/out.json".into()],
+//!     invocation_id: new_invocation_id(),
+//!     ..Default::default()
+//! })?;
+//! println!("{}", call.digest());
+//! # Ok::<(), airlock_core::Refusal>(())
+//! ```
+#![deny(missing_docs)]
+
+mod ceilings;
+mod id;
+mod prepare;
+pub mod store;
+pub mod tools;
+
+pub use ceilings::Protected;
+pub use id::{check_invocation_id, new_invocation_id};
+pub use prepare::{CallRequest, PreparedCall};
+
+use airlock_core::{Config, ReasonCode, Refusal, ResolverChoice};
+use airlock_hostfs::{HostAuthority, PrivateDir, Resolver};
+
+/// One process's view of the host: configuration, resolver, state directory.
+#[derive(Debug)]
+pub struct Runtime {
+    authority: HostAuthority,
+    config: Config,
+    resolver: Resolver,
+    state: PrivateDir,
+    protected: Protected,
+}
+
+impl Runtime {
+    /// Opens the state directory (creating it `0700`) and picks the
+    /// resolver: `resolver_override` wins over `[filesystem] resolver`.
+    pub fn open(
+        authority: HostAuthority,
+        config: Config,
+        resolver_override: Option<ResolverChoice>,
+    ) -> Result<Runtime, Refusal> {
+        let resolver = Resolver::new(resolver_override.unwrap_or(config.resolver))?;
+        let state = PrivateDir::open_or_create(&authority, &config.state_dir)?;
+        let state_dir = std::fs::canonicalize(&config.state_dir).map_err(|e| {
+            Refusal::new(
+                ReasonCode::ConfigStateDir,
+                format!("{}: {e}", config.state_dir.display()),
+            )
+        })?;
+        let config_file = config.source.as_ref().and_then(|p| std::fs::canonicalize(p).ok());
+        Ok(Runtime {
+            authority,
+            config,
+            resolver,
+            state,
+            protected: Protected { state_dir, config_file },
+        })
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The resolver in use.
+    pub fn resolver(&self) -> &Resolver {
+        &self.resolver
+    }
+
+    /// Loads a tool by manifest path or name.
+    pub fn load_tool(&self, tool: &str) -> Result<tools::LoadedTool, Refusal> {
+        let path = tools::locate(tool, &self.config.tools_dir)?;
+        tools::load(&self.authority, &path)
+    }
+
+    pub(crate) fn authority(&self) -> &HostAuthority {
+        &self.authority
+    }
+
+    pub(crate) fn protected(&self) -> &Protected {
+        &self.protected
+    }
+
+    pub(crate) fn invocations(&self) -> Result<PrivateDir, Refusal> {
+        Ok(self.state.ensure_subdir(store::INVOCATIONS)?)
+    }
+}

@@ -1,0 +1,213 @@
+//! Step 1 of the pipeline: validate, resolve through handles, snapshot,
+//! hold the output parent, and describe the call.
+
+use crate::store::{PendingInvocation, PreparedRecord, RecordedInput, RecordedOutput};
+use crate::{ceilings, id, Runtime};
+use airlock_core::descriptor::DESCRIPTOR_VERSION;
+use airlock_core::{
+    CeilingMode, CommandBoundary, Descriptor, FilesystemBoundary, ReadGrant, ReasonCode, Refusal, RelPath,
+};
+use airlock_hostfs::{HeldOutput, InputFile};
+
+/// What a caller asks for.
+#[derive(Debug, Clone, Default)]
+pub struct CallRequest {
+    /// A manifest path or tool name.
+    pub tool: String,
+    /// Positional values, in `position` order.
+    pub positional: Vec<String>,
+    /// Named values.
+    pub named: Vec<(String, serde_json::Value)>,
+    /// The invocation id (see [`crate::new_invocation_id`]).
+    pub invocation_id: String,
+}
+
+/// A call that passed preparation: snapshots taken, output parent held,
+/// descriptor built. Only this can be authorized.
+#[derive(Debug)]
+pub struct PreparedCall {
+    record: PreparedRecord,
+    output: Option<HeldOutput>,
+}
+
+impl PreparedCall {
+    /// The invocation id.
+    pub fn invocation_id(&self) -> &str {
+        &self.record.invocation_id
+    }
+
+    /// The resolved call.
+    pub fn descriptor(&self) -> &Descriptor {
+        &self.record.descriptor
+    }
+
+    /// `sha256:` digest of the canonical descriptor.
+    pub fn digest(&self) -> &str {
+        &self.record.descriptor_sha256
+    }
+
+    /// The record kept in the state directory.
+    pub fn record(&self) -> &PreparedRecord {
+        &self.record
+    }
+
+    /// The held output parent, if the call creates a file.
+    pub fn output(&self) -> Option<&HeldOutput> {
+        self.output.as_ref()
+    }
+}
+
+struct OpenedInput {
+    path: RelPath,
+    file: InputFile,
+}
+
+impl Runtime {
+    /// Prepares `request`. Nothing runs; on any refusal nothing is kept in
+    /// the state directory and no byte of a refused file has been read.
+    pub fn prepare(&self, request: &CallRequest) -> Result<PreparedCall, Refusal> {
+        id::check_invocation_id(&request.invocation_id)?;
+        let tool = self.load_tool(&request.tool)?;
+        let manifest = &tool.manifest;
+        manifest.check_executable()?;
+        let args = manifest.bind_args(&request.positional, &request.named)?;
+        let argv = manifest.build_argv(&args)?;
+        let plan = manifest.filesystem_plan(&args)?;
+        let limits = &self.config().limits;
+        if plan.reads.len() > limits.max_inputs {
+            return Err(Refusal::new(
+                ReasonCode::LimitInputs,
+                format!("{} inputs declared, more than {}", plan.reads.len(), limits.max_inputs),
+            ));
+        }
+        let max_file_bytes = limits.file_bytes(plan.max_file_bytes)?;
+
+        // Open and check every input before reading any of them.
+        let mut opened = Vec::with_capacity(plan.reads.len());
+        let mut declared_bytes: u64 = 0;
+        for path in &plan.reads {
+            let (ceiling, rel) = self.ceiling_for(path)?;
+            let rel = rel.ok_or_else(|| {
+                Refusal::new(
+                    ReasonCode::InputNotRegular,
+                    format!("input {:?} is a ceiling directory", path.as_str()),
+                )
+            })?;
+            let dir = ceilings::open(self.authority(), ceiling, self.protected())?;
+            let file = InputFile::open(self.resolver(), &dir, &rel, path, max_file_bytes)?;
+            declared_bytes += file.size();
+            if declared_bytes > limits.max_input_bytes {
+                return Err(input_bytes_refusal(declared_bytes, limits.max_input_bytes));
+            }
+            opened.push(OpenedInput {
+                path: path.clone(),
+                file,
+            });
+        }
+
+        let output = match &plan.create {
+            None => None,
+            Some(path) => Some(self.hold_output(path)?),
+        };
+
+        let invocations = self.invocations()?;
+        let pending = PendingInvocation::begin(&invocations)?;
+        let mut reads = Vec::with_capacity(opened.len());
+        let mut recorded = Vec::with_capacity(opened.len());
+        let mut total: u64 = 0;
+        for (index, input) in opened.into_iter().enumerate() {
+            let name = index.to_string();
+            let mut dest = pending.inputs().create_file(&name).map_err(Refusal::from)?;
+            let info = input.file.snapshot_into(&mut dest, max_file_bytes)?;
+            total += info.bytes;
+            if total > limits.max_input_bytes {
+                return Err(input_bytes_refusal(total, limits.max_input_bytes));
+            }
+            let grant = ReadGrant {
+                path: input.path.as_str().to_owned(),
+                bytes: info.bytes,
+                sha256: info.sha256_tagged(),
+            };
+            recorded.push(RecordedInput {
+                path: grant.path.clone(),
+                snapshot: name,
+                bytes: grant.bytes,
+                sha256: grant.sha256.clone(),
+            });
+            reads.push(grant);
+        }
+
+        let output_parent = output.as_ref().map(|o| o.parent().identity());
+        let descriptor = Descriptor {
+            version: DESCRIPTOR_VERSION,
+            tool: manifest.name().to_owned(),
+            tool_version: manifest.tool.version.clone(),
+            manifest_sha256: manifest.sha256().to_owned(),
+            args: args.as_strings(),
+            argv,
+            transport: "exec".to_owned(),
+            risk_tier: manifest.tool.risk_tier.to_string(),
+            human_approval: manifest.tool.human_approval,
+            working_dir: self.config().working_dir.clone(),
+            command_boundary: CommandBoundary {
+                filesystem: FilesystemBoundary::new(reads, plan.create.as_ref(), max_file_bytes, output_parent.clone()),
+            },
+        };
+        let record = PreparedRecord {
+            format: 1,
+            invocation_id: request.invocation_id.clone(),
+            manifest_origin: tool.origin.display().to_string(),
+            descriptor_sha256: descriptor.digest(),
+            descriptor,
+            inputs: recorded,
+            output: plan
+                .create
+                .as_ref()
+                .zip(output_parent)
+                .map(|(p, parent)| RecordedOutput {
+                    path: p.as_str().to_owned(),
+                    parent,
+                }),
+        };
+        pending.commit(&record, &tool.text)?;
+        Ok(PreparedCall { record, output })
+    }
+
+    fn ceiling_for(&self, path: &RelPath) -> Result<(&airlock_core::Ceiling, Option<RelPath>), Refusal> {
+        self.config().ceiling_for(path).ok_or_else(|| {
+            Refusal::new(
+                ReasonCode::GrantNoCeiling,
+                format!("no configured ceiling covers {:?}", path.as_str()),
+            )
+        })
+    }
+
+    fn hold_output(&self, path: &RelPath) -> Result<HeldOutput, Refusal> {
+        let (ceiling, rel) = self.ceiling_for(path)?;
+        if ceiling.mode != CeilingMode::Rw {
+            return Err(Refusal::new(
+                ReasonCode::GrantReadOnly,
+                format!(
+                    "output {:?} is under the read-only ceiling {:?}",
+                    path.as_str(),
+                    ceiling.spec
+                ),
+            ));
+        }
+        let rel = rel.ok_or_else(|| {
+            Refusal::new(
+                ReasonCode::OutputExists,
+                format!("output {:?} is a ceiling directory", path.as_str()),
+            )
+        })?;
+        let dir = ceilings::open(self.authority(), ceiling, self.protected())?;
+        Ok(HeldOutput::hold(self.resolver(), &dir, &rel, path)?)
+    }
+}
+
+fn input_bytes_refusal(total: u64, max: u64) -> Refusal {
+    Refusal::new(
+        ReasonCode::LimitInputBytes,
+        format!("inputs total {total} bytes or more, more than {max}"),
+    )
+}

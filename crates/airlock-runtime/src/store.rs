@@ -1,0 +1,124 @@
+//! Prepared calls kept in the state directory for a later dispatch.
+//!
+//! Layout: `STATE/invocations/ID/` holds `prepared.json`, `manifest.clad.toml`
+//! (the exact bytes that were prepared) and `inputs/N` (the snapshots). A
+//! call is built in `invocations/.tmp-…` and renamed into place without
+//! replacing anything, so an id is used once and a crash leaves no
+//! half-written invocation under a real id.
+
+use airlock_core::{Descriptor, DirIdentity, ReasonCode, Refusal};
+use airlock_hostfs::PrivateDir;
+use serde::{Deserialize, Serialize};
+
+/// Directory under the state dir that holds invocations.
+pub const INVOCATIONS: &str = "invocations";
+/// File holding the [`PreparedRecord`].
+pub const PREPARED_FILE: &str = "prepared.json";
+/// File holding the manifest's bytes.
+pub const MANIFEST_FILE: &str = "manifest.clad.toml";
+/// Directory holding the input snapshots.
+pub const INPUTS_DIR: &str = "inputs";
+
+/// One snapshot as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedInput {
+    /// Declared path.
+    pub path: String,
+    /// File name under `inputs/`.
+    pub snapshot: String,
+    /// Size.
+    pub bytes: u64,
+    /// `sha256:` digest.
+    pub sha256: String,
+}
+
+/// The output as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedOutput {
+    /// Declared path.
+    pub path: String,
+    /// Identity of the parent directory held at prepare.
+    pub parent: DirIdentity,
+}
+
+/// Everything a later step needs to continue a prepared call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedRecord {
+    /// Record layout version.
+    pub format: u32,
+    /// The invocation id.
+    pub invocation_id: String,
+    /// Where the manifest was read from.
+    pub manifest_origin: String,
+    /// The resolved call.
+    pub descriptor: Descriptor,
+    /// Its digest.
+    pub descriptor_sha256: String,
+    /// Snapshots, in declaration order.
+    pub inputs: Vec<RecordedInput>,
+    /// The output, if any.
+    pub output: Option<RecordedOutput>,
+}
+
+/// A prepared call being written; removed on drop unless committed.
+pub struct PendingInvocation<'a> {
+    invocations: &'a PrivateDir,
+    tmp_name: String,
+    dir: PrivateDir,
+    inputs: PrivateDir,
+    committed: bool,
+}
+
+impl<'a> PendingInvocation<'a> {
+    /// Starts a new invocation directory under `invocations`.
+    pub fn begin(invocations: &'a PrivateDir) -> Result<Self, Refusal> {
+        let tmp_name = format!(".tmp-{}", airlock_hostfs::random_suffix());
+        let dir = invocations.create_subdir(&tmp_name).map_err(Refusal::from)?;
+        let inputs = dir.create_subdir(INPUTS_DIR).map_err(Refusal::from)?;
+        Ok(PendingInvocation {
+            invocations,
+            tmp_name,
+            dir,
+            inputs,
+            committed: false,
+        })
+    }
+
+    /// The directory snapshots go into.
+    pub fn inputs(&self) -> &PrivateDir {
+        &self.inputs
+    }
+
+    /// Writes the record and manifest, then renames the directory to the
+    /// invocation id; an id in use is `invocation.duplicate`.
+    pub fn commit(mut self, record: &PreparedRecord, manifest_text: &str) -> Result<(), Refusal> {
+        let json = serde_json::to_vec_pretty(record).map_err(|e| Refusal::new(ReasonCode::Internal, e.to_string()))?;
+        self.dir
+            .write_new_file(MANIFEST_FILE, manifest_text.as_bytes())
+            .map_err(Refusal::from)?;
+        self.dir.write_new_file(PREPARED_FILE, &json).map_err(Refusal::from)?;
+        self.invocations
+            .rename_noreplace(&self.tmp_name, &record.invocation_id)
+            .map_err(|e| {
+                let r = Refusal::from(e);
+                if r.code == ReasonCode::InvocationDuplicate {
+                    Refusal::new(
+                        r.code,
+                        format!("invocation id {:?} has been used before", record.invocation_id),
+                    )
+                } else {
+                    r
+                }
+            })?;
+        self.committed = true;
+        self.invocations.sync().map_err(Refusal::from)
+    }
+}
+
+impl Drop for PendingInvocation<'_> {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = self.invocations.remove_tree(&self.tmp_name);
+        }
+    }
+}

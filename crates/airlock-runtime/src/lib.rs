@@ -63,12 +63,25 @@ impl Runtime {
             )
         })?;
         let config_file = config.source.as_ref().and_then(|p| std::fs::canonicalize(p).ok());
+        let protected = Protected { state_dir, config_file };
+        // Refuse a forbidden ceiling at start-up, not only when a call
+        // reaches it; a ceiling that does not exist yet is refused when used.
+        for ceiling in &config.ceilings {
+            if let Ok(real) = std::fs::canonicalize(&ceiling.host) {
+                ceilings::check(&real, &protected).map_err(|why| {
+                    Refusal::new(
+                        ReasonCode::ConfigCeiling,
+                        format!("ceiling {:?} ({}): {why}", ceiling.spec, real.display()),
+                    )
+                })?;
+            }
+        }
         Ok(Runtime {
             authority,
             config,
             resolver,
             state,
-            protected: Protected { state_dir, config_file },
+            protected,
         })
     }
 

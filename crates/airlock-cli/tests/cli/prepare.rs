@@ -203,3 +203,38 @@ fn a_ceiling_over_the_state_dir_or_proc_is_refused() {
         assert_eq!((run.reason(), run.code), ("config.ceiling", 78), "{roots}: {run:#?}");
     }
 }
+
+#[test]
+fn a_forbidden_ceiling_stops_start_up() {
+    let p = Project::with_config("[filesystem]\nroots = [\"/sys:s:ro\"]\n");
+    let run = p.run(&["tools", "list"]);
+    assert_eq!((run.reason(), run.code), ("config.ceiling", 78), "{run:#?}");
+}
+
+#[test]
+fn a_tool_without_filesystem_gets_no_host_file() {
+    let p = Project::new();
+    p.write(
+        "tools/echo.clad.toml",
+        r#"
+[tool]
+name = "echo"
+version = "1"
+binary = "echo"
+description = "says a word"
+[args.word]
+position = 1
+required = true
+type = "string"
+[command]
+exec = ["echo", "{word}"]
+"#,
+    );
+    let run = p.run(&["prepare", "echo", "hello"]);
+    run.assert_ok();
+    let fs = &run.envelope["descriptor"]["command_boundary"]["filesystem"];
+    assert_eq!(fs["reads"], serde_json::json!([]));
+    assert_eq!(fs["create"], serde_json::json!([]));
+    assert_eq!(fs["output_parent"], serde_json::Value::Null);
+    assert_eq!(run.envelope["descriptor"]["argv"], serde_json::json!(["echo", "hello"]));
+}

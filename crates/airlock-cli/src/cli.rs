@@ -6,7 +6,12 @@ use std::path::PathBuf;
 /// Run tools on a host's files one operation at a time, with exactly the
 /// files each operation declares.
 #[derive(Debug, Parser)]
-#[command(name = "airlock", version, about, max_term_width = 100)]
+#[command(
+    name = "airlock",
+    version,
+    about = "Run tools on a host's files one operation at a time, with exactly the files each operation declares",
+    max_term_width = 100
+)]
 pub struct Cli {
     /// Configuration file (default: ./airlock.toml, else the embedded default).
     #[arg(long, global = true, value_name = "FILE")]

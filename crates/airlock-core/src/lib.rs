@@ -26,6 +26,7 @@ pub mod descriptor;
 pub mod envelope;
 pub mod limits;
 pub mod manifest;
+pub mod output;
 pub mod path;
 pub mod reason;
 

@@ -191,6 +191,25 @@ reason_codes! {
     ArgPattern => "arg.pattern", Refused, DATA;
     /// An argument value is not in its `allowed` list.
     ArgNotAllowed => "arg.not_allowed", Refused, DATA;
+    /// The tool's standard output could not be parsed as its declared format.
+    OutputParse => "output.parse", Failed, TOOL_FAILED;
+    /// The tool removed, replaced or linked its output instead of writing it.
+    OutputTampered => "output.tampered", Failed, TOOL_FAILED;
+    // ---- running ----
+    /// The tool ran and exited unsuccessfully.
+    ToolFailed => "tool.failed", Failed, TOOL_FAILED;
+    /// The tool ran past `timeout_seconds` and was killed.
+    ToolTimeout => "tool.timeout", Failed, TIMEOUT;
+    /// Policy refused the call.
+    PolicyDenied => "policy.denied", Refused, NO_PERM;
+    /// Policy files are configured but this build cannot evaluate them yet.
+    PolicyUnavailable => "policy.unavailable", Error, CONFIG;
+    /// The selected worker tier cannot run on this host.
+    SandboxUnavailable => "sandbox.unavailable", Error, CONFIG;
+    /// Setting up the worker failed.
+    SandboxSetup => "sandbox.setup_failed", Error, SOFTWARE;
+    /// The worker's processes could not be confirmed gone; nothing is published.
+    WorkerCleanup => "worker.cleanup_unconfirmed", Error, SOFTWARE;
     // ---- configuration and host ----
     /// `airlock.toml` is malformed or inconsistent.
     ConfigInvalid => "config.invalid", Error, CONFIG;

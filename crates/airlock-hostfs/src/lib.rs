@@ -54,6 +54,6 @@ pub use authority::HostAuthority;
 pub use dir::Dir;
 pub use error::{Error, Result};
 pub use input::{InputFile, SnapshotInfo};
-pub use output::HeldOutput;
+pub use output::{HeldOutput, Published, CANDIDATE_PREFIX};
 pub use private::{random_suffix, PrivateDir};
 pub use resolve::{Resolver, ResolverKind};

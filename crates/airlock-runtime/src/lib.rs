@@ -23,12 +23,14 @@
 //! ```
 #![deny(missing_docs)]
 
+mod authorize;
 mod ceilings;
 mod id;
 mod prepare;
 pub mod store;
 pub mod tools;
 
+pub use authorize::{AuthorizedCall, Authorizer, Decision, DefaultPolicy, UnavailablePolicy, DEFAULT_POLICY_ID};
 pub use ceilings::Protected;
 pub use id::{check_invocation_id, new_invocation_id};
 pub use prepare::{CallRequest, PreparedCall};

@@ -28,6 +28,7 @@ pub struct CallRequest {
 pub struct PreparedCall {
     record: PreparedRecord,
     output: Option<HeldOutput>,
+    store: airlock_hostfs::PrivateDir,
 }
 
 impl PreparedCall {
@@ -54,6 +55,18 @@ impl PreparedCall {
     /// The held output parent, if the call creates a file.
     pub fn output(&self) -> Option<&HeldOutput> {
         self.output.as_ref()
+    }
+
+    /// Opens the snapshot of input `index` (declaration order), read-only.
+    pub fn open_snapshot(&self, index: usize) -> Result<std::fs::File, Refusal> {
+        let name = &self.record.inputs.get(index).ok_or_else(|| Refusal::new(ReasonCode::Internal, "no such input"))?.snapshot;
+        let inputs = self.store.open_subdir(crate::store::INPUTS_DIR)?;
+        Ok(inputs.open_file(name)?)
+    }
+
+    /// The invocation's private directory in the state dir.
+    pub fn store(&self) -> &airlock_hostfs::PrivateDir {
+        &self.store
     }
 }
 
@@ -169,8 +182,8 @@ impl Runtime {
                     parent,
                 }),
         };
-        pending.commit(&record, &tool.text)?;
-        Ok(PreparedCall { record, output })
+        let store = pending.commit(&record, &tool.text)?;
+        Ok(PreparedCall { record, output, store })
     }
 
     fn ceiling_for(&self, path: &RelPath) -> Result<(&airlock_core::Ceiling, Option<RelPath>), Refusal> {

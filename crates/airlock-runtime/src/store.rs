@@ -91,7 +91,7 @@ impl<'a> PendingInvocation<'a> {
 
     /// Writes the record and manifest, then renames the directory to the
     /// invocation id; an id in use is `invocation.duplicate`.
-    pub fn commit(mut self, record: &PreparedRecord, manifest_text: &str) -> Result<(), Refusal> {
+    pub fn commit(mut self, record: &PreparedRecord, manifest_text: &str) -> Result<PrivateDir, Refusal> {
         let json = serde_json::to_vec_pretty(record).map_err(|e| Refusal::new(ReasonCode::Internal, e.to_string()))?;
         self.dir
             .write_new_file(MANIFEST_FILE, manifest_text.as_bytes())
@@ -111,7 +111,8 @@ impl<'a> PendingInvocation<'a> {
                 }
             })?;
         self.committed = true;
-        self.invocations.sync().map_err(Refusal::from)
+        self.invocations.sync().map_err(Refusal::from)?;
+        self.invocations.open_subdir(&record.invocation_id).map_err(Refusal::from)
     }
 }
 

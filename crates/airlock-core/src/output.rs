@@ -9,7 +9,10 @@ use serde_json::{Map, Value};
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 1024 * 1024;
 
 fn parse_error(format: &str, why: impl std::fmt::Display) -> Refusal {
-    Refusal::new(ReasonCode::OutputParse, format!("the tool's output is not valid {format}: {why}"))
+    Refusal::new(
+        ReasonCode::OutputParse,
+        format!("the tool's output is not valid {format}: {why}"),
+    )
 }
 
 /// Parses `stdout`:
@@ -25,7 +28,9 @@ pub fn parse_output(format: OutputFormat, stdout: &[u8]) -> Result<Value, Refusa
             .split(|b| *b == b'\n')
             .enumerate()
             .filter(|(_, line)| !line.iter().all(u8::is_ascii_whitespace))
-            .map(|(i, line)| serde_json::from_slice(line).map_err(|e| parse_error("JSON lines", format!("line {}: {e}", i + 1))))
+            .map(|(i, line)| {
+                serde_json::from_slice(line).map_err(|e| parse_error("JSON lines", format!("line {}: {e}", i + 1)))
+            })
             .collect::<Result<Vec<Value>, _>>()
             .map(Value::Array),
         OutputFormat::Csv => {
@@ -34,13 +39,19 @@ pub fn parse_output(format: OutputFormat, stdout: &[u8]) -> Result<Value, Refusa
             let mut rows = Vec::new();
             for record in reader.records() {
                 let record = record.map_err(|e| parse_error("CSV", e))?;
-                let row: Map<String, Value> =
-                    headers.iter().zip(record.iter()).map(|(h, v)| (h.to_owned(), Value::String(v.to_owned()))).collect();
+                let row: Map<String, Value> = headers
+                    .iter()
+                    .zip(record.iter())
+                    .map(|(h, v)| (h.to_owned(), Value::String(v.to_owned())))
+                    .collect();
                 rows.push(Value::Object(row));
             }
             Ok(Value::Array(rows))
         }
-        OutputFormat::Xml => Err(Refusal::new(ReasonCode::ManifestUnsupported, "XML output is not parsed by airlock")),
+        OutputFormat::Xml => Err(Refusal::new(
+            ReasonCode::ManifestUnsupported,
+            "XML output is not parsed by airlock",
+        )),
     }
 }
 
@@ -51,15 +62,31 @@ mod tests {
 
     #[test]
     fn formats() {
-        assert_eq!(parse_output(OutputFormat::Text, b"hi\xff").unwrap(), json!({"raw_output": "hi\u{fffd}"}));
-        assert_eq!(parse_output(OutputFormat::Json, br#"{"a":1}"#).unwrap(), json!({"a": 1}));
-        assert_eq!(parse_output(OutputFormat::Jsonl, b"1\n\n{\"b\":2}\n").unwrap(), json!([1, {"b": 2}]));
-        assert_eq!(parse_output(OutputFormat::Csv, b"x,y\n1,2\n3,4\n").unwrap(), json!([{"x":"1","y":"2"},{"x":"3","y":"4"}]));
+        assert_eq!(
+            parse_output(OutputFormat::Text, b"hi\xff").unwrap(),
+            json!({"raw_output": "hi\u{fffd}"})
+        );
+        assert_eq!(
+            parse_output(OutputFormat::Json, br#"{"a":1}"#).unwrap(),
+            json!({"a": 1})
+        );
+        assert_eq!(
+            parse_output(OutputFormat::Jsonl, b"1\n\n{\"b\":2}\n").unwrap(),
+            json!([1, {"b": 2}])
+        );
+        assert_eq!(
+            parse_output(OutputFormat::Csv, b"x,y\n1,2\n3,4\n").unwrap(),
+            json!([{"x":"1","y":"2"},{"x":"3","y":"4"}])
+        );
     }
 
     #[test]
     fn bad_input_is_output_parse() {
-        for (f, b) in [(OutputFormat::Json, &b"{"[..]), (OutputFormat::Jsonl, b"1\nnope"), (OutputFormat::Csv, b"a,b\n1,2,3\n")] {
+        for (f, b) in [
+            (OutputFormat::Json, &b"{"[..]),
+            (OutputFormat::Jsonl, b"1\nnope"),
+            (OutputFormat::Csv, b"a,b\n1,2,3\n"),
+        ] {
             assert_eq!(parse_output(f, b).unwrap_err().code, ReasonCode::OutputParse, "{f:?}");
         }
     }

@@ -59,7 +59,12 @@ impl PreparedCall {
 
     /// Opens the snapshot of input `index` (declaration order), read-only.
     pub fn open_snapshot(&self, index: usize) -> Result<std::fs::File, Refusal> {
-        let name = &self.record.inputs.get(index).ok_or_else(|| Refusal::new(ReasonCode::Internal, "no such input"))?.snapshot;
+        let name = &self
+            .record
+            .inputs
+            .get(index)
+            .ok_or_else(|| Refusal::new(ReasonCode::Internal, "no such input"))?
+            .snapshot;
         let inputs = self.store.open_subdir(crate::store::INPUTS_DIR)?;
         Ok(inputs.open_file(name)?)
     }

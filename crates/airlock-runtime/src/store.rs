@@ -112,7 +112,9 @@ impl<'a> PendingInvocation<'a> {
             })?;
         self.committed = true;
         self.invocations.sync().map_err(Refusal::from)?;
-        self.invocations.open_subdir(&record.invocation_id).map_err(Refusal::from)
+        self.invocations
+            .open_subdir(&record.invocation_id)
+            .map_err(Refusal::from)
     }
 }
 

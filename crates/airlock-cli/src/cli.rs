@@ -27,12 +27,32 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Create airlock.toml, the state directory, data/ and results/ ceilings
+    /// and an example tool in the current directory.
+    Init,
+    /// Run one tool call: prepare, authorize, run in the sandbox, publish.
+    Run(CallArgs),
     /// Validate a call, snapshot its inputs, hold its output parent and print
     /// the descriptor; keep the prepared call for a later dispatch.
     Prepare(CallArgs),
     /// List, validate or describe tools.
     #[command(subcommand)]
     Tools(ToolsCommand),
+    /// Inspect or clean the per-call staging area.
+    #[command(subcommand)]
+    Staging(StagingCommand),
+    /// Report what this host supports (user namespaces, Landlock, seccomp,
+    /// openat2, cgroup delegation) and which tiers can run here.
+    Doctor,
+}
+
+/// `airlock staging …`.
+#[derive(Debug, Subcommand)]
+pub enum StagingCommand {
+    /// List per-call staging directories and whether their owners live.
+    Status,
+    /// Remove staging left by callers that are gone.
+    Gc,
 }
 
 /// A tool and its arguments.

@@ -15,6 +15,9 @@ use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // When re-executed as the native tier's sandbox init, become it and
+    // never return (this must run before anything else).
+    airlock_sandbox::init::maybe_run_init();
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -30,6 +30,9 @@ pub struct Evidence {
     /// `sha256:` digest of the canonical descriptor.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub descriptor_sha256: Option<String>,
+    /// Ids of the policies that permitted the call.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub policy_ids: Vec<String>,
 }
 
 /// One envelope.

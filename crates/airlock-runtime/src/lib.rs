@@ -27,6 +27,8 @@ mod authorize;
 mod ceilings;
 mod id;
 mod prepare;
+mod run;
+pub mod staging;
 pub mod store;
 pub mod tools;
 
@@ -42,6 +44,7 @@ use airlock_hostfs::{HostAuthority, PrivateDir, Resolver};
 #[derive(Debug)]
 pub struct Runtime {
     authority: HostAuthority,
+    init_program: Option<(std::path::PathBuf, bool)>,
     config: Config,
     resolver: Resolver,
     state: PrivateDir,
@@ -80,6 +83,7 @@ impl Runtime {
         }
         Ok(Runtime {
             authority,
+            init_program: None,
             config,
             resolver,
             state,
@@ -101,6 +105,47 @@ impl Runtime {
     pub fn load_tool(&self, tool: &str) -> Result<tools::LoadedTool, Refusal> {
         let path = tools::locate(tool, &self.config.tools_dir)?;
         tools::load(&self.authority, &path)
+    }
+
+    /// Sets the executable the native tier re-executes as its sandbox init
+    /// (the binary must call `airlock_sandbox::init::maybe_run_init()` first
+    /// in `main`). Without it, `run` is refused with `sandbox.unavailable`.
+    /// `die_with_caller`: workers are killed when the thread that started
+    /// them exits (right for a CLI that runs calls on its main thread, so a
+    /// SIGKILLed `airlock` leaves no worker behind).
+    pub fn set_init_program(&mut self, path: std::path::PathBuf, die_with_caller: bool) -> &mut Self {
+        self.init_program = Some((path, die_with_caller));
+        self
+    }
+
+    /// The authorizer for this configuration: the built-in default policy,
+    /// or a refusal of everything while configured policy files cannot be
+    /// evaluated.
+    pub fn authorizer(&self) -> Box<dyn Authorizer> {
+        if self.config.policy_files.is_empty() {
+            Box::new(DefaultPolicy)
+        } else {
+            Box::new(UnavailablePolicy {
+                files: self.config.policy_files.clone(),
+            })
+        }
+    }
+
+    pub(crate) fn native_tier(&self) -> Result<airlock_sandbox::NativeTier, Refusal> {
+        let (program, die_with_caller) = self.init_program.clone().ok_or_else(|| {
+            Refusal::new(
+                ReasonCode::SandboxUnavailable,
+                "no sandbox init program was configured for the native tier",
+            )
+        })?;
+        let mut tier = airlock_sandbox::NativeTier::new(program);
+        tier.die_with_caller(die_with_caller);
+        Ok(tier)
+    }
+
+    /// The state directory.
+    pub fn state(&self) -> &PrivateDir {
+        &self.state
     }
 
     pub(crate) fn authority(&self) -> &HostAuthority {

@@ -27,6 +27,7 @@ pub struct CallRequest {
 #[derive(Debug)]
 pub struct PreparedCall {
     record: PreparedRecord,
+    manifest: airlock_core::manifest::Manifest,
     output: Option<HeldOutput>,
     store: airlock_hostfs::PrivateDir,
 }
@@ -67,6 +68,11 @@ impl PreparedCall {
             .snapshot;
         let inputs = self.store.open_subdir(crate::store::INPUTS_DIR)?;
         Ok(inputs.open_file(name)?)
+    }
+
+    /// The manifest exactly as prepared.
+    pub fn manifest(&self) -> &airlock_core::manifest::Manifest {
+        &self.manifest
     }
 
     /// The invocation's private directory in the state dir.
@@ -188,7 +194,12 @@ impl Runtime {
                 }),
         };
         let store = pending.commit(&record, &tool.text)?;
-        Ok(PreparedCall { record, output, store })
+        Ok(PreparedCall {
+            record,
+            manifest: tool.manifest,
+            output,
+            store,
+        })
     }
 
     fn ceiling_for(&self, path: &RelPath) -> Result<(&airlock_core::Ceiling, Option<RelPath>), Refusal> {

@@ -1,6 +1,10 @@
 //! One module per subcommand.
 
+mod doctor;
+mod init;
 mod prepare;
+mod run;
+mod staging;
 mod tools;
 
 use crate::cli::{Cli, Command};
@@ -11,10 +15,28 @@ use airlock_runtime::Runtime;
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<Envelope, Refusal> {
+    if let Command::Init = cli.command {
+        return init::run(cli.config.as_deref());
+    }
     let config = settings::load_config(cli.config.as_deref())?;
-    let runtime = || Runtime::open(HostAuthority::ambient(), config.clone(), settings::resolver_override()?);
+    if let Command::Doctor = cli.command {
+        return Ok(doctor::run(&config));
+    }
+    let mut runtime = Runtime::open(HostAuthority::ambient(), config, settings::resolver_override()?)?;
     match cli.command {
-        Command::Prepare(call) => prepare::run(&runtime()?, call),
-        Command::Tools(cmd) => tools::run(&runtime()?, cmd),
+        Command::Run(call) => {
+            let exe = std::env::current_exe().map_err(|e| {
+                Refusal::new(
+                    airlock_core::ReasonCode::SandboxUnavailable,
+                    format!("cannot find this executable: {e}"),
+                )
+            })?;
+            runtime.set_init_program(exe, true);
+            run::run(&runtime, call)
+        }
+        Command::Prepare(call) => prepare::run(&runtime, call),
+        Command::Tools(cmd) => tools::run(&runtime, cmd),
+        Command::Staging(cmd) => staging::run(&runtime, cmd),
+        Command::Init | Command::Doctor => unreachable!("handled above"),
     }
 }

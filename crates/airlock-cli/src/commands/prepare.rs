@@ -33,6 +33,7 @@ pub fn run(runtime: &Runtime, call: CallArgs) -> Result<Envelope, Refusal> {
             descriptor: Some(prepared.descriptor().clone()),
             evidence: Some(Evidence {
                 descriptor_sha256: Some(prepared.digest().to_owned()),
+                ..Evidence::default()
             }),
             ..Envelope::ok()
         }),

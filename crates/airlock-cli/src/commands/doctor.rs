@@ -1,0 +1,90 @@
+//! `airlock doctor`: what this host supports, and which tiers work here.
+
+use airlock_core::{Config, Envelope, ReasonCode, Refusal, Tier};
+use serde_json::{json, Value};
+
+fn check(ok: bool, detail: impl Into<String>) -> Value {
+    json!({ "ok": ok, "detail": detail.into() })
+}
+
+fn on_path(program: &str) -> Option<String> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| std::path::Path::new(d).join(program))
+        .find(|p| p.is_file())
+        .map(|p| p.display().to_string())
+}
+
+/// Probes the host; the status is `error` (`sandbox.unavailable`, exit 78)
+/// when the configured tier cannot run here.
+pub fn run(config: &Config) -> Envelope {
+    let host = airlock_sandbox::probe();
+    let native = host.native_ready();
+    let userns = match &host.userns {
+        Ok(()) => check(true, "unprivileged user namespaces can be created"),
+        Err(why) => check(false, why.clone()),
+    };
+    let landlock = match host.landlock_abi {
+        Some(abi) => check(true, format!("Landlock ABI {abi}")),
+        None => check(
+            false,
+            "Landlock is absent or disabled (needs Linux 5.13+ with lsm=landlock)",
+        ),
+    };
+    let cgroups = match &host.cgroup_delegation {
+        Ok(dir) => check(true, format!("memory/pids limits through {}", dir.display())),
+        Err(why) => check(
+            false,
+            format!("{why}; memory and process limits fall back to RLIMIT_AS and RLIMIT_NPROC"),
+        ),
+    };
+    let not_built = |program: &str| {
+        let found = on_path(program).map_or_else(|| format!("{program} not found"), |p| format!("{program} at {p}"));
+        json!({ "ready": false, "detail": format!("not built in this version of airlock ({found})") })
+    };
+    let content = json!({
+        "host": {
+            "user_namespaces": userns,
+            "landlock": landlock,
+            "seccomp": check(host.seccomp, if host.seccomp { "seccomp filters are accepted" } else { "seccomp is unavailable" }),
+            "openat2": check(host.openat2, if host.openat2 {
+                "openat2 with RESOLVE_BENEATH works; the kernel resolves declared paths"
+            } else {
+                "openat2 is unavailable; the emulated O_NOFOLLOW resolver is used"
+            }),
+            "cgroup_delegation": cgroups,
+        },
+        "tiers": {
+            "native": match &native {
+                Ok(()) => json!({ "ready": true, "detail": "namespaces, Landlock and seccomp are available" }),
+                Err(why) => json!({ "ready": false, "detail": why }),
+            },
+            "gvisor": not_built("runsc"),
+            "docker": not_built("docker"),
+            "microvm": not_built("qemu-system-x86_64"),
+        },
+        "configured_tier": config.tier,
+    });
+    let envelope = Envelope {
+        content: Some(content),
+        ..Envelope::ok()
+    };
+    match (config.tier, native) {
+        (Tier::Native, Ok(())) => envelope,
+        (Tier::Native, Err(why)) => Envelope {
+            content: envelope.content,
+            ..Envelope::from_refusal(&Refusal::new(
+                ReasonCode::SandboxUnavailable,
+                format!("the native tier cannot run here: {why}"),
+            ))
+        },
+        (other, _) => Envelope {
+            content: envelope.content,
+            ..Envelope::from_refusal(&Refusal::new(
+                ReasonCode::SandboxUnavailable,
+                format!("the configured tier {other:?} is not built in this version"),
+            ))
+        },
+    }
+}

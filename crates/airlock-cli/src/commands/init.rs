@@ -1,0 +1,67 @@
+//! `airlock init`: a working project in the current directory.
+
+use airlock_core::{Envelope, ReasonCode, Refusal};
+use airlock_hostfs::{HostAuthority, PrivateDir};
+use std::path::Path;
+
+const CONFIG: &str = r#"# airlock configuration. Relative paths are taken from this file's directory.
+state_dir = ".airlock"          # journal, keys, staging, invocations (kept 0700)
+tools_dir = "tools"
+
+[sandbox]
+tier = "native"
+working_dir = "/workspace"      # where the worker sees declared paths
+
+[filesystem]
+# Ceilings HOST:VIRTUAL:MODE: the most a call may ever touch. Each call still
+# gets only the files its manifest declares.
+roots = ["./data:data:ro", "./results:results:rw"]
+"#;
+
+const TOOL: &str = include_str!("../../../../examples/tools/wordcount.clad.toml");
+const EXAMPLE: &str = "airlock runs one tool call at a time with exactly the files it declares.\n";
+
+/// Creates what is missing; never overwrites.
+pub fn run(config: Option<&Path>) -> Result<Envelope, Refusal> {
+    let config_path = config.map(Path::to_path_buf).unwrap_or_else(|| "airlock.toml".into());
+    let base = config_path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .to_path_buf();
+    let fail = |what: &Path, e: std::io::Error| {
+        Refusal::new(ReasonCode::Internal, format!("creating {}: {e}", what.display()))
+    };
+    let mut created = Vec::new();
+    let mut kept = Vec::new();
+    let mut put = |path: &Path, text: &str| -> Result<(), Refusal> {
+        use std::io::Write;
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(path) {
+            Ok(mut f) => {
+                f.write_all(text.as_bytes()).map_err(|e| fail(path, e))?;
+                created.push(path.display().to_string());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => kept.push(path.display().to_string()),
+            Err(e) => return Err(fail(path, e)),
+        }
+        Ok(())
+    };
+    for dir in ["data", "results", "tools"] {
+        std::fs::create_dir_all(base.join(dir)).map_err(|e| fail(&base.join(dir), e))?;
+    }
+    put(&config_path, CONFIG)?;
+    put(&base.join("tools/wordcount.clad.toml"), TOOL)?;
+    put(&base.join("data/example.txt"), EXAMPLE)?;
+    let state = base.join(".airlock");
+    PrivateDir::open_or_create(&HostAuthority::ambient(), &state)?;
+    let content = serde_json::json!({
+        "created": created,
+        "kept": kept,
+        "state_dir": state.display().to_string(),
+        "next": "airlock run wordcount data/example.txt results/example-count.json",
+    });
+    Ok(Envelope {
+        content: Some(content),
+        ..Envelope::ok()
+    })
+}

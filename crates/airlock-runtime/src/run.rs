@@ -1,0 +1,257 @@
+//! Steps 3–5 of the pipeline for one authorized call: stage, run the worker
+//! on the native tier, parse its output, confirm cleanup, publish the one
+//! output through the held parent, and answer with receipts.
+//!
+//! Nothing is published unless the tool exited 0, its output parsed, its
+//! output file stayed within bounds and was exported intact, and the
+//! worker's processes are confirmed gone.
+
+use crate::authorize::AuthorizedCall;
+use crate::prepare::{CallRequest, PreparedCall};
+use crate::staging::{StagingArea, OUTPUT_FILE};
+use crate::Runtime;
+use airlock_core::output::{parse_output, DEFAULT_MAX_OUTPUT_BYTES};
+use airlock_core::{CreatedFile, Envelope, Evidence, ReasonCode, Refusal, Tier};
+use airlock_sandbox::{
+    ExitStatusKind, ImageMount, StagedInput, StagedOutput, Tier as _, Worker as _, WorkerLimits, WorkerOutcome,
+    WorkerSpec,
+};
+use std::time::Duration;
+
+/// Bytes of the tool's standard error kept for the envelope of a failure.
+pub const STDERR_KEPT: usize = 4096;
+/// Bytes of standard error read from the worker.
+const STDERR_LIMIT: usize = 64 * 1024;
+/// `SIGXFSZ`: a write went past `RLIMIT_FSIZE`.
+const SIGXFSZ: i32 = 25;
+
+impl Runtime {
+    /// Prepares, authorizes, runs and publishes one call. `Err` is a refusal
+    /// before anything ran; a call that ran answers `Ok` with its status.
+    pub fn run(&self, request: &CallRequest) -> Result<Envelope, Refusal> {
+        // Leftovers of callers that were killed are reaped first.
+        let staging = StagingArea::open(self.state())?;
+        staging.reap_stale()?;
+        let prepared = self.prepare(request)?;
+        let authorized = prepared.authorize(self.authorizer().as_ref())?;
+        self.execute(authorized, &staging)
+    }
+
+    fn execute(&self, call: AuthorizedCall, staging: &StagingArea) -> Result<Envelope, Refusal> {
+        let (prepared, decision) = call.into_parts();
+        if self.config().tier != Tier::Native {
+            return Err(Refusal::new(
+                ReasonCode::SandboxUnavailable,
+                format!(
+                    "tier {:?} is not built yet; this build runs the native tier",
+                    self.config().tier
+                ),
+            ));
+        }
+        let tier = self.native_tier()?;
+        let d = prepared.descriptor().clone();
+        let fs = &d.command_boundary.filesystem;
+        let call_staging = staging.create(prepared.invocation_id())?;
+
+        let mut inputs = Vec::with_capacity(prepared.record().inputs.len());
+        for (index, rec) in prepared.record().inputs.iter().enumerate() {
+            inputs.push(StagedInput {
+                virtual_path: rec.path.clone(),
+                file: prepared.open_snapshot(index)?,
+            });
+        }
+        let output = match fs.create.first() {
+            None => None,
+            Some(path) => Some(StagedOutput {
+                virtual_path: path.clone(),
+                file: call_staging.dir().create_file(OUTPUT_FILE)?,
+                max_bytes: fs.max_file_bytes,
+            }),
+        };
+        let manifest = prepared.manifest();
+        let stdout_max = manifest
+            .output
+            .as_ref()
+            .and_then(|o| o.max_bytes)
+            .unwrap_or(DEFAULT_MAX_OUTPUT_BYTES);
+        let spec = WorkerSpec {
+            argv: d.argv.clone(),
+            env: Vec::new(),
+            working_dir: self.config().working_dir.clone(),
+            inputs,
+            output,
+            image: ImageMount::default_image(),
+            limits: worker_limits(manifest, fs.max_file_bytes),
+            timeout: Duration::from_secs(manifest.tool.timeout_seconds),
+            stdout_limit: usize::try_from(stdout_max).unwrap_or(usize::MAX),
+            stderr_limit: STDERR_LIMIT,
+        };
+        let outcome = tier
+            .start(spec)
+            .and_then(|worker| worker.wait())
+            .map_err(|e| Refusal::new(sandbox_code(e.reason_code()), e.to_string()))?;
+
+        let base = Envelope {
+            invocation_id: Some(prepared.invocation_id().to_owned()),
+            tool: Some(d.tool.clone()),
+            stage: Some("finished"),
+            exit_code: Some(exit_number(outcome.exit)),
+            evidence: Some(Evidence {
+                descriptor_sha256: Some(prepared.digest().to_owned()),
+                policy_ids: decision.policy_ids.clone(),
+            }),
+            ..Envelope::ok()
+        };
+        let envelope = match judge(&prepared, &outcome, manifest) {
+            Err(refusal) => Envelope {
+                status: refusal.code.status(),
+                error: Some(airlock_core::ErrorBody {
+                    code: refusal.code,
+                    message: refusal.message,
+                }),
+                content: Some(serde_json::json!({ "stderr": stderr_tail(&outcome.stderr) })),
+                ..base
+            },
+            Ok(content) => match self.publish(&prepared, call_staging.dir()) {
+                Ok(created_files) => Envelope {
+                    content: Some(content),
+                    created_files,
+                    ..base
+                },
+                Err(refusal) => Envelope {
+                    status: refusal.code.status(),
+                    error: Some(airlock_core::ErrorBody {
+                        code: refusal.code,
+                        message: refusal.message,
+                    }),
+                    ..base
+                },
+            },
+        };
+        drop(call_staging);
+        // The snapshots have served; the prepared record stays for the id.
+        let _ = prepared.store().remove_tree(crate::store::INPUTS_DIR);
+        Ok(envelope)
+    }
+
+    fn publish(
+        &self,
+        prepared: &PreparedCall,
+        staging: &airlock_hostfs::PrivateDir,
+    ) -> Result<Vec<CreatedFile>, Refusal> {
+        let (Some(held), Some(rec)) = (prepared.output(), prepared.record().output.as_ref()) else {
+            return Ok(Vec::new());
+        };
+        let expected = (parse_id(&rec.parent.dev)?, parse_id(&rec.parent.ino)?);
+        let mut file = staging.open_file(OUTPUT_FILE)?;
+        let max = prepared.descriptor().command_boundary.filesystem.max_file_bytes;
+        let published = held.publish(&mut file, max, expected)?;
+        Ok(vec![CreatedFile {
+            path: rec.path.clone(),
+            bytes: published.bytes,
+            sha256: format!("sha256:{}", published.sha256_hex),
+        }])
+    }
+}
+
+/// Decides, from what the worker did, whether the call succeeded; on
+/// success returns the parsed content.
+fn judge(
+    prepared: &PreparedCall,
+    outcome: &WorkerOutcome,
+    manifest: &airlock_core::manifest::Manifest,
+) -> Result<serde_json::Value, Refusal> {
+    if !outcome.cleanup_confirmed {
+        return Err(Refusal::new(
+            ReasonCode::WorkerCleanup,
+            "the worker's processes could not be confirmed gone; nothing was published",
+        ));
+    }
+    if outcome.timed_out {
+        return Err(Refusal::new(
+            ReasonCode::ToolTimeout,
+            format!(
+                "the tool ran past timeout_seconds = {} and was killed",
+                manifest.tool.timeout_seconds
+            ),
+        ));
+    }
+    let max_file = prepared.descriptor().command_boundary.filesystem.max_file_bytes;
+    if let Some(export) = &outcome.output {
+        if export.over_limit || outcome.exit == ExitStatusKind::Signaled(SIGXFSZ) {
+            return Err(Refusal::new(
+                ReasonCode::LimitOutputSize,
+                format!("the tool wrote more than max_file_bytes = {max_file} to its output"),
+            ));
+        }
+        if let Some(why) = &export.refused {
+            return Err(Refusal::new(
+                ReasonCode::OutputTampered,
+                format!("the output was not exported: {why}"),
+            ));
+        }
+    }
+    if !outcome.exit.success() {
+        let how = match outcome.exit {
+            ExitStatusKind::Exited(c) => format!("exited with status {c}"),
+            ExitStatusKind::Signaled(s) => format!("was killed by signal {s}"),
+        };
+        return Err(Refusal::new(ReasonCode::ToolFailed, format!("the tool {how}")));
+    }
+    if outcome.stdout_truncated {
+        return Err(Refusal::new(
+            ReasonCode::LimitOutputSize,
+            "the tool's standard output is larger than [output] max_bytes",
+        ));
+    }
+    let format = manifest
+        .output
+        .as_ref()
+        .map(|o| o.format)
+        .unwrap_or(airlock_core::manifest::OutputFormat::Text);
+    parse_output(format, &outcome.stdout)
+}
+
+fn worker_limits(manifest: &airlock_core::manifest::Manifest, max_file_bytes: u64) -> WorkerLimits {
+    let mut limits = WorkerLimits {
+        file_size: max_file_bytes,
+        ..WorkerLimits::default()
+    };
+    if let Some(l) = &manifest.tool.limits {
+        limits.memory_bytes = l.memory_bytes.or(limits.memory_bytes);
+        limits.cpu_seconds = l.cpu_seconds.or(limits.cpu_seconds);
+        limits.pids = l.pids.or(limits.pids);
+        limits.open_files = l.open_files.or(limits.open_files);
+        limits.scratch_bytes = l.scratch_bytes.unwrap_or(limits.scratch_bytes);
+    }
+    limits
+}
+
+fn exit_number(exit: ExitStatusKind) -> i32 {
+    match exit {
+        ExitStatusKind::Exited(c) => c,
+        ExitStatusKind::Signaled(s) => 128 + s,
+    }
+}
+
+fn stderr_tail(stderr: &[u8]) -> String {
+    let start = stderr.len().saturating_sub(STDERR_KEPT);
+    String::from_utf8_lossy(&stderr[start..]).into_owned()
+}
+
+fn sandbox_code(code: &str) -> ReasonCode {
+    match code {
+        "sandbox.unavailable" => ReasonCode::SandboxUnavailable,
+        "worker.exec_failed" => ReasonCode::ToolFailed,
+        _ => ReasonCode::SandboxSetup,
+    }
+}
+
+fn parse_id(s: &str) -> Result<u64, Refusal> {
+    s.parse().map_err(|_| {
+        Refusal::new(
+            ReasonCode::Internal,
+            format!("bad directory identity {s:?} in the prepared record"),
+        )
+    })
+}

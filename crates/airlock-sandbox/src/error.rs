@@ -1,0 +1,322 @@
+//! The sandbox's error: one variant per privileged step, each printing the
+//! call it made and that call's arguments.
+//!
+//! Errors raised inside the init travel to the caller over the status pipe,
+//! so the type is plain data (serde) with the OS error kept as its number.
+#![forbid(unsafe_code)]
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// An OS error number (`errno`), printed the way `std::io::Error` prints it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OsErrno(pub i32);
+
+impl OsErrno {
+    /// The errno of an `std::io::Error` (`EIO` when it carries none).
+    pub fn of(err: &std::io::Error) -> Self {
+        OsErrno(err.raw_os_error().unwrap_or(libc::EIO))
+    }
+
+    /// The last OS error of the calling thread.
+    pub fn last() -> Self {
+        Self::of(&std::io::Error::last_os_error())
+    }
+}
+
+impl From<rustix::io::Errno> for OsErrno {
+    fn from(e: rustix::io::Errno) -> Self {
+        OsErrno(e.raw_os_error())
+    }
+}
+
+impl From<std::io::Error> for OsErrno {
+    fn from(e: std::io::Error) -> Self {
+        Self::of(&e)
+    }
+}
+
+impl fmt::Display for OsErrno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", std::io::Error::from_raw_os_error(self.0))
+    }
+}
+
+/// What went wrong while starting, confining, waiting for or cleaning up a
+/// worker.
+///
+/// Each privileged step has its own variant whose message names the call and
+/// its arguments, e.g. `pivot_root(".", ".")`. [`SandboxError::reason_code`]
+/// gives the stable dotted code for programs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[non_exhaustive]
+pub enum SandboxError {
+    /// The worker spec is malformed (the caller's bug, found before anything ran).
+    #[error("invalid worker spec: {0}")]
+    InvalidSpec(String),
+    /// The host lacks something the tier needs (user namespaces, Landlock, …).
+    #[error("sandbox unavailable on this host: {0}")]
+    Unavailable(String),
+    /// Creating a pipe or duplicating a descriptor in the caller failed.
+    #[error("{call}: {errno}")]
+    Descriptor {
+        /// The call, with its arguments.
+        call: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// Spawning the sandbox init failed.
+    #[error("spawn({program:?}, [\"__airlock_sandbox_init\"]): {errno}")]
+    SpawnInit {
+        /// The init program.
+        program: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// `unshare(2)` of the namespaces failed.
+    #[error("unshare({flags}): {errno}")]
+    Unshare {
+        /// The flags, spelled out.
+        flags: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// Writing a user-namespace map file failed.
+    #[error("write({file:?}, {line:?}): {errno}")]
+    UidMap {
+        /// `/proc/self/uid_map`, `/proc/self/gid_map` or `/proc/self/setgroups`.
+        file: String,
+        /// What was written.
+        line: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// `fork(2)` failed.
+    #[error("fork() of the {role}: {errno}")]
+    Fork {
+        /// Which process was being made (`pid 1`, `worker`).
+        role: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// `mount(NULL, "/", NULL, MS_REC|MS_PRIVATE, NULL)` failed.
+    #[error("mount(NULL, \"/\", NULL, MS_REC|MS_PRIVATE, NULL): {errno}")]
+    MountPropagation {
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// Mounting a tmpfs failed.
+    #[error("mount(\"tmpfs\", {target:?}, \"tmpfs\", {flags}, {options:?}): {errno}")]
+    MountTmpfs {
+        /// Where.
+        target: String,
+        /// Mount flags, spelled out.
+        flags: String,
+        /// The tmpfs options.
+        options: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// Mounting proc failed.
+    #[error("mount(\"proc\", {target:?}, \"proc\", MS_NOSUID|MS_NODEV|MS_NOEXEC, NULL): {errno}")]
+    MountProc {
+        /// Where.
+        target: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// A bind mount failed.
+    #[error("mount({source_path:?}, {target:?}, NULL, {flags}, NULL): {errno}")]
+    BindMount {
+        /// The bound path.
+        source_path: String,
+        /// Where it was bound.
+        target: String,
+        /// Mount flags, spelled out.
+        flags: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// Making a mount read-only (remount or `mount_setattr`) failed.
+    #[error("{call}: {errno}")]
+    Remount {
+        /// The call, with its arguments.
+        call: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// Building the root's files and directories (mkdir, symlink, write) failed.
+    #[error("{call}: {errno}")]
+    BuildRoot {
+        /// The call, with its arguments.
+        call: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// Copying a staged input into the worker's root failed.
+    #[error("stage input {virtual_path:?} (copy from fd {fd}): {errno}")]
+    StageInput {
+        /// The input's virtual path.
+        virtual_path: String,
+        /// The inherited descriptor.
+        fd: i32,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// `pivot_root(".", ".")` failed.
+    #[error("pivot_root(\".\", \".\") into {new_root:?}: {errno}")]
+    PivotRoot {
+        /// The new root (before pivoting).
+        new_root: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// `umount2(".", MNT_DETACH)` of the old root failed.
+    #[error("umount2(\".\", MNT_DETACH) of the old root: {errno}")]
+    UmountOldRoot {
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// `chdir(2)` failed.
+    #[error("chdir({path:?}): {errno}")]
+    Chdir {
+        /// Where.
+        path: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// A process-attribute call (`prctl`, `setsid`, `setres[ug]id`, `capset`,
+    /// `sethostname`, `close_range`, `dup2`) failed.
+    #[error("{call}: {errno}")]
+    ProcessAttr {
+        /// The call, with its arguments.
+        call: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// `setrlimit(2)` failed.
+    #[error("setrlimit({resource}, {value}): {errno}")]
+    Rlimit {
+        /// The resource name, e.g. `RLIMIT_FSIZE`.
+        resource: String,
+        /// The limit.
+        value: u64,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// Building or applying the Landlock ruleset failed, or the kernel did
+    /// not enforce it.
+    #[error("landlock: {0}")]
+    Landlock(String),
+    /// Building or installing the seccomp filter failed.
+    #[error("seccomp: {0}")]
+    Seccomp(String),
+    /// `execve(2)` of the tool failed.
+    #[error("execve({program:?}, …): {errno}")]
+    Exec {
+        /// The program (argv\[0\]).
+        program: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// Waiting for, signalling or polling the sandbox processes failed.
+    #[error("{call}: {errno}")]
+    Wait {
+        /// The call, with its arguments.
+        call: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// Copying the output out of the sandbox failed (an I/O error, not a refusal).
+    #[error("export output {virtual_path:?}: {call}: {errno}")]
+    Export {
+        /// The output's virtual path.
+        virtual_path: String,
+        /// The call, with its arguments.
+        call: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// The init and the caller disagree about the status protocol, or the
+    /// init died without saying why.
+    #[error("sandbox init protocol: {0}")]
+    Protocol(String),
+}
+
+impl SandboxError {
+    /// The stable dotted reason code of this error.
+    ///
+    /// `sandbox.unavailable` (the host cannot run this tier),
+    /// `sandbox.invalid_spec`, `worker.exec_failed`, `sandbox.setup_failed`
+    /// (any other step).
+    pub fn reason_code(&self) -> &'static str {
+        match self {
+            SandboxError::InvalidSpec(_) => "sandbox.invalid_spec",
+            SandboxError::Unavailable(_) => "sandbox.unavailable",
+            // A refused user namespace is the host saying no, not a bug.
+            SandboxError::Unshare { errno, .. } | SandboxError::UidMap { errno, .. }
+                if matches!(
+                    errno.0,
+                    libc::EPERM | libc::EACCES | libc::ENOSPC | libc::EINVAL | libc::ENOSYS
+                ) =>
+            {
+                "sandbox.unavailable"
+            }
+            SandboxError::Exec { .. } => "worker.exec_failed",
+            _ => "sandbox.setup_failed",
+        }
+    }
+}
+
+/// Shorthand for building an error from an `io::Error` or `Errno`.
+pub(crate) fn errno(e: impl Into<OsErrno>) -> OsErrno {
+    e.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_call_and_arguments() {
+        let e = SandboxError::BindMount {
+            source_path: "/usr".into(),
+            target: "/mnt/usr".into(),
+            flags: "MS_BIND|MS_REC".into(),
+            errno: OsErrno(libc::EPERM),
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with("mount(\"/usr\", \"/mnt/usr\", NULL, MS_BIND|MS_REC, NULL): "),
+            "{text}"
+        );
+        assert!(text.contains("os error 1"), "{text}");
+        assert_eq!(e.reason_code(), "sandbox.setup_failed");
+    }
+
+    #[test]
+    fn refused_user_namespace_means_unavailable() {
+        let e = SandboxError::Unshare {
+            flags: "CLONE_NEWUSER".into(),
+            errno: OsErrno(libc::EPERM),
+        };
+        assert_eq!(e.reason_code(), "sandbox.unavailable");
+        let e = SandboxError::Unshare {
+            flags: "CLONE_NEWUSER".into(),
+            errno: OsErrno(libc::ENOMEM),
+        };
+        assert_eq!(e.reason_code(), "sandbox.setup_failed");
+    }
+
+    #[test]
+    fn errors_round_trip_through_the_status_pipe() {
+        let e = SandboxError::Exec {
+            program: "nope".into(),
+            errno: OsErrno(libc::ENOENT),
+        };
+        let json = serde_json::to_string(&e).unwrap();
+        assert_eq!(serde_json::from_str::<SandboxError>(&json).unwrap(), e);
+        assert_eq!(e.reason_code(), "worker.exec_failed");
+    }
+}

@@ -1,0 +1,302 @@
+//! The sandbox init: the caller's own executable re-executed with a hidden
+//! marker, so every privileged step runs in a fresh, single-threaded process
+//! and the (possibly multi-threaded) caller never forks without exec.
+//!
+//! Call [`maybe_run_init`] first thing in `main()` of any binary that is
+//! passed to [`NativeTier::new`](crate::native::NativeTier::new).
+#![forbid(unsafe_code)]
+
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::process::{Gid, Pid, PidfdFlags, Signal, Uid, WaitOptions};
+use rustix::thread::UnshareFlags;
+
+use crate::error::{errno, SandboxError};
+use crate::sys::Forked;
+use crate::wire::{InitSpec, StatusMsg, StatusWriter, MAX_SPEC_BYTES};
+
+/// The hidden `argv[1]` that turns a binary into the sandbox init.
+pub const INIT_MARKER: &str = "__airlock_sandbox_init";
+
+/// How long past its own deadline the init waits before killing PID 1
+/// itself (the caller normally kills first; this covers a caller that died).
+const INIT_DEADLINE_GRACE: Duration = Duration::from_secs(3);
+
+/// Exit codes of the init when it cannot report on the status pipe.
+const EXIT_NO_SPEC: i32 = 121;
+
+/// If `argv[1]` is [`INIT_MARKER`], runs the sandbox init and exits;
+/// otherwise returns at once. Call it before anything else in `main()`:
+/// before threads are started and before any output.
+pub fn maybe_run_init() {
+    let mut args = std::env::args_os();
+    let _ = args.next();
+    if args.next().as_deref() == Some(std::ffi::OsStr::new(INIT_MARKER)) {
+        run_init()
+    }
+}
+
+fn run_init() -> ! {
+    let mut raw = Vec::new();
+    let read = std::io::stdin()
+        .lock()
+        .take(MAX_SPEC_BYTES as u64 + 1)
+        .read_to_end(&mut raw);
+    let spec: InitSpec = match read.ok().and_then(|_| serde_json::from_slice(&raw).ok()) {
+        Some(s) if raw.len() <= MAX_SPEC_BYTES => s,
+        _ => std::process::exit(EXIT_NO_SPEC),
+    };
+    let status = match crate::sys::adopt_inherited_fd(spec.status_fd).and_then(StatusWriter::new) {
+        Ok(s) => s,
+        Err(_) => std::process::exit(EXIT_NO_SPEC),
+    };
+    match init(&spec, &status) {
+        Ok(code) => std::process::exit(code),
+        Err(error) => {
+            status.send(&StatusMsg::SetupFailed { error });
+            std::process::exit(125)
+        }
+    }
+}
+
+fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
+    spec.check()?;
+    // Only the descriptors the spec names survive.
+    crate::sys::close_fds_except(&spec.inherited_fds()).map_err(|e| SandboxError::ProcessAttr {
+        call: "close_range(3.., ~0U, 0)".into(),
+        errno: errno(e),
+    })?;
+    let adopt = |fd: i32| {
+        crate::sys::adopt_inherited_fd(fd).map_err(|e| SandboxError::ProcessAttr {
+            call: format!("fcntl({fd}, F_GETFD)"),
+            errno: errno(e),
+        })
+    };
+    let input_fds: Vec<OwnedFd> = spec.inputs.iter().map(|i| adopt(i.fd)).collect::<Result<_, _>>()?;
+    let host_output: Option<OwnedFd> = spec.output.as_ref().map(|o| adopt(o.fd)).transpose()?;
+    for fd in input_fds.iter().chain(host_output.iter()) {
+        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC).map_err(|e| SandboxError::ProcessAttr {
+            call: "fcntl(F_SETFD, FD_CLOEXEC)".into(),
+            errno: errno(e),
+        })?;
+    }
+    let flags = UnshareFlags::NEWUSER
+        | UnshareFlags::NEWPID
+        | UnshareFlags::NEWNET
+        | UnshareFlags::NEWIPC
+        | UnshareFlags::NEWUTS
+        | UnshareFlags::NEWCGROUP;
+    let unshare = || {
+        crate::sys::unshare_namespaces(flags).map_err(|e| SandboxError::Unshare {
+            flags: "CLONE_NEWUSER|CLONE_NEWPID|CLONE_NEWNET|CLONE_NEWIPC|CLONE_NEWUTS|CLONE_NEWCGROUP".into(),
+            errno: errno(e),
+        })
+    };
+    if privileged_caller() {
+        // Root outside must not be the worker's identity: drop root's
+        // supplementary groups while we still may, then have a helper left in
+        // the initial user namespace map 65534 inside to 65534 outside.
+        rustix::thread::set_thread_groups(&[]).map_err(|e| SandboxError::ProcessAttr {
+            call: "setgroups(0, [])".into(),
+            errno: errno(e),
+        })?;
+        unshare_with_mapper(unshare, ROOT_CALLER_HOST_ID, ROOT_CALLER_HOST_ID)?;
+    } else {
+        let (uid, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
+        unshare()?;
+        write_id_maps("self", uid, gid)?;
+    }
+    // Become the one mapped id (a no-op for an unprivileged caller; for a
+    // root caller this leaves host uid 0, which is unmapped inside, so the
+    // capabilities held in the new namespace are kept).
+    let id = crate::worker_exec::WORKER_ID;
+    rustix::thread::set_thread_res_gid(Gid::from_raw(id), Gid::from_raw(id), Gid::from_raw(id)).map_err(|e| {
+        SandboxError::ProcessAttr {
+            call: format!("setresgid({id}, {id}, {id})"),
+            errno: errno(e),
+        }
+    })?;
+    rustix::thread::set_thread_res_uid(Uid::from_raw(id), Uid::from_raw(id), Uid::from_raw(id)).map_err(|e| {
+        SandboxError::ProcessAttr {
+            call: format!("setresuid({id}, {id}, {id})"),
+            errno: errno(e),
+        }
+    })?;
+    // Only now: a non-dumpable process's /proc/self files belong to root,
+    // which would stop an unprivileged init writing its own maps.
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable).map_err(|e| {
+        SandboxError::ProcessAttr {
+            call: "prctl(PR_SET_DUMPABLE, 0)".into(),
+            errno: errno(e),
+        }
+    })?;
+
+    let (lifeline_r, lifeline_w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| SandboxError::ProcessAttr {
+            call: "pipe2(O_CLOEXEC)".into(),
+            errno: errno(e),
+        })?;
+    let pid1 = match crate::sys::fork_single_threaded().map_err(|e| SandboxError::Fork {
+        role: "pid 1".into(),
+        errno: errno(e),
+    })? {
+        Forked::Child => {
+            drop(lifeline_w);
+            crate::pid1::run(spec, status, lifeline_r, input_fds, host_output)
+        }
+        Forked::Parent(pid) => pid,
+    };
+    drop(lifeline_r);
+    drop(input_fds);
+    drop(host_output);
+    status.send(&StatusMsg::Pid1 { host_pid: pid1 });
+
+    // Wait for PID 1, killing it ourselves if the caller never does.
+    let pid = Pid::from_raw(pid1).ok_or_else(|| SandboxError::Protocol("fork returned pid 0 in parent".into()))?;
+    let deadline = Instant::now() + Duration::from_millis(spec.timeout_ms) + INIT_DEADLINE_GRACE;
+    let mut deadline_kill = false;
+    if let Ok(pidfd) = rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let _ = rustix::process::pidfd_send_signal(&pidfd, Signal::KILL);
+                deadline_kill = true;
+                break;
+            }
+            let ts = rustix::time::Timespec {
+                tv_sec: left.as_secs() as i64,
+                tv_nsec: left.subsec_nanos() as i64,
+            };
+            let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
+            match rustix::event::poll(&mut fds, Some(&ts)) {
+                Ok(n) if n > 0 => break,
+                Ok(_) | Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => break,
+            }
+        }
+    }
+    let (code, signal) = loop {
+        match rustix::process::waitpid(Some(pid), WaitOptions::empty()) {
+            Ok(Some((_, st))) => break (st.exit_status(), st.terminating_signal()),
+            Ok(None) | Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => {
+                return Err(SandboxError::Wait {
+                    call: format!("waitpid({pid1}, 0)"),
+                    errno: errno(e),
+                })
+            }
+        }
+    };
+    status.send(&StatusMsg::Pid1Exited {
+        code,
+        signal,
+        deadline_kill,
+    });
+    Ok(0)
+}
+
+/// The host uid and gid a root caller's workers run as.
+const ROOT_CALLER_HOST_ID: u32 = 65534;
+
+/// Is the caller root with the capabilities to map other ids?
+fn privileged_caller() -> bool {
+    use rustix::thread::CapabilitySet;
+    rustix::process::geteuid().is_root()
+        && rustix::thread::capabilities(None)
+            .map(|c| c.effective.contains(CapabilitySet::SETUID | CapabilitySet::SETGID))
+            .unwrap_or(false)
+}
+
+/// Maps uid/gid 65534 inside to `uid`/`gid` outside for process `pid`
+/// (`self` or a number), one line each, after denying `setgroups` (required
+/// for an unprivileged gid map; the worker has no use for supplementary groups).
+fn write_id_maps(pid: &str, uid: u32, gid: u32) -> Result<(), SandboxError> {
+    let id = crate::worker_exec::WORKER_ID;
+    let write = |file: String, line: String| {
+        std::fs::write(&file, line.as_bytes()).map_err(|e| SandboxError::UidMap {
+            file,
+            line,
+            errno: errno(e),
+        })
+    };
+    write(format!("/proc/{pid}/setgroups"), "deny".into())?;
+    write(format!("/proc/{pid}/uid_map"), format!("{id} {uid} 1"))?;
+    write(format!("/proc/{pid}/gid_map"), format!("{id} {gid} 1"))
+}
+
+/// Unshares with a mapper: a child forked *before* the unshare stays in
+/// the initial user namespace, where it holds `CAP_SETUID`/`CAP_SETGID`, and
+/// writes this process's maps once told the namespace exists. This lets a
+/// root caller map the worker to an unprivileged host id (a process can only
+/// map its *own* id from inside).
+fn unshare_with_mapper(
+    unshare: impl FnOnce() -> Result<(), SandboxError>,
+    uid: u32,
+    gid: u32,
+) -> Result<(), SandboxError> {
+    let pipe = || {
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| SandboxError::ProcessAttr {
+            call: "pipe2(O_CLOEXEC)".into(),
+            errno: errno(e),
+        })
+    };
+    let (go_r, go_w) = pipe()?;
+    let (res_r, res_w) = pipe()?;
+    let me = rustix::process::getpid().as_raw_nonzero().get().to_string();
+    match crate::sys::fork_single_threaded().map_err(|e| SandboxError::Fork {
+        role: "id mapper".into(),
+        errno: errno(e),
+    })? {
+        Forked::Child => {
+            drop(go_w);
+            drop(res_r);
+            let mut b = [0u8; 1];
+            let code = match rustix::io::read(&go_r, &mut b) {
+                Ok(1) => match write_id_maps(&me, uid, gid) {
+                    Ok(()) => 0,
+                    Err(e) => {
+                        let _ = rustix::io::write(&res_w, &serde_json::to_vec(&e).unwrap_or_default());
+                        1
+                    }
+                },
+                _ => 2, // the init died or failed to unshare
+            };
+            std::process::exit(code)
+        }
+        Forked::Parent(mapper) => {
+            drop(go_r);
+            drop(res_w);
+            let unshared = unshare();
+            if unshared.is_ok() {
+                let _ = rustix::io::write(&go_w, b"1");
+            }
+            drop(go_w);
+            let mut report = Vec::new();
+            let _ = std::fs::File::from(res_r).read_to_end(&mut report);
+            let pid = Pid::from_raw(mapper).ok_or_else(|| SandboxError::Protocol("fork returned pid 0".into()))?;
+            let status = loop {
+                match rustix::process::waitpid(Some(pid), WaitOptions::empty()) {
+                    Ok(Some((_, st))) => break st,
+                    Ok(None) | Err(rustix::io::Errno::INTR) => continue,
+                    Err(e) => {
+                        return Err(SandboxError::Wait {
+                            call: format!("waitpid({mapper}, 0)"),
+                            errno: errno(e),
+                        })
+                    }
+                }
+            };
+            unshared?;
+            if let Ok(e) = serde_json::from_slice::<SandboxError>(&report) {
+                return Err(e);
+            }
+            if status.exit_status() != Some(0) {
+                return Err(SandboxError::Protocol(format!("the id mapper ended with {status:?}")));
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! airlock-sandbox: run one tool with exactly the files it was granted.
+//!
+//! A [`Tier`] starts a [`Worker`] from a [`WorkerSpec`]: a command, its
+//! staged inputs (read-only), at most one staged output (writable, bounded),
+//! a read-only image of host directories, limits and a deadline.
+//! [`Worker::wait`] collects bounded stdout/stderr, kills everything at the
+//! deadline, reaps every descendant, and returns a [`WorkerOutcome`] that
+//! says how the tool ended, what was exported, which limits were in force
+//! and whether cleanup is confirmed.
+//!
+//! The native tier ([`NativeTier`]) re-executes the caller's own binary as
+//! the sandbox init (see [`init::maybe_run_init`]), which builds the worker
+//! with Linux primitives only: user, pid, mount, network, IPC, UTS and
+//! cgroup namespaces; a fresh tmpfs root with `pivot_root`; Landlock;
+//! seccomp; capabilities dropped; no-new-privs; rlimits; and a delegated
+//! cgroup v2 where the host offers one.
+//!
+//! # What the native tier guarantees
+//!
+//! - The worker sees no host file or directory but the read-only image
+//!   (default `/usr`, `/bin`, `/sbin`, `/lib*`), `/etc/ld.so.cache`,
+//!   `/etc/alternatives`, and `/dev/{null,zero,urandom}`. Inputs are private
+//!   copies, read-only twice over (a read-only bind and a Landlock rule);
+//!   the output is a fresh file on the sandbox's own tmpfs, copied out only
+//!   after every sandbox process is gone, only if it is still the inode the
+//!   sandbox created, and only up to `max_bytes`.
+//! - It runs as uid/gid 65534 in a new user namespace with only that id
+//!   mapped: to the caller's own uid/gid for an unprivileged caller, and to
+//!   host uid/gid 65534 with no supplementary groups for a root caller (never
+//!   to host root). It has no capabilities, no new privileges, its own pid
+//!   namespace (whose PID 1 is non-dumpable: `/proc/1` cannot be inspected),
+//!   an empty network namespace (plus Landlock TCP rules, ABI ≥ 4), signals
+//!   and abstract sockets scoped to the sandbox (ABI ≥ 6), and a seccomp deny
+//!   list for namespace, mount, ptrace, BPF, io_uring, keyring and module calls.
+//! - `RLIMIT_FSIZE` stops any file (write, truncate, fallocate) growing past
+//!   `file_size`; `RLIMIT_NPROC`, `RLIMIT_AS`, `RLIMIT_NOFILE`, `RLIMIT_CPU`
+//!   apply as given; a delegated cgroup v2 adds `memory.max`/`pids.max`. The
+//!   stdout/stderr pipes are drained so the worker never blocks on them; only
+//!   the first N bytes are kept.
+//! - Nothing outlives the call: when the tool exits, PID 1 kills and reaps
+//!   everything left in the namespace before it exports; on timeout or kill
+//!   the init dies and the kernel tears the namespace down.
+//!   [`WorkerOutcome::cleanup_confirmed`] is set only when that is verified.
+//! - Every limit the host could not apply is reported in
+//!   [`WorkerOutcome::limits`], never dropped silently.
+//!
+//! # What it does not do
+//!
+//! - It is not a defence against kernel bugs: the worker shares the host
+//!   kernel (a gVisor or microVM tier is for that).
+//! - It does not hide the image: whatever the image directories hold is
+//!   readable (and executable) by the tool. `/proc` shows host-wide kernel
+//!   information (CPU, memory, uptime) as in any container.
+//! - An unprivileged caller's supplementary groups stay attached to the
+//!   worker (unmapped, shown as `nogroup`): the kernel does not let an
+//!   unprivileged process drop them. All root callers' workers share host
+//!   id 65534; they are kept apart by namespaces and Landlock, not by uid.
+//! - There is no loopback interface: the worker has no network at all.
+//! - A descendant that writes to the output in the microseconds between the
+//!   tool's exit and PID 1's `kill(-1)` is not distinguished from the tool.
+//! - CPU time is bounded only when `cpu_seconds` is set; disk and I/O
+//!   bandwidth are not bounded (the tmpfs sizes bound space).
+//! - The caller must call [`init::maybe_run_init`] first in `main()`. If the
+//!   *caller* dies, the worker is killed by the init's own deadline
+//!   (timeout + 3 s), not at once.
+//!
+//! # Promises and the tests that hold them (`tests/native/`)
+//!
+//! | promise | test |
+//! |---|---|
+//! | uid 65534, no capabilities, no-new-privs, seccomp on | `worker_runs_as_65534_without_capabilities` |
+//! | only fds 0, 1, 2 reach the tool | `only_stdio_descriptors_reach_the_worker` |
+//! | only the expected mounts; no staging path visible | `mountinfo_shows_only_the_expected_mounts` |
+//! | no file beside an input, no host secret, no network | `a_file_beside_the_input_…`, `the_network_is_unreachable` |
+//! | no namespaces, mounts, ptrace; PID 1 opaque | `namespaces_mounts_and_ptrace_are_denied`, `pid_1_cannot_be_inspected` |
+//! | inputs immutable; output not deletable or replaceable | `the_input_cannot_be_changed…`, `the_output_cannot_be_deleted_or_replaced` |
+//! | write/truncate/fallocate past `file_size` fail; over `max_bytes` not exported | `*_past_the_file_size_limit_fails`, `an_output_over_max_bytes_is_not_exported` |
+//! | nothing written late; nothing survives | `a_detached_child_does_not_write_late`, `a_timeout_kills_everything` |
+//! | bounded stdout never hangs | `stdout_is_bounded_and_drained` |
+//! | same confinement for an unprivileged caller | `unprivileged::*` (the whole suite re-run as uid 65534) |
+//!
+//! ```no_run
+//! use airlock_sandbox::{NativeTier, StagedInput, Tier, Worker, WorkerSpec};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! airlock_sandbox::init::maybe_run_init();
+//! let tier = NativeTier::new(std::fs::read_link("/proc/self/exe")?);
+//! let mut spec = WorkerSpec::new(["wc", "-c", "in.txt"]);
+//! spec.inputs.push(StagedInput { virtual_path: "in.txt".into(), file: std::fs::File::open("/srv/staged/in")? });
+//! let outcome = tier.start(spec)?.wait()?;
+//! println!("{:?} {}", outcome.exit, String::from_utf8_lossy(&outcome.stdout));
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
+
+mod cgroup;
+mod error;
+pub mod init;
+mod landlock;
+mod mounts;
+pub mod native;
+mod outcome;
+mod parent;
+mod pid1;
+mod probe;
+mod seccomp;
+mod spec;
+mod sys;
+mod wire;
+mod worker;
+mod worker_exec;
+
+pub use error::{OsErrno, SandboxError};
+pub use native::{NativeTier, NativeWorker};
+pub use outcome::{AppliedLimits, ExitStatusKind, OutputExport, WorkerOutcome};
+pub use probe::{probe, HostSupport};
+pub use spec::{ImageMount, StagedInput, StagedOutput, WorkerLimits, WorkerSpec};
+pub use worker::{KillHandle, Tier, Worker};

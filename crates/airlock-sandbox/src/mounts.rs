@@ -1,0 +1,484 @@
+//! Building the worker's root, in PID 1 of the new namespaces.
+//!
+//! The root is a fresh, size-bounded tmpfs. Into it go: the image
+//! directories (bind-mounted read-only; symlinked image entries recreated
+//! as symlinks), a minimal `/etc`, a fresh `/proc`, a minimal `/dev`, a
+//! private `/tmp`, and the working directory holding *copies* of the inputs
+//! (each then bind-mounted read-only onto itself) and the empty output.
+//! No host file or directory other than the image, three device nodes,
+//! `/etc/ld.so.cache` and `/etc/alternatives` is ever mounted. Then
+//! `pivot_root` and a detach of the old root; the root mount is made
+//! read-only, so only `/tmp` and the output remain writable.
+#![forbid(unsafe_code)]
+
+use std::ffi::CString;
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+
+use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
+
+use crate::error::{errno, OsErrno, SandboxError};
+use crate::wire::InitSpec;
+
+/// The device nodes the worker gets, bound from the host's `/dev`.
+pub(crate) const DEVICES: [&str; 3] = ["null", "zero", "urandom"];
+
+/// Where the new root's tmpfs may be mounted before `pivot_root` (any
+/// directory of the private mount namespace will do; the first that no
+/// bind source lies under is used).
+const ROOT_MOUNTPOINTS: &[&str] = &["/mnt", "/tmp", "/run", "/var/tmp", "/media", "/srv", "/opt"];
+
+/// Size of the `/dev` tmpfs (it holds three empty files and four links).
+const DEV_TMPFS_OPTS: &str = "size=65536,nr_inodes=64,mode=0755";
+
+/// Margin for `/etc` and the directory tree on the root tmpfs.
+const ROOT_MARGIN_BYTES: u64 = 1 << 20;
+
+const PASSWD: &str = "root:x:0:0:root:/root:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/tmp:/usr/sbin/nologin\n";
+const GROUP: &str = "root:x:0:\nnogroup:x:65534:\n";
+const HOSTS: &str = "127.0.0.1 localhost airlock\n::1 localhost ip6-localhost\n";
+
+/// The output file as PID 1 keeps it: an open descriptor of the inode it
+/// created, and that inode's identity.
+pub(crate) struct RetainedOutput {
+    /// Path inside the new root.
+    pub path: String,
+    /// Read-write descriptor of the created inode.
+    pub file: File,
+}
+
+/// What [`build_root`] made.
+pub(crate) struct BuiltRoot {
+    /// Image entries bound as directories (for Landlock).
+    pub image_dirs: Vec<String>,
+    /// The retained output, when the spec has one.
+    pub output: Option<RetainedOutput>,
+}
+
+fn build_err(call: String) -> impl FnOnce(std::io::Error) -> SandboxError {
+    move |e| SandboxError::BuildRoot { call, errno: errno(e) }
+}
+
+fn mkdir_p(path: &str) -> Result<(), SandboxError> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(path)
+        .map_err(build_err(format!("mkdir -p {path:?} 0755")))
+}
+
+fn parent_of(path: &str) -> &str {
+    Path::new(path).parent().and_then(Path::to_str).unwrap_or("/")
+}
+
+fn write_new_file(path: &str, mode: u32, content: &[u8]) -> Result<(), SandboxError> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(build_err(format!(
+            "open({path:?}, O_CREAT|O_EXCL|O_WRONLY|O_NOFOLLOW, {mode:#o})"
+        )))?;
+    f.write_all(content).map_err(build_err(format!("write({path:?})")))
+}
+
+fn bind(source: &str, target: &str, recursive: bool) -> Result<(), SandboxError> {
+    let (r, flags) = if recursive {
+        (rustix::mount::mount_bind_recursive(source, target), "MS_BIND|MS_REC")
+    } else {
+        (rustix::mount::mount_bind(source, target), "MS_BIND")
+    };
+    r.map_err(|e| SandboxError::BindMount {
+        source_path: source.into(),
+        target: target.into(),
+        flags: flags.into(),
+        errno: errno(e),
+    })
+}
+
+/// `mount(NULL, target, NULL, MS_REMOUNT|MS_BIND|extra, NULL)`: per-mount flags only.
+fn remount_bind(target: &str, extra: MountFlags, spelled: &str) -> Result<(), SandboxError> {
+    rustix::mount::mount_remount(target, MountFlags::BIND | extra, "").map_err(|e| SandboxError::Remount {
+        call: format!("mount(NULL, {target:?}, NULL, MS_REMOUNT|MS_BIND|{spelled}, NULL)"),
+        errno: errno(e),
+    })
+}
+
+/// Makes a host bind (and everything under it) read-only, nosuid, nodev.
+fn readonly_recursive(target: &str) -> Result<(), SandboxError> {
+    let c = CString::new(target).map_err(|_| SandboxError::InvalidSpec(format!("NUL in {target:?}")))?;
+    match crate::sys::mount_setattr_readonly_recursive(&c) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            // Pre-5.12 kernel: remount the top mount, keeping the flags the
+            // host may have locked (noexec, atime flags).
+            let vfs = rustix::fs::statvfs(target).map_err(|e| SandboxError::Remount {
+                call: format!("statvfs({target:?})"),
+                errno: errno(e),
+            })?;
+            let mut keep = MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV;
+            let f = vfs.f_flag;
+            for (st, ms) in [
+                (rustix::fs::StatVfsMountFlags::NOEXEC, MountFlags::NOEXEC),
+                (rustix::fs::StatVfsMountFlags::NOATIME, MountFlags::NOATIME),
+                (rustix::fs::StatVfsMountFlags::NODIRATIME, MountFlags::NODIRATIME),
+                (rustix::fs::StatVfsMountFlags::RELATIME, MountFlags::RELATIME),
+            ] {
+                if f.contains(st) {
+                    keep |= ms;
+                }
+            }
+            remount_bind(target, keep, "MS_RDONLY|MS_NOSUID|MS_NODEV|<locked flags>")
+        }
+        Err(e) => Err(SandboxError::Remount {
+            call: format!("mount_setattr(AT_FDCWD, {target:?}, AT_RECURSIVE, {{RDONLY|NOSUID|NODEV}})"),
+            errno: errno(e),
+        }),
+    }
+}
+
+fn tmpfs(target: &str, flags: MountFlags, spelled: &str, options: &str) -> Result<(), SandboxError> {
+    let opts = CString::new(options).map_err(|_| SandboxError::InvalidSpec("NUL in tmpfs options".into()))?;
+    rustix::mount::mount("tmpfs", target, "tmpfs", flags, opts.as_c_str()).map_err(|e| SandboxError::MountTmpfs {
+        target: target.into(),
+        flags: spelled.into(),
+        options: options.into(),
+        errno: errno(e),
+    })
+}
+
+/// Picks where to mount the new root: a directory of the (private) mount
+/// namespace that no bind source lies under.
+fn pick_mountpoint(spec: &InitSpec) -> Result<&'static str, SandboxError> {
+    let sources: Vec<String> = spec
+        .image
+        .iter()
+        .filter_map(|m| m.path.to_str().map(str::to_string))
+        .chain(["/etc".to_string(), "/dev".to_string()])
+        .collect();
+    ROOT_MOUNTPOINTS
+        .iter()
+        .copied()
+        .find(|m| {
+            Path::new(m).symlink_metadata().map(|md| md.is_dir()).unwrap_or(false)
+                && !sources
+                    .iter()
+                    .any(|s| crate::spec::is_within(s, m) || crate::spec::is_within(m, s))
+        })
+        .ok_or_else(|| SandboxError::BuildRoot {
+            call: format!("find a mount point for the new root among {ROOT_MOUNTPOINTS:?}"),
+            errno: OsErrno(libc::ENOENT),
+        })
+}
+
+/// Builds the worker's root and pivots into it. Runs in PID 1, in a mount
+/// namespace of its own (already unshared).
+pub(crate) fn build_root(spec: &InitSpec, input_fds: Vec<OwnedFd>) -> Result<BuiltRoot, SandboxError> {
+    rustix::mount::mount_change("/", MountPropagationFlags::REC | MountPropagationFlags::PRIVATE)
+        .map_err(|e| SandboxError::MountPropagation { errno: errno(e) })?;
+
+    let root = pick_mountpoint(spec)?;
+    let input_bytes: u64 = spec.inputs.iter().map(|i| i.bytes).sum();
+    let output_bytes = spec
+        .output
+        .as_ref()
+        .map_or(0, |o| o.max_bytes.max(spec.limits.file_size).saturating_add(1));
+    let size = input_bytes
+        .saturating_add(output_bytes)
+        .saturating_add(spec.limits.scratch_bytes)
+        .saturating_add(ROOT_MARGIN_BYTES);
+    tmpfs(
+        root,
+        MountFlags::NOSUID | MountFlags::NODEV,
+        "MS_NOSUID|MS_NODEV",
+        &format!("size={size},mode=0755"),
+    )?;
+    let at = |p: &str| format!("{root}{p}");
+
+    // Image: read-only binds of host directories; symlinks recreated.
+    let mut image_dirs = Vec::new();
+    for m in &spec.image {
+        let host = m
+            .path
+            .to_str()
+            .ok_or_else(|| SandboxError::InvalidSpec("image path is not UTF-8".into()))?;
+        let md = std::fs::symlink_metadata(host).map_err(build_err(format!("lstat({host:?})")))?;
+        let inside = at(host);
+        mkdir_p(parent_of(&inside))?;
+        if md.file_type().is_symlink() {
+            let target = std::fs::read_link(host).map_err(build_err(format!("readlink({host:?})")))?;
+            std::os::unix::fs::symlink(&target, &inside)
+                .map_err(build_err(format!("symlink({target:?}, {inside:?})")))?;
+        } else if md.is_dir() {
+            mkdir_p(&inside)?;
+            bind(host, &inside, true)?;
+            readonly_recursive(&inside)?;
+            image_dirs.push(host.to_string());
+        } else {
+            return Err(SandboxError::InvalidSpec(format!(
+                "image path {host:?} is neither a directory nor a symlink"
+            )));
+        }
+    }
+
+    // /etc: our own small files; the loader cache and alternatives bound read-only.
+    mkdir_p(&at("/etc"))?;
+    write_new_file(&at("/etc/passwd"), 0o644, PASSWD.as_bytes())?;
+    write_new_file(&at("/etc/group"), 0o644, GROUP.as_bytes())?;
+    write_new_file(&at("/etc/hosts"), 0o644, HOSTS.as_bytes())?;
+    write_new_file(&at("/etc/hostname"), 0o644, b"airlock\n")?;
+    if std::fs::symlink_metadata("/etc/ld.so.cache")
+        .map(|m| m.is_file())
+        .unwrap_or(false)
+    {
+        write_new_file(&at("/etc/ld.so.cache"), 0o644, b"")?;
+        bind("/etc/ld.so.cache", &at("/etc/ld.so.cache"), false)?;
+        readonly_recursive(&at("/etc/ld.so.cache"))?;
+    }
+    if std::fs::symlink_metadata("/etc/alternatives")
+        .map(|m| m.is_dir())
+        .unwrap_or(false)
+    {
+        mkdir_p(&at("/etc/alternatives"))?;
+        bind("/etc/alternatives", &at("/etc/alternatives"), true)?;
+        readonly_recursive(&at("/etc/alternatives"))?;
+    }
+
+    // /dev: a tiny tmpfs with three host device nodes bound in.
+    let dev = at("/dev");
+    mkdir_p(&dev)?;
+    tmpfs(
+        &dev,
+        MountFlags::NOSUID | MountFlags::NOEXEC,
+        "MS_NOSUID|MS_NOEXEC",
+        DEV_TMPFS_OPTS,
+    )?;
+    for d in DEVICES {
+        let target = format!("{dev}/{d}");
+        write_new_file(&target, 0o666, b"")?;
+        bind(&format!("/dev/{d}"), &target, false)?;
+    }
+    for (link, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(target, format!("{dev}/{link}"))
+            .map_err(build_err(format!("symlink({target:?}, \"/dev/{link}\")")))?;
+    }
+    remount_bind(
+        &dev,
+        MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NOEXEC,
+        "MS_RDONLY|MS_NOSUID|MS_NOEXEC",
+    )?;
+
+    // /proc: a fresh instance for the new pid namespace.
+    let proc_dir = at("/proc");
+    mkdir_p(&proc_dir)?;
+    rustix::mount::mount(
+        "proc",
+        proc_dir.as_str(),
+        "proc",
+        MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+        None,
+    )
+    .map_err(|e| SandboxError::MountProc {
+        target: proc_dir.clone(),
+        errno: errno(e),
+    })?;
+
+    // /tmp: private scratch.
+    let tmp = at("/tmp");
+    mkdir_p(&tmp)?;
+    tmpfs(
+        &tmp,
+        MountFlags::NOSUID | MountFlags::NODEV,
+        "MS_NOSUID|MS_NODEV",
+        &format!("size={},mode=1777", spec.limits.scratch_bytes.max(4096)),
+    )?;
+
+    // The working directory, the inputs (copies, then read-only binds) and the output.
+    let wd = at(&spec.working_dir);
+    mkdir_p(&wd)?;
+    for (input, fd) in spec.inputs.iter().zip(input_fds) {
+        let path = format!("{wd}/{}", input.virtual_path);
+        mkdir_p(parent_of(&path))?;
+        copy_input(&path, File::from(fd), input.bytes, &input.virtual_path, input.fd)?;
+        bind(&path, &path, false)?;
+        remount_bind(
+            &path,
+            MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            "MS_RDONLY|MS_NOSUID|MS_NODEV|MS_NOEXEC",
+        )?;
+    }
+    let mut output = None;
+    if let Some(o) = &spec.output {
+        let path = format!("{wd}/{}", o.virtual_path);
+        mkdir_p(parent_of(&path))?;
+        write_new_file(&path, 0o644, b"")?;
+        // Its own mount, so it stays writable when the root is made read-only
+        // (and cannot be unlinked or renamed over: it is a mount point). The
+        // retained descriptor is opened through that mount, so it holds no
+        // write reference on the root mount.
+        bind(&path, &path, false)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(build_err(format!("open({path:?}, O_RDWR|O_NOFOLLOW)")))?;
+        output = Some(RetainedOutput {
+            path: format!("{}/{}", spec.working_dir, o.virtual_path),
+            file,
+        });
+    }
+
+    // Into the new root; the old one is detached.
+    rustix::process::chdir(root).map_err(|e| SandboxError::Chdir {
+        path: root.into(),
+        errno: errno(e),
+    })?;
+    rustix::process::pivot_root(".", ".").map_err(|e| SandboxError::PivotRoot {
+        new_root: root.into(),
+        errno: errno(e),
+    })?;
+    rustix::mount::unmount(".", UnmountFlags::DETACH).map_err(|e| SandboxError::UmountOldRoot { errno: errno(e) })?;
+    rustix::process::chdir("/").map_err(|e| SandboxError::Chdir {
+        path: "/".into(),
+        errno: errno(e),
+    })?;
+    remount_bind(
+        "/",
+        MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+        "MS_RDONLY|MS_NOSUID|MS_NODEV",
+    )?;
+    rustix::process::chdir(spec.working_dir.as_str()).map_err(|e| SandboxError::Chdir {
+        path: spec.working_dir.clone(),
+        errno: errno(e),
+    })?;
+    Ok(BuiltRoot { image_dirs, output })
+}
+
+/// Copies exactly `bytes` bytes from offset 0 of `src` into a new file at
+/// `path`, mode 0444.
+fn copy_input(path: &str, src: File, bytes: u64, virtual_path: &str, fd: i32) -> Result<(), SandboxError> {
+    let fail = |e: std::io::Error| SandboxError::StageInput {
+        virtual_path: virtual_path.into(),
+        fd,
+        errno: errno(e),
+    };
+    let mut dst = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(fail)?;
+    let mut buf = vec![0u8; 64 << 10];
+    let mut off = 0u64;
+    while off < bytes {
+        let want = buf.len().min((bytes - off) as usize);
+        let n = src.read_at(&mut buf[..want], off).map_err(fail)?;
+        if n == 0 {
+            return Err(fail(std::io::Error::from_raw_os_error(libc::EIO))); // shrank since it was staged
+        }
+        dst.write_all(&buf[..n]).map_err(fail)?;
+        off += n as u64;
+    }
+    // It must not have grown either.
+    let mut probe = [0u8; 1];
+    if src.read_at(&mut probe, bytes).map_err(fail)? != 0 {
+        return Err(fail(std::io::Error::from_raw_os_error(libc::EIO)));
+    }
+    Ok(())
+}
+
+/// Why the output at `path` may not be exported, if it may not: it must
+/// still be the very inode PID 1 created (same device and inode, a regular
+/// file with one link, reached without following a symlink).
+pub(crate) fn verify_retained(path: &str, retained: &File) -> Result<(), String> {
+    let kept = retained
+        .metadata()
+        .map_err(|e| format!("fstat(retained output): {e}"))?;
+    let fresh = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err("the output was deleted".into()),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err("the output was replaced by a symlink".into()),
+        Err(e) => return Err(format!("open({path:?}, O_NOFOLLOW): {e}")),
+    };
+    let now = fresh.metadata().map_err(|e| format!("fstat({path:?}): {e}"))?;
+    if !now.file_type().is_file() {
+        return Err("the output is no longer a regular file".into());
+    }
+    if (now.dev(), now.ino()) != (kept.dev(), kept.ino()) {
+        return Err("the output was replaced by another file".into());
+    }
+    if kept.nlink() != 1 {
+        return Err(format!("the output has {} links", kept.nlink()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (tempfile::TempDir, String, File) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out").to_str().unwrap().to_string();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        (dir, path, file)
+    }
+
+    #[test]
+    fn retained_output_is_accepted() {
+        let (_d, path, file) = setup();
+        verify_retained(&path, &file).unwrap();
+    }
+
+    #[test]
+    fn deleted_output_is_refused() {
+        let (_d, path, file) = setup();
+        std::fs::remove_file(&path).unwrap();
+        assert!(verify_retained(&path, &file).unwrap_err().contains("deleted"));
+    }
+
+    #[test]
+    fn replaced_output_is_refused() {
+        let (_d, path, file) = setup();
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, b"evil").unwrap();
+        assert!(verify_retained(&path, &file).unwrap_err().contains("replaced"));
+    }
+
+    #[test]
+    fn symlinked_output_is_refused() {
+        let (d, path, file) = setup();
+        let other = d.path().join("other");
+        std::fs::rename(&path, &other).unwrap();
+        std::os::unix::fs::symlink(&other, &path).unwrap();
+        assert!(verify_retained(&path, &file).unwrap_err().contains("symlink"));
+    }
+
+    #[test]
+    fn hard_linked_output_is_refused() {
+        let (d, path, file) = setup();
+        std::fs::hard_link(&path, d.path().join("alias")).unwrap();
+        assert!(verify_retained(&path, &file).unwrap_err().contains("links"));
+    }
+}

@@ -1,0 +1,348 @@
+//! The native tier: Linux namespaces, a private tmpfs root, Landlock,
+//! seccomp, rlimits and (where delegated) a cgroup, set up by a re-executed
+//! init so root and unprivileged callers take one code path.
+#![forbid(unsafe_code)]
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustix::pipe::PipeFlags;
+use rustix::process::{Pid, PidfdFlags, Signal};
+
+use crate::cgroup::WorkerCgroup;
+use crate::error::{errno, SandboxError};
+use crate::init::INIT_MARKER;
+use crate::outcome::{AppliedLimits, WorkerOutcome};
+use crate::spec::WorkerSpec;
+use crate::wire::{InitInput, InitOutput, InitSpec};
+use crate::worker::{KillHandle, Tier, Worker};
+
+/// The native tier.
+///
+/// ```no_run
+/// use airlock_sandbox::{NativeTier, Tier, Worker, WorkerSpec};
+/// # fn main() -> Result<(), airlock_sandbox::SandboxError> {
+/// airlock_sandbox::init::maybe_run_init(); // first thing in main()
+/// let tier = NativeTier::new(std::env::current_exe().unwrap());
+/// let outcome = tier.start(WorkerSpec::new(["echo", "hello"]))?.wait()?;
+/// assert_eq!(outcome.stdout, b"hello\n");
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct NativeTier {
+    init_program: PathBuf,
+    cgroup_parent: Option<PathBuf>,
+    cgroups: bool,
+    die_with_caller: bool,
+}
+
+impl NativeTier {
+    /// A tier whose init is `init_program`: an executable that calls
+    /// [`maybe_run_init`](crate::init::maybe_run_init) first in `main()`,
+    /// usually the caller's own executable resolved once at startup.
+    pub fn new(init_program: PathBuf) -> Self {
+        NativeTier {
+            init_program,
+            cgroup_parent: None,
+            cgroups: true,
+            die_with_caller: false,
+        }
+    }
+
+    /// Kills the worker (its init, and so its whole pid namespace) when the
+    /// thread that started it exits, e.g. when the calling process is
+    /// killed with SIGKILL (`PR_SET_PDEATHSIG` on the init). Only for callers
+    /// that start workers from a thread that lives as long as the process
+    /// (a CLI's main thread). Default: `false`.
+    pub fn die_with_caller(&mut self, yes: bool) -> &mut Self {
+        self.die_with_caller = yes;
+        self
+    }
+
+    /// Makes worker cgroups under `dir` (a delegated cgroup v2 directory)
+    /// instead of under the caller's own cgroup. Default: the caller's cgroup.
+    pub fn cgroup_parent(&mut self, dir: PathBuf) -> &mut Self {
+        self.cgroup_parent = Some(dir);
+        self
+    }
+
+    /// Whether to try cgroup limits at all. Default: `true`.
+    pub fn cgroups(&mut self, yes: bool) -> &mut Self {
+        self.cgroups = yes;
+        self
+    }
+
+    /// The init program.
+    pub fn init_program(&self) -> &Path {
+        &self.init_program
+    }
+}
+
+/// A running native worker.
+#[derive(Debug)]
+pub struct NativeWorker {
+    pub(crate) guard: InitGuard,
+    pub(crate) pidfd: Arc<OwnedFd>,
+    pub(crate) killed: Arc<AtomicBool>,
+    pub(crate) stdout: OwnedFd,
+    pub(crate) stderr: OwnedFd,
+    pub(crate) status: OwnedFd,
+    pub(crate) deadline: Instant,
+    pub(crate) stdout_limit: usize,
+    pub(crate) stderr_limit: usize,
+    pub(crate) has_output: bool,
+    pub(crate) limits: AppliedLimits,
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    rustix::pipe::pipe_with(PipeFlags::CLOEXEC).map_err(|e| SandboxError::Descriptor {
+        call: "pipe2(O_CLOEXEC)".into(),
+        errno: errno(e),
+    })
+}
+
+/// A close-on-exec duplicate (at or above 3) of a descriptor for the init.
+fn dup_for_init(fd: &impl std::os::fd::AsFd) -> Result<OwnedFd, SandboxError> {
+    rustix::io::fcntl_dupfd_cloexec(fd, 3).map_err(|e| SandboxError::Descriptor {
+        call: "fcntl(F_DUPFD_CLOEXEC, 3)".into(),
+        errno: errno(e),
+    })
+}
+
+impl Tier for NativeTier {
+    type Worker = NativeWorker;
+
+    fn name(&self) -> &'static str {
+        "native"
+    }
+
+    fn start(&self, spec: WorkerSpec) -> Result<NativeWorker, SandboxError> {
+        spec.validate()?;
+        let started = Instant::now();
+
+        // The descriptors the init inherits, duplicated close-on-exec.
+        let (status_r, status_w) = pipe()?;
+        let status_fd = dup_for_init(&status_w)?;
+        drop(status_w);
+        let mut inherited = vec![status_fd];
+        let mut inputs = Vec::new();
+        for i in &spec.inputs {
+            let md = i.file.metadata().map_err(|e| SandboxError::Descriptor {
+                call: format!("fstat(input {:?})", i.virtual_path),
+                errno: errno(e),
+            })?;
+            if !md.is_file() {
+                return Err(SandboxError::InvalidSpec(format!(
+                    "input {:?} is not a regular file",
+                    i.virtual_path
+                )));
+            }
+            let fd = dup_for_init(&i.file)?;
+            inputs.push(InitInput {
+                virtual_path: i.virtual_path.clone(),
+                fd: fd.as_raw_fd(),
+                bytes: md.len(),
+            });
+            inherited.push(fd);
+        }
+        let output = match &spec.output {
+            Some(o) => {
+                let fd = dup_for_init(&o.file)?;
+                let out = InitOutput {
+                    virtual_path: o.virtual_path.clone(),
+                    fd: fd.as_raw_fd(),
+                    max_bytes: o.max_bytes,
+                };
+                inherited.push(fd);
+                Some(out)
+            }
+            None => None,
+        };
+        let init_spec = InitSpec {
+            argv: spec.argv.clone(),
+            env: spec.env.clone(),
+            working_dir: spec.working_dir.clone(),
+            inputs,
+            output,
+            image: spec.image.clone(),
+            limits: spec.limits.clone(),
+            timeout_ms: spec.timeout.as_millis().min(u64::MAX as u128) as u64,
+            status_fd: inherited[0].as_raw_fd(),
+        };
+        let spec_bytes =
+            serde_json::to_vec(&init_spec).map_err(|e| SandboxError::Protocol(format!("encode spec: {e}")))?;
+
+        let (spec_r, mut spec_w) = pipe().map(|(r, w)| (r, std::fs::File::from(w)))?;
+        let (stdout_r, stdout_w) = pipe()?;
+        let (stderr_r, stderr_w) = pipe()?;
+        // Tools reopen their output through /dev/stdout (/proc/self/fd/1),
+        // which checks the pipe inode's owner and mode: the caller owns it, and
+        // a root caller's worker is another uid. Only a process that can
+        // already reach a holder's /proc/PID/fd can reopen it at all.
+        for w in [&stdout_w, &stderr_w] {
+            rustix::fs::fchmod(w, rustix::fs::Mode::from_raw_mode(0o666)).map_err(|e| SandboxError::Descriptor {
+                call: "fchmod(pipe, 0666)".into(),
+                errno: errno(e),
+            })?;
+        }
+
+        // Limits the host can hold for us.
+        let mut limits = AppliedLimits::default();
+        let cgroup = if self.cgroups {
+            match WorkerCgroup::create(
+                self.cgroup_parent.as_deref(),
+                spec.limits.memory_bytes,
+                spec.limits.pids,
+            ) {
+                Ok(cg) => Some(cg),
+                Err(why) => {
+                    limits.cgroup_skipped = Some(why);
+                    None
+                }
+            }
+        } else {
+            limits.cgroup_skipped = Some("cgroups disabled by configuration".into());
+            None
+        };
+
+        let mut cmd = Command::new(&self.init_program);
+        // A neutral argv[0]: PID 1's command line is visible inside.
+        std::os::unix::process::CommandExt::arg0(&mut cmd, "airlock-sandbox-init");
+        cmd.arg(INIT_MARKER)
+            .env_clear()
+            .current_dir("/")
+            .stdin(std::process::Stdio::from(spec_r))
+            .stdout(std::process::Stdio::from(stdout_w))
+            .stderr(std::process::Stdio::from(stderr_w));
+        crate::sys::inherit_fds_at_exec(&mut cmd, inherited.iter().map(|f| f.as_raw_fd()).collect());
+        if self.die_with_caller {
+            crate::sys::die_with_parent_at_exec(&mut cmd);
+        }
+        let spawned = cmd.spawn();
+        drop(cmd); // closes our copies of the child's stdio ends
+        drop(inherited);
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(cg) = &cgroup {
+                    cg.remove();
+                }
+                return Err(SandboxError::SpawnInit {
+                    program: self.init_program.display().to_string(),
+                    errno: errno(e),
+                });
+            }
+        };
+        let pid = Pid::from_child(&child);
+        let pidfd = match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
+            Ok(fd) => Arc::new(fd),
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                if let Some(cg) = &cgroup {
+                    cg.remove();
+                }
+                return Err(SandboxError::Wait {
+                    call: format!("pidfd_open({pid}, 0)"),
+                    errno: errno(e),
+                });
+            }
+        };
+
+        // Into the cgroup before the init reads its spec (so before it forks).
+        if let Some(cg) = &cgroup {
+            match cg.adopt(child.id()) {
+                Ok(()) => {
+                    limits.cgroup_limits_applied = true;
+                    limits.cgroup_path = Some(cg.dir.clone());
+                    limits.cgroup_memory = cg.memory;
+                    limits.cgroup_pids = cg.pids;
+                }
+                Err(why) => limits.cgroup_skipped = Some(why),
+            }
+        }
+        let worker = NativeWorker {
+            guard: InitGuard {
+                child: Some(child),
+                cgroup,
+                pidfd: Arc::clone(&pidfd),
+            },
+            pidfd,
+            killed: Arc::new(AtomicBool::new(false)),
+            stdout: stdout_r,
+            stderr: stderr_r,
+            status: status_r,
+            deadline: started + spec.timeout,
+            stdout_limit: spec.stdout_limit,
+            stderr_limit: spec.stderr_limit,
+            has_output: spec.output.is_some(),
+            limits,
+        };
+        // A dead init shows up as a protocol error in wait(), not here.
+        let _ = spec_w.write_all(&spec_bytes);
+        drop(spec_w);
+        Ok(worker)
+    }
+}
+
+impl Worker for NativeWorker {
+    fn kill_handle(&self) -> KillHandle {
+        let (pidfd, killed) = (Arc::clone(&self.pidfd), Arc::clone(&self.killed));
+        KillHandle::new(move || {
+            killed.store(true, Ordering::SeqCst);
+            kill_init(&pidfd)
+        })
+    }
+
+    fn kill(&mut self) -> Result<(), SandboxError> {
+        self.kill_handle().kill()
+    }
+
+    fn wait(self) -> Result<WorkerOutcome, SandboxError> {
+        crate::parent::wait(self)
+    }
+}
+
+/// Owns the init process and the cgroup until [`Worker::wait`] takes them;
+/// a worker dropped without being waited for is killed, and reaped (and its
+/// cgroup removed) on a background thread.
+#[derive(Debug)]
+pub(crate) struct InitGuard {
+    pub(crate) child: Option<Child>,
+    pub(crate) cgroup: Option<WorkerCgroup>,
+    pub(crate) pidfd: Arc<OwnedFd>,
+}
+
+impl Drop for InitGuard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = kill_init(&self.pidfd);
+            let cgroup = self.cgroup.take();
+            let _ = std::thread::Builder::new()
+                .name("airlock-sandbox-reaper".into())
+                .spawn(move || {
+                    let _ = child.wait();
+                    if let Some(cg) = cgroup {
+                        cg.remove();
+                    }
+                });
+        }
+    }
+}
+
+/// SIGKILL to the init through its pidfd (no pid reuse race); PID 1 follows
+/// it through its parent-death signal and takes the namespace with it.
+pub(crate) fn kill_init(pidfd: &OwnedFd) -> Result<(), SandboxError> {
+    match rustix::process::pidfd_send_signal(pidfd, Signal::KILL) {
+        Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
+        Err(e) => Err(SandboxError::Wait {
+            call: "pidfd_send_signal(init, SIGKILL)".into(),
+            errno: errno(e),
+        }),
+    }
+}

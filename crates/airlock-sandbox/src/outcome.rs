@@ -1,0 +1,112 @@
+//! What a finished worker reports.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// How the worker process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExitStatusKind {
+    /// It called `exit(code)`.
+    Exited(i32),
+    /// It was killed by this signal (`SIGKILL` on timeout, `SIGXFSZ` past the file-size limit, …).
+    Signaled(i32),
+}
+
+impl ExitStatusKind {
+    /// `true` for `Exited(0)`.
+    pub fn success(self) -> bool {
+        self == ExitStatusKind::Exited(0)
+    }
+}
+
+/// What happened to the output file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputExport {
+    /// Bytes copied into the host staging file (0 unless exported).
+    pub bytes: u64,
+    /// The worker left more than `max_bytes`: nothing was copied.
+    pub over_limit: bool,
+    /// Why nothing was copied, when the output was refused for any other
+    /// reason (replaced, deleted, not a regular file, timed out before export).
+    pub refused: Option<String>,
+}
+
+impl OutputExport {
+    /// `true` when the bytes were copied to the host staging file.
+    pub fn exported(&self) -> bool {
+        !self.over_limit && self.refused.is_none()
+    }
+}
+
+/// Which limits were actually in force; a limit the host could not apply is
+/// reported here, never dropped silently.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppliedLimits {
+    /// A cgroup v2 was created for this worker and its memory/pids limits written.
+    pub cgroup_limits_applied: bool,
+    /// The cgroup used, when one was.
+    pub cgroup_path: Option<PathBuf>,
+    /// Why no cgroup limits were applied, when they were not.
+    pub cgroup_skipped: Option<String>,
+    /// `memory.max` was written.
+    pub cgroup_memory: bool,
+    /// `pids.max` was written.
+    pub cgroup_pids: bool,
+    /// The Landlock ABI the ruleset was enforced at (0 when unknown).
+    pub landlock_abi: i32,
+    /// `fully` or `partially` (the kernel lacks some rights the crate knows).
+    pub landlock_status: String,
+}
+
+/// The result of one finished worker run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerOutcome {
+    /// How the worker ended.
+    pub exit: ExitStatusKind,
+    /// The deadline passed and the sandbox was killed.
+    pub timed_out: bool,
+    /// The first `stdout_limit` bytes of stdout.
+    pub stdout: Vec<u8>,
+    /// More stdout was written (and drained) than kept.
+    pub stdout_truncated: bool,
+    /// The first `stderr_limit` bytes of stderr.
+    pub stderr: Vec<u8>,
+    /// More stderr was written (and drained) than kept.
+    pub stderr_truncated: bool,
+    /// What happened to the output, when the spec had one.
+    pub output: Option<OutputExport>,
+    /// The init was reaped and every process of the sandbox is known gone.
+    pub cleanup_confirmed: bool,
+    /// A cgroup v2 held memory/pids limits (see [`AppliedLimits`]).
+    pub cgroup_limits_applied: bool,
+    /// Which limits were in force.
+    pub limits: AppliedLimits,
+}
+
+impl WorkerOutcome {
+    /// The stable reason code of a run that did not succeed cleanly, or
+    /// `None`: `worker.timeout`, `limit.output_size`, `output.refused`,
+    /// `sandbox.cleanup_unconfirmed`, `worker.failed`.
+    pub fn reason_code(&self) -> Option<&'static str> {
+        if self.timed_out {
+            return Some("worker.timeout");
+        }
+        if !self.cleanup_confirmed {
+            return Some("sandbox.cleanup_unconfirmed");
+        }
+        if let Some(o) = &self.output {
+            if o.over_limit {
+                return Some("limit.output_size");
+            }
+            if o.refused.is_some() {
+                return Some("output.refused");
+            }
+        }
+        if !self.exit.success() {
+            return Some("worker.failed");
+        }
+        None
+    }
+}

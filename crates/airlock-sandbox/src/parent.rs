@@ -1,0 +1,320 @@
+//! The caller's side of a native worker: drain stdout/stderr within their
+//! bounds (never letting the worker block on a full pipe), enforce the
+//! deadline, reap the init, read the status records, confirm cleanup.
+//!
+//! Cleanup is confirmed from facts, not hopes: the status pipe is held open
+//! by the init and by PID 1 until they exit (the worker never has it), so
+//! its end-of-file means both are gone; PID 1's own pidfd turning readable
+//! means it has exited, and the kernel empties a pid namespace before its
+//! init finishes exiting; the init itself is reaped here.
+#![forbid(unsafe_code)]
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::process::{Pid, PidfdFlags};
+
+use crate::error::{errno, SandboxError};
+use crate::native::{kill_init, NativeWorker};
+use crate::outcome::{ExitStatusKind, OutputExport, WorkerOutcome};
+use crate::wire::{StatusMsg, MAX_STATUS_BYTES};
+
+/// How long after a kill the caller waits for the sandbox to disappear.
+const KILL_GRACE: Duration = Duration::from_secs(5);
+
+/// Keeps the first `limit` bytes and counts the rest.
+struct Bounded {
+    kept: Vec<u8>,
+    limit: usize,
+    total: u64,
+}
+
+impl Bounded {
+    fn new(limit: usize) -> Self {
+        Bounded {
+            kept: Vec::new(),
+            limit,
+            total: 0,
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        let room = self.limit.saturating_sub(self.kept.len());
+        self.kept.extend_from_slice(&bytes[..room.min(bytes.len())]);
+    }
+
+    fn truncated(&self) -> bool {
+        self.total > self.kept.len() as u64
+    }
+}
+
+/// One pipe being drained.
+struct Stream {
+    fd: Option<OwnedFd>,
+    sink: Bounded,
+}
+
+fn timespec(d: Duration) -> rustix::time::Timespec {
+    rustix::time::Timespec {
+        tv_sec: d.as_secs() as i64,
+        tv_nsec: d.subsec_nanos() as i64,
+    }
+}
+
+/// Reads whatever is ready on the streams until all are at EOF or
+/// `deadline` passes. Returns whether all reached EOF.
+fn drain(streams: &mut [Stream], deadline: Instant) -> Result<bool, SandboxError> {
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let open: Vec<usize> = (0..streams.len()).filter(|&i| streams[i].fd.is_some()).collect();
+        if open.is_empty() {
+            return Ok(true);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(false);
+        }
+        let mut ready = vec![false; open.len()];
+        {
+            let mut pfds: Vec<PollFd<'_>> = open
+                .iter()
+                .map(|&i| PollFd::new(streams[i].fd.as_ref().expect("open stream"), PollFlags::IN))
+                .collect();
+            match rustix::event::poll(&mut pfds, Some(&timespec(left))) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => {
+                    return Err(SandboxError::Wait {
+                        call: "poll(stdout, stderr, status)".into(),
+                        errno: errno(e),
+                    })
+                }
+            }
+            for (k, p) in pfds.iter().enumerate() {
+                ready[k] = !p.revents().is_empty();
+            }
+        }
+        for (k, &i) in open.iter().enumerate() {
+            if !ready[k] {
+                continue;
+            }
+            let s = &mut streams[i];
+            let fd = s.fd.as_ref().expect("open stream");
+            match rustix::io::read(fd, &mut buf[..]) {
+                Ok(0) => s.fd = None,
+                Ok(n) => s.sink.push(&buf[..n]),
+                Err(rustix::io::Errno::INTR) | Err(rustix::io::Errno::AGAIN) => {}
+                Err(e) => {
+                    return Err(SandboxError::Wait {
+                        call: "read(pipe)".into(),
+                        errno: errno(e),
+                    })
+                }
+            }
+        }
+    }
+}
+
+/// Polls a pidfd until it is readable (the process has exited) or `until`.
+fn exited_by(pidfd: &impl AsFd, until: Instant) -> bool {
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&timespec(left))) {
+            Ok(n) if n > 0 => return true,
+            Ok(_) => return false,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Is the PID 1 reported as `host_pid` gone? Opens a pidfd on it and checks
+/// (through `/proc/<pid>/status`) that it is still the init's child before
+/// trusting it; a pid that no longer exists, or now belongs to someone
+/// else, means PID 1 already exited.
+fn pid1_gone(host_pid: i32, init_pid: u32, until: Instant) -> bool {
+    let Some(pid) = Pid::from_raw(host_pid) else {
+        return false;
+    };
+    let fd = match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::SRCH) => return true,
+        Err(_) => return false,
+    };
+    let status = std::fs::read_to_string(format!("/proc/{host_pid}/status")).unwrap_or_default();
+    let ppid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .map(str::trim)
+        .unwrap_or("");
+    let state = status
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .map(str::trim)
+        .unwrap_or("");
+    if status.is_empty() || state.starts_with('Z') || state.starts_with('X') {
+        return true;
+    }
+    if ppid != init_pid.to_string() {
+        // Re-parented (the init died) or recycled: if recycled, ours is gone;
+        // if re-parented, the pidfd still tells when it exits.
+        let nspid = status.lines().find_map(|l| l.strip_prefix("NSpid:")).unwrap_or("");
+        if nspid.split_whitespace().last() != Some("1") {
+            return true;
+        }
+    }
+    exited_by(&fd, until)
+}
+
+pub(crate) fn wait(mut w: NativeWorker) -> Result<WorkerOutcome, SandboxError> {
+    let mut streams = [
+        Stream {
+            fd: Some(w.stdout),
+            sink: Bounded::new(w.stdout_limit),
+        },
+        Stream {
+            fd: Some(w.stderr),
+            sink: Bounded::new(w.stderr_limit),
+        },
+        Stream {
+            fd: Some(w.status),
+            sink: Bounded::new(MAX_STATUS_BYTES),
+        },
+    ];
+    let mut timed_out = false;
+    let mut all_eof = drain(&mut streams, w.deadline)?;
+    if !all_eof {
+        timed_out = !w.killed.load(Ordering::SeqCst);
+        kill_init(&w.pidfd)?;
+        all_eof = drain(&mut streams, Instant::now() + KILL_GRACE)?;
+    }
+    // The init exits right after its last status record; if it has not, kill it.
+    let mut child = w
+        .guard
+        .child
+        .take()
+        .ok_or_else(|| SandboxError::Protocol("the init was already reaped".into()))?;
+    let init_pid = child.id();
+    if !exited_by(&*w.pidfd, Instant::now() + KILL_GRACE) {
+        kill_init(&w.pidfd)?;
+    }
+    let init_status = child.wait().map_err(|e| SandboxError::Wait {
+        call: format!("waitpid({init_pid})"),
+        errno: errno(e),
+    })?;
+    let killed = timed_out || w.killed.load(Ordering::SeqCst);
+
+    // Status records.
+    let [out, err, status] = streams;
+    let mut pid1 = None;
+    let mut setup_error = None;
+    let mut exit = None;
+    let mut cleanup_all_reaped = false;
+    let mut export: Option<OutputExport> = None;
+    let mut done = false;
+    let mut limits = w.limits.clone();
+    let mut pid1_exited = false;
+    for line in status.sink.kept.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let msg: StatusMsg = serde_json::from_slice(line).map_err(|e| {
+            SandboxError::Protocol(format!("bad status record {:?}: {e}", String::from_utf8_lossy(line)))
+        })?;
+        match msg {
+            StatusMsg::Pid1 { host_pid } => pid1 = Some(host_pid),
+            StatusMsg::SetupFailed { error } => {
+                setup_error.get_or_insert(error);
+            }
+            StatusMsg::Confined {
+                landlock_abi,
+                landlock_status,
+            } => {
+                limits.landlock_abi = landlock_abi;
+                limits.landlock_status = landlock_status;
+            }
+            StatusMsg::WorkerExited { exit: e } => exit = Some(e),
+            StatusMsg::Cleanup { all_reaped, .. } => cleanup_all_reaped = all_reaped,
+            StatusMsg::Export { export: e } => export = Some(e),
+            StatusMsg::Done => done = true,
+            StatusMsg::Pid1Exited { .. } => pid1_exited = true,
+        }
+    }
+
+    let grace = Instant::now() + KILL_GRACE;
+    let pid1_is_gone = match pid1 {
+        Some(p) => pid1_gone(p, init_pid, grace),
+        None => false,
+    };
+    let cgroup_gone = w.guard.cgroup.take().is_none_or(|cg| cg.remove());
+    let cleanup_confirmed = all_eof
+        && pid1_is_gone
+        && cgroup_gone
+        && (killed || (done && cleanup_all_reaped && pid1_exited && init_status.success()));
+
+    if let Some(error) = setup_error {
+        if !timed_out {
+            return Err(error);
+        }
+    }
+    if pid1.is_none() && !timed_out {
+        return Err(SandboxError::Protocol(format!(
+            "the sandbox init exited ({init_status}) without starting PID 1{}",
+            if init_status.code() == Some(121) {
+                ": it could not read its spec or status descriptor"
+            } else {
+                ""
+            }
+        )));
+    }
+    let output = if w.has_output {
+        Some(
+            export.unwrap_or(OutputExport {
+                bytes: 0,
+                over_limit: false,
+                refused: Some(
+                    if timed_out {
+                        "the worker timed out"
+                    } else {
+                        "the sandbox ended before export"
+                    }
+                    .into(),
+                ),
+            }),
+        )
+    } else {
+        None
+    };
+    let exit = exit.unwrap_or(ExitStatusKind::Signaled(libc::SIGKILL));
+    Ok(WorkerOutcome {
+        exit,
+        timed_out,
+        stdout_truncated: out.sink.truncated(),
+        stdout: out.sink.kept,
+        stderr_truncated: err.sink.truncated(),
+        stderr: err.sink.kept,
+        output,
+        cleanup_confirmed,
+        cgroup_limits_applied: limits.cgroup_limits_applied,
+        limits,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Bounded;
+
+    #[test]
+    fn bounded_keeps_the_head_and_counts_the_rest() {
+        let mut b = Bounded::new(5);
+        b.push(b"abc");
+        b.push(b"defgh");
+        assert_eq!(b.kept, b"abcde");
+        assert_eq!(b.total, 8);
+        assert!(b.truncated());
+        let mut b = Bounded::new(5);
+        b.push(b"abcde");
+        assert!(!b.truncated());
+    }
+}

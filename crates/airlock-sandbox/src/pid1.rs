@@ -1,0 +1,205 @@
+//! PID 1 of the worker's pid namespace: builds the root, forks the worker,
+//! reaps everything, kills what is left, exports the output.
+//!
+//! PID 1 is non-dumpable, so the worker (same uid inside) cannot open
+//! `/proc/1/*` or ptrace it; it ignores signals from inside the namespace
+//! (the kernel's rule for a namespace init without handlers); and when it
+//! exits the kernel kills whatever is left in the namespace.
+#![forbid(unsafe_code)]
+
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileExt;
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::process::{WaitOptions, WaitStatus};
+
+use crate::error::{errno, SandboxError};
+use crate::mounts::{verify_retained, RetainedOutput};
+use crate::outcome::{ExitStatusKind, OutputExport};
+use crate::sys::Forked;
+use crate::wire::{InitSpec, StatusMsg, StatusWriter};
+
+/// Runs PID 1. Never returns.
+///
+/// `lifeline` is the read end of a pipe whose only write end the init
+/// holds: if it reads as hung up, the init is gone and PID 1 exits.
+pub(crate) fn run(
+    spec: &InitSpec,
+    status: &StatusWriter,
+    lifeline: OwnedFd,
+    input_fds: Vec<OwnedFd>,
+    host_output: Option<OwnedFd>,
+) -> ! {
+    match run_inner(spec, status, lifeline, input_fds, host_output) {
+        Ok(()) => {
+            status.send(&StatusMsg::Done);
+            std::process::exit(0)
+        }
+        Err(error) => {
+            status.send(&StatusMsg::SetupFailed { error });
+            std::process::exit(125)
+        }
+    }
+}
+
+fn attr(call: &'static str) -> impl FnOnce(rustix::io::Errno) -> SandboxError {
+    move |e| SandboxError::ProcessAttr {
+        call: call.to_string(),
+        errno: errno(e),
+    }
+}
+
+fn run_inner(
+    spec: &InitSpec,
+    status: &StatusWriter,
+    lifeline: OwnedFd,
+    input_fds: Vec<OwnedFd>,
+    host_output: Option<OwnedFd>,
+) -> Result<(), SandboxError> {
+    // Die with the init; if it already died, stop now.
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+        .map_err(attr("prctl(PR_SET_PDEATHSIG, SIGKILL)"))?;
+    let mut fds = [PollFd::new(&lifeline, PollFlags::IN)];
+    if rustix::event::poll(&mut fds, Some(&rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 })).unwrap_or(1) > 0 {
+        std::process::exit(125);
+    }
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(attr("prctl(PR_SET_DUMPABLE, 0)"))?;
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
+
+    crate::sys::unshare_namespaces(rustix::thread::UnshareFlags::NEWNS).map_err(|e| SandboxError::Unshare {
+        flags: "CLONE_NEWNS".into(),
+        errno: errno(e),
+    })?;
+    let built = crate::mounts::build_root(spec, input_fds)?;
+    rustix::system::sethostname(b"airlock").map_err(attr("sethostname(\"airlock\")"))?;
+
+    let inputs: Vec<&str> = spec.inputs.iter().map(|i| i.virtual_path.as_str()).collect();
+    let rules = crate::landlock::plan(
+        &built.image_dirs,
+        &spec.working_dir,
+        &inputs,
+        spec.output.as_ref().map(|o| o.virtual_path.as_str()),
+    );
+    let filters = crate::seccomp::compile_worker_filters()?;
+
+    let worker = match crate::sys::fork_single_threaded().map_err(|e| SandboxError::Fork {
+        role: "worker".into(),
+        errno: errno(e),
+    })? {
+        Forked::Child => {
+            drop(lifeline);
+            drop(host_output);
+            drop(built.output);
+            crate::worker_exec::exec_worker(spec, &rules, &filters, status)
+        }
+        Forked::Parent(pid) => pid,
+    };
+
+    // Reap until the worker ends (orphans re-parented to us are reaped too).
+    let exit = loop {
+        match rustix::process::wait(WaitOptions::empty()) {
+            Ok(Some((pid, st))) if pid.as_raw_nonzero().get() == worker => match exit_of(st) {
+                Some(e) => break e,
+                None => continue,
+            },
+            Ok(_) => continue,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => {
+                return Err(SandboxError::Wait {
+                    call: "wait(NULL)".into(),
+                    errno: errno(e),
+                })
+            }
+        }
+    };
+    status.send(&StatusMsg::WorkerExited { exit });
+
+    // Nothing the worker left behind may outlive it or write late.
+    let mut reaped = 0u32;
+    let all_reaped = loop {
+        let _ = crate::sys::kill_all_but_self();
+        match rustix::process::wait(WaitOptions::empty()) {
+            Ok(Some(_)) => reaped += 1,
+            Ok(None) => continue,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(rustix::io::Errno::CHILD) => break true,
+            Err(_) => break false,
+        }
+    };
+    status.send(&StatusMsg::Cleanup { reaped, all_reaped });
+
+    if let (Some(out), Some(host), Some(o)) = (built.output, host_output, spec.output.as_ref()) {
+        let export = export(&out, File::from(host), o.max_bytes, &o.virtual_path)?;
+        status.send(&StatusMsg::Export { export });
+    }
+    Ok(())
+}
+
+fn exit_of(st: WaitStatus) -> Option<ExitStatusKind> {
+    if let Some(code) = st.exit_status() {
+        Some(ExitStatusKind::Exited(code))
+    } else {
+        st.terminating_signal().map(ExitStatusKind::Signaled)
+    }
+}
+
+/// Copies the retained output to the host staging file when it is still the
+/// inode PID 1 created and holds at most `max_bytes`.
+fn export(out: &RetainedOutput, host: File, max_bytes: u64, virtual_path: &str) -> Result<OutputExport, SandboxError> {
+    if let Err(why) = verify_retained(&out.path, &out.file) {
+        return Ok(OutputExport {
+            bytes: 0,
+            over_limit: false,
+            refused: Some(why),
+        });
+    }
+    let fail = |call: &str| {
+        let call = call.to_string();
+        move |e: std::io::Error| SandboxError::Export {
+            virtual_path: virtual_path.into(),
+            call,
+            errno: errno(e),
+        }
+    };
+    let size = out.file.metadata().map_err(fail("fstat(retained output)"))?.len();
+    if size > max_bytes {
+        return Ok(OutputExport {
+            bytes: 0,
+            over_limit: true,
+            refused: None,
+        });
+    }
+    // Read at most max_bytes + 1 from the retained descriptor (the size
+    // could only have changed if something were still writing: nothing is).
+    let mut buf = vec![0u8; 64 << 10];
+    let (mut off, limit) = (0u64, max_bytes.saturating_add(1));
+    while off < limit {
+        let want = buf.len().min((limit - off) as usize);
+        let n = out
+            .file
+            .read_at(&mut buf[..want], off)
+            .map_err(fail("pread(retained output)"))?;
+        if n == 0 {
+            break;
+        }
+        if off + n as u64 > max_bytes {
+            host.set_len(0).map_err(fail("ftruncate(host output, 0)"))?;
+            return Ok(OutputExport {
+                bytes: 0,
+                over_limit: true,
+                refused: None,
+            });
+        }
+        host.write_all_at(&buf[..n], off).map_err(fail("pwrite(host output)"))?;
+        off += n as u64;
+    }
+    host.set_len(off).map_err(fail("ftruncate(host output)"))?;
+    host.sync_all().map_err(fail("fsync(host output)"))?;
+    Ok(OutputExport {
+        bytes: off,
+        over_limit: false,
+        refused: None,
+    })
+}

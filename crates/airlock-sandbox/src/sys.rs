@@ -1,0 +1,274 @@
+//! Every raw system call of the crate that needs `unsafe`, each behind a
+//! safe function with its precondition checked or documented. Everything
+//! else in the crate is `#![forbid(unsafe_code)]`.
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::RawFd;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+/// The result of [`fork_single_threaded`].
+pub(crate) enum Forked {
+    /// In the parent: the child's pid.
+    Parent(i32),
+    /// In the child.
+    Child,
+}
+
+/// Number of threads of the calling process, from `/proc/self/task`.
+fn thread_count() -> io::Result<usize> {
+    Ok(std::fs::read_dir("/proc/self/task")?.count())
+}
+
+/// `fork(2)`, refused unless the calling process has exactly one thread, so
+/// the child may allocate and run ordinary code afterwards.
+pub(crate) fn fork_single_threaded() -> io::Result<Forked> {
+    if thread_count()? != 1 {
+        return Err(io::Error::other("fork refused: the process has more than one thread"));
+    }
+    // SAFETY: the process has one thread (checked above; the init never starts
+    // threads), so no lock can be held by a thread that does not exist in the child.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Forked::Child),
+        p => Ok(Forked::Parent(p)),
+    }
+}
+
+/// `unshare(2)` of namespaces only (never `CLONE_FILES`/`CLONE_FS`-style flags).
+pub(crate) fn unshare_namespaces(flags: rustix::thread::UnshareFlags) -> io::Result<()> {
+    use rustix::thread::UnshareFlags as F;
+    let ns = F::NEWNS | F::NEWUSER | F::NEWPID | F::NEWNET | F::NEWIPC | F::NEWUTS | F::NEWCGROUP | F::NEWTIME;
+    if !ns.contains(flags) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: only namespace flags are passed; none of them changes the fd
+    // table or memory the Rust runtime relies on.
+    unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(io::Error::from)
+}
+
+/// `kill(-1, SIGKILL)`: from PID 1 of a pid namespace, every other process of
+/// the namespace.
+pub(crate) fn kill_all_but_self() -> io::Result<()> {
+    // SAFETY: plain syscall with constant arguments, no memory involved.
+    let r = unsafe { libc::kill(-1, libc::SIGKILL) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Closes every descriptor `>= 3` except those in `keep` (`close_range(2)`).
+pub(crate) fn close_fds_except(keep: &[RawFd]) -> io::Result<()> {
+    let mut keep: Vec<RawFd> = keep.iter().copied().filter(|&fd| fd >= 3).collect();
+    keep.sort_unstable();
+    keep.dedup();
+    let mut first: u32 = 3;
+    for fd in keep {
+        let fd = fd as u32;
+        if fd > first {
+            close_range(first, fd - 1)?;
+        }
+        first = fd + 1;
+    }
+    close_range(first, u32::MAX)
+}
+
+fn close_range(first: u32, last: u32) -> io::Result<()> {
+    // SAFETY: closing descriptors this process owns; callers keep what they
+    // still use and no Rust object outlives these numbers (the init owns its
+    // inherited descriptors only by number until it adopts them).
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `execve(2)`; returns only on failure.
+pub(crate) fn execve(path: &CStr, argv: &[CString], envp: &[CString]) -> io::Error {
+    let mut a: Vec<*const libc::c_char> = argv.iter().map(|s| s.as_ptr()).collect();
+    a.push(std::ptr::null());
+    let mut e: Vec<*const libc::c_char> = envp.iter().map(|s| s.as_ptr()).collect();
+    e.push(std::ptr::null());
+    // SAFETY: `path`, every argv/envp string and both NULL-terminated arrays
+    // live until the call returns (it only returns on failure).
+    unsafe { libc::execve(path.as_ptr(), a.as_ptr(), e.as_ptr()) };
+    io::Error::last_os_error()
+}
+
+/// Drops every capability `0..=cap_last_cap` from the bounding set
+/// (`prctl(PR_CAPBSET_DROP)`), including ones newer than any crate's list.
+pub(crate) fn drop_bounding_set() -> io::Result<()> {
+    let last: u64 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(63);
+    for cap in 0..=last {
+        // SAFETY: prctl with integer arguments only.
+        let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINVAL) {
+                break; // past the kernel's last capability
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Makes the mount at `path` and every mount beneath it read-only, nosuid
+/// and nodev (`mount_setattr(2)` with `AT_RECURSIVE`), leaving atime flags
+/// alone so locked flags inherited from the host are never touched.
+pub(crate) fn mount_setattr_readonly_recursive(path: &CStr) -> io::Result<()> {
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_RDONLY | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: `path` is NUL-terminated and `attr` is a properly sized,
+    // initialised `struct mount_attr` that outlives the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_RECURSIVE as libc::c_uint,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The Landlock ABI version of the running kernel
+/// (`landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`).
+pub(crate) fn landlock_abi_version() -> Result<i32, io::Error> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a NULL attribute pointer and size 0 the kernel reads no memory.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as i32)
+    }
+}
+
+/// Restores default dispositions for every catchable signal and unblocks all
+/// signals, so the tool does not inherit the Rust runtime's `SIGPIPE` ignore.
+pub(crate) fn reset_signals() -> io::Result<()> {
+    for sig in 1..libc::SIGRTMAX() {
+        if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: installing SIG_DFL involves no handler code; EINVAL for
+        // signals the C library reserves is ignored.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    }
+    // SAFETY: `set` is a valid, initialised sigset_t owned by this frame.
+    let r = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut())
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Arranges for `cmd`'s child to keep `fds` across `exec` by clearing their
+/// close-on-exec flag in the child only (`fcntl(F_SETFD, 0)` between fork
+/// and exec). The descriptors stay close-on-exec in the caller, so a
+/// concurrent spawn on another thread never inherits them.
+pub(crate) fn inherit_fds_at_exec(cmd: &mut Command, fds: Vec<RawFd>) {
+    // SAFETY: the closure runs between fork and exec in the child; it only
+    // calls fcntl, which is async-signal-safe, and does not allocate (it
+    // iterates a Vec built before the fork).
+    unsafe {
+        cmd.pre_exec(move || {
+            for &fd in &fds {
+                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Arranges for `cmd`'s child to receive SIGKILL when the spawning thread
+/// exits (`PR_SET_PDEATHSIG`), and to fail its spawn if the caller is already
+/// gone by then.
+pub(crate) fn die_with_parent_at_exec(cmd: &mut Command) {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs between fork and exec in the child; prctl and
+    // getppid are async-signal-safe and nothing is allocated.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// `prctl(PR_GET_SECCOMP)`: `Some(mode)` when the kernel supports seccomp.
+pub(crate) fn seccomp_mode() -> Option<i32> {
+    // SAFETY: prctl with integer arguments only.
+    let r = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
+    (r >= 0).then_some(r)
+}
+
+/// Arranges for `cmd`'s child to `unshare(CLONE_NEWUSER)` before `exec` (the
+/// user-namespace probe; a failure surfaces as the spawn error).
+pub(crate) fn unshare_user_at_exec(cmd: &mut Command) {
+    // SAFETY: unshare is a plain syscall, async-signal-safe, no allocation.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Takes ownership of a descriptor the init inherited by number.
+///
+/// Fails unless `fd` is open. Each number is adopted at most once: the
+/// init adopts the numbers listed in its spec, which it checked are distinct.
+pub(crate) fn adopt_inherited_fd(fd: RawFd) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: fcntl(F_GETFD) only queries the descriptor table.
+    if fd < 3 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    // SAFETY: `fd` is open (checked above), was inherited for this purpose,
+    // and no other owner exists: the spec lists each number once and the init
+    // adopts it exactly once.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}

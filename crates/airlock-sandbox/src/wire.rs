@@ -1,0 +1,198 @@
+//! The messages between the caller and the sandbox init: the spec it reads
+//! on stdin (one JSON document, then EOF) and the status records it writes
+//! on its status pipe (one JSON object a line, each shorter than `PIPE_BUF`
+//! so that lines from the init and its PID 1 never interleave).
+#![forbid(unsafe_code)]
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SandboxError;
+use crate::outcome::{ExitStatusKind, OutputExport};
+use crate::spec::{ImageMount, SpecShape, WorkerLimits};
+
+/// The most spec bytes the init reads.
+pub(crate) const MAX_SPEC_BYTES: usize = 4 << 20;
+/// The most status bytes the caller reads.
+pub(crate) const MAX_STATUS_BYTES: usize = 1 << 20;
+
+/// An input as the init sees it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct InitInput {
+    pub virtual_path: String,
+    pub fd: i32,
+    pub bytes: u64,
+}
+
+/// The output as the init sees it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct InitOutput {
+    pub virtual_path: String,
+    pub fd: i32,
+    pub max_bytes: u64,
+}
+
+/// The spec as sent to the init.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct InitSpec {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub working_dir: String,
+    pub inputs: Vec<InitInput>,
+    pub output: Option<InitOutput>,
+    pub image: Vec<ImageMount>,
+    pub limits: WorkerLimits,
+    pub timeout_ms: u64,
+    /// The status pipe's write end, inherited by the init.
+    pub status_fd: i32,
+}
+
+impl InitSpec {
+    /// Re-runs the shape checks inside the init (it trusts nothing it reads).
+    pub(crate) fn check(&self) -> Result<(), SandboxError> {
+        let image = self
+            .image
+            .iter()
+            .map(|m| {
+                m.path
+                    .to_str()
+                    .ok_or_else(|| SandboxError::InvalidSpec("image path is not UTF-8".into()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut files: Vec<&str> = self.inputs.iter().map(|i| i.virtual_path.as_str()).collect();
+        if let Some(o) = &self.output {
+            files.push(&o.virtual_path);
+        }
+        SpecShape {
+            argv: &self.argv,
+            env: &self.env,
+            working_dir: &self.working_dir,
+            image,
+            files,
+            file_size: self.limits.file_size,
+        }
+        .check()?;
+        let fds = self.inherited_fds();
+        for (i, fd) in fds.iter().enumerate() {
+            if *fd < 3 || fds[i + 1..].contains(fd) {
+                return Err(SandboxError::Protocol(format!(
+                    "inherited fd {fd} is reserved or repeated"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every descriptor the init inherits on purpose.
+    pub(crate) fn inherited_fds(&self) -> Vec<i32> {
+        let mut fds = vec![self.status_fd];
+        fds.extend(self.output.iter().map(|o| o.fd));
+        fds.extend(self.inputs.iter().map(|i| i.fd));
+        fds
+    }
+}
+
+/// One status record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum StatusMsg {
+    /// From the init: PID 1 of the new pid namespace has this pid outside it.
+    Pid1 { host_pid: i32 },
+    /// From any stage: setup failed; nothing ran (or the tool could not be executed).
+    SetupFailed { error: SandboxError },
+    /// From the worker, just before `execve`: how it is confined.
+    Confined { landlock_abi: i32, landlock_status: String },
+    /// From PID 1: the worker ended.
+    WorkerExited { exit: ExitStatusKind },
+    /// From PID 1: every other process of the namespace was killed and reaped.
+    Cleanup { reaped: u32, all_reaped: bool },
+    /// From PID 1: the export result.
+    Export { export: OutputExport },
+    /// From PID 1: its last record.
+    Done,
+    /// From the init: PID 1 is gone (killed on the init's own deadline when `deadline_kill`).
+    Pid1Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+        deadline_kill: bool,
+    },
+}
+
+impl StatusMsg {
+    /// One line of JSON, cut to stay under `PIPE_BUF` (errors are the only
+    /// records that can be long; their messages are shortened).
+    pub(crate) fn to_line(&self) -> Vec<u8> {
+        let mut line = serde_json::to_vec(self).unwrap_or_default();
+        if line.len() >= 4000 {
+            let short = StatusMsg::SetupFailed {
+                error: SandboxError::Protocol(format!("status record too long ({} bytes)", line.len())),
+            };
+            line = serde_json::to_vec(&short).unwrap_or_default();
+        }
+        line.push(b'\n');
+        line
+    }
+}
+
+/// The write end of the status pipe, as the init, PID 1 and the worker
+/// (until `execve`, where it closes) hold it.
+pub(crate) struct StatusWriter {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl StatusWriter {
+    /// Wraps the inherited write end and marks it close-on-exec, so it never
+    /// reaches the tool.
+    pub(crate) fn new(fd: std::os::fd::OwnedFd) -> std::io::Result<Self> {
+        rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC)?;
+        Ok(StatusWriter { fd })
+    }
+
+    /// The descriptor number (to keep it open across `close_range`).
+    pub(crate) fn raw(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        self.fd.as_raw_fd()
+    }
+
+    /// Sends one record with a single `write(2)` (atomic: shorter than
+    /// `PIPE_BUF`). A caller that went away is not an error here.
+    pub(crate) fn send(&self, msg: &StatusMsg) {
+        let line = msg.to_line();
+        let _ = rustix::io::write(&self.fd, &line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_lines_round_trip() {
+        let msgs = [
+            StatusMsg::Pid1 { host_pid: 42 },
+            StatusMsg::WorkerExited {
+                exit: ExitStatusKind::Signaled(9),
+            },
+            StatusMsg::Export {
+                export: OutputExport {
+                    bytes: 3,
+                    over_limit: false,
+                    refused: None,
+                },
+            },
+            StatusMsg::Done,
+        ];
+        for m in msgs {
+            let line = m.to_line();
+            assert_eq!(*line.last().unwrap(), b'\n');
+            let back: StatusMsg = serde_json::from_slice(&line[..line.len() - 1]).unwrap();
+            assert_eq!(back, m);
+        }
+    }
+
+    #[test]
+    fn long_records_stay_atomic() {
+        let m = StatusMsg::SetupFailed {
+            error: SandboxError::Landlock("x".repeat(10_000)),
+        };
+        assert!(m.to_line().len() < 4096);
+    }
+}

@@ -1,0 +1,232 @@
+//! The worker process, between `fork` from PID 1 and `execve` of the tool:
+//! drop everything, confine, exec.
+//!
+//! Order matters: new session and parent-death signal; default signal
+//! dispositions; stdin from `/dev/null`; every descriptor but 0, 1, 2 (and
+//! the close-on-exec status pipe) closed; ids set to 65534; every
+//! capability dropped (bounding, ambient, effective/permitted/inheritable);
+//! no-new-privs; rlimits; Landlock; seccomp last (it forbids some of the
+//! calls above); then `execve`.
+#![forbid(unsafe_code)]
+
+use std::ffi::CString;
+
+use rustix::process::{Resource, Rlimit};
+use rustix::thread::{CapabilitySet, CapabilitySets};
+use seccompiler::BpfProgram;
+
+use crate::error::{errno, OsErrno, SandboxError};
+use crate::landlock::PlannedRule;
+use crate::wire::{InitSpec, StatusMsg, StatusWriter};
+
+/// The worker's uid and gid inside the user namespace.
+pub(crate) const WORKER_ID: u32 = 65534;
+
+/// Defaults added to the worker's environment when the spec does not set them.
+const DEFAULT_ENV: [(&str, &str); 3] = [
+    ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+    ("HOME", "/tmp"),
+    ("LANG", "C.UTF-8"),
+];
+
+/// Confines the calling (freshly forked) process and executes the tool.
+/// Never returns: on failure it reports on the status pipe and exits 127.
+pub(crate) fn exec_worker(spec: &InitSpec, rules: &[PlannedRule], filters: &[BpfProgram], status: &StatusWriter) -> ! {
+    let error = confine_and_exec(spec, rules, filters, status);
+    status.send(&StatusMsg::SetupFailed { error });
+    std::process::exit(127)
+}
+
+fn attr(call: &str) -> impl FnOnce(rustix::io::Errno) -> SandboxError + '_ {
+    move |e| SandboxError::ProcessAttr {
+        call: call.to_string(),
+        errno: errno(e),
+    }
+}
+
+fn confine_and_exec(
+    spec: &InitSpec,
+    rules: &[PlannedRule],
+    filters: &[BpfProgram],
+    status: &StatusWriter,
+) -> SandboxError {
+    match confine(spec, rules, filters, status) {
+        Ok((program, argv, envp, path)) => exec_search(&program, &argv, &envp, &path),
+        Err(e) => e,
+    }
+}
+
+type Prepared = (String, Vec<CString>, Vec<CString>, String);
+
+fn confine(
+    spec: &InitSpec,
+    rules: &[PlannedRule],
+    filters: &[BpfProgram],
+    status: &StatusWriter,
+) -> Result<Prepared, SandboxError> {
+    rustix::process::setsid().map_err(attr("setsid()"))?;
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+        .map_err(attr("prctl(PR_SET_PDEATHSIG, SIGKILL)"))?;
+    if rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != Some(1) {
+        std::process::exit(127); // PID 1 is already gone
+    }
+    crate::sys::reset_signals().map_err(|e| SandboxError::ProcessAttr {
+        call: "signal(*, SIG_DFL); sigprocmask(SIG_SETMASK, {})".into(),
+        errno: errno(e),
+    })?;
+
+    let null = rustix::fs::open(
+        "/dev/null",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(attr("open(\"/dev/null\", O_RDONLY)"))?;
+    rustix::stdio::dup2_stdin(&null).map_err(attr("dup2(/dev/null, 0)"))?;
+    drop(null);
+    crate::sys::close_fds_except(&[status.raw()]).map_err(|e| SandboxError::ProcessAttr {
+        call: "close_range(3, ~0U, 0)".into(),
+        errno: errno(e),
+    })?;
+
+    let id = rustix::process::Gid::from_raw(WORKER_ID);
+    rustix::thread::set_thread_res_gid(id, id, id).map_err(attr("setresgid(65534, 65534, 65534)"))?;
+    let id = rustix::process::Uid::from_raw(WORKER_ID);
+    rustix::thread::set_thread_res_uid(id, id, id).map_err(attr("setresuid(65534, 65534, 65534)"))?;
+
+    crate::sys::drop_bounding_set().map_err(|e| SandboxError::ProcessAttr {
+        call: "prctl(PR_CAPBSET_DROP, 0..=cap_last_cap)".into(),
+        errno: errno(e),
+    })?;
+    rustix::thread::clear_ambient_capability_set().map_err(attr("prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)"))?;
+    let none = CapabilitySets {
+        effective: CapabilitySet::empty(),
+        permitted: CapabilitySet::empty(),
+        inheritable: CapabilitySet::empty(),
+    };
+    rustix::thread::set_capabilities(None, none).map_err(attr("capset(0, {0, 0, 0})"))?;
+    rustix::thread::set_no_new_privs(true).map_err(attr("prctl(PR_SET_NO_NEW_PRIVS, 1)"))?;
+
+    set_rlimits(spec)?;
+
+    let (abi, how) = crate::landlock::enforce(rules)?;
+
+    // Everything the exec needs is built before seccomp (no allocation
+    // constraints after it, but keep the filtered window small).
+    let (program, argv, envp, path) = prepare_exec(spec)?;
+    status.send(&StatusMsg::Confined {
+        landlock_abi: abi,
+        landlock_status: how.to_string(),
+    });
+    crate::seccomp::install(filters)?;
+    Ok((program, argv, envp, path))
+}
+
+fn set_rlimits(spec: &InitSpec) -> Result<(), SandboxError> {
+    let l = &spec.limits;
+    let set = |res: Resource, name: &str, soft: u64, hard: u64| -> Result<(), SandboxError> {
+        // Never ask for more than the current hard limit (raising needs privilege).
+        let cur = rustix::process::getrlimit(res);
+        let cap = |v: u64| cur.maximum.map_or(v, |m| v.min(m));
+        rustix::process::setrlimit(
+            res,
+            Rlimit {
+                current: Some(cap(soft)),
+                maximum: Some(cap(hard)),
+            },
+        )
+        .map_err(|e| SandboxError::Rlimit {
+            resource: name.into(),
+            value: soft,
+            errno: errno(e),
+        })
+    };
+    set(Resource::Fsize, "RLIMIT_FSIZE", l.file_size, l.file_size)?;
+    set(Resource::Core, "RLIMIT_CORE", 0, 0)?;
+    if let Some(n) = l.open_files {
+        set(Resource::Nofile, "RLIMIT_NOFILE", n, n)?;
+    }
+    if let Some(n) = l.pids {
+        set(Resource::Nproc, "RLIMIT_NPROC", n, n)?;
+    }
+    if let Some(n) = l.memory_bytes {
+        set(Resource::As, "RLIMIT_AS", n, n)?;
+    }
+    if let Some(n) = l.cpu_seconds {
+        set(Resource::Cpu, "RLIMIT_CPU", n, n.saturating_add(1))?;
+    }
+    Ok(())
+}
+
+/// The worker's environment: the spec's variables plus the defaults.
+pub(crate) fn worker_env(env: &[(String, String)]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = env.to_vec();
+    for (k, v) in DEFAULT_ENV {
+        if !out.iter().any(|(ek, _)| ek == k) {
+            out.push((k.to_string(), v.to_string()));
+        }
+    }
+    out
+}
+
+fn cstring(s: &str) -> Result<CString, SandboxError> {
+    CString::new(s).map_err(|_| SandboxError::InvalidSpec(format!("NUL byte in {s:?}")))
+}
+
+fn prepare_exec(spec: &InitSpec) -> Result<Prepared, SandboxError> {
+    let env = worker_env(&spec.env);
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let argv = spec.argv.iter().map(|a| cstring(a)).collect::<Result<Vec<_>, _>>()?;
+    let envp = env
+        .iter()
+        .map(|(k, v)| cstring(&format!("{k}={v}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((spec.argv[0].clone(), argv, envp, path))
+}
+
+/// `execvpe`: a program with a `/` is executed as given; otherwise each
+/// `PATH` entry is tried in turn (like the C library: `EACCES` is remembered,
+/// `ENOENT`/`ENOTDIR` move on, anything else stops).
+fn exec_search(program: &str, argv: &[CString], envp: &[CString], path: &str) -> SandboxError {
+    let fail = |e: OsErrno| SandboxError::Exec {
+        program: program.to_string(),
+        errno: e,
+    };
+    if program.contains('/') {
+        return match cstring(program) {
+            Ok(p) => fail(errno(crate::sys::execve(&p, argv, envp))),
+            Err(e) => e,
+        };
+    }
+    let mut seen_eacces = false;
+    for dir in path.split(':') {
+        let dir = if dir.is_empty() { "." } else { dir };
+        let Ok(candidate) = cstring(&format!("{dir}/{program}")) else {
+            continue;
+        };
+        let e = crate::sys::execve(&candidate, argv, envp);
+        match e.raw_os_error() {
+            Some(libc::EACCES) => seen_eacces = true,
+            Some(libc::ENOENT) | Some(libc::ENOTDIR) | Some(libc::ELOOP) | Some(libc::ENAMETOOLONG) => {}
+            _ => return fail(errno(e)),
+        }
+    }
+    fail(OsErrno(if seen_eacces { libc::EACCES } else { libc::ENOENT }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_defaults_fill_only_the_gaps() {
+        let env = worker_env(&[("HOME".into(), "/w".into()), ("X".into(), "1".into())]);
+        assert!(env.contains(&("HOME".into(), "/w".into())));
+        assert!(env.contains(&("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into())));
+        assert!(env.contains(&("LANG".into(), "C.UTF-8".into())));
+        assert_eq!(env.iter().filter(|(k, _)| k == "HOME").count(), 1);
+    }
+}

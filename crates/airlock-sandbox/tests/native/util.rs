@@ -1,0 +1,161 @@
+//! Shared helpers: a temp directory any user can read, the tier under test,
+//! a runner that prints everything on failure, and a process scan.
+#![allow(dead_code)]
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use airlock_sandbox::{NativeTier, StagedInput, StagedOutput, Tier, Worker, WorkerOutcome, WorkerSpec};
+
+/// The test init binary.
+pub fn init_program() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_airlock-sandbox-testinit"))
+}
+
+pub fn tier() -> NativeTier {
+    NativeTier::new(init_program())
+}
+
+/// A temporary directory with mode 0755 (so an unprivileged helper can use it).
+pub struct Dir {
+    pub tmp: tempfile::TempDir,
+}
+
+impl Dir {
+    pub fn new() -> Dir {
+        let tmp = tempfile::Builder::new()
+            .prefix("airlock-sandbox-test-")
+            .tempdir()
+            .unwrap();
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        Dir { tmp }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.tmp.path().join(name)
+    }
+
+    pub fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let p = self.path(name);
+        std::fs::write(&p, bytes).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        p
+    }
+
+    /// An input staged from a file in this directory.
+    pub fn input(&self, name: &str, virtual_path: &str) -> StagedInput {
+        StagedInput {
+            virtual_path: virtual_path.into(),
+            file: File::open(self.path(name)).unwrap(),
+        }
+    }
+
+    /// An empty output staging file in this directory.
+    pub fn output(&self, name: &str, virtual_path: &str, max_bytes: u64) -> StagedOutput {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(self.path(name))
+            .unwrap();
+        StagedOutput {
+            virtual_path: virtual_path.into(),
+            file,
+            max_bytes,
+        }
+    }
+
+    pub fn read(&self, name: &str) -> Vec<u8> {
+        std::fs::read(self.path(name)).unwrap()
+    }
+}
+
+/// `sh -c SCRIPT sh ARGS...`
+pub fn sh(script: &str, args: &[&str]) -> WorkerSpec {
+    let mut argv = vec!["sh".to_string(), "-c".to_string(), script.to_string(), "sh".to_string()];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let mut spec = WorkerSpec::new(argv);
+    spec.timeout = Duration::from_secs(30);
+    spec
+}
+
+/// Runs a spec; on an error prints it and panics.
+pub fn run(spec: WorkerSpec) -> WorkerOutcome {
+    let argv = spec.argv.clone();
+    match tier().start(spec).and_then(|w| w.wait()) {
+        Ok(o) => o,
+        Err(e) => panic!("{argv:?} failed to run: {e} ({})", e.reason_code()),
+    }
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Prints an outcome for a failing assertion's context.
+pub fn show(o: &WorkerOutcome) -> String {
+    format!(
+        "exit={:?} timed_out={} cleanup={} output={:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.exit,
+        o.timed_out,
+        o.cleanup_confirmed,
+        o.output,
+        text(&o.stdout),
+        text(&o.stderr)
+    )
+}
+
+/// A marker unique to this test process and call.
+pub fn marker(tag: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "airlock-marker-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// Pids of live (non-zombie) processes whose command line contains `needle`.
+pub fn processes_with(needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        if cmdline.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let state = stat
+                .rsplit_once(") ")
+                .map(|(_, r)| r.chars().next().unwrap_or('?'))
+                .unwrap_or('?');
+            if state != 'Z' && state != 'X' {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+pub fn is_root() -> bool {
+    rustix_free_geteuid() == 0
+}
+
+fn rustix_free_geteuid() -> u32 {
+    // From /proc to keep the tests free of unsafe and extra dependencies.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let uid = status.lines().find_map(|l| l.strip_prefix("Uid:")).unwrap();
+    uid.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+pub fn which(program: &str) -> Option<PathBuf> {
+    ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
+        .iter()
+        .map(|d| Path::new(d).join(program))
+        .find(|p| p.exists())
+}

@@ -43,6 +43,8 @@ pub struct Report {
     pub bytes: Option<u64>,
     /// Samples per side.
     pub samples: usize,
+    /// More lines printed under the row (e.g. throughput under concurrency).
+    pub extra: Vec<String>,
 }
 
 impl Report {
@@ -78,6 +80,9 @@ impl fmt::Display for Report {
             if self.met() { "MET" } else { "MISSED" },
             self.samples,
         )?;
+        for line in &self.extra {
+            write!(f, "\n{:<44} {line}", "")?;
+        }
         if let Some(bytes) = self.bytes {
             let mbps = |d: Duration| bytes as f64 / d.as_secs_f64() / 1e6;
             write!(
@@ -119,4 +124,26 @@ pub fn compare(
         }
     }
     Ok((summarize(a), summarize(b)))
+}
+
+/// Runs `call` `total` times split over `callers` threads; returns calls per second.
+pub fn throughput(
+    callers: usize,
+    total: usize,
+    call: impl Fn(usize) -> Result<(), String> + Sync,
+) -> Result<f64, String> {
+    let start = Instant::now();
+    let per = total / callers;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..callers)
+            .map(|c| {
+                let call = &call;
+                s.spawn(move || (0..per).try_for_each(|i| call(c * per + i)))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().map_err(|_| "a caller panicked".to_string())?)
+    })?;
+    Ok((per * callers) as f64 / start.elapsed().as_secs_f64())
 }

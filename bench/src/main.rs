@@ -7,6 +7,7 @@
 
 mod harness;
 mod rows;
+mod run_rows;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -14,10 +14,20 @@ pub struct Row {
 }
 
 /// Every row, in the order they are printed.
-pub const ALL: &[Row] = &[Row {
-    name: "snapshot+hash 32 MiB vs sha256sum",
-    run: snapshot_vs_sha256sum,
-}];
+pub const ALL: &[Row] = &[
+    Row {
+        name: "snapshot+hash 32 MiB vs sha256sum",
+        run: snapshot_vs_sha256sum,
+    },
+    Row {
+        name: "airlock run trivial tool vs bwrap",
+        run: crate::run_rows::run_vs_bwrap,
+    },
+    Row {
+        name: "airlock run trivial tool vs bare command",
+        run: crate::run_rows::run_vs_bare,
+    },
+];
 
 const SNAPSHOT_BYTES: u64 = 32 * 1024 * 1024;
 
@@ -73,6 +83,7 @@ fn snapshot_vs_sha256sum(quick: bool) -> Result<Report, String> {
     let (candidate, baseline) = compare(samples, airlock, sha256sum)?;
     Ok(Report {
         name: ALL[0].name,
+        extra: Vec::new(),
         candidate,
         baseline,
         target: Target::TimeRatioAtMost(1.0 / 0.9),

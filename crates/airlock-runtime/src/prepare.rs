@@ -88,8 +88,16 @@ struct OpenedInput {
 
 impl Runtime {
     /// Prepares `request`. Nothing runs; on any refusal nothing is kept in
-    /// the state directory and no byte of a refused file has been read.
+    /// the state directory and no byte of a refused file has been read. The
+    /// prepared call is synced to disk, so it survives a crash for a later
+    /// dispatch.
     pub fn prepare(&self, request: &CallRequest) -> Result<PreparedCall, Refusal> {
+        self.prepare_call(request, true)
+    }
+
+    /// [`Runtime::prepare`], syncing the kept call only when `durable`
+    /// (a call run at once in this process does not need it).
+    pub(crate) fn prepare_call(&self, request: &CallRequest, durable: bool) -> Result<PreparedCall, Refusal> {
         id::check_invocation_id(&request.invocation_id)?;
         let tool = self.load_tool(&request.tool)?;
         let manifest = &tool.manifest;
@@ -193,7 +201,7 @@ impl Runtime {
                     parent,
                 }),
         };
-        let store = pending.commit(&record, &tool.text)?;
+        let store = pending.commit(&record, &tool.text, durable)?;
         Ok(PreparedCall {
             record,
             manifest: tool.manifest,

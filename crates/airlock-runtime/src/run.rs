@@ -32,9 +32,17 @@ impl Runtime {
         // Leftovers of callers that were killed are reaped first.
         let staging = StagingArea::open(self.state())?;
         staging.reap_stale()?;
-        let prepared = self.prepare(request)?;
-        let authorized = prepared.authorize(self.authorizer().as_ref())?;
-        self.execute(authorized, &staging)
+        let prepared = self.prepare_call(request, false)?;
+        let id = prepared.invocation_id().to_owned();
+        let result = prepared
+            .authorize(self.authorizer().as_ref())
+            .and_then(|call| self.execute(call, &staging));
+        // Whatever happened, the snapshots have served (or will never
+        // serve); the prepared record stays so the id is never reused.
+        if let Ok(dir) = self.invocations().and_then(|d| Ok(d.open_subdir(&id)?)) {
+            let _ = dir.remove_tree(crate::store::INPUTS_DIR);
+        }
+        result
     }
 
     fn execute(&self, call: AuthorizedCall, staging: &StagingArea) -> Result<Envelope, Refusal> {
@@ -129,8 +137,6 @@ impl Runtime {
             },
         };
         drop(call_staging);
-        // The snapshots have served; the prepared record stays for the id.
-        let _ = prepared.store().remove_tree(crate::store::INPUTS_DIR);
         Ok(envelope)
     }
 
@@ -213,8 +219,11 @@ fn judge(
 }
 
 fn worker_limits(manifest: &airlock_core::manifest::Manifest, max_file_bytes: u64) -> WorkerLimits {
+    // One byte of headroom: a tool that writes past the bound then leaves a
+    // file of max+1 bytes, which the export reports as over the limit, where
+    // a limit of exactly max would silently truncate to a publishable size.
     let mut limits = WorkerLimits {
-        file_size: max_file_bytes,
+        file_size: max_file_bytes.saturating_add(1),
         ..WorkerLimits::default()
     };
     if let Some(l) = &manifest.tool.limits {

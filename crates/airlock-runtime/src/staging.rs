@@ -1,7 +1,8 @@
-//! Per-call private staging under `STATE/staging/ID/`: the output file the
-//! worker's export lands in, and an `owner` record so that a later call or
-//! `airlock staging gc` can tell a live call's staging from one left by a
-//! process that was killed.
+//! Per-call private staging under `STATE/staging/ID@PID.START/`: the output
+//! file the worker's export lands in. The directory's name carries its
+//! owner's identity (pid and start time), so a later call or `airlock
+//! staging gc` can tell a live call's staging from one left by a process
+//! that was killed, with no window in which a new directory has no owner.
 //!
 //! The worker never sees this directory: the sandbox receives open file
 //! descriptors, and its init copies input bytes into the worker's own tmpfs.
@@ -14,7 +15,6 @@ use serde::Serialize;
 pub const STAGING: &str = "staging";
 /// The output file inside a call's staging directory.
 pub const OUTPUT_FILE: &str = "output";
-const OWNER_FILE: &str = "owner";
 
 /// `(pid, start time in clock ticks since boot)` of a process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -42,14 +42,14 @@ impl ProcessIdentity {
     }
 
     fn encode(&self) -> String {
-        format!("{} {}\n", self.pid, self.start_ticks)
+        format!("{}.{}", self.pid, self.start_ticks)
     }
 
     fn decode(s: &str) -> Option<ProcessIdentity> {
-        let mut it = s.split_whitespace();
+        let (pid, ticks) = s.split_once('.')?;
         Some(ProcessIdentity {
-            pid: it.next()?.parse().ok()?,
-            start_ticks: it.next()?.parse().ok()?,
+            pid: pid.parse().ok()?,
+            start_ticks: ticks.parse().ok()?,
         })
     }
 
@@ -82,6 +82,9 @@ pub struct StagingEntry {
     pub owner: Option<ProcessIdentity>,
     /// Whether that process is alive.
     pub live: bool,
+    /// The directory's name.
+    #[serde(skip)]
+    name: String,
 }
 
 impl StagingArea {
@@ -94,42 +97,34 @@ impl StagingArea {
 
     /// Creates the staging directory of invocation `id`, owned by this process.
     pub fn create(&self, id: &str) -> Result<CallStaging<'_>, Refusal> {
-        let dir = self.dir.create_subdir(id).map_err(|e| {
+        let me = ProcessIdentity::current()
+            .ok_or_else(|| Refusal::new(ReasonCode::Internal, "cannot read this process's identity from /proc"))?;
+        let name = format!("{id}@{}", me.encode());
+        let dir = self.dir.create_subdir(&name).map_err(|e| {
             Refusal::new(
                 ReasonCode::InvocationDuplicate,
                 format!("staging for {id:?} already exists: {}", e.message()),
             )
         })?;
-        let me = ProcessIdentity::current()
-            .ok_or_else(|| Refusal::new(ReasonCode::Internal, "cannot read this process's identity from /proc"))?;
-        dir.write_new_file(OWNER_FILE, me.encode().as_bytes())?;
-        Ok(CallStaging {
-            area: self,
-            name: id.to_owned(),
-            dir,
-        })
+        Ok(CallStaging { area: self, name, dir })
     }
 
     /// Every staging directory and whether its owner lives.
     pub fn status(&self) -> Result<Vec<StagingEntry>, Refusal> {
         let mut out = Vec::new();
         for name in self.dir.entries()? {
-            let owner = self.owner_of(&name);
+            let (id, owner) = match name.rsplit_once('@') {
+                Some((id, owner)) => (id.to_owned(), ProcessIdentity::decode(owner)),
+                None => (name.clone(), None),
+            };
             out.push(StagingEntry {
                 live: owner.is_some_and(|o| o.alive()),
-                invocation_id: name,
+                invocation_id: id,
                 owner,
+                name,
             });
         }
         Ok(out)
-    }
-
-    fn owner_of(&self, name: &str) -> Option<ProcessIdentity> {
-        use std::io::Read;
-        let dir = self.dir.open_subdir(name).ok()?;
-        let mut s = String::new();
-        dir.open_file(OWNER_FILE).ok()?.take(64).read_to_string(&mut s).ok()?;
-        ProcessIdentity::decode(&s)
     }
 
     /// Removes every staging directory whose owner is gone (or never
@@ -139,7 +134,7 @@ impl StagingArea {
         let mut removed = Vec::new();
         for entry in self.status()? {
             if !entry.live {
-                self.dir.remove_tree(&entry.invocation_id)?;
+                self.dir.remove_tree(&entry.name)?;
                 removed.push(entry.invocation_id);
             }
         }

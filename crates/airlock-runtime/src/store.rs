@@ -9,6 +9,7 @@
 use airlock_core::{Descriptor, DirIdentity, ReasonCode, Refusal};
 use airlock_hostfs::PrivateDir;
 use serde::{Deserialize, Serialize};
+use std::io::Write;
 
 /// Directory under the state dir that holds invocations.
 pub const INVOCATIONS: &str = "invocations";
@@ -91,12 +92,29 @@ impl<'a> PendingInvocation<'a> {
 
     /// Writes the record and manifest, then renames the directory to the
     /// invocation id; an id in use is `invocation.duplicate`.
-    pub fn commit(mut self, record: &PreparedRecord, manifest_text: &str) -> Result<PrivateDir, Refusal> {
+    pub fn commit(
+        mut self,
+        record: &PreparedRecord,
+        manifest_text: &str,
+        durable: bool,
+    ) -> Result<PrivateDir, Refusal> {
         let json = serde_json::to_vec_pretty(record).map_err(|e| Refusal::new(ReasonCode::Internal, e.to_string()))?;
-        self.dir
-            .write_new_file(MANIFEST_FILE, manifest_text.as_bytes())
-            .map_err(Refusal::from)?;
-        self.dir.write_new_file(PREPARED_FILE, &json).map_err(Refusal::from)?;
+        // The directory is private and renamed into place whole, so its
+        // files need no rename of their own; `durable` adds the syncs that
+        // let the call survive a crash for a later dispatch.
+        for (name, bytes) in [
+            (MANIFEST_FILE, manifest_text.as_bytes()),
+            (PREPARED_FILE, json.as_slice()),
+        ] {
+            let mut f = self.dir.create_file(name).map_err(Refusal::from)?;
+            f.write_all(bytes)
+                .and_then(|()| if durable { f.sync_all() } else { Ok(()) })
+                .map_err(|e| Refusal::new(ReasonCode::Internal, format!("writing {name}: {e}")))?;
+        }
+        if durable {
+            self.inputs.sync().map_err(Refusal::from)?;
+            self.dir.sync().map_err(Refusal::from)?;
+        }
         self.invocations
             .rename_noreplace(&self.tmp_name, &record.invocation_id)
             .map_err(|e| {
@@ -111,7 +129,9 @@ impl<'a> PendingInvocation<'a> {
                 }
             })?;
         self.committed = true;
-        self.invocations.sync().map_err(Refusal::from)?;
+        if durable {
+            self.invocations.sync().map_err(Refusal::from)?;
+        }
         self.invocations
             .open_subdir(&record.invocation_id)
             .map_err(Refusal::from)

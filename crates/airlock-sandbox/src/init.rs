@@ -14,7 +14,7 @@ use rustix::event::{PollFd, PollFlags};
 use rustix::process::{Gid, Pid, PidfdFlags, Signal, Uid, WaitOptions};
 use rustix::thread::UnshareFlags;
 
-use crate::error::{errno, SandboxError};
+use crate::error::{errno, OsErrno, SandboxError};
 use crate::sys::Forked;
 use crate::wire::{InitSpec, StatusMsg, StatusWriter, MAX_SPEC_BYTES};
 
@@ -95,6 +95,10 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
             errno: errno(e),
         })
     };
+    // Credential changes below clear the parent-death signal the caller may
+    // have armed (`NativeTier::die_with_caller`); remember it to re-arm.
+    let death_signal = rustix::process::parent_process_death_signal().ok().flatten();
+    let caller = rustix::process::getppid();
     if privileged_caller() {
         // Root outside must not be the worker's identity: drop root's
         // supplementary groups while we still may, then have a helper left in
@@ -125,6 +129,19 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
             errno: errno(e),
         }
     })?;
+    if let Some(signal) = death_signal {
+        rustix::process::set_parent_process_death_signal(Some(signal)).map_err(|e| SandboxError::ProcessAttr {
+            call: "prctl(PR_SET_PDEATHSIG)".into(),
+            errno: errno(e),
+        })?;
+        // The caller may have died while the signal was disarmed.
+        if rustix::process::getppid() != caller {
+            return Err(SandboxError::ProcessAttr {
+                call: "getppid() after re-arming PR_SET_PDEATHSIG".into(),
+                errno: OsErrno(libc::ESRCH),
+            });
+        }
+    }
     // Only now: a non-dumpable process's /proc/self files belong to root,
     // which would stop an unprivileged init writing its own maps.
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable).map_err(|e| {

@@ -2,8 +2,15 @@
 //! directories. One test binary, many modules (links once).
 
 mod attacks;
+mod cli_ux;
+mod concurrency;
+mod crash;
 mod prepare;
 mod race;
 mod resolvers;
+mod run;
+mod runkit;
 mod tools;
+mod unprivileged;
 mod util;
+mod worker;

@@ -1,0 +1,190 @@
+//! Issue 3 rows: `airlock run` of a trivial one-input/one-output tool beside
+//! the same job run bare and under `bwrap` (input bound read-only, output
+//! written through a bound file). airlock additionally snapshots and hashes
+//! the input, builds and digests the descriptor, stages, checks cleanup and
+//! publishes with a synced no-replace rename; bwrap does none of that.
+//! Target: airlock's p50 at most 2x bwrap's.
+
+use crate::harness::{compare, throughput, Report, Target};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+const TOOL: &str = r#"
+[tool]
+name = "copy"
+version = "1"
+binary = "cp"
+description = "copy one file"
+[args.input]
+position = 1
+required = true
+type = "path"
+[args.output]
+position = 2
+required = true
+type = "path"
+[command]
+exec = ["cp", "{input}", "{output}"]
+[filesystem]
+read = ["{input}"]
+create = ["{output}"]
+"#;
+
+struct Setup {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    airlock: PathBuf,
+    counter: AtomicUsize,
+}
+
+fn sibling_binary(name: &str) -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let path = exe.parent().ok_or("no parent")?.join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{} is missing: build it with `cargo build --release --workspace --bins`",
+            path.display()
+        ))
+    }
+}
+
+fn setup() -> Result<Setup, String> {
+    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let root = tmp.path().to_path_buf();
+    let w = |rel: &str, text: &str| -> Result<(), String> {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).map_err(|e| e.to_string())?;
+        std::fs::write(p, text).map_err(|e| e.to_string())
+    };
+    w(
+        "airlock.toml",
+        "[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n",
+    )?;
+    w("tools/copy.clad.toml", TOOL)?;
+    w("data/in.txt", &"a line of input for the trivial tool\n".repeat(100))?;
+    std::fs::create_dir_all(root.join("results")).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(root.join("bare")).map_err(|e| e.to_string())?;
+    Ok(Setup {
+        _tmp: tmp,
+        root,
+        airlock: sibling_binary("airlock")?,
+        counter: AtomicUsize::new(0),
+    })
+}
+
+fn check(out: std::io::Result<std::process::Output>, what: &str) -> Result<(), String> {
+    let out = out.map_err(|e| format!("{what}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+impl Setup {
+    fn airlock_once(&self) -> Result<(), String> {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let out = format!("results/out-{n}.txt");
+        check(
+            Command::new(&self.airlock)
+                .args(["run", "copy", "data/in.txt", &out])
+                .current_dir(&self.root)
+                .output(),
+            "airlock run",
+        )
+    }
+
+    fn bwrap_once(&self) -> Result<(), String> {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let out = self.root.join(format!("bare/bwrap-{n}.txt"));
+        std::fs::write(&out, "").map_err(|e| e.to_string())?;
+        let mut cmd = Command::new("bwrap");
+        cmd.args(["--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr"]);
+        for link in ["bin", "lib", "lib64", "sbin"] {
+            let host = Path::new("/").join(link);
+            match std::fs::read_link(&host) {
+                Ok(target) => cmd.args(["--symlink", target.to_str().unwrap(), host.to_str().unwrap()]),
+                Err(_) if host.is_dir() => cmd.args(["--ro-bind", host.to_str().unwrap(), host.to_str().unwrap()]),
+                Err(_) => &mut cmd,
+            };
+        }
+        cmd.args(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"])
+            .arg("--ro-bind")
+            .arg(self.root.join("data/in.txt"))
+            .arg("/workspace/data/in.txt")
+            .arg("--bind")
+            .arg(&out)
+            .arg("/workspace/results/out.txt")
+            .args(["--chdir", "/workspace", "cp", "data/in.txt", "results/out.txt"]);
+        check(cmd.output(), "bwrap")
+    }
+
+    fn bare_once(&self) -> Result<(), String> {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        check(
+            Command::new("cp")
+                .arg(self.root.join("data/in.txt"))
+                .arg(self.root.join(format!("bare/cp-{n}.txt")))
+                .output(),
+            "cp",
+        )
+    }
+}
+
+/// `airlock run` vs the same job under bwrap, with calls/s at 2 callers.
+pub fn run_vs_bwrap(quick: bool) -> Result<Report, String> {
+    let s = setup()?;
+    which("bwrap")?;
+    let samples = if quick { 10 } else { 60 };
+    let (candidate, baseline) = compare(samples, || s.airlock_once(), || s.bwrap_once())?;
+    let calls = if quick { 20 } else { 80 };
+    let airlock_rate = throughput(2, calls, |_| s.airlock_once())?;
+    let bwrap_rate = throughput(2, calls, |_| s.bwrap_once())?;
+    Ok(Report {
+        name: "airlock run trivial tool vs bwrap",
+        candidate,
+        baseline,
+        target: Target::TimeRatioAtMost(2.0),
+        bytes: None,
+        samples,
+        extra: vec![format!(
+            "2 concurrent callers: airlock {airlock_rate:.1} calls/s, bwrap {bwrap_rate:.1} calls/s, airlock/bwrap {:.3}",
+            airlock_rate / bwrap_rate
+        )],
+    })
+}
+
+/// `airlock run` vs the bare command: what the whole pipeline costs.
+pub fn run_vs_bare(quick: bool) -> Result<Report, String> {
+    let s = setup()?;
+    let samples = if quick { 10 } else { 60 };
+    let (candidate, baseline) = compare(samples, || s.airlock_once(), || s.bare_once())?;
+    Ok(Report {
+        name: "airlock run trivial tool vs bare command",
+        candidate,
+        baseline,
+        // Informational: no target is set against an unconfined command.
+        target: Target::TimeRatioAtMost(f64::INFINITY),
+        bytes: None,
+        samples,
+        extra: Vec::new(),
+    })
+}
+
+fn which(program: &str) -> Result<(), String> {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+        .unwrap_or(false);
+    if found {
+        Ok(())
+    } else {
+        Err(format!("{program} is not installed (apt-get install bubblewrap)"))
+    }
+}

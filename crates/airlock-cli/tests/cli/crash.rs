@@ -1,0 +1,192 @@
+//! SIGKILL of `airlock` in the middle of a run: the workers die with their
+//! caller, nothing is published, and the staging the dead caller left is
+//! reaped by `airlock staging gc` or by the next call's start-up cleanup.
+
+use crate::runkit::*;
+use crate::util::Project;
+use serde_json::json;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A project whose `nap` tool writes a partial output, then sleeps for
+/// its marker argument's seconds (timeout 60 s).
+fn nap_project() -> Project {
+    let p = Project::new();
+    p.write("data/in.txt", "quick\n");
+    let args = [("marker", "string"), ("output", "path")];
+    let script = r#"echo partial > "$2"; sleep "$1""#;
+    let fs = "[filesystem]\ncreate = [\"{output}\"]\n";
+    p.tool("nap", &sh_tool("nap", "timeout_seconds = 60", &args, script, fs));
+    p.tool("shcopy", &sh_tool("shcopy", "", IO_ARGS, r#"cat "$1" > "$2""#, IO_FS));
+    p
+}
+
+/// Starts `nap MARKER results/crash.txt --invocation-id ID` through `cmd`
+/// and waits (at most 10 s) until the tool's `sleep MARKER` runs.
+fn start_nap(mut cmd: Command, m: &str) -> Child {
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = cmd.spawn().expect("spawn airlock");
+    let started = wait_until(Duration::from_secs(10), || {
+        procs_with(m).iter().any(|(_, line)| line.starts_with("sleep "))
+    });
+    if !started {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the tool never started: {:?}", procs_with(m));
+    }
+    child
+}
+
+/// The staging area holds one directory, and it belongs to invocation `id`
+/// (its name may carry more, such as the owner's identity).
+#[track_caller]
+fn assert_staging_holds_only(p: &Project, id: &str) {
+    let entries = names(&p.path(".airlock/staging"));
+    assert!(
+        entries.len() == 1 && entries[0].starts_with(id),
+        "staging should hold {id}'s directory only: {entries:?}"
+    );
+}
+
+fn sigkill(child: &mut Child) {
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "{status:?}"
+    );
+}
+
+/// The whole crash story, with `airlock` command lines built by `cmd` and
+/// run by `run`: start a call, SIGKILL airlock, no process of the call
+/// survives, `staging status` shows the dead call, `staging gc` reaps it,
+/// and nothing was published.
+fn crash_story(p: &Project, cmd: &dyn Fn(&[&str]) -> Command, run: &dyn Fn(&[&str]) -> crate::util::Run) {
+    let m = marker(20);
+    let _guard = KillOnDrop(m.clone());
+    let mut child = start_nap(
+        cmd(&["run", "nap", &m, "results/crash.txt", "--invocation-id", "crash-1"]),
+        &m,
+    );
+    assert_staging_holds_only(p, "crash-1");
+    sigkill(&mut child);
+
+    // The workers die with their caller.
+    let gone = wait_until(Duration::from_secs(5), || procs_with(&m).is_empty());
+    assert!(
+        gone,
+        "5 s after SIGKILL of airlock, its call still runs: {:?}",
+        procs_with(&m)
+    );
+
+    let status = run(&["staging", "status"]);
+    status.assert_ok();
+    let calls = status.envelope["content"]["calls"].as_array().unwrap().clone();
+    assert_eq!(calls.len(), 1, "{status:#?}");
+    assert_eq!(calls[0]["invocation_id"], "crash-1");
+    assert_eq!(calls[0]["live"], false, "{status:#?}");
+    assert_eq!(calls[0]["owner"]["pid"], child.id(), "{status:#?}");
+
+    let gc = run(&["staging", "gc"]);
+    gc.assert_ok();
+    assert_eq!(gc.envelope["content"]["removed"], json!(["crash-1"]), "{gc:#?}");
+    assert_staging_empty(p);
+    let status = run(&["staging", "status"]);
+    assert_eq!(status.envelope["content"]["calls"], json!([]), "{status:#?}");
+
+    assert_absent_path(p, "results/crash.txt");
+    assert_no_candidates(p, "results");
+    assert_eq!(procs_with(&m), vec![], "a process of the killed call remains");
+}
+
+/// The workers of a SIGKILLed `airlock` die with it (run as the test's
+/// own user, root in CI).
+#[test]
+fn sigkill_of_airlock_leaves_nothing_behind() {
+    let p = nap_project();
+    crash_story(&p, &|args| p.command(args), &|args| p.run(args));
+}
+
+/// The same story for an unprivileged caller (uid 65534 via setpriv).
+#[test]
+fn sigkill_of_an_unprivileged_airlock_leaves_nothing_behind() {
+    let nobody = match Nobody::new() {
+        Ok(n) => n,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let p = nap_project();
+    nobody.adopt(&p);
+    crash_story(&p, &|args| nobody.command(p.root(), args), &|args| {
+        nobody.run(p.root(), args)
+    });
+}
+
+/// After a SIGKILL, `staging gc` removes exactly the dead call's staging and
+/// nothing of it is published (whatever became of its workers, which the
+/// guard kills at the end).
+#[test]
+fn after_sigkill_staging_gc_reaps_the_dead_call_and_nothing_is_published() {
+    let p = nap_project();
+    let m = marker(20);
+    let _guard = KillOnDrop(m.clone());
+    let mut child = start_nap(
+        p.command(&["run", "nap", &m, "results/crash.txt", "--invocation-id", "crash-1"]),
+        &m,
+    );
+    let status = p.run(&["staging", "status"]);
+    assert_eq!(
+        status.envelope["content"]["calls"][0]["live"], true,
+        "a running call is live: {status:#?}"
+    );
+    // A live call's staging is never reaped.
+    let gc = p.run(&["staging", "gc"]);
+    assert_eq!(gc.envelope["content"]["removed"], json!([]), "{gc:#?}");
+    assert_staging_holds_only(&p, "crash-1");
+
+    sigkill(&mut child);
+    let status = p.run(&["staging", "status"]);
+    status.assert_ok();
+    assert_eq!(status.envelope["content"]["calls"][0]["live"], false, "{status:#?}");
+    let gc = p.run(&["staging", "gc"]);
+    gc.assert_ok();
+    assert_eq!(gc.envelope["content"]["removed"], json!(["crash-1"]), "{gc:#?}");
+    assert_staging_empty(&p);
+    assert_absent_path(&p, "results/crash.txt");
+    assert_no_candidates(&p, "results");
+    // The id stays used.
+    let again = p.run(&["run", "nap", "1", "results/crash.txt", "--invocation-id", "crash-1"]);
+    again.assert_refused("invocation.duplicate", 77);
+}
+
+/// A later call of another tool reaps the stale staging by itself, and
+/// publishes its own output.
+#[test]
+fn a_later_run_reaps_the_stale_staging_of_a_killed_call() {
+    let p = nap_project();
+    let m = marker(20);
+    let _guard = KillOnDrop(m.clone());
+    let mut child = start_nap(
+        p.command(&["run", "nap", &m, "results/crash.txt", "--invocation-id", "crash-1"]),
+        &m,
+    );
+    sigkill(&mut child);
+    assert_staging_holds_only(&p, "crash-1");
+
+    let run = p.run(&[
+        "run",
+        "shcopy",
+        "data/in.txt",
+        "results/next.txt",
+        "--invocation-id",
+        "next-1",
+    ]);
+    run.assert_ok();
+    assert_eq!(std::fs::read_to_string(p.path("results/next.txt")).unwrap(), "quick\n");
+    assert_staging_empty(&p);
+    assert_absent_path(&p, "results/crash.txt");
+    assert_no_candidates(&p, "results");
+}

@@ -144,6 +144,8 @@ struct RawConfig {
 struct RawSandbox {
     tier: Option<Tier>,
     working_dir: Option<String>,
+    #[serde(default)]
+    parsers: Vec<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -176,6 +178,9 @@ pub struct Config {
     pub tier: Tier,
     /// Absolute directory where the worker sees declared paths.
     pub working_dir: String,
+    /// Custom output parsers (absolute paths in the worker image) that
+    /// manifests may name; any other is refused.
+    pub parsers: Vec<String>,
     /// Ceilings, at most [`MAX_CEILINGS`], with distinct virtual destinations.
     pub ceilings: Vec<Ceiling>,
     /// Resolver choice (`[filesystem] resolver`).
@@ -235,6 +240,7 @@ impl Config {
             tools_dir: base_dir.join(raw.tools_dir.as_deref().unwrap_or("tools")),
             tier: raw.sandbox.tier.unwrap_or(Tier::Native),
             working_dir,
+            parsers: raw.sandbox.parsers,
             ceilings,
             resolver: raw.filesystem.resolver.unwrap_or_default(),
             policy_files: raw.policy.files,

@@ -193,6 +193,8 @@ reason_codes! {
     ArgNotAllowed => "arg.not_allowed", Refused, DATA;
     /// The tool's standard output could not be parsed as its declared format.
     OutputParse => "output.parse", Failed, TOOL_FAILED;
+    /// The manifest names a custom parser that `[sandbox] parsers` does not allow.
+    OutputParserNotAllowed => "output.parser_not_allowed", Refused, NO_PERM;
     /// The tool removed, replaced or linked its output instead of writing it.
     OutputTampered => "output.tampered", Failed, TOOL_FAILED;
     // ---- running ----

@@ -10,16 +10,20 @@ use crate::authorize::AuthorizedCall;
 use crate::prepare::{CallRequest, PreparedCall};
 use crate::staging::{StagingArea, OUTPUT_FILE};
 use crate::Runtime;
+use airlock_core::manifest::{Manifest, OutputFormat};
 use airlock_core::output::{parse_output, DEFAULT_MAX_OUTPUT_BYTES};
 use airlock_core::{CreatedFile, Envelope, Evidence, ReasonCode, Refusal, Tier};
+use airlock_hostfs::PrivateDir;
+use airlock_sandbox::NativeTier;
 use airlock_sandbox::{
     ExitStatusKind, ImageMount, StagedInput, StagedOutput, Tier as _, Worker as _, WorkerLimits, WorkerOutcome,
     WorkerSpec,
 };
 use std::time::Duration;
 
-/// Bytes of the tool's standard error kept for the envelope of a failure.
-pub const STDERR_KEPT: usize = 4096;
+/// Bytes of the tool's standard output and error kept (the last ones) in
+/// the envelope of a failure.
+pub const OUTPUT_KEPT: usize = 4096;
 /// Bytes of standard error read from the worker.
 const STDERR_LIMIT: usize = 64 * 1024;
 /// `SIGXFSZ`: a write went past `RLIMIT_FSIZE`.
@@ -57,6 +61,23 @@ impl Runtime {
             ));
         }
         let tier = self.native_tier()?;
+        let parser = prepared
+            .manifest()
+            .output
+            .as_ref()
+            .and_then(|o| o.custom_parser())
+            .map(str::to_owned);
+        if let Some(p) = &parser {
+            if !self.config().parsers.iter().any(|allowed| allowed == p) {
+                return Err(Refusal::new(
+                    ReasonCode::OutputParserNotAllowed,
+                    format!(
+                        "the custom parser {p:?} is not in [sandbox] parsers {:?}",
+                        self.config().parsers
+                    ),
+                ));
+            }
+        }
         let d = prepared.descriptor().clone();
         let fs = &d.command_boundary.filesystem;
         let call_staging = staging.create(prepared.invocation_id())?;
@@ -110,14 +131,31 @@ impl Runtime {
             }),
             ..Envelope::ok()
         };
-        let envelope = match judge(&prepared, &outcome, manifest) {
+        let content = judge(&prepared, &outcome, manifest).and_then(|()| match &parser {
+            None => {
+                let format = manifest.output.as_ref().map(|o| o.format).unwrap_or(OutputFormat::Text);
+                parse_output(format, &outcome.stdout)
+            }
+            Some(program) => run_parser(
+                &tier,
+                program,
+                &outcome.stdout,
+                call_staging.dir(),
+                &self.config().working_dir,
+                manifest,
+            ),
+        });
+        let envelope = match content {
             Err(refusal) => Envelope {
                 status: refusal.code.status(),
                 error: Some(airlock_core::ErrorBody {
                     code: refusal.code,
                     message: refusal.message,
                 }),
-                content: Some(serde_json::json!({ "stderr": stderr_tail(&outcome.stderr) })),
+                content: Some(serde_json::json!({
+                    "stdout": output_tail(&outcome.stdout),
+                    "stderr": output_tail(&outcome.stderr),
+                })),
                 ..base
             },
             Ok(content) => match self.publish(&prepared, call_staging.dir()) {
@@ -160,13 +198,8 @@ impl Runtime {
     }
 }
 
-/// Decides, from what the worker did, whether the call succeeded; on
-/// success returns the parsed content.
-fn judge(
-    prepared: &PreparedCall,
-    outcome: &WorkerOutcome,
-    manifest: &airlock_core::manifest::Manifest,
-) -> Result<serde_json::Value, Refusal> {
+/// Decides, from what the worker did, whether the call succeeded.
+fn judge(prepared: &PreparedCall, outcome: &WorkerOutcome, manifest: &Manifest) -> Result<(), Refusal> {
     if !outcome.cleanup_confirmed {
         return Err(Refusal::new(
             ReasonCode::WorkerCleanup,
@@ -210,15 +243,10 @@ fn judge(
             "the tool's standard output is larger than [output] max_bytes",
         ));
     }
-    let format = manifest
-        .output
-        .as_ref()
-        .map(|o| o.format)
-        .unwrap_or(airlock_core::manifest::OutputFormat::Text);
-    parse_output(format, &outcome.stdout)
+    Ok(())
 }
 
-fn worker_limits(manifest: &airlock_core::manifest::Manifest, max_file_bytes: u64) -> WorkerLimits {
+fn worker_limits(manifest: &Manifest, max_file_bytes: u64) -> WorkerLimits {
     // One byte of headroom: a tool that writes past the bound then leaves a
     // file of max+1 bytes, which the export reports as over the limit, where
     // a limit of exactly max would silently truncate to a publishable size.
@@ -243,9 +271,9 @@ fn exit_number(exit: ExitStatusKind) -> i32 {
     }
 }
 
-fn stderr_tail(stderr: &[u8]) -> String {
-    let start = stderr.len().saturating_sub(STDERR_KEPT);
-    String::from_utf8_lossy(&stderr[start..]).into_owned()
+fn output_tail(bytes: &[u8]) -> String {
+    let start = bytes.len().saturating_sub(OUTPUT_KEPT);
+    String::from_utf8_lossy(&bytes[start..]).into_owned()
 }
 
 fn sandbox_code(code: &str) -> ReasonCode {
@@ -263,4 +291,68 @@ fn parse_id(s: &str) -> Result<u64, Refusal> {
             format!("bad directory identity {s:?} in the prepared record"),
         )
     })
+}
+
+/// Name of the raw output inside a parser's worker (ToolClad passes its path
+/// as `argv[1]`).
+const RAW_OUTPUT: &str = "raw_output";
+
+/// Runs a custom parser in a fresh worker with no file grant but the tool's
+/// bounded raw output, and parses its standard output as JSON.
+fn run_parser(
+    tier: &NativeTier,
+    program: &str,
+    raw: &[u8],
+    staging: &PrivateDir,
+    working_dir: &str,
+    manifest: &Manifest,
+) -> Result<serde_json::Value, Refusal> {
+    use std::io::Write;
+    let internal = |e: std::io::Error| Refusal::new(ReasonCode::Internal, format!("staging the raw output: {e}"));
+    staging.create_file(RAW_OUTPUT)?.write_all(raw).map_err(internal)?;
+    let stdout_max = manifest
+        .output
+        .as_ref()
+        .and_then(|o| o.max_bytes)
+        .unwrap_or(DEFAULT_MAX_OUTPUT_BYTES);
+    let spec = WorkerSpec {
+        argv: vec![program.to_owned(), RAW_OUTPUT.to_owned()],
+        env: Vec::new(),
+        working_dir: working_dir.to_owned(),
+        inputs: vec![StagedInput {
+            virtual_path: RAW_OUTPUT.to_owned(),
+            file: staging.open_file(RAW_OUTPUT)?,
+        }],
+        output: None,
+        image: ImageMount::default_image(),
+        limits: WorkerLimits::default(),
+        timeout: Duration::from_secs(manifest.tool.timeout_seconds),
+        stdout_limit: usize::try_from(stdout_max).unwrap_or(usize::MAX),
+        stderr_limit: STDERR_LIMIT,
+    };
+    let outcome = tier
+        .start(spec)
+        .and_then(|worker| worker.wait())
+        .map_err(|e| Refusal::new(sandbox_code(e.reason_code()), format!("parser {program}: {e}")))?;
+    let failed = |why: String| Refusal::new(ReasonCode::OutputParse, format!("the parser {program} {why}"));
+    if !outcome.cleanup_confirmed {
+        return Err(Refusal::new(
+            ReasonCode::WorkerCleanup,
+            "the parser's processes could not be confirmed gone",
+        ));
+    }
+    if outcome.timed_out {
+        return Err(failed("ran out of time".into()));
+    }
+    if !outcome.exit.success() {
+        return Err(failed(format!(
+            "failed ({:?}): {}",
+            outcome.exit,
+            output_tail(&outcome.stderr)
+        )));
+    }
+    if outcome.stdout_truncated {
+        return Err(failed("printed more than [output] max_bytes".into()));
+    }
+    serde_json::from_slice(&outcome.stdout).map_err(|e| failed(format!("did not print JSON: {e}")))
 }

@@ -5,6 +5,8 @@ mod attacks;
 mod cli_ux;
 mod concurrency;
 mod crash;
+mod examples;
+mod parser;
 mod prepare;
 mod race;
 mod resolvers;

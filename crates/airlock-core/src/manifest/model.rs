@@ -303,6 +303,19 @@ pub struct OutputDef {
     pub schema: Option<toml::Table>,
 }
 
+impl OutputDef {
+    /// The custom parser program, when `parser` is neither empty nor
+    /// `builtin:…`: an absolute, normal path inside the worker image (no `.`
+    /// or `..` component, no NUL). Anything else is not a custom parser.
+    pub fn custom_parser(&self) -> Option<&str> {
+        let p = self.parser.as_deref()?;
+        let rest = p.strip_prefix('/')?;
+        let normal =
+            !rest.is_empty() && !p.contains('\0') && rest.split('/').all(|c| !c.is_empty() && c != "." && c != "..");
+        normal.then_some(p)
+    }
+}
+
 /// `[filesystem]`: the files one call may read and create.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]

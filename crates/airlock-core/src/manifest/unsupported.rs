@@ -98,14 +98,15 @@ fn command_features(m: &Manifest, found: &mut Vec<String>) {
 
 fn output_features(m: &Manifest, found: &mut Vec<String>) {
     let Some(out) = &m.output else { return };
-    if out.format == OutputFormat::Xml {
-        found.push("[output] format = \"xml\"".to_owned());
+    if out.format == OutputFormat::Xml && out.custom_parser().is_none() {
+        found.push("[output] format = \"xml\" without a custom parser".to_owned());
     }
     if let Some(parser) = &out.parser {
         let builtin = format!("builtin:{}", out.format.as_str());
-        if *parser != builtin {
+        if *parser != builtin && out.custom_parser().is_none() {
             found.push(format!(
-                "[output] parser = {parser:?} (only {builtin:?} matches format {:?})",
+                "[output] parser = {parser:?} (a builtin parser must match format {:?}; a custom parser must be the \
+                 absolute path of a program in the worker image, and host scripts are never mounted)",
                 out.format.as_str()
             ));
         }

@@ -146,6 +146,7 @@ struct RawSandbox {
     working_dir: Option<String>,
     #[serde(default)]
     parsers: Vec<String>,
+    image: Option<Vec<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -181,6 +182,9 @@ pub struct Config {
     /// Custom output parsers (absolute paths in the worker image) that
     /// manifests may name; any other is refused.
     pub parsers: Vec<String>,
+    /// Host directories bound read-only into every worker at the same path;
+    /// `None` is the tier's default (`/usr`, `/bin`, `/sbin`, `/lib*`).
+    pub image: Option<Vec<String>>,
     /// Ceilings, at most [`MAX_CEILINGS`], with distinct virtual destinations.
     pub ceilings: Vec<Ceiling>,
     /// Resolver choice (`[filesystem] resolver`).
@@ -241,6 +245,11 @@ impl Config {
             tier: raw.sandbox.tier.unwrap_or(Tier::Native),
             working_dir,
             parsers: raw.sandbox.parsers,
+            image: raw
+                .sandbox
+                .image
+                .map(|dirs| dirs.into_iter().map(|d| check_image_dir(&d)).collect())
+                .transpose()?,
             ceilings,
             resolver: raw.filesystem.resolver.unwrap_or_default(),
             policy_files: raw.policy.files,
@@ -259,6 +268,31 @@ impl Config {
             })
             .max_by_key(|(c, _)| c.depth())
     }
+}
+
+/// An image directory: absolute, normal, not `/`, not under `/proc`,
+/// `/sys` or `/dev` (the runtime also refuses one that holds the state
+/// directory or a ceiling).
+fn check_image_dir(dir: &str) -> Result<String, Refusal> {
+    let bad = |why: &str| {
+        Refusal::new(
+            ReasonCode::ConfigInvalid,
+            format!("[sandbox] image entry {dir:?}: {why}"),
+        )
+    };
+    let rest = dir.strip_prefix('/').ok_or_else(|| bad("must be absolute"))?;
+    if rest.is_empty() {
+        return Err(bad("the whole host file system is never an image"));
+    }
+    if rest.split('/').any(|c| c.is_empty() || c == "." || c == "..") || dir.contains('\0') {
+        return Err(bad("must be a normal path"));
+    }
+    for p in PROTECTED_HOST_PATHS {
+        if dir == *p || dir.starts_with(&format!("{p}/")) {
+            return Err(bad("is a protected host path"));
+        }
+    }
+    Ok(dir.to_owned())
 }
 
 fn check_working_dir(dir: &str) -> Result<(), Refusal> {
@@ -344,6 +378,12 @@ mod tests {
             r#"[sandbox]
                working_dir = "/proc/x""#,
             r#"bogus = 1"#,
+            r#"[sandbox]
+               image = ["/"]"#,
+            r#"[sandbox]
+               image = ["/proc/self"]"#,
+            r#"[sandbox]
+               image = ["usr"]"#,
             r#"[limits]
                max_inputs = 64"#,
         ];

@@ -81,6 +81,7 @@ impl Runtime {
                 })?;
             }
         }
+        check_image(&config, &protected)?;
         Ok(Runtime {
             authority,
             init_program: None,
@@ -143,6 +144,14 @@ impl Runtime {
         Ok(tier)
     }
 
+    /// The image directories bound read-only into every worker.
+    pub fn image(&self) -> Vec<airlock_sandbox::ImageMount> {
+        match &self.config.image {
+            None => airlock_sandbox::ImageMount::default_image(),
+            Some(dirs) => dirs.iter().map(airlock_sandbox::ImageMount::new).collect(),
+        }
+    }
+
     /// The state directory.
     pub fn state(&self) -> &PrivateDir {
         &self.state
@@ -159,4 +168,36 @@ impl Runtime {
     pub(crate) fn invocations(&self) -> Result<PrivateDir, Refusal> {
         Ok(self.state.ensure_subdir(store::INVOCATIONS)?)
     }
+}
+
+/// Refuses an image directory that overlaps the state directory or a
+/// ceiling: the image is visible to every tool, so it must hold neither.
+fn check_image(config: &Config, protected: &Protected) -> Result<(), Refusal> {
+    let Some(dirs) = &config.image else { return Ok(()) };
+    let ceilings: Vec<std::path::PathBuf> = config
+        .ceilings
+        .iter()
+        .filter_map(|c| std::fs::canonicalize(&c.host).ok())
+        .collect();
+    for dir in dirs {
+        let real = std::fs::canonicalize(dir)
+            .map_err(|e| Refusal::new(ReasonCode::ConfigInvalid, format!("[sandbox] image entry {dir:?}: {e}")))?;
+        let overlaps = |other: &std::path::Path| real.starts_with(other) || other.starts_with(&real);
+        if overlaps(&protected.state_dir) {
+            return Err(Refusal::new(
+                ReasonCode::ConfigInvalid,
+                format!("[sandbox] image entry {dir:?} overlaps the state directory"),
+            ));
+        }
+        if let Some(c) = ceilings.iter().find(|c| overlaps(c)) {
+            return Err(Refusal::new(
+                ReasonCode::ConfigInvalid,
+                format!(
+                    "[sandbox] image entry {dir:?} overlaps the ceiling {}; every tool would see it",
+                    c.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }

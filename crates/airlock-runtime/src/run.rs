@@ -109,7 +109,7 @@ impl Runtime {
             working_dir: self.config().working_dir.clone(),
             inputs,
             output,
-            image: ImageMount::default_image(),
+            image: self.image(),
             limits: worker_limits(manifest, fs.max_file_bytes),
             timeout: Duration::from_secs(manifest.tool.timeout_seconds),
             stdout_limit: usize::try_from(stdout_max).unwrap_or(usize::MAX),
@@ -136,14 +136,14 @@ impl Runtime {
                 let format = manifest.output.as_ref().map(|o| o.format).unwrap_or(OutputFormat::Text);
                 parse_output(format, &outcome.stdout)
             }
-            Some(program) => run_parser(
-                &tier,
-                program,
-                &outcome.stdout,
-                call_staging.dir(),
-                &self.config().working_dir,
-                manifest,
-            ),
+            Some(program) => {
+                let place = ParserPlace {
+                    staging: call_staging.dir(),
+                    working_dir: &self.config().working_dir,
+                    image: self.image(),
+                };
+                run_parser(&tier, program, &outcome.stdout, place, manifest)
+            }
         });
         let envelope = match content {
             Err(refusal) => Envelope {
@@ -299,14 +299,25 @@ const RAW_OUTPUT: &str = "raw_output";
 
 /// Runs a custom parser in a fresh worker with no file grant but the tool's
 /// bounded raw output, and parses its standard output as JSON.
+/// Where a parser runs: the call's staging, the worker's directory, the image.
+struct ParserPlace<'a> {
+    staging: &'a PrivateDir,
+    working_dir: &'a str,
+    image: Vec<ImageMount>,
+}
+
 fn run_parser(
     tier: &NativeTier,
     program: &str,
     raw: &[u8],
-    staging: &PrivateDir,
-    working_dir: &str,
+    place: ParserPlace<'_>,
     manifest: &Manifest,
 ) -> Result<serde_json::Value, Refusal> {
+    let ParserPlace {
+        staging,
+        working_dir,
+        image,
+    } = place;
     use std::io::Write;
     let internal = |e: std::io::Error| Refusal::new(ReasonCode::Internal, format!("staging the raw output: {e}"));
     staging.create_file(RAW_OUTPUT)?.write_all(raw).map_err(internal)?;
@@ -324,7 +335,7 @@ fn run_parser(
             file: staging.open_file(RAW_OUTPUT)?,
         }],
         output: None,
-        image: ImageMount::default_image(),
+        image,
         limits: WorkerLimits::default(),
         timeout: Duration::from_secs(manifest.tool.timeout_seconds),
         stdout_limit: usize::try_from(stdout_max).unwrap_or(usize::MAX),

@@ -256,3 +256,41 @@ fn a_run_refused_after_prepare_keeps_no_copy_of_its_inputs() {
         kept.join("\n")
     );
 }
+
+#[test]
+fn the_image_is_configurable_and_never_exposes_state_or_ceilings() {
+    let p = crate::util::Project::with_config(
+        "[sandbox]\nimage = [\"/usr\", \"/lib\", \"/lib64\"]\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n",
+    );
+    p.write(
+        "tools/ls.clad.toml",
+        "[tool]\nname = \"ls\"\nversion = \"1\"\ndescription = \"d\"\n[command]\nexec = [\"/usr/bin/sh\", \"-c\", \"for d in /usr /bin /sbin; do test -e $d && echo $d; done; true\"]\n",
+    );
+    let run = p.run(&["run", "ls"]);
+    run.assert_ok();
+    let listing = run.envelope["content"]["raw_output"].as_str().unwrap().to_owned();
+    assert!(listing.contains("usr"), "{listing}");
+    assert!(
+        !listing.split_whitespace().any(|e| e == "lib64" || e == "sbin"),
+        "only the configured image: {listing}"
+    );
+    for bad in ["data", ".airlock", ""] {
+        let q = crate::util::Project::new();
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().mode(0o700).create(q.path(".airlock")).unwrap();
+        let dir = q.root().join(bad).canonicalize().unwrap();
+        q.write(
+            "airlock.toml",
+            format!(
+                "[sandbox]\nimage = [{:?}]\n[filesystem]\nroots = [\"./data:data:ro\"]\n",
+                dir.display().to_string()
+            ),
+        );
+        let run = q.run(&["tools", "list"]);
+        assert_eq!(
+            (run.reason(), run.code),
+            ("config.invalid", 78),
+            "image {bad:?}: {run:#?}"
+        );
+    }
+}

@@ -98,11 +98,6 @@ impl Runtime {
             }),
         };
         let manifest = prepared.manifest();
-        let stdout_max = manifest
-            .output
-            .as_ref()
-            .and_then(|o| o.max_bytes)
-            .unwrap_or(DEFAULT_MAX_OUTPUT_BYTES);
         let spec = WorkerSpec {
             argv: d.argv.clone(),
             env: Vec::new(),
@@ -112,13 +107,10 @@ impl Runtime {
             image: self.image(),
             limits: worker_limits(manifest, fs.max_file_bytes),
             timeout: Duration::from_secs(manifest.tool.timeout_seconds),
-            stdout_limit: usize::try_from(stdout_max).unwrap_or(usize::MAX),
+            stdout_limit: stdout_limit(manifest),
             stderr_limit: STDERR_LIMIT,
         };
-        let outcome = tier
-            .start(spec)
-            .and_then(|worker| worker.wait())
-            .map_err(|e| Refusal::new(sandbox_code(e.reason_code()), e.to_string()))?;
+        let outcome = run_worker(&tier, spec, "the tool")?;
 
         let base = Envelope {
             invocation_id: Some(prepared.invocation_id().to_owned()),
@@ -264,6 +256,23 @@ fn worker_limits(manifest: &Manifest, max_file_bytes: u64) -> WorkerLimits {
     limits
 }
 
+/// Starts a worker and waits for it; a sandbox failure is a refusal naming `what`.
+fn run_worker(tier: &NativeTier, spec: WorkerSpec, what: &str) -> Result<WorkerOutcome, Refusal> {
+    tier.start(spec)
+        .and_then(|worker| worker.wait())
+        .map_err(|e| Refusal::new(sandbox_code(e.reason_code()), format!("{what}: {e}")))
+}
+
+/// `[output] max_bytes` of the tool's standard output, as a pipe bound.
+fn stdout_limit(manifest: &Manifest) -> usize {
+    let max = manifest
+        .output
+        .as_ref()
+        .and_then(|o| o.max_bytes)
+        .unwrap_or(DEFAULT_MAX_OUTPUT_BYTES);
+    usize::try_from(max).unwrap_or(usize::MAX)
+}
+
 fn exit_number(exit: ExitStatusKind) -> i32 {
     match exit {
         ExitStatusKind::Exited(c) => c,
@@ -321,11 +330,6 @@ fn run_parser(
     use std::io::Write;
     let internal = |e: std::io::Error| Refusal::new(ReasonCode::Internal, format!("staging the raw output: {e}"));
     staging.create_file(RAW_OUTPUT)?.write_all(raw).map_err(internal)?;
-    let stdout_max = manifest
-        .output
-        .as_ref()
-        .and_then(|o| o.max_bytes)
-        .unwrap_or(DEFAULT_MAX_OUTPUT_BYTES);
     let spec = WorkerSpec {
         argv: vec![program.to_owned(), RAW_OUTPUT.to_owned()],
         env: Vec::new(),
@@ -338,13 +342,10 @@ fn run_parser(
         image,
         limits: WorkerLimits::default(),
         timeout: Duration::from_secs(manifest.tool.timeout_seconds),
-        stdout_limit: usize::try_from(stdout_max).unwrap_or(usize::MAX),
+        stdout_limit: stdout_limit(manifest),
         stderr_limit: STDERR_LIMIT,
     };
-    let outcome = tier
-        .start(spec)
-        .and_then(|worker| worker.wait())
-        .map_err(|e| Refusal::new(sandbox_code(e.reason_code()), format!("parser {program}: {e}")))?;
+    let outcome = run_worker(tier, spec, &format!("the parser {program}"))?;
     let failed = |why: String| Refusal::new(ReasonCode::OutputParse, format!("the parser {program} {why}"));
     if !outcome.cleanup_confirmed {
         return Err(Refusal::new(

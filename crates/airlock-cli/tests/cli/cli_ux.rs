@@ -277,7 +277,10 @@ fn the_image_is_configurable_and_never_exposes_state_or_ceilings() {
     for bad in ["data", ".airlock", ""] {
         let q = crate::util::Project::new();
         use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new().mode(0o700).create(q.path(".airlock")).unwrap();
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(q.path(".airlock"))
+            .unwrap();
         let dir = q.root().join(bad).canonicalize().unwrap();
         q.write(
             "airlock.toml",

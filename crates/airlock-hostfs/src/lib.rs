@@ -48,12 +48,14 @@ mod error;
 mod input;
 mod output;
 mod private;
+mod publish;
 mod resolve;
 
 pub use authority::HostAuthority;
 pub use dir::Dir;
 pub use error::{Error, Result};
 pub use input::{InputFile, SnapshotInfo};
-pub use output::{HeldOutput, Published, CANDIDATE_PREFIX};
+pub use output::HeldOutput;
 pub use private::{random_suffix, PrivateDir};
+pub use publish::{Candidate, EntryIdentity, Published, CANDIDATE_PREFIX};
 pub use resolve::{Resolver, ResolverKind};

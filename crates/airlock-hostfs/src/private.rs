@@ -199,6 +199,74 @@ impl PrivateDir {
         Ok(File::from(fd))
     }
 
+    /// Opens file `name` for reading and appending, creating it `0600` if
+    /// missing: `openat(O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK
+    /// | O_CLOEXEC)`. A final symlink is never followed (`ELOOP`). Nothing
+    /// about what was opened is checked here: the caller checks type, owner,
+    /// mode and links with `fstat` on the handle, so it can say precisely
+    /// what is wrong, and syncs this directory if the file may be new.
+    pub fn open_append(&self, name: &str) -> Result<File> {
+        check_name(name)?;
+        let fd = rustix::fs::openat(
+            self.dir.as_fd(),
+            name,
+            OFlags::RDWR | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| {
+            Error::syscall(
+                ReasonCode::Internal,
+                format_args!("openat({name:?}, O_RDWR|O_APPEND|O_CREAT|O_NOFOLLOW)"),
+                e,
+            )
+        })?;
+        Ok(File::from(fd))
+    }
+
+    /// Opens entry `name` read-only without checking its type:
+    /// `openat(O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)`, so a final
+    /// symlink fails (`ELOOP`) and a FIFO does not block. For callers that
+    /// check the handle themselves with `fstat` (see [`PrivateDir::open_file`]
+    /// for one that refuses anything but a regular file).
+    pub fn open_nofollow(&self, name: &str) -> Result<File> {
+        check_name(name)?;
+        let fd = rustix::fs::openat(
+            self.dir.as_fd(),
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| {
+            Error::syscall(
+                ReasonCode::Internal,
+                format_args!("openat({name:?}, O_RDONLY|O_NOFOLLOW)"),
+                e,
+            )
+        })?;
+        Ok(File::from(fd))
+    }
+
+    /// Writes `bytes` to file `name`, synced, replacing whatever entry had
+    /// that name in one step: written `0600` to a temporary name, synced,
+    /// then `renameat` over `name` (a link called `name` is replaced, never
+    /// followed), and this directory synced.
+    pub fn replace_file(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        use std::io::Write;
+        check_name(name)?;
+        let tmp = format!(".tmp-{name}-{}", random_suffix());
+        let mut f = self.create_file(&tmp)?;
+        let written = f.write_all(bytes).and_then(|()| f.sync_all());
+        if let Err(e) = written {
+            let _ = self.remove_tree(&tmp);
+            return Err(Error::new(ReasonCode::Internal, format!("writing {name:?}: {e}")));
+        }
+        rustix::fs::renameat(self.dir.as_fd(), tmp.as_str(), self.dir.as_fd(), name).map_err(|e| {
+            let _ = self.remove_tree(&tmp);
+            Error::syscall(ReasonCode::Internal, format_args!("renameat({tmp:?}, {name:?})"), e)
+        })?;
+        self.sync()
+    }
+
     /// Writes `bytes` to a new file `name`, synced, in one step: written to
     /// a temporary name first, then renamed without replacing anything.
     pub fn write_new_file(&self, name: &str, bytes: &[u8]) -> Result<()> {
@@ -338,4 +406,65 @@ pub fn random_suffix() -> String {
     rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty())
         .expect("getrandom never fails for 8 bytes");
     hex::encode(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Seek, SeekFrom, Write};
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+
+    fn state() -> (tempfile::TempDir, PrivateDir) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = PrivateDir::open_or_create(&HostAuthority::ambient(), &tmp.path().join("state")).unwrap();
+        (tmp, dir)
+    }
+
+    #[test]
+    fn open_append_creates_0600_and_appends_at_the_end() {
+        let (_tmp, dir) = state();
+        let mut a = dir.open_append("log").unwrap();
+        assert_eq!(a.metadata().unwrap().mode() & 0o7777, 0o600);
+        a.write_all(b"one\n").unwrap();
+        let mut b = dir.open_append("log").unwrap();
+        b.seek(SeekFrom::Start(0)).unwrap();
+        b.write_all(b"two\n").unwrap();
+        let mut text = String::new();
+        b.seek(SeekFrom::Start(0)).unwrap();
+        b.read_to_string(&mut text).unwrap();
+        assert_eq!(text, "one\ntwo\n");
+    }
+
+    #[test]
+    fn open_append_and_open_nofollow_refuse_a_symlink() {
+        let (tmp, dir) = state();
+        std::fs::write(tmp.path().join("target"), b"x").unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("target"), tmp.path().join("state/link")).unwrap();
+        assert_eq!(dir.open_append("link").unwrap_err().errno(), Some(Errno::LOOP));
+        assert_eq!(dir.open_nofollow("link").unwrap_err().errno(), Some(Errno::LOOP));
+        assert_eq!(std::fs::read(tmp.path().join("target")).unwrap(), b"x");
+    }
+
+    #[test]
+    fn open_nofollow_does_not_block_on_a_fifo() {
+        let (tmp, dir) = state();
+        rustix::fs::mkfifoat(CWD, tmp.path().join("state/fifo"), Mode::from_raw_mode(0o600)).unwrap();
+        let f = dir.open_nofollow("fifo").unwrap();
+        assert!(f.metadata().unwrap().file_type().is_fifo());
+    }
+
+    #[test]
+    fn replace_file_replaces_a_link_not_its_target() {
+        let (tmp, dir) = state();
+        std::fs::write(tmp.path().join("target"), b"keep").unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("target"), tmp.path().join("state/pub")).unwrap();
+        dir.replace_file("pub", b"new").unwrap();
+        assert_eq!(std::fs::read(tmp.path().join("target")).unwrap(), b"keep");
+        let meta = std::fs::symlink_metadata(tmp.path().join("state/pub")).unwrap();
+        assert!(meta.is_file());
+        assert_eq!(meta.mode() & 0o7777, 0o600);
+        dir.replace_file("pub", b"newer").unwrap();
+        assert_eq!(std::fs::read(tmp.path().join("state/pub")).unwrap(), b"newer");
+        assert_eq!(dir.entries().unwrap(), vec!["pub".to_string()]);
+    }
 }

@@ -1,0 +1,6 @@
+//! Integration tests: one binary, modules per concern.
+
+mod concurrency;
+mod journal;
+mod key;
+mod util;

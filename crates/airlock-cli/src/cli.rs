@@ -41,6 +41,18 @@ pub enum Command {
     /// Inspect or clean the per-call staging area.
     #[command(subcommand)]
     Staging(StagingCommand),
+    /// Verify or show the signed journal.
+    #[command(subcommand)]
+    Journal(JournalCommand),
+    /// Inspect or recover one invocation.
+    #[command(subcommand)]
+    Invocation(InvocationCommand),
+    /// Print an in-toto statement (DSSE, signed with the journal key) of what
+    /// an invocation published.
+    Attest {
+        /// Invocation id.
+        id: String,
+    },
     /// Report what this host supports (user namespaces, Landlock, seccomp,
     /// openat2, cgroup delegation) and which tiers can run here.
     Doctor,
@@ -84,5 +96,44 @@ pub enum ToolsCommand {
     Schema {
         /// A manifest path or tool name.
         tool: String,
+    },
+}
+
+/// `airlock journal …`.
+#[derive(Debug, Subcommand)]
+pub enum JournalCommand {
+    /// Check every signature and the hash chain from the public key alone.
+    Verify {
+        /// Pinned public key file (`ed25519:HEX`); default: the state dir's journal.pub.
+        #[arg(long, value_name = "FILE")]
+        public_key: Option<PathBuf>,
+        /// Journal file to check; default: the state dir's journal.jsonl.
+        #[arg(long, value_name = "FILE")]
+        journal: Option<PathBuf>,
+    },
+    /// Print the journal, one record a line (`--json` for machines).
+    Show {
+        /// One JSON envelope holding every record.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `airlock invocation …`.
+#[derive(Debug, Subcommand)]
+pub enum InvocationCommand {
+    /// Where an invocation's publication stands: settled, ready_to_publish,
+    /// published, unannounced, missing or conflict.
+    Inspect {
+        /// Invocation id.
+        id: String,
+    },
+    /// Finish or discard an interrupted publication (never re-runs the tool).
+    Recover {
+        /// Invocation id.
+        id: String,
+        /// Give up the candidate when the state is missing or conflict.
+        #[arg(long)]
+        discard: bool,
     },
 }

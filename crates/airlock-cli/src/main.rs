@@ -30,8 +30,17 @@ fn main() -> ExitCode {
         }
     };
     let pretty = cli.pretty;
-    let envelope = commands::run(cli).unwrap_or_else(|refusal| Envelope::from_refusal(&refusal));
-    emit(&envelope, pretty)
+    match commands::run(cli) {
+        Ok(commands::Answer::Text(text)) => {
+            let mut out = std::io::stdout().lock();
+            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::from(exit::SOFTWARE as u8),
+            }
+        }
+        Ok(commands::Answer::Envelope(envelope)) => emit(&envelope, pretty),
+        Err(refusal) => emit(&Envelope::from_refusal(&refusal), pretty),
+    }
 }
 
 /// Prints the envelope and returns its exit code; a refusal is also said on

@@ -212,6 +212,23 @@ reason_codes! {
     SandboxSetup => "sandbox.setup_failed", Error, SOFTWARE;
     /// The worker's processes could not be confirmed gone; nothing is published.
     WorkerCleanup => "worker.cleanup_unconfirmed", Error, SOFTWARE;
+    // ---- journal and recovery ----
+    /// A publication's outcome is unconfirmed; new effects wait for `airlock invocation recover`.
+    JournalUnconfirmed => "journal.unconfirmed", Refused, NO_PERM;
+    /// The journal or its key is unsafe (ownership, mode, links) or missing.
+    JournalKeyUnsafe => "journal.key_unsafe", Error, CONFIG;
+    /// The journal is damaged (torn tail, bad record, other key, full); appends stop.
+    JournalCorrupt => "journal.corrupt", Error, SOFTWARE;
+    /// The journal could not be written or read.
+    JournalIo => "journal.io", Error, SOFTWARE;
+    /// Journal verification found a bad record.
+    JournalInvalid => "journal.invalid", Failed, TOOL_FAILED;
+    /// Recovery found a conflict an operator must look at (`--discard` to give up the candidate).
+    RecoveryConflict => "recovery.conflict", Refused, NO_PERM;
+    /// The invocation is still being run by a live process.
+    InvocationActive => "invocation.active", Refused, TEMP_FAIL;
+    /// Nothing was published by that invocation, so there is nothing to attest.
+    AttestNothing => "attest.nothing_published", Refused, NO_INPUT;
     // ---- configuration and host ----
     /// `airlock.toml` is malformed or inconsistent.
     ConfigInvalid => "config.invalid", Error, CONFIG;

@@ -49,6 +49,40 @@ impl HeldOutput {
         Ok(held)
     }
 
+    /// Re-opens the parent of an output that may already exist (for
+    /// recovery): like [`HeldOutput::hold`] without the absence check, and
+    /// refusing (`output.parent_changed`) a parent whose `(dev, ino)` is not
+    /// `expected_parent`.
+    pub fn reopen(
+        resolver: &Resolver,
+        ceiling: &Dir,
+        rel: &RelPath,
+        path: &RelPath,
+        expected_parent: (u64, u64),
+    ) -> Result<HeldOutput> {
+        let parent = match rel.parent() {
+            None => ceiling.try_clone()?,
+            Some(parent) => {
+                let fd = resolver.open_beneath(ceiling.as_fd(), &parent, OFlags::RDONLY | OFlags::DIRECTORY)?;
+                Dir::from_fd(fd)?
+            }
+        };
+        if parent.dev_ino() != expected_parent {
+            return Err(Error::new(
+                ReasonCode::OutputParentChanged,
+                format!(
+                    "the parent directory of {:?} is not the one the journal recorded",
+                    path.as_str()
+                ),
+            ));
+        }
+        Ok(HeldOutput {
+            parent,
+            name: rel.file_name().to_owned(),
+            path: path.clone(),
+        })
+    }
+
     /// Refuses (`output.exists`) if anything — file, directory, symlink,
     /// dangling symlink, FIFO — has the output's name in the held parent.
     pub fn ensure_absent(&self) -> Result<()> {

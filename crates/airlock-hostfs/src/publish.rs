@@ -77,11 +77,15 @@ impl HeldOutput {
     /// Step 1: checks the parent is still `expected_parent` and the name is
     /// still free, then copies `source` (at most `max_bytes`) into a new
     /// `0600` candidate beside the destination and syncs it.
+    /// The candidate is named [`CANDIDATE_PREFIX`] + `tag` (a single safe
+    /// component, such as the invocation id), so recovery can find it even
+    /// when a crash came before any record named it.
     pub fn write_candidate(
         &self,
         source: &mut std::fs::File,
         max_bytes: u64,
         expected_parent: (u64, u64),
+        tag: &str,
     ) -> Result<Candidate<'_>> {
         let now = rustix::fs::fstat(self.parent.as_fd())
             .map_err(|e| Error::syscall(ReasonCode::Internal, "fstat(parent)", e))?;
@@ -95,7 +99,13 @@ impl HeldOutput {
             ));
         }
         self.ensure_absent()?;
-        let name = format!("{CANDIDATE_PREFIX}{}", crate::random_suffix());
+        if tag.is_empty() || tag.contains('/') || tag.contains('\0') || tag.len() > 128 {
+            return Err(Error::new(
+                ReasonCode::Internal,
+                format!("invalid candidate tag {tag:?}"),
+            ));
+        }
+        let name = format!("{CANDIDATE_PREFIX}{tag}");
         let fd = rustix::fs::openat(
             self.parent.as_fd(),
             name.as_str(),
@@ -130,16 +140,6 @@ impl HeldOutput {
             dev_ino: (st.st_dev, st.st_ino),
         };
         Ok(candidate)
-    }
-
-    /// Writes a candidate and publishes it at once (no journal between).
-    pub fn publish(
-        &self,
-        source: &mut std::fs::File,
-        max_bytes: u64,
-        expected_parent: (u64, u64),
-    ) -> Result<Published> {
-        self.write_candidate(source, max_bytes, expected_parent)?.publish()
     }
 
     /// What is at `name` in the held parent, if anything (no link followed).

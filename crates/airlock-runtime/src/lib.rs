@@ -23,15 +23,19 @@
 //! ```
 #![deny(missing_docs)]
 
+mod attest;
 mod authorize;
 mod ceilings;
 mod id;
+pub mod ledger;
 mod prepare;
+pub mod recovery;
 mod run;
 pub mod staging;
 pub mod store;
 pub mod tools;
 
+pub use attest::{IN_TOTO_PAYLOAD_TYPE, PREDICATE_TYPE};
 pub use authorize::{AuthorizedCall, Authorizer, Decision, DefaultPolicy, UnavailablePolicy, DEFAULT_POLICY_ID};
 pub use ceilings::Protected;
 pub use id::{check_invocation_id, new_invocation_id};
@@ -44,6 +48,7 @@ use airlock_hostfs::{HostAuthority, PrivateDir, Resolver};
 #[derive(Debug)]
 pub struct Runtime {
     authority: HostAuthority,
+    journal: airlock_journal::Journal,
     init_program: Option<(std::path::PathBuf, bool)>,
     config: Config,
     resolver: Resolver,
@@ -82,8 +87,11 @@ impl Runtime {
             }
         }
         check_image(&config, &protected)?;
+        let key = airlock_journal::JournalKey::open_or_create(&state).map_err(ledger::journal_refusal)?;
+        let journal = airlock_journal::Journal::open(&state, key).map_err(ledger::journal_refusal)?;
         Ok(Runtime {
             authority,
+            journal,
             init_program: None,
             config,
             resolver,
@@ -150,6 +158,11 @@ impl Runtime {
             None => airlock_sandbox::ImageMount::default_image(),
             Some(dirs) => dirs.iter().map(airlock_sandbox::ImageMount::new).collect(),
         }
+    }
+
+    /// The signed journal of this state directory.
+    pub fn journal(&self) -> &airlock_journal::Journal {
+        &self.journal
     }
 
     /// The state directory.

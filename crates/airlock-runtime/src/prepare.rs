@@ -91,8 +91,20 @@ impl Runtime {
     /// the state directory and no byte of a refused file has been read. The
     /// prepared call is synced to disk, so it survives a crash for a later
     /// dispatch.
+    /// The outcome is journaled (`InvocationPrepared` or `InvocationRefused`).
     pub fn prepare(&self, request: &CallRequest) -> Result<PreparedCall, Refusal> {
-        self.prepare_call(request, true)
+        let result = self.prepare_call(request, true);
+        match &result {
+            Ok(prepared) => self.journal_prepared(prepared)?,
+            Err(refusal) => {
+                let id = id::check_invocation_id(&request.invocation_id)
+                    .ok()
+                    .map(|()| request.invocation_id.as_str());
+                let body = serde_json::json!({ "code": refusal.code.as_str(), "message": refusal.message });
+                crate::ledger::record(self.journal(), airlock_journal::kind::INVOCATION_REFUSED, id, body)?;
+            }
+        }
+        result
     }
 
     /// [`Runtime::prepare`], syncing the kept call only when `durable`

@@ -9,16 +9,18 @@
 use crate::authorize::AuthorizedCall;
 use crate::prepare::{CallRequest, PreparedCall};
 use crate::staging::{StagingArea, OUTPUT_FILE};
-use crate::Runtime;
+use crate::{ledger, Runtime};
 use airlock_core::manifest::{Manifest, OutputFormat};
 use airlock_core::output::{parse_output, DEFAULT_MAX_OUTPUT_BYTES};
 use airlock_core::{CreatedFile, Envelope, Evidence, ReasonCode, Refusal, Tier};
 use airlock_hostfs::PrivateDir;
+use airlock_journal::kind;
 use airlock_sandbox::NativeTier;
 use airlock_sandbox::{
     ExitStatusKind, ImageMount, StagedInput, StagedOutput, Tier as _, Worker as _, WorkerLimits, WorkerOutcome,
     WorkerSpec,
 };
+use serde_json::json;
 use std::time::Duration;
 
 /// Bytes of the tool's standard output and error kept (the last ones) in
@@ -33,20 +35,76 @@ impl Runtime {
     /// Prepares, authorizes, runs and publishes one call. `Err` is a refusal
     /// before anything ran; a call that ran answers `Ok` with its status.
     pub fn run(&self, request: &CallRequest) -> Result<Envelope, Refusal> {
+        let id = crate::id::check_invocation_id(&request.invocation_id)
+            .ok()
+            .map(|()| request.invocation_id.as_str());
+        let result = self.run_journaled(request);
+        // Every answer is journaled: refusals before anything ran, and the
+        // end of a call that ran.
+        let end = match &result {
+            Err(refusal) => ledger::record(
+                self.journal(),
+                kind::INVOCATION_REFUSED,
+                id,
+                json!({ "code": refusal.code.as_str(), "message": refusal.message }),
+            ),
+            Ok(envelope) => ledger::record(
+                self.journal(),
+                kind::INVOCATION_FINISHED,
+                id,
+                json!({
+                    "status": envelope.status,
+                    "code": envelope.error.as_ref().map(|e| e.code.as_str()),
+                    "exit_code": envelope.exit_code,
+                    "created_files": envelope.created_files,
+                }),
+            ),
+        };
+        end?;
+        result
+    }
+
+    fn run_journaled(&self, request: &CallRequest) -> Result<Envelope, Refusal> {
         // Leftovers of callers that were killed are reaped first.
         let staging = StagingArea::open(self.state())?;
         staging.reap_stale()?;
+        ledger::refuse_if_unconfirmed(self.state(), self.journal())?;
         let prepared = self.prepare_call(request, false)?;
         let id = prepared.invocation_id().to_owned();
-        let result = prepared
-            .authorize(self.authorizer().as_ref())
-            .and_then(|call| self.execute(call, &staging));
+        let result = self.journal_prepared(&prepared).and_then(|()| {
+            let authorized = prepared.authorize(self.authorizer().as_ref())?;
+            ledger::record(
+                self.journal(),
+                kind::INVOCATION_AUTHORIZED,
+                Some(&id),
+                json!({ "policy_ids": authorized.decision().policy_ids }),
+            )?;
+            self.execute(authorized, &staging)
+        });
         // Whatever happened, the snapshots have served (or will never
         // serve); the prepared record stays so the id is never reused.
         if let Ok(dir) = self.invocations().and_then(|d| Ok(d.open_subdir(&id)?)) {
             let _ = dir.remove_tree(crate::store::INPUTS_DIR);
         }
         result
+    }
+
+    /// `InvocationPrepared`: what was resolved, and which process owns it.
+    pub(crate) fn journal_prepared(&self, prepared: &PreparedCall) -> Result<(), Refusal> {
+        let d = prepared.descriptor();
+        ledger::record(
+            self.journal(),
+            kind::INVOCATION_PREPARED,
+            Some(prepared.invocation_id()),
+            json!({
+                "descriptor_sha256": prepared.digest(),
+                "tool": d.tool,
+                "manifest_sha256": d.manifest_sha256,
+                "reads": d.command_boundary.filesystem.reads,
+                "create": d.command_boundary.filesystem.create,
+                "owner_pid": std::process::id(),
+            }),
+        )
     }
 
     fn execute(&self, call: AuthorizedCall, staging: &StagingArea) -> Result<Envelope, Refusal> {
@@ -79,6 +137,7 @@ impl Runtime {
             }
         }
         let d = prepared.descriptor().clone();
+        let d_id = prepared.invocation_id().to_owned();
         let fs = &d.command_boundary.filesystem;
         let call_staging = staging.create(prepared.invocation_id())?;
 
@@ -110,7 +169,28 @@ impl Runtime {
             stdout_limit: stdout_limit(manifest),
             stderr_limit: STDERR_LIMIT,
         };
-        let outcome = run_worker(&tier, spec, "the tool")?;
+        ledger::record(
+            self.journal(),
+            kind::WORKER_STARTED,
+            Some(&d_id),
+            json!({ "tier": "native", "argv": d.argv }),
+        )?;
+        let outcome = run_worker(&tier, spec, "the tool");
+        ledger::record(
+            self.journal(),
+            kind::WORKER_FINISHED,
+            Some(&d_id),
+            match &outcome {
+                Ok(o) => json!({
+                    "exit_code": exit_number(o.exit),
+                    "timed_out": o.timed_out,
+                    "cleanup_confirmed": o.cleanup_confirmed,
+                    "output_bytes": o.output.as_ref().map(|e| e.bytes),
+                }),
+                Err(r) => json!({ "error": r.code.as_str(), "message": r.message }),
+            },
+        )?;
+        let outcome = outcome?;
 
         let base = Envelope {
             invocation_id: Some(prepared.invocation_id().to_owned()),
@@ -170,18 +250,63 @@ impl Runtime {
         Ok(envelope)
     }
 
-    fn publish(
-        &self,
-        prepared: &PreparedCall,
-        staging: &airlock_hostfs::PrivateDir,
-    ) -> Result<Vec<CreatedFile>, Refusal> {
+    /// Publishes the one output in journaled steps: pending marker, synced
+    /// candidate, `FilePublicationPrepared`, no-replace rename and directory
+    /// sync, `FilePublicationFinished`, marker removed. A crash anywhere
+    /// leaves the marker, which blocks new effects until recovery.
+    fn publish(&self, prepared: &PreparedCall, staging: &PrivateDir) -> Result<Vec<CreatedFile>, Refusal> {
         let (Some(held), Some(rec)) = (prepared.output(), prepared.record().output.as_ref()) else {
             return Ok(Vec::new());
         };
+        let id = prepared.invocation_id();
+        let publication_id = format!("{id}/0");
         let expected = (parse_id(&rec.parent.dev)?, parse_id(&rec.parent.ino)?);
         let mut file = staging.open_file(OUTPUT_FILE)?;
         let max = prepared.descriptor().command_boundary.filesystem.max_file_bytes;
-        let published = held.publish(&mut file, max, expected)?;
+        let marker = ledger::mark_pending(self.state(), id)?;
+        ledger::crash_point("before_candidate");
+        let candidate = match held.write_candidate(&mut file, max, expected, id) {
+            Ok(c) => c,
+            Err(e) => {
+                marker.clear()?;
+                return Err(e.into());
+            }
+        };
+        ledger::crash_point("before_prepared");
+        let c = candidate.file().clone();
+        let intent = json!({
+            "publication_id": publication_id,
+            "path": rec.path,
+            "destination_name": held.name(),
+            "candidate_name": candidate.name(),
+            "parent": rec.parent,
+            "candidate": { "dev": c.dev_ino.0.to_string(), "ino": c.dev_ino.1.to_string() },
+            "bytes": c.bytes,
+            "sha256": format!("sha256:{}", c.sha256_hex),
+        });
+        if let Err(r) = ledger::record(self.journal(), kind::FILE_PUBLICATION_PREPARED, Some(id), intent) {
+            drop(candidate);
+            marker.clear()?;
+            return Err(r);
+        }
+        ledger::crash_point("after_prepared");
+        let published = candidate.publish();
+        ledger::crash_point("after_rename");
+        let finished = match &published {
+            Ok(_) => json!({ "publication_id": publication_id, "result": "confirmed" }),
+            Err(e) => json!({
+                "publication_id": publication_id,
+                "result": "error",
+                "code": e.code().as_str(),
+                "message": e.message(),
+            }),
+        };
+        // If this append fails the outcome stays unconfirmed: the marker is
+        // kept and new effects wait for recovery.
+        ledger::record(self.journal(), kind::FILE_PUBLICATION_FINISHED, Some(id), finished)?;
+        ledger::crash_point("after_finished");
+        marker.clear()?;
+        let published = published?;
         Ok(vec![CreatedFile {
             path: rec.path.clone(),
             bytes: published.bytes,

@@ -53,11 +53,14 @@ pub fn run(config: Option<&Path>) -> Result<Envelope, Refusal> {
     put(&base.join("tools/wordcount.clad.toml"), TOOL)?;
     put(&base.join("data/example.txt"), EXAMPLE)?;
     let state = base.join(".airlock");
-    PrivateDir::open_or_create(&HostAuthority::ambient(), &state)?;
+    let state_dir = PrivateDir::open_or_create(&HostAuthority::ambient(), &state)?;
+    let key =
+        airlock_journal::JournalKey::open_or_create(&state_dir).map_err(airlock_runtime::ledger::journal_refusal)?;
     let content = serde_json::json!({
         "created": created,
         "kept": kept,
         "state_dir": state.display().to_string(),
+        "journal_public_key": key.public_key().to_text(),
         "next": "airlock run wordcount data/example.txt results/example-count.json",
     });
     Ok(Envelope {

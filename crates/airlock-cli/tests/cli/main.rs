@@ -6,6 +6,7 @@ mod cli_ux;
 mod concurrency;
 mod crash;
 mod examples;
+mod journal;
 mod parser;
 mod prepare;
 mod race;

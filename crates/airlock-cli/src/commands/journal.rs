@@ -1,0 +1,120 @@
+//! `airlock journal verify|show`, `airlock invocation inspect|recover`,
+//! `airlock attest`.
+
+use super::Answer;
+use airlock_core::{Config, Envelope, ReasonCode, Refusal};
+use airlock_hostfs::{HostAuthority, PrivateDir};
+use airlock_journal::{verify as verify_bytes, PublicKey, JOURNAL_FILE, MAX_JOURNAL_BYTES, PUBLIC_KEY_FILE};
+use airlock_runtime::recovery::Inspection;
+use airlock_runtime::Runtime;
+use serde_json::json;
+use std::io::Read;
+use std::path::Path;
+
+fn read_bounded(file: impl Read, what: &str) -> Result<Vec<u8>, Refusal> {
+    let mut bytes = Vec::new();
+    file.take(MAX_JOURNAL_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Refusal::new(ReasonCode::JournalIo, format!("reading {what}: {e}")))?;
+    if bytes.len() as u64 > MAX_JOURNAL_BYTES {
+        return Err(Refusal::new(
+            ReasonCode::JournalIo,
+            format!("{what} is larger than the journal bound"),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Verifies a journal from its bytes and a pinned public key only.
+pub fn verify(config: &Config, public_key: Option<&Path>, journal: Option<&Path>) -> Result<Envelope, Refusal> {
+    let authority = HostAuthority::ambient();
+    let state = || PrivateDir::open_or_create(&authority, &config.state_dir).map_err(Refusal::from);
+    let key_text = match public_key {
+        Some(p) => String::from_utf8(read_bounded(
+            std::fs::File::open(p).map_err(|e| Refusal::new(ReasonCode::Usage, format!("{}: {e}", p.display())))?,
+            "the public key",
+        )?)
+        .unwrap_or_default(),
+        None => String::from_utf8(read_bounded(state()?.open_nofollow(PUBLIC_KEY_FILE)?, PUBLIC_KEY_FILE)?)
+            .unwrap_or_default(),
+    };
+    let key = PublicKey::parse(&key_text).map_err(|e| Refusal::new(ReasonCode::Usage, format!("public key: {e}")))?;
+    let bytes = match journal {
+        Some(p) => read_bounded(
+            std::fs::File::open(p).map_err(|e| Refusal::new(ReasonCode::Usage, format!("{}: {e}", p.display())))?,
+            "the journal",
+        )?,
+        None => read_bounded(state()?.open_nofollow(JOURNAL_FILE)?, JOURNAL_FILE)?,
+    };
+    let report = verify_bytes(&bytes, &key);
+    let content = json!({
+        "records": report.records,
+        "head": report.head,
+        "truncated_tail": report.truncated_tail,
+        "public_key": key.to_text(),
+        "first_bad": report.first_bad.as_ref().map(|b| json!({ "line": b.line, "seq": b.seq, "reason": b.reason })),
+    });
+    Ok(match &report.first_bad {
+        None => Envelope {
+            content: Some(content),
+            ..Envelope::ok()
+        },
+        Some(bad) => Envelope {
+            content: Some(content),
+            ..Envelope::from_refusal(&Refusal::new(
+                ReasonCode::JournalInvalid,
+                format!(
+                    "record at line {} (seq {:?}) fails verification: {}",
+                    bad.line, bad.seq, bad.reason
+                ),
+            ))
+        },
+    })
+}
+
+/// Prints the journal: one line a record, or one envelope with `--json`.
+pub fn show(runtime: &Runtime, as_json: bool) -> Result<Answer, Refusal> {
+    let records = runtime
+        .journal()
+        .records()
+        .map_err(airlock_runtime::ledger::journal_refusal)?;
+    if as_json {
+        return Ok(Envelope {
+            content: Some(json!({ "records": records })),
+            ..Envelope::ok()
+        }
+        .into());
+    }
+    let mut text = String::new();
+    for r in &records {
+        let summary: String = serde_json::to_string(&r.body)
+            .unwrap_or_default()
+            .chars()
+            .take(160)
+            .collect();
+        let id = r.invocation_id.as_deref().unwrap_or("-");
+        text.push_str(&format!(
+            "{:>6} {} {:<26} {:<38} {summary}\n",
+            r.seq, r.time, r.kind, id
+        ));
+    }
+    Ok(Answer::Text(text))
+}
+
+/// The envelope of an inspection or recovery.
+pub fn inspection(found: Inspection) -> Envelope {
+    Envelope {
+        invocation_id: Some(found.invocation_id.clone()),
+        content: Some(serde_json::to_value(&found).unwrap_or_default()),
+        ..Envelope::ok()
+    }
+}
+
+/// Prints the DSSE envelope itself (what verifiers consume).
+pub fn attest(runtime: &Runtime, id: &str) -> Result<Answer, Refusal> {
+    let envelope = runtime.attest(id)?;
+    Ok(Answer::Text(format!(
+        "{}\n",
+        serde_json::to_string(&envelope).unwrap_or_default()
+    )))
+}

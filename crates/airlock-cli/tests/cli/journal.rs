@@ -1,0 +1,308 @@
+//! The signed journal on the shipping binary: records of a run, standalone
+//! verification against a pinned key, tamper and truncation detection,
+//! SIGKILL at every step of publication followed by inspect and recover,
+//! fail-stop, concurrent recoveries, and an attestation checked by OpenSSL.
+
+use crate::util::{sha256_hex, Project, AIRLOCK};
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+fn project() -> Project {
+    let p = Project::new();
+    p.write("data/in.txt", "publish me\n");
+    p
+}
+
+fn kinds(p: &Project, id: &str) -> Vec<String> {
+    let run = p.run(&["journal", "show", "--json"]);
+    run.envelope["content"]["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["invocation_id"] == id)
+        .map(|r| r["kind"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_run_is_journaled_step_by_step_and_verifies_from_the_public_key_alone() {
+    let p = project();
+    let run = p.run(&[
+        "run",
+        "copy",
+        "data/in.txt",
+        "results/out.txt",
+        "--invocation-id",
+        "j-1",
+    ]);
+    run.assert_ok();
+    assert_eq!(
+        kinds(&p, "j-1"),
+        [
+            "InvocationPrepared",
+            "InvocationAuthorized",
+            "WorkerStarted",
+            "WorkerFinished",
+            "FilePublicationPrepared",
+            "FilePublicationFinished",
+            "InvocationFinished"
+        ]
+    );
+    // A refusal is journaled too.
+    p.run(&[
+        "run",
+        "copy",
+        "data/in.txt",
+        "results/out.txt",
+        "--invocation-id",
+        "j-2",
+    ])
+    .assert_refused("output.exists", 73);
+    assert_eq!(kinds(&p, "j-2"), ["InvocationRefused"]);
+
+    // Verification needs only the bytes and the pinned key: copy both away.
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::copy(p.path(".airlock/journal.jsonl"), elsewhere.path().join("j.jsonl")).unwrap();
+    std::fs::copy(p.path(".airlock/journal.pub"), elsewhere.path().join("k.pub")).unwrap();
+    let empty = Project::with_config("");
+    let verify = empty.run(&[
+        "journal",
+        "verify",
+        "--journal",
+        elsewhere.path().join("j.jsonl").to_str().unwrap(),
+        "--public-key",
+        elsewhere.path().join("k.pub").to_str().unwrap(),
+    ]);
+    verify.assert_ok();
+    assert_eq!(verify.envelope["content"]["records"], 8);
+    // The key itself is never printed.
+    let seed = std::fs::read(p.path(".airlock/journal.key")).unwrap();
+    assert_eq!(seed.len(), 32);
+    assert!(!verify.stdout.contains(&hex(&seed)) && !run.stdout.contains(&hex(&seed)));
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(p.path(".airlock/journal.key")).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn one_flipped_byte_fails_at_that_record_and_a_torn_tail_is_reported() {
+    let p = project();
+    for i in 0..3 {
+        p.run(&["run", "copy", "data/in.txt", &format!("results/o{i}.txt")])
+            .assert_ok();
+    }
+    let journal = p.path(".airlock/journal.jsonl");
+    let clean = std::fs::read(&journal).unwrap();
+    let lines: Vec<usize> = std::iter::once(0)
+        .chain(
+            clean
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| **b == b'\n')
+                .map(|(i, _)| i + 1),
+        )
+        .collect();
+    let count = lines.len() - 1;
+    for (n, start) in lines[..count].iter().enumerate().step_by(4) {
+        let mut bad = clean.clone();
+        bad[start + 10] ^= 0x01;
+        std::fs::write(&journal, &bad).unwrap();
+        let run = p.run(&["journal", "verify"]);
+        assert_eq!(
+            (run.status(), run.reason(), run.code),
+            ("failed", "journal.invalid", 1),
+            "line {}: {run:#?}",
+            n + 1
+        );
+        assert_eq!(run.envelope["content"]["first_bad"]["line"], n as u64 + 1, "{run:#?}");
+    }
+    let mut torn = clean.clone();
+    torn.truncate(clean.len() - 5);
+    std::fs::write(&journal, &torn).unwrap();
+    let run = p.run(&["journal", "verify"]);
+    assert_eq!(run.reason(), "journal.invalid", "{run:#?}");
+    assert_eq!(run.envelope["content"]["truncated_tail"], true, "{run:#?}");
+    assert_eq!(run.envelope["content"]["first_bad"]["line"], count as u64, "{run:#?}");
+    // Appends stop after damage; nothing is silently continued.
+    let after = p.run(&["run", "copy", "data/in.txt", "results/late.txt"]);
+    assert_eq!(after.reason(), "journal.corrupt", "{after:#?}");
+    assert!(!p.path("results/late.txt").exists());
+}
+
+/// Runs `airlock run` with the test-only crash point `point`; it must die of SIGKILL.
+fn crash_at(p: &Project, point: &str, id: &str) {
+    let out = p
+        .command(&["run", "copy", "data/in.txt", "results/out.txt", "--invocation-id", id])
+        .env("AIRLOCK_TEST_CRASH_AT", point)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.signal(),
+        Some(9),
+        "{point}: airlock should have been SIGKILLed: {out:?}"
+    );
+}
+
+fn state(p: &Project, id: &str) -> String {
+    let run = p.run(&["invocation", "inspect", id]);
+    run.assert_ok();
+    run.envelope["content"]["state"].as_str().unwrap().to_owned()
+}
+
+fn candidates(p: &Project) -> Vec<String> {
+    crate::runkit::names(&p.path("results"))
+        .into_iter()
+        .filter(|n| n.starts_with(".airlock-candidate-"))
+        .collect()
+}
+
+#[test]
+fn sigkill_at_each_publication_step_then_inspect_and_recover_converge() {
+    // (point, state after the crash, published after recovery)
+    let cases = [
+        ("before_candidate", "no_publication", false),
+        ("before_prepared", "unannounced", false),
+        ("after_prepared", "ready_to_publish", true),
+        ("after_rename", "published", true),
+        ("after_finished", "settled", true),
+    ];
+    for (point, want_state, published) in cases {
+        let p = project();
+        let id = format!("crash-{}", point.replace('_', "-"));
+        crash_at(&p, point, &id);
+        assert_eq!(state(&p, &id), want_state, "{point}");
+        if point != "after_finished" {
+            // Fail-stop: another call's effect waits for the operator.
+            let blocked = p.run(&["run", "copy", "data/in.txt", "results/other.txt"]);
+            assert_eq!(blocked.reason(), "journal.unconfirmed", "{point}: {blocked:#?}");
+            assert!(!p.path("results/other.txt").exists());
+        }
+        let rec = p.run(&["invocation", "recover", &id]);
+        rec.assert_ok();
+        assert_eq!(rec.envelope["content"]["state"], "settled", "{point}: {rec:#?}");
+        assert_eq!(p.path("results/out.txt").exists(), published, "{point}");
+        assert!(
+            candidates(&p).is_empty(),
+            "{point}: candidates left {:?}",
+            candidates(&p)
+        );
+        if published {
+            let bytes = std::fs::read(p.path("results/out.txt")).unwrap();
+            assert_eq!(bytes, b"publish me\n");
+            let records = p.run(&["journal", "show", "--json"]).envelope["content"]["records"].clone();
+            let intent = records
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["kind"] == "FilePublicationPrepared" && r["invocation_id"] == id.as_str())
+                .unwrap()
+                .clone();
+            assert_eq!(
+                intent["body"]["sha256"],
+                format!("sha256:{}", sha256_hex(&bytes)),
+                "{point}"
+            );
+        }
+        // A second recovery is a no-op; a retry with the same id is refused;
+        // the journal verifies; new effects go again.
+        p.run(&["invocation", "recover", &id]).assert_ok();
+        p.run(&[
+            "run",
+            "copy",
+            "data/in.txt",
+            "results/retry.txt",
+            "--invocation-id",
+            &id,
+        ])
+        .assert_refused("invocation.duplicate", 77);
+        p.run(&["journal", "verify"]).assert_ok();
+        p.run(&["run", "copy", "data/in.txt", "results/next.txt"]).assert_ok();
+    }
+}
+
+#[test]
+fn two_recoveries_at_once_publish_exactly_once() {
+    let p = project();
+    crash_at(&p, "after_prepared", "twice");
+    let spawn = || {
+        p.command(&["invocation", "recover", "twice"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    for child in [a, b] {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let records = p.run(&["journal", "show", "--json"]).envelope["content"]["records"].clone();
+    let recoveries = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "RecoveryFinished")
+        .count();
+    assert_eq!(recoveries, 1);
+    assert_eq!(std::fs::read(p.path("results/out.txt")).unwrap(), b"publish me\n");
+    p.run(&["journal", "verify"]).assert_ok();
+}
+
+#[test]
+fn an_attestation_verifies_with_openssl_and_names_the_published_file() {
+    let p = project();
+    p.run(&[
+        "run",
+        "copy",
+        "data/in.txt",
+        "results/out.txt",
+        "--invocation-id",
+        "att-1",
+    ])
+    .assert_ok();
+    let out = p.command(&["attest", "att-1"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    std::fs::write(p.path("att.json"), &out.stdout).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/verify-attestation.sh");
+    let checked = Command::new("bash")
+        .arg(&script)
+        .arg(p.path("att.json"))
+        .arg(p.path(".airlock/journal.pub"))
+        .output()
+        .unwrap();
+    assert!(checked.status.success(), "openssl refused: {checked:?}");
+    let statement: serde_json::Value = serde_json::from_slice(&checked.stdout).unwrap();
+    assert_eq!(statement["_type"], "https://in-toto.io/Statement/v1");
+    assert_eq!(statement["subject"][0]["name"], "results/out.txt");
+    assert_eq!(statement["subject"][0]["digest"]["sha256"], sha256_hex(b"publish me\n"));
+    // A changed payload fails the same third-party check.
+    let mut env: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    env["payloadType"] = "application/json".into();
+    std::fs::write(p.path("bad.json"), serde_json::to_vec(&env).unwrap()).unwrap();
+    let bad = Command::new("bash")
+        .arg(&script)
+        .arg(p.path("bad.json"))
+        .arg(p.path(".airlock/journal.pub"))
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    // Nothing published: nothing to attest.
+    p.run(&[
+        "run",
+        "copy",
+        "data/in.txt",
+        "results/out.txt",
+        "--invocation-id",
+        "att-2",
+    ])
+    .assert_refused("output.exists", 73);
+    let none = p.run(&["attest", "att-2"]);
+    assert_eq!(none.reason(), "attest.nothing_published", "{none:#?}");
+    let _ = AIRLOCK;
+}

@@ -15,10 +15,7 @@ pub struct Summary {
 fn summarize(mut samples: Vec<Duration>) -> Summary {
     samples.sort();
     let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
-    Summary {
-        p50: at(0.5),
-        p99: at(0.99),
-    }
+    Summary { p50: at(0.5), p99: at(0.99) }
 }
 
 /// How the ratio is judged.
@@ -141,9 +138,7 @@ pub fn throughput(
                 s.spawn(move || (0..per).try_for_each(|i| call(c * per + i)))
             })
             .collect();
-        handles
-            .into_iter()
-            .try_for_each(|h| h.join().map_err(|_| "a caller panicked".to_string())?)
+        handles.into_iter().try_for_each(|h| h.join().map_err(|_| "a caller panicked".to_string())?)
     })?;
     Ok((per * callers) as f64 / start.elapsed().as_secs_f64())
 }

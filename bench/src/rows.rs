@@ -15,18 +15,10 @@ pub struct Row {
 
 /// Every row, in the order they are printed.
 pub const ALL: &[Row] = &[
-    Row {
-        name: "snapshot+hash 32 MiB vs sha256sum",
-        run: snapshot_vs_sha256sum,
-    },
-    Row {
-        name: "airlock run trivial tool vs bwrap",
-        run: crate::run_rows::run_vs_bwrap,
-    },
-    Row {
-        name: "airlock run trivial tool vs bare command",
-        run: crate::run_rows::run_vs_bare,
-    },
+    Row { name: "snapshot+hash 32 MiB vs sha256sum", run: snapshot_vs_sha256sum },
+    Row { name: "airlock run trivial tool vs bwrap", run: crate::run_rows::run_vs_bwrap },
+    Row { name: "airlock run trivial tool vs bare command", run: crate::run_rows::run_vs_bare },
+    Row { name: "journal: 7 records (one run's worth) vs the run", run: crate::run_rows::journal_share },
 ];
 
 const SNAPSHOT_BYTES: u64 = 32 * 1024 * 1024;
@@ -62,17 +54,12 @@ fn snapshot_vs_sha256sum(quick: bool) -> Result<Report, String> {
         let name = format!("snap-{n}");
         let input = InputFile::open(&resolver, &ceiling, &rel, &rel, SNAPSHOT_BYTES).map_err(|e| e.to_string())?;
         let mut dest = state.create_file(&name).map_err(|e| e.to_string())?;
-        input
-            .snapshot_into(&mut dest, SNAPSHOT_BYTES)
-            .map_err(|e| e.to_string())?;
+        input.snapshot_into(&mut dest, SNAPSHOT_BYTES).map_err(|e| e.to_string())?;
         drop(dest);
         state.remove_tree(&name).map_err(|e| e.to_string())
     };
     let sha256sum = || -> Result<(), String> {
-        let out = Command::new("sha256sum")
-            .arg(&file)
-            .output()
-            .map_err(|e| format!("sha256sum: {e}"))?;
+        let out = Command::new("sha256sum").arg(&file).output().map_err(|e| format!("sha256sum: {e}"))?;
         if out.status.success() {
             Ok(())
         } else {

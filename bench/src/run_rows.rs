@@ -44,10 +44,7 @@ fn sibling_binary(name: &str) -> Result<PathBuf, String> {
     if path.is_file() {
         Ok(path)
     } else {
-        Err(format!(
-            "{} is missing: build it with `cargo build --release --workspace --bins`",
-            path.display()
-        ))
+        Err(format!("{} is missing: build it with `cargo build --release --workspace --bins`", path.display()))
     }
 }
 
@@ -59,20 +56,12 @@ fn setup() -> Result<Setup, String> {
         std::fs::create_dir_all(p.parent().unwrap()).map_err(|e| e.to_string())?;
         std::fs::write(p, text).map_err(|e| e.to_string())
     };
-    w(
-        "airlock.toml",
-        "[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n",
-    )?;
+    w("airlock.toml", "[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n")?;
     w("tools/copy.clad.toml", TOOL)?;
     w("data/in.txt", &"a line of input for the trivial tool\n".repeat(100))?;
     std::fs::create_dir_all(root.join("results")).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(root.join("bare")).map_err(|e| e.to_string())?;
-    Ok(Setup {
-        _tmp: tmp,
-        root,
-        airlock: sibling_binary("airlock")?,
-        counter: AtomicUsize::new(0),
-    })
+    Ok(Setup { _tmp: tmp, root, airlock: sibling_binary("airlock")?, counter: AtomicUsize::new(0) })
 }
 
 fn check(out: std::io::Result<std::process::Output>, what: &str) -> Result<(), String> {
@@ -80,11 +69,7 @@ fn check(out: std::io::Result<std::process::Output>, what: &str) -> Result<(), S
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "{what} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
+        Err(format!("{what} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
     }
 }
 
@@ -93,10 +78,7 @@ impl Setup {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let out = format!("results/out-{n}.txt");
         check(
-            Command::new(&self.airlock)
-                .args(["run", "copy", "data/in.txt", &out])
-                .current_dir(&self.root)
-                .output(),
+            Command::new(&self.airlock).args(["run", "copy", "data/in.txt", &out]).current_dir(&self.root).output(),
             "airlock run",
         )
     }
@@ -179,12 +161,52 @@ pub fn run_vs_bare(quick: bool) -> Result<Report, String> {
 }
 
 fn which(program: &str) -> Result<(), String> {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
-        .unwrap_or(false);
+    let found =
+        std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file())).unwrap_or(false);
     if found {
         Ok(())
     } else {
         Err(format!("{program} is not installed (apt-get install bubblewrap)"))
     }
+}
+
+/// Issue 4: signed, synced journal appends. The candidate is the records one
+/// `airlock run` writes (7: prepared, authorized, worker started/finished,
+/// publication prepared/finished, finished), the baseline is a whole run of
+/// the trivial tool. Target: the journal's share of a run at most 25%.
+pub fn journal_share(quick: bool) -> Result<Report, String> {
+    use airlock_hostfs::{HostAuthority, PrivateDir};
+    use airlock_journal::{Journal, JournalKey};
+    let s = setup()?;
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let state =
+        PrivateDir::open_or_create(&HostAuthority::ambient(), &dir.path().join("state")).map_err(|e| e.to_string())?;
+    let key = JournalKey::open_or_create(&state).map_err(|e| e.to_string())?;
+    let journal = Journal::open(&state, key).map_err(|e| e.to_string())?;
+    let body = serde_json::json!({
+        "descriptor_sha256": "sha256:0000000000000000000000000000000000000000000000000000000000000000",
+        "path": "results/out.txt", "bytes": 3600, "policy_ids": ["airlock.default"],
+    });
+    let seven = || -> Result<(), String> {
+        for _ in 0..7 {
+            journal.append("BenchRecord", Some("inv-bench"), body.clone()).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    };
+    let samples = if quick { 10 } else { 40 };
+    let (candidate, baseline) = compare(samples, seven, || s.airlock_once())?;
+    let per_record = candidate.p50.as_secs_f64() / 7.0;
+    Ok(Report {
+        name: "journal: 7 records (one run's worth) vs the run",
+        candidate,
+        baseline,
+        target: Target::TimeRatioAtMost(0.25),
+        bytes: None,
+        samples,
+        extra: vec![format!(
+            "signed, fdatasync'd appends: {:.0} records/s ({:.3} ms each)",
+            1.0 / per_record,
+            per_record * 1e3
+        )],
+    })
 }

@@ -50,10 +50,7 @@ fn emit(envelope: &Envelope, pretty: bool) -> ExitCode {
         eprintln!("airlock: {}: {}: {}", status_word(envelope), err.code, err.message);
     }
     let mut out = std::io::stdout().lock();
-    if writeln!(out, "{}", envelope.to_json(pretty))
-        .and_then(|()| out.flush())
-        .is_err()
-    {
+    if writeln!(out, "{}", envelope.to_json(pretty)).and_then(|()| out.flush()).is_err() {
         return ExitCode::from(exit::SOFTWARE as u8);
     }
     ExitCode::from(envelope.exit_code_for_process() as u8)

@@ -21,16 +21,7 @@ pub fn load_config(explicit: Option<&Path>) -> Result<Config, Refusal> {
         None => return Ok(Config::embedded_default(&cwd)),
     };
     let text = read_bounded(&path)?;
-    let base = path
-        .parent()
-        .map(|p| {
-            if p.as_os_str().is_empty() {
-                cwd.clone()
-            } else {
-                cwd.join(p)
-            }
-        })
-        .unwrap_or(cwd);
+    let base = path.parent().map(|p| if p.as_os_str().is_empty() { cwd.clone() } else { cwd.join(p) }).unwrap_or(cwd);
     Config::parse(&text, Some(&path), &base)
 }
 
@@ -39,9 +30,7 @@ fn read_bounded(path: &Path) -> Result<String, Refusal> {
     let bad = |why: String| Refusal::new(ReasonCode::ConfigInvalid, format!("{}: {why}", path.display()));
     let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
     let mut text = String::new();
-    file.take(MAX_CONFIG_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| bad(e.to_string()))?;
+    file.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text).map_err(|e| bad(e.to_string()))?;
     if text.len() as u64 > MAX_CONFIG_BYTES {
         return Err(bad("larger than 1 MiB".into()));
     }
@@ -53,10 +42,7 @@ pub fn resolver_override() -> Result<Option<ResolverChoice>, Refusal> {
     match std::env::var(RESOLVER_ENV) {
         Err(_) => Ok(None),
         Ok(v) => ResolverChoice::parse(&v).map(Some).ok_or_else(|| {
-            Refusal::new(
-                ReasonCode::ConfigInvalid,
-                format!("{RESOLVER_ENV}={v:?}: expected auto, openat2 or emulated"),
-            )
+            Refusal::new(ReasonCode::ConfigInvalid, format!("{RESOLVER_ENV}={v:?}: expected auto, openat2 or emulated"))
         }),
     }
 }

@@ -45,12 +45,8 @@ impl Ceiling {
     /// Parses `HOST:VIRTUAL:MODE`. HOST may itself contain `:`; VIRTUAL is
     /// `.` or a path under the grammar of [`RelPath`].
     pub fn parse(spec: &str, base_dir: &Path) -> Result<Ceiling, Refusal> {
-        let bad = |why: String| {
-            Refusal::new(
-                ReasonCode::ConfigInvalid,
-                format!("[filesystem] roots entry {spec:?}: {why}"),
-            )
-        };
+        let bad =
+            |why: String| Refusal::new(ReasonCode::ConfigInvalid, format!("[filesystem] roots entry {spec:?}: {why}"));
         let mut parts = spec.rsplitn(3, ':');
         let (mode, virt, host) = match (parts.next(), parts.next(), parts.next()) {
             (Some(m), Some(v), Some(h)) => (m, v, h),
@@ -72,12 +68,7 @@ impl Ceiling {
         } else {
             Some(RelPath::parse(virt).map_err(|r| bad(format!("virtual path: {}", r.message)))?)
         };
-        Ok(Ceiling {
-            host: base_dir.join(host),
-            virtual_root,
-            mode,
-            spec: spec.to_owned(),
-        })
+        Ok(Ceiling { host: base_dir.join(host), virtual_root, mode, spec: spec.to_owned() })
     }
 
     fn depth(&self) -> usize {
@@ -205,21 +196,14 @@ impl Config {
     /// Parses `text`, read from `source`, with relative paths taken from `base_dir`.
     pub fn parse(text: &str, source: Option<&Path>, base_dir: &Path) -> Result<Config, Refusal> {
         let where_ = source.map_or_else(|| "embedded configuration".to_owned(), |p| p.display().to_string());
-        let raw: RawConfig = toml::from_str(text).map_err(|e| {
-            Refusal::new(
-                ReasonCode::ConfigInvalid,
-                format!("{where_}: {}", e.to_string().trim_end()),
-            )
-        })?;
+        let raw: RawConfig = toml::from_str(text)
+            .map_err(|e| Refusal::new(ReasonCode::ConfigInvalid, format!("{where_}: {}", e.to_string().trim_end())))?;
         let working_dir = raw.sandbox.working_dir.unwrap_or_else(|| "/workspace".to_owned());
         check_working_dir(&working_dir)?;
         if raw.filesystem.roots.len() > MAX_CEILINGS {
             return Err(Refusal::new(
                 ReasonCode::ConfigInvalid,
-                format!(
-                    "[filesystem] roots has {} entries, more than {MAX_CEILINGS}",
-                    raw.filesystem.roots.len()
-                ),
+                format!("[filesystem] roots has {} entries, more than {MAX_CEILINGS}", raw.filesystem.roots.len()),
             ));
         }
         let mut ceilings: Vec<Ceiling> = Vec::with_capacity(raw.filesystem.roots.len());
@@ -228,10 +212,7 @@ impl Config {
             if let Some(other) = ceilings.iter().find(|o| o.virtual_root == c.virtual_root) {
                 return Err(Refusal::new(
                     ReasonCode::ConfigInvalid,
-                    format!(
-                        "[filesystem] roots {:?} and {:?} have the same virtual destination",
-                        other.spec, c.spec
-                    ),
+                    format!("[filesystem] roots {:?} and {:?} have the same virtual destination", other.spec, c.spec),
                 ));
             }
             ceilings.push(c);
@@ -245,11 +226,7 @@ impl Config {
             tier: raw.sandbox.tier.unwrap_or(Tier::Native),
             working_dir,
             parsers: raw.sandbox.parsers,
-            image: raw
-                .sandbox
-                .image
-                .map(|dirs| dirs.into_iter().map(|d| check_image_dir(&d)).collect())
-                .transpose()?,
+            image: raw.sandbox.image.map(|dirs| dirs.into_iter().map(|d| check_image_dir(&d)).collect()).transpose()?,
             ceilings,
             resolver: raw.filesystem.resolver.unwrap_or_default(),
             policy_files: raw.policy.files,
@@ -274,12 +251,7 @@ impl Config {
 /// `/sys` or `/dev` (the runtime also refuses one that holds the state
 /// directory or a ceiling).
 fn check_image_dir(dir: &str) -> Result<String, Refusal> {
-    let bad = |why: &str| {
-        Refusal::new(
-            ReasonCode::ConfigInvalid,
-            format!("[sandbox] image entry {dir:?}: {why}"),
-        )
-    };
+    let bad = |why: &str| Refusal::new(ReasonCode::ConfigInvalid, format!("[sandbox] image entry {dir:?}: {why}"));
     let rest = dir.strip_prefix('/').ok_or_else(|| bad("must be absolute"))?;
     if rest.is_empty() {
         return Err(bad("the whole host file system is never an image"));
@@ -296,21 +268,13 @@ fn check_image_dir(dir: &str) -> Result<String, Refusal> {
 }
 
 fn check_working_dir(dir: &str) -> Result<(), Refusal> {
-    let bad = |why: &str| {
-        Refusal::new(
-            ReasonCode::ConfigInvalid,
-            format!("[sandbox] working_dir {dir:?}: {why}"),
-        )
-    };
+    let bad = |why: &str| Refusal::new(ReasonCode::ConfigInvalid, format!("[sandbox] working_dir {dir:?}: {why}"));
     let rest = dir.strip_prefix('/').ok_or_else(|| bad("must be absolute"))?;
     if rest.is_empty() {
         return Err(bad("must not be /"));
     }
     RelPath::parse(rest).map_err(|r| bad(&r.message))?;
-    for p in PROTECTED_HOST_PATHS
-        .iter()
-        .chain(&["/etc", "/usr", "/bin", "/lib", "/lib64", "/sbin"])
-    {
+    for p in PROTECTED_HOST_PATHS.iter().chain(&["/etc", "/usr", "/bin", "/lib", "/lib64", "/sbin"]) {
         if dir == *p || dir.starts_with(&format!("{p}/")) {
             return Err(bad("overlaps a system directory the worker needs"));
         }
@@ -353,10 +317,7 @@ mod tests {
         assert_eq!(ceil.host, Path::new("/base/./data"));
         assert_eq!(rest, Some(p("in.csv")));
         let (ceil, _) = c.ceiling_for(&p("data-evil/x")).unwrap();
-        assert_eq!(
-            ceil.virtual_root, None,
-            "falls to the `.` root, never matched by string prefix"
-        );
+        assert_eq!(ceil.virtual_root, None, "falls to the `.` root, never matched by string prefix");
         assert_eq!(c.ceiling_for(&p("data")).unwrap().1, None);
     }
 

@@ -39,10 +39,7 @@ pub struct DirIdentity {
 impl DirIdentity {
     /// From raw `st_dev` and `st_ino`.
     pub fn new(dev: u64, ino: u64) -> Self {
-        DirIdentity {
-            dev: dev.to_string(),
-            ino: ino.to_string(),
-        }
+        DirIdentity { dev: dev.to_string(), ino: ino.to_string() }
     }
 }
 
@@ -153,11 +150,7 @@ mod tests {
     use super::*;
 
     fn sample() -> Descriptor {
-        let reads = vec![ReadGrant {
-            path: "data/in.txt".into(),
-            bytes: 3,
-            sha256: sha256_tagged(b"abc"),
-        }];
+        let reads = vec![ReadGrant { path: "data/in.txt".into(), bytes: 3, sha256: sha256_tagged(b"abc") }];
         Descriptor {
             version: DESCRIPTOR_VERSION,
             tool: "wc".into(),

@@ -89,10 +89,7 @@ impl Envelope {
     pub fn from_refusal(refusal: &Refusal) -> Envelope {
         Envelope {
             status: refusal.code.status(),
-            error: Some(ErrorBody {
-                code: refusal.code,
-                message: refusal.message.clone(),
-            }),
+            error: Some(ErrorBody { code: refusal.code, message: refusal.message.clone() }),
             ..Envelope::ok()
         }
     }
@@ -107,11 +104,7 @@ impl Envelope {
 
     /// The envelope as one line of JSON, or indented with `pretty`.
     pub fn to_json(&self, pretty: bool) -> String {
-        let r = if pretty {
-            serde_json::to_string_pretty(self)
-        } else {
-            serde_json::to_string(self)
-        };
+        let r = if pretty { serde_json::to_string_pretty(self) } else { serde_json::to_string(self) };
         r.expect("envelopes always serialize")
     }
 }

@@ -82,11 +82,7 @@ impl Limits {
             Ok(())
         }
         lower("max_inputs", &mut limits.max_inputs, overrides.max_inputs)?;
-        lower(
-            "max_input_bytes",
-            &mut limits.max_input_bytes,
-            overrides.max_input_bytes,
-        )?;
+        lower("max_input_bytes", &mut limits.max_input_bytes, overrides.max_input_bytes)?;
         lower("max_file_bytes", &mut limits.max_file_bytes, overrides.max_file_bytes)?;
         limits.default_file_bytes = limits.default_file_bytes.min(limits.max_file_bytes);
         Ok(limits)
@@ -99,11 +95,7 @@ impl Limits {
             Some(n) if (hard::MIN_FILE_BYTES..=self.max_file_bytes).contains(&n) => Ok(n),
             Some(n) => Err(Refusal::new(
                 ReasonCode::LimitFileBytes,
-                format!(
-                    "max_file_bytes = {n} is outside {} … {} bytes",
-                    hard::MIN_FILE_BYTES,
-                    self.max_file_bytes
-                ),
+                format!("max_file_bytes = {n} is outside {} … {} bytes", hard::MIN_FILE_BYTES, self.max_file_bytes),
             )),
         }
     }
@@ -115,27 +107,11 @@ mod tests {
 
     #[test]
     fn config_only_lowers() {
-        let ok = Limits::lowered(&LimitOverrides {
-            max_inputs: Some(4),
-            ..Default::default()
-        })
-        .unwrap();
+        let ok = Limits::lowered(&LimitOverrides { max_inputs: Some(4), ..Default::default() }).unwrap();
         assert_eq!(ok.max_inputs, 4);
-        assert!(Limits::lowered(&LimitOverrides {
-            max_inputs: Some(33),
-            ..Default::default()
-        })
-        .is_err());
-        assert!(Limits::lowered(&LimitOverrides {
-            max_input_bytes: Some(0),
-            ..Default::default()
-        })
-        .is_err());
-        let small = Limits::lowered(&LimitOverrides {
-            max_file_bytes: Some(1024),
-            ..Default::default()
-        })
-        .unwrap();
+        assert!(Limits::lowered(&LimitOverrides { max_inputs: Some(33), ..Default::default() }).is_err());
+        assert!(Limits::lowered(&LimitOverrides { max_input_bytes: Some(0), ..Default::default() }).is_err());
+        let small = Limits::lowered(&LimitOverrides { max_file_bytes: Some(1024), ..Default::default() }).unwrap();
         assert_eq!(small.default_file_bytes, 1024);
     }
 
@@ -146,9 +122,6 @@ mod tests {
         assert_eq!(l.file_bytes(Some(1)).unwrap(), 1);
         assert_eq!(l.file_bytes(Some(16 * MIB)).unwrap(), 16 * MIB);
         assert_eq!(l.file_bytes(Some(0)).unwrap_err().code, ReasonCode::LimitFileBytes);
-        assert_eq!(
-            l.file_bytes(Some(16 * MIB + 1)).unwrap_err().code,
-            ReasonCode::LimitFileBytes
-        );
+        assert_eq!(l.file_bytes(Some(16 * MIB + 1)).unwrap_err().code, ReasonCode::LimitFileBytes);
     }
 }

@@ -9,10 +9,7 @@ use serde_json::{Map, Value};
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 1024 * 1024;
 
 fn parse_error(format: &str, why: impl std::fmt::Display) -> Refusal {
-    Refusal::new(
-        ReasonCode::OutputParse,
-        format!("the tool's output is not valid {format}: {why}"),
-    )
+    Refusal::new(ReasonCode::OutputParse, format!("the tool's output is not valid {format}: {why}"))
 }
 
 /// Parses `stdout`:
@@ -48,10 +45,7 @@ pub fn parse_output(format: OutputFormat, stdout: &[u8]) -> Result<Value, Refusa
             }
             Ok(Value::Array(rows))
         }
-        OutputFormat::Xml => Err(Refusal::new(
-            ReasonCode::ManifestUnsupported,
-            "XML output is not parsed by airlock",
-        )),
+        OutputFormat::Xml => Err(Refusal::new(ReasonCode::ManifestUnsupported, "XML output is not parsed by airlock")),
     }
 }
 
@@ -62,18 +56,9 @@ mod tests {
 
     #[test]
     fn formats() {
-        assert_eq!(
-            parse_output(OutputFormat::Text, b"hi\xff").unwrap(),
-            json!({"raw_output": "hi\u{fffd}"})
-        );
-        assert_eq!(
-            parse_output(OutputFormat::Json, br#"{"a":1}"#).unwrap(),
-            json!({"a": 1})
-        );
-        assert_eq!(
-            parse_output(OutputFormat::Jsonl, b"1\n\n{\"b\":2}\n").unwrap(),
-            json!([1, {"b": 2}])
-        );
+        assert_eq!(parse_output(OutputFormat::Text, b"hi\xff").unwrap(), json!({"raw_output": "hi\u{fffd}"}));
+        assert_eq!(parse_output(OutputFormat::Json, br#"{"a":1}"#).unwrap(), json!({"a": 1}));
+        assert_eq!(parse_output(OutputFormat::Jsonl, b"1\n\n{\"b\":2}\n").unwrap(), json!([1, {"b": 2}]));
         assert_eq!(
             parse_output(OutputFormat::Csv, b"x,y\n1,2\n3,4\n").unwrap(),
             json!([{"x":"1","y":"2"},{"x":"3","y":"4"}])
@@ -82,11 +67,9 @@ mod tests {
 
     #[test]
     fn bad_input_is_output_parse() {
-        for (f, b) in [
-            (OutputFormat::Json, &b"{"[..]),
-            (OutputFormat::Jsonl, b"1\nnope"),
-            (OutputFormat::Csv, b"a,b\n1,2,3\n"),
-        ] {
+        for (f, b) in
+            [(OutputFormat::Json, &b"{"[..]), (OutputFormat::Jsonl, b"1\nnope"), (OutputFormat::Csv, b"a,b\n1,2,3\n")]
+        {
             assert_eq!(parse_output(f, b).unwrap_err().code, ReasonCode::OutputParse, "{f:?}");
         }
     }

@@ -199,10 +199,7 @@ fn check_path(path: &str) -> Result<(), Refusal> {
 
 fn check_component(c: &str) -> Result<(), Refusal> {
     if c.is_empty() {
-        return Err(refuse(
-            ReasonCode::PathEmptyComponent,
-            "the path has an empty component",
-        ));
+        return Err(refuse(ReasonCode::PathEmptyComponent, "the path has an empty component"));
     }
     if c == "." {
         return Err(refuse(ReasonCode::PathDotComponent, "the path has a `.` component"));
@@ -223,10 +220,7 @@ fn check_component(c: &str) -> Result<(), Refusal> {
         ));
     }
     if let Some(r) = c.chars().find(|ch| RESERVED_CHARS.contains(ch)) {
-        return Err(refuse(
-            ReasonCode::PathReservedChar,
-            format!("the path contains the reserved character `{r}`"),
-        ));
+        return Err(refuse(ReasonCode::PathReservedChar, format!("the path contains the reserved character `{r}`")));
     }
     if c.ends_with('.') || c.ends_with(' ') {
         return Err(refuse(
@@ -235,16 +229,10 @@ fn check_component(c: &str) -> Result<(), Refusal> {
         ));
     }
     if is_device_name(c) {
-        return Err(refuse(
-            ReasonCode::PathDeviceName,
-            format!("the component {c:?} is a Windows device name"),
-        ));
+        return Err(refuse(ReasonCode::PathDeviceName, format!("the component {c:?} is a Windows device name")));
     }
     if CONTROL_DIRS.iter().any(|d| d.eq_ignore_ascii_case(c)) {
-        return Err(refuse(
-            ReasonCode::PathControlDir,
-            format!("the component {c:?} is a control directory"),
-        ));
+        return Err(refuse(ReasonCode::PathControlDir, format!("the component {c:?} is a control directory")));
     }
     Ok(())
 }
@@ -378,10 +366,7 @@ mod tests {
         assert_eq!(code_entry("{input}.csv"), Some(ReasonCode::ManifestPathTemplate));
         assert_eq!(code_entry("{a}{b}"), Some(ReasonCode::ManifestPathTemplate));
         assert_eq!(code_entry("{_output}"), Some(ReasonCode::ManifestPathTemplate));
-        assert!(matches!(
-            PathEntry::parse("data/in.csv").unwrap(),
-            PathEntry::Literal(_)
-        ));
+        assert!(matches!(PathEntry::parse("data/in.csv").unwrap(), PathEntry::Literal(_)));
     }
 
     fn code_entry(e: &str) -> Option<ReasonCode> {

@@ -277,10 +277,7 @@ pub struct Refusal {
 impl Refusal {
     /// A refusal with `code` and `message`.
     pub fn new(code: ReasonCode, message: impl Into<String>) -> Self {
-        Refusal {
-            code,
-            message: message.into(),
-        }
+        Refusal { code, message: message.into() }
     }
 }
 

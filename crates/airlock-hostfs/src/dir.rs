@@ -22,13 +22,8 @@ impl Dir {
     /// host path. The path is the operator's, so links in it are followed;
     /// nothing beneath the handle ever is.
     pub fn open_ambient(_authority: &HostAuthority, path: &Path) -> Result<Dir> {
-        let fd = rustix::fs::openat(
-            CWD,
-            path,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| Error::syscall(ReasonCode::ConfigCeiling, format_args!("open({})", path.display()), e))?;
+        let fd = rustix::fs::openat(CWD, path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| Error::syscall(ReasonCode::ConfigCeiling, format_args!("open({})", path.display()), e))?;
         Dir::from_fd(fd)
     }
 
@@ -41,25 +36,11 @@ impl Dir {
         match rustix::fs::openat(CWD, path, flags, Mode::empty()) {
             Ok(fd) => Dir::from_fd(fd),
             Err(e @ (rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR)) => {
-                let is_link = std::fs::symlink_metadata(path)
-                    .map(|m| m.file_type().is_symlink())
-                    .unwrap_or(false);
-                let code = if is_link {
-                    ReasonCode::PathSymlink
-                } else {
-                    ReasonCode::ConfigCeiling
-                };
-                Err(Error::syscall(
-                    code,
-                    format_args!("open({}, O_NOFOLLOW)", path.display()),
-                    e,
-                ))
+                let is_link = std::fs::symlink_metadata(path).map(|m| m.file_type().is_symlink()).unwrap_or(false);
+                let code = if is_link { ReasonCode::PathSymlink } else { ReasonCode::ConfigCeiling };
+                Err(Error::syscall(code, format_args!("open({}, O_NOFOLLOW)", path.display()), e))
             }
-            Err(e) => Err(Error::syscall(
-                ReasonCode::ConfigCeiling,
-                format_args!("open({})", path.display()),
-                e,
-            )),
+            Err(e) => Err(Error::syscall(ReasonCode::ConfigCeiling, format_args!("open({})", path.display()), e)),
         }
     }
 
@@ -69,22 +50,14 @@ impl Dir {
         if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
             return Err(Error::new(ReasonCode::PathNotDirectory, "not a directory"));
         }
-        Ok(Dir {
-            fd,
-            dev: st.st_dev,
-            ino: st.st_ino,
-        })
+        Ok(Dir { fd, dev: st.st_dev, ino: st.st_ino })
     }
 
     /// A second handle to the same directory.
     pub fn try_clone(&self) -> Result<Dir> {
         let fd = rustix::io::fcntl_dupfd_cloexec(&self.fd, 3)
             .map_err(|e| Error::syscall(ReasonCode::Internal, "dup(dir)", e))?;
-        Ok(Dir {
-            fd,
-            dev: self.dev,
-            ino: self.ino,
-        })
+        Ok(Dir { fd, dev: self.dev, ino: self.ino })
     }
 
     /// `(st_dev, st_ino)` taken when the handle was opened.

@@ -16,21 +16,13 @@ pub struct Error {
 impl Error {
     /// An error with `code` and `message`.
     pub fn new(code: ReasonCode, message: impl Into<String>) -> Self {
-        Error {
-            code,
-            message: message.into(),
-            errno: None,
-        }
+        Error { code, message: message.into(), errno: None }
     }
 
     /// An error caused by a failed system call; `call` names it with its
     /// arguments, e.g. `openat2(ceiling, "a/b")`.
     pub fn syscall(code: ReasonCode, call: impl fmt::Display, errno: Errno) -> Self {
-        Error {
-            code,
-            message: format!("{call}: {errno}"),
-            errno: Some(errno),
-        }
+        Error { code, message: format!("{call}: {errno}"), errno: Some(errno) }
     }
 
     /// The stable reason code.

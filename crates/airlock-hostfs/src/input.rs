@@ -44,13 +44,8 @@ impl SnapshotInfo {
 }
 
 fn stat_of(fd: impl AsFd, path: &RelPath) -> Result<Stat> {
-    rustix::fs::fstat(fd).map_err(|e| {
-        Error::syscall(
-            ReasonCode::InputUnreadable,
-            format_args!("fstat({:?})", path.as_str()),
-            e,
-        )
-    })
+    rustix::fs::fstat(fd)
+        .map_err(|e| Error::syscall(ReasonCode::InputUnreadable, format_args!("fstat({:?})", path.as_str()), e))
 }
 
 impl InputFile {
@@ -66,9 +61,7 @@ impl InputFile {
         max_bytes: u64,
     ) -> Result<InputFile> {
         let here = |e: Error| e.context(format_args!("input {:?}", path.as_str()));
-        let probe = resolver
-            .open_beneath(ceiling.as_fd(), rel, OFlags::PATH)
-            .map_err(here)?;
+        let probe = resolver.open_beneath(ceiling.as_fd(), rel, OFlags::PATH).map_err(here)?;
         let st = stat_of(&probe, path)?;
         check_kind(&st, path, max_bytes)?;
         let fd: OwnedFd = resolver
@@ -82,11 +75,7 @@ impl InputFile {
             ));
         }
         check_kind(&again, path, max_bytes)?;
-        Ok(InputFile {
-            file: File::from(fd),
-            path: path.clone(),
-            stat: again,
-        })
+        Ok(InputFile { file: File::from(fd), path: path.clone(), stat: again })
     }
 
     /// Size reported when the file was opened.
@@ -119,18 +108,12 @@ impl InputFile {
             if total > max_bytes {
                 return Err(Error::new(
                     ReasonCode::InputTooLarge,
-                    format!(
-                        "input {:?} grew past {max_bytes} bytes while it was read",
-                        self.path.as_str()
-                    ),
+                    format!("input {:?} grew past {max_bytes} bytes while it was read", self.path.as_str()),
                 ));
             }
             hasher.update(&buf[..n]);
             dest.write_all(&buf[..n]).map_err(|e| {
-                Error::new(
-                    ReasonCode::Internal,
-                    format!("writing snapshot of {:?}: {e}", self.path.as_str()),
-                )
+                Error::new(ReasonCode::Internal, format!("writing snapshot of {:?}: {e}", self.path.as_str()))
             })?;
         }
         let after = stat_of(&self.file, &self.path)?;
@@ -143,10 +126,7 @@ impl InputFile {
                 format!("input {:?} changed while it was read; try again", self.path.as_str()),
             ));
         }
-        Ok(SnapshotInfo {
-            bytes: total,
-            sha256_hex: hex::encode(hasher.finalize()),
-        })
+        Ok(SnapshotInfo { bytes: total, sha256_hex: hex::encode(hasher.finalize()) })
     }
 }
 
@@ -155,16 +135,10 @@ fn check_kind(st: &Stat, path: &RelPath, max_bytes: u64) -> Result<()> {
     match FileType::from_raw_mode(st.st_mode) {
         FileType::RegularFile => {}
         FileType::Symlink => {
-            return Err(Error::new(
-                ReasonCode::PathSymlink,
-                format!("input {p:?} is a symbolic link"),
-            ))
+            return Err(Error::new(ReasonCode::PathSymlink, format!("input {p:?} is a symbolic link")))
         }
         FileType::Directory => {
-            return Err(Error::new(
-                ReasonCode::InputNotRegular,
-                format!("input {p:?} is a directory"),
-            ))
+            return Err(Error::new(ReasonCode::InputNotRegular, format!("input {p:?} is a directory")))
         }
         other => {
             return Err(Error::new(
@@ -176,19 +150,13 @@ fn check_kind(st: &Stat, path: &RelPath, max_bytes: u64) -> Result<()> {
     if st.st_nlink != 1 {
         return Err(Error::new(
             ReasonCode::InputHardlink,
-            format!(
-                "input {p:?} has {} hard links; only files with exactly one are accepted",
-                st.st_nlink
-            ),
+            format!("input {p:?} has {} hard links; only files with exactly one are accepted", st.st_nlink),
         ));
     }
     if st.st_size as u64 > max_bytes {
         return Err(Error::new(
             ReasonCode::InputTooLarge,
-            format!(
-                "input {p:?} is {} bytes, more than max_file_bytes = {max_bytes}",
-                st.st_size
-            ),
+            format!("input {p:?} is {} bytes, more than max_file_bytes = {max_bytes}", st.st_size),
         ));
     }
     Ok(())

@@ -26,25 +26,20 @@ impl HeldOutput {
         let parent = match rel.parent() {
             None => ceiling.try_clone()?,
             Some(parent) => {
-                let fd = resolver
-                    .open_beneath(ceiling.as_fd(), &parent, OFlags::RDONLY | OFlags::DIRECTORY)
-                    .map_err(|e| {
+                let fd = resolver.open_beneath(ceiling.as_fd(), &parent, OFlags::RDONLY | OFlags::DIRECTORY).map_err(
+                    |e| {
                         let code = if e.code() == ReasonCode::InputMissing {
                             ReasonCode::OutputParentMissing
                         } else {
                             e.code()
                         };
-                        e.with_code(code)
-                            .context(format_args!("output parent of {:?}", path.as_str()))
-                    })?;
+                        e.with_code(code).context(format_args!("output parent of {:?}", path.as_str()))
+                    },
+                )?;
                 Dir::from_fd(fd)?
             }
         };
-        let held = HeldOutput {
-            parent,
-            name: rel.file_name().to_owned(),
-            path: path.clone(),
-        };
+        let held = HeldOutput { parent, name: rel.file_name().to_owned(), path: path.clone() };
         held.ensure_absent()?;
         Ok(held)
     }
@@ -70,17 +65,10 @@ impl HeldOutput {
         if parent.dev_ino() != expected_parent {
             return Err(Error::new(
                 ReasonCode::OutputParentChanged,
-                format!(
-                    "the parent directory of {:?} is not the one the journal recorded",
-                    path.as_str()
-                ),
+                format!("the parent directory of {:?} is not the one the journal recorded", path.as_str()),
             ));
         }
-        Ok(HeldOutput {
-            parent,
-            name: rel.file_name().to_owned(),
-            path: path.clone(),
-        })
+        Ok(HeldOutput { parent, name: rel.file_name().to_owned(), path: path.clone() })
     }
 
     /// Refuses (`output.exists`) if anything — file, directory, symlink,
@@ -90,16 +78,9 @@ impl HeldOutput {
             Err(Errno::NOENT) => Ok(()),
             Ok(_) => Err(Error::new(
                 ReasonCode::OutputExists,
-                format!(
-                    "output {:?} already exists; airlock never overwrites",
-                    self.path.as_str()
-                ),
+                format!("output {:?} already exists; airlock never overwrites", self.path.as_str()),
             )),
-            Err(e) => Err(Error::syscall(
-                ReasonCode::Internal,
-                format_args!("fstatat(parent, {:?})", self.name),
-                e,
-            )),
+            Err(e) => Err(Error::syscall(ReasonCode::Internal, format_args!("fstatat(parent, {:?})", self.name), e)),
         }
     }
 

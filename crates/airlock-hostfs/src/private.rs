@@ -25,10 +25,7 @@ pub struct PrivateDir {
 
 fn check_name(name: &str) -> Result<()> {
     if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
-        return Err(Error::new(
-            ReasonCode::Internal,
-            format!("invalid private entry name {name:?}"),
-        ));
+        return Err(Error::new(ReasonCode::Internal, format!("invalid private entry name {name:?}")));
     }
     Ok(())
 }
@@ -39,18 +36,11 @@ impl PrivateDir {
     /// directory owned by someone else, or one others can read or write.
     pub fn open_or_create(_authority: &HostAuthority, path: &Path) -> Result<PrivateDir> {
         let err = |e: Errno, what: &str| {
-            Error::syscall(
-                ReasonCode::ConfigStateDir,
-                format_args!("{what}({})", path.display()),
-                e,
-            )
+            Error::syscall(ReasonCode::ConfigStateDir, format_args!("{what}({})", path.display()), e)
         };
         if let Err(e) = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(path) {
             if e.kind() != std::io::ErrorKind::AlreadyExists {
-                return Err(Error::new(
-                    ReasonCode::ConfigStateDir,
-                    format!("creating {}: {e}", path.display()),
-                ));
+                return Err(Error::new(ReasonCode::ConfigStateDir, format!("creating {}: {e}", path.display())));
             }
         }
         let fd = rustix::fs::openat(
@@ -60,10 +50,7 @@ impl PrivateDir {
             Mode::empty(),
         )
         .map_err(|e| err(e, "open"))?;
-        let dir = PrivateDir {
-            dir: Dir::from_fd(fd)?,
-            display: path.to_path_buf(),
-        };
+        let dir = PrivateDir { dir: Dir::from_fd(fd)?, display: path.to_path_buf() };
         dir.check_private()?;
         Ok(dir)
     }
@@ -74,11 +61,7 @@ impl PrivateDir {
         if st.st_uid != rustix::process::geteuid().as_raw() {
             return Err(Error::new(
                 ReasonCode::ConfigStateDir,
-                format!(
-                    "{} is owned by uid {}, not by the user running airlock",
-                    self.display.display(),
-                    st.st_uid
-                ),
+                format!("{} is owned by uid {}, not by the user running airlock", self.display.display(), st.st_uid),
             ));
         }
         if st.st_mode & 0o077 != 0 {
@@ -109,13 +92,7 @@ impl PrivateDir {
         check_name(name)?;
         match rustix::fs::mkdirat(self.dir.as_fd(), name, Mode::from_raw_mode(0o700)) {
             Ok(()) | Err(Errno::EXIST) => {}
-            Err(e) => {
-                return Err(Error::syscall(
-                    ReasonCode::ConfigStateDir,
-                    format_args!("mkdirat({name:?})"),
-                    e,
-                ))
-            }
+            Err(e) => return Err(Error::syscall(ReasonCode::ConfigStateDir, format_args!("mkdirat({name:?})"), e)),
         }
         self.open_subdir(name)
     }
@@ -138,17 +115,10 @@ impl PrivateDir {
             Mode::empty(),
         )
         .map_err(|e| {
-            let code = if e == Errno::NOENT {
-                ReasonCode::InvocationNotFound
-            } else {
-                ReasonCode::ConfigStateDir
-            };
+            let code = if e == Errno::NOENT { ReasonCode::InvocationNotFound } else { ReasonCode::ConfigStateDir };
             Error::syscall(code, format_args!("openat({name:?})"), e)
         })?;
-        let sub = PrivateDir {
-            dir: Dir::from_fd(fd)?,
-            display: self.display.join(name),
-        };
+        let sub = PrivateDir { dir: Dir::from_fd(fd)?, display: self.display.join(name) };
         sub.check_private()?;
         Ok(sub)
     }
@@ -162,13 +132,7 @@ impl PrivateDir {
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o600),
         )
-        .map_err(|e| {
-            Error::syscall(
-                ReasonCode::Internal,
-                format_args!("openat({name:?}, O_CREAT|O_EXCL)"),
-                e,
-            )
-        })?;
+        .map_err(|e| Error::syscall(ReasonCode::Internal, format_args!("openat({name:?}, O_CREAT|O_EXCL)"), e))?;
         Ok(File::from(fd))
     }
 
@@ -182,11 +146,7 @@ impl PrivateDir {
             Mode::empty(),
         )
         .map_err(|e| {
-            let code = if e == Errno::NOENT {
-                ReasonCode::InvocationNotFound
-            } else {
-                ReasonCode::Internal
-            };
+            let code = if e == Errno::NOENT { ReasonCode::InvocationNotFound } else { ReasonCode::Internal };
             Error::syscall(code, format_args!("openat({name:?})"), e)
         })?;
         let st = rustix::fs::fstat(&fd).map_err(|e| Error::syscall(ReasonCode::Internal, "fstat", e))?;
@@ -236,13 +196,7 @@ impl PrivateDir {
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| {
-            Error::syscall(
-                ReasonCode::Internal,
-                format_args!("openat({name:?}, O_RDONLY|O_NOFOLLOW)"),
-                e,
-            )
-        })?;
+        .map_err(|e| Error::syscall(ReasonCode::Internal, format_args!("openat({name:?}, O_RDONLY|O_NOFOLLOW)"), e))?;
         Ok(File::from(fd))
     }
 
@@ -290,11 +244,7 @@ impl PrivateDir {
         check_name(from)?;
         check_name(to)?;
         rustix::fs::renameat_with(self.dir.as_fd(), from, self.dir.as_fd(), to, RenameFlags::NOREPLACE).map_err(|e| {
-            let code = if e == Errno::EXIST {
-                ReasonCode::InvocationDuplicate
-            } else {
-                ReasonCode::Internal
-            };
+            let code = if e == Errno::EXIST { ReasonCode::InvocationDuplicate } else { ReasonCode::Internal };
             Error::syscall(code, format_args!("renameat2({from:?}, {to:?}, RENAME_NOREPLACE)"), e)
         })
     }
@@ -324,13 +274,8 @@ impl PrivateDir {
 }
 
 fn list(dir: &Dir) -> Result<Vec<String>> {
-    let fd = rustix::fs::openat(
-        dir.as_fd(),
-        ".",
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| Error::syscall(ReasonCode::Internal, "openat(\".\")", e))?;
+    let fd = rustix::fs::openat(dir.as_fd(), ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| Error::syscall(ReasonCode::Internal, "openat(\".\")", e))?;
     let mut reader = rustix::fs::Dir::read_from(&fd).map_err(|e| Error::syscall(ReasonCode::Internal, "readdir", e))?;
     let mut names = Vec::new();
     while let Some(entry) = reader.read() {
@@ -348,20 +293,11 @@ fn remove_entry(parent: &Dir, name: &str, depth: usize) -> Result<()> {
     let st = match rustix::fs::statat(parent.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => st,
         Err(Errno::NOENT) => return Ok(()),
-        Err(e) => {
-            return Err(Error::syscall(
-                ReasonCode::Internal,
-                format_args!("fstatat({name:?})"),
-                e,
-            ))
-        }
+        Err(e) => return Err(Error::syscall(ReasonCode::Internal, format_args!("fstatat({name:?})"), e)),
     };
     if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
         if depth >= MAX_REMOVE_DEPTH {
-            return Err(Error::new(
-                ReasonCode::Internal,
-                format!("{name:?} is nested deeper than {MAX_REMOVE_DEPTH}"),
-            ));
+            return Err(Error::new(ReasonCode::Internal, format!("{name:?} is nested deeper than {MAX_REMOVE_DEPTH}")));
         }
         let fd = rustix::fs::openat(
             parent.as_fd(),
@@ -372,30 +308,19 @@ fn remove_entry(parent: &Dir, name: &str, depth: usize) -> Result<()> {
         .map_err(|e| Error::syscall(ReasonCode::Internal, format_args!("openat({name:?})"), e))?;
         let sub = Dir::from_fd(fd)?;
         if sub.dev_ino() != (st.st_dev, st.st_ino) {
-            return Err(Error::new(
-                ReasonCode::PathRace,
-                format!("{name:?} was replaced during removal"),
-            ));
+            return Err(Error::new(ReasonCode::PathRace, format!("{name:?} was replaced during removal")));
         }
         for child in list(&sub)? {
             remove_entry(&sub, &child, depth + 1)?;
         }
         match rustix::fs::unlinkat(parent.as_fd(), name, AtFlags::REMOVEDIR) {
             Ok(()) | Err(Errno::NOENT) => Ok(()),
-            Err(e) => Err(Error::syscall(
-                ReasonCode::Internal,
-                format_args!("unlinkat({name:?}, AT_REMOVEDIR)"),
-                e,
-            )),
+            Err(e) => Err(Error::syscall(ReasonCode::Internal, format_args!("unlinkat({name:?}, AT_REMOVEDIR)"), e)),
         }
     } else {
         match rustix::fs::unlinkat(parent.as_fd(), name, AtFlags::empty()) {
             Ok(()) | Err(Errno::NOENT) => Ok(()),
-            Err(e) => Err(Error::syscall(
-                ReasonCode::Internal,
-                format_args!("unlinkat({name:?})"),
-                e,
-            )),
+            Err(e) => Err(Error::syscall(ReasonCode::Internal, format_args!("unlinkat({name:?})"), e)),
         }
     }
 }

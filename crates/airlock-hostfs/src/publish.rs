@@ -47,29 +47,21 @@ pub struct EntryIdentity {
 }
 
 fn copy_hashed(source: &mut std::fs::File, out: &mut std::fs::File, max_bytes: u64) -> Result<(u64, String)> {
-    source
-        .rewind()
-        .map_err(|e| Error::new(ReasonCode::Internal, format!("rewinding output: {e}")))?;
+    source.rewind().map_err(|e| Error::new(ReasonCode::Internal, format!("rewinding output: {e}")))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 256 * 1024];
     let mut total = 0u64;
     loop {
-        let n = source
-            .read(&mut buf)
-            .map_err(|e| Error::new(ReasonCode::Internal, format!("reading output: {e}")))?;
+        let n = source.read(&mut buf).map_err(|e| Error::new(ReasonCode::Internal, format!("reading output: {e}")))?;
         if n == 0 {
             return Ok((total, hex::encode(hasher.finalize())));
         }
         total += n as u64;
         if total > max_bytes {
-            return Err(Error::new(
-                ReasonCode::LimitOutputSize,
-                format!("output is larger than {max_bytes} bytes"),
-            ));
+            return Err(Error::new(ReasonCode::LimitOutputSize, format!("output is larger than {max_bytes} bytes")));
         }
         hasher.update(&buf[..n]);
-        out.write_all(&buf[..n])
-            .map_err(|e| Error::new(ReasonCode::Internal, format!("writing candidate: {e}")))?;
+        out.write_all(&buf[..n]).map_err(|e| Error::new(ReasonCode::Internal, format!("writing candidate: {e}")))?;
     }
 }
 
@@ -92,18 +84,12 @@ impl HeldOutput {
         if (now.st_dev, now.st_ino) != expected_parent || self.parent.dev_ino() != expected_parent {
             return Err(Error::new(
                 ReasonCode::OutputParentChanged,
-                format!(
-                    "the parent directory of {:?} is not the one that was prepared",
-                    self.path.as_str()
-                ),
+                format!("the parent directory of {:?} is not the one that was prepared", self.path.as_str()),
             ));
         }
         self.ensure_absent()?;
         if tag.is_empty() || tag.contains('/') || tag.contains('\0') || tag.len() > 128 {
-            return Err(Error::new(
-                ReasonCode::Internal,
-                format!("invalid candidate tag {tag:?}"),
-            ));
+            return Err(Error::new(ReasonCode::Internal, format!("invalid candidate tag {tag:?}")));
         }
         let name = format!("{CANDIDATE_PREFIX}{tag}");
         let fd = rustix::fs::openat(
@@ -113,32 +99,19 @@ impl HeldOutput {
             Mode::from_raw_mode(0o600),
         )
         .map_err(|e| {
-            Error::syscall(
-                ReasonCode::Internal,
-                format_args!("openat(parent, {name:?}, O_CREAT|O_EXCL)"),
-                e,
-            )
+            Error::syscall(ReasonCode::Internal, format_args!("openat(parent, {name:?}, O_CREAT|O_EXCL)"), e)
         })?;
         let mut candidate = Candidate {
             held: self,
             name,
-            file: Published {
-                bytes: 0,
-                sha256_hex: String::new(),
-                dev_ino: (0, 0),
-            },
+            file: Published { bytes: 0, sha256_hex: String::new(), dev_ino: (0, 0) },
             done: false,
         };
         let mut out = std::fs::File::from(fd);
         let (bytes, sha256_hex) = copy_hashed(source, &mut out, max_bytes)?;
-        out.sync_all()
-            .map_err(|e| Error::new(ReasonCode::Internal, format!("syncing candidate: {e}")))?;
+        out.sync_all().map_err(|e| Error::new(ReasonCode::Internal, format!("syncing candidate: {e}")))?;
         let st = rustix::fs::fstat(&out).map_err(|e| Error::syscall(ReasonCode::Internal, "fstat(candidate)", e))?;
-        candidate.file = Published {
-            bytes,
-            sha256_hex,
-            dev_ino: (st.st_dev, st.st_ino),
-        };
+        candidate.file = Published { bytes, sha256_hex, dev_ino: (st.st_dev, st.st_ino) };
         Ok(candidate)
     }
 
@@ -151,11 +124,7 @@ impl HeldOutput {
                 regular: FileType::from_raw_mode(st.st_mode) == FileType::RegularFile,
             })),
             Err(Errno::NOENT) => Ok(None),
-            Err(e) => Err(Error::syscall(
-                ReasonCode::Internal,
-                format_args!("fstatat(parent, {name:?})"),
-                e,
-            )),
+            Err(e) => Err(Error::syscall(ReasonCode::Internal, format_args!("fstatat(parent, {name:?})"), e)),
         }
     }
 
@@ -171,10 +140,7 @@ impl HeldOutput {
         .map_err(|e| Error::syscall(ReasonCode::Internal, format_args!("openat(parent, {name:?})"), e))?;
         let st = rustix::fs::fstat(&fd).map_err(|e| Error::syscall(ReasonCode::Internal, "fstat", e))?;
         if (st.st_dev, st.st_ino) != dev_ino || FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-            return Err(Error::new(
-                ReasonCode::PathRace,
-                format!("{name:?} is not the recorded file"),
-            ));
+            return Err(Error::new(ReasonCode::PathRace, format!("{name:?} is not the recorded file")));
         }
         let mut file = std::fs::File::from(fd);
         let mut hasher = Sha256::new();
@@ -189,12 +155,7 @@ impl HeldOutput {
     pub fn publish_candidate_named(&self, name: &str, dev_ino: (u64, u64)) -> Result<()> {
         match self.entry(name)? {
             Some(e) if e.dev_ino == dev_ino && e.regular => {}
-            _ => {
-                return Err(Error::new(
-                    ReasonCode::PathRace,
-                    format!("{name:?} is not the recorded candidate"),
-                ))
-            }
+            _ => return Err(Error::new(ReasonCode::PathRace, format!("{name:?} is not the recorded candidate"))),
         }
         rename_noreplace(self, name)?;
         self.parent.sync()
@@ -208,10 +169,7 @@ impl HeldOutput {
                     .map_err(|e| Error::syscall(ReasonCode::Internal, format_args!("unlinkat({name:?})"), e))?;
                 self.parent.sync()
             }
-            Some(_) => Err(Error::new(
-                ReasonCode::PathRace,
-                format!("{name:?} is not the recorded candidate"),
-            )),
+            Some(_) => Err(Error::new(ReasonCode::PathRace, format!("{name:?} is not the recorded candidate"))),
             None => Ok(()),
         }
     }
@@ -226,16 +184,8 @@ fn rename_noreplace(held: &HeldOutput, candidate: &str) -> Result<()> {
         RenameFlags::NOREPLACE,
     )
     .map_err(|e| {
-        let code = if e == Errno::EXIST {
-            ReasonCode::OutputExists
-        } else {
-            ReasonCode::Internal
-        };
-        Error::syscall(
-            code,
-            format_args!("renameat2({candidate:?}, {:?}, RENAME_NOREPLACE)", held.name),
-            e,
-        )
+        let code = if e == Errno::EXIST { ReasonCode::OutputExists } else { ReasonCode::Internal };
+        Error::syscall(code, format_args!("renameat2({candidate:?}, {:?}, RENAME_NOREPLACE)", held.name), e)
     })
 }
 

@@ -50,10 +50,7 @@ pub fn sign(key: &JournalKey, payload_type: &str, payload: &[u8]) -> DsseEnvelop
     DsseEnvelope {
         payload_type: payload_type.to_string(),
         payload: BASE64.encode(payload),
-        signatures: vec![DsseSignature {
-            keyid: key.key_id(),
-            sig: BASE64.encode(sig.to_bytes()),
-        }],
+        signatures: vec![DsseSignature { keyid: key.key_id(), sig: BASE64.encode(sig.to_bytes()) }],
     }
 }
 
@@ -80,9 +77,7 @@ pub fn verify(env: &DsseEnvelope, public_key: &PublicKey) -> Result<Vec<u8>, Jou
     if verified {
         Ok(payload)
     } else {
-        Err(invalid(format!(
-            "no signature in the DSSE envelope verifies under key {key_id}"
-        )))
+        Err(invalid(format!("no signature in the DSSE envelope verifies under key {key_id}")))
     }
 }
 

@@ -146,17 +146,10 @@ impl JournalError {
     }
 
     pub(crate) fn io(file: &Path, call: impl std::fmt::Display) -> JournalError {
-        JournalError::Io {
-            file: file.to_path_buf(),
-            call: call.to_string(),
-        }
+        JournalError::Io { file: file.to_path_buf(), call: call.to_string() }
     }
 
     pub(crate) fn corrupt(file: &Path, line: Option<u64>, reason: impl Into<String>) -> JournalError {
-        JournalError::Corrupt {
-            file: file.to_path_buf(),
-            line,
-            reason: reason.into(),
-        }
+        JournalError::Corrupt { file: file.to_path_buf(), line, reason: reason.into() }
     }
 }

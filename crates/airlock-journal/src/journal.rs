@@ -72,23 +72,14 @@ impl Journal {
     pub fn open(state: &PrivateDir, key: JournalKey) -> Result<Journal, JournalError> {
         let path = state.display_path().join(JOURNAL_FILE);
         let file = state.open_append(JOURNAL_FILE).map_err(|e| match e.errno() {
-            Some(Errno::LOOP) => JournalError::FileUnsafe {
-                file: path.clone(),
-                reason: "it is a symbolic link".into(),
-            },
-            Some(Errno::ISDIR) => JournalError::FileUnsafe {
-                file: path.clone(),
-                reason: "it is a directory".into(),
-            },
+            Some(Errno::LOOP) => {
+                JournalError::FileUnsafe { file: path.clone(), reason: "it is a symbolic link".into() }
+            }
+            Some(Errno::ISDIR) => JournalError::FileUnsafe { file: path.clone(), reason: "it is a directory".into() },
             _ => JournalError::io(&path, e.message()),
         })?;
         check_private_file(&file, &path, None).map_err(|fault| unsafe_file(&path, fault))?;
-        let journal = Journal {
-            file,
-            path,
-            key,
-            lock: Mutex::new(()),
-        };
+        let journal = Journal { file, path, key, lock: Mutex::new(()) };
         if journal.size()? == 0 {
             state.sync().map_err(|e| JournalError::io(&journal.path, e.message()))?;
         }
@@ -121,6 +112,22 @@ impl Journal {
     /// error and must not carry out the effect the record announces, so the
     /// journal may hold an intent that was never acted on, never the reverse.
     pub fn append(&self, kind: &str, invocation_id: Option<&str>, body: Value) -> Result<Appended, JournalError> {
+        let appended = self.append_deferred(kind, invocation_id, body)?;
+        self.sync()?;
+        Ok(appended)
+    }
+
+    /// [`Journal::append`] without the `fdatasync`: the record is in the file
+    /// (in order, and visible to every reader at once) but only durable after
+    /// the next [`Journal::sync`] or synced append, which makes every earlier
+    /// record durable with it. For records that announce no effect of their
+    /// own, so that a call pays one sync per effect rather than one a record.
+    pub fn append_deferred(
+        &self,
+        kind: &str,
+        invocation_id: Option<&str>,
+        body: Value,
+    ) -> Result<Appended, JournalError> {
         let _locked = self.lock(FlockOperation::LockExclusive)?;
         let size = self.size()?;
         let tail = self.tail(size)?;
@@ -134,17 +141,7 @@ impl Journal {
             ),
         };
         let time = crate::time::now_rfc3339();
-        let mut line = encode_line(
-            &self.key,
-            Draft {
-                seq,
-                prev,
-                time: &time,
-                kind,
-                invocation_id,
-                body,
-            },
-        )?;
+        let mut line = encode_line(&self.key, Draft { seq, prev, time: &time, kind, invocation_id, body })?;
         let line_sha256 = line_hash(&line);
         line.push(b'\n');
         if size + line.len() as u64 > MAX_JOURNAL_BYTES {
@@ -156,9 +153,13 @@ impl Journal {
             });
         }
         self.write_line(&line, size)?;
-        rustix::fs::fdatasync(&self.file)
-            .map_err(|e| JournalError::io(&self.path, format_args!("fdatasync({JOURNAL_FILE}): {e}")))?;
         Ok(Appended { seq, line_sha256 })
+    }
+
+    /// Makes every record appended so far durable (`fdatasync`).
+    pub fn sync(&self) -> Result<(), JournalError> {
+        rustix::fs::fdatasync(&self.file)
+            .map_err(|e| JournalError::io(&self.path, format_args!("fdatasync({JOURNAL_FILE}): {e}")))
     }
 
     /// Every record, parsed but not verified (use [`crate::verify`] on
@@ -170,10 +171,7 @@ impl Journal {
             return Ok(Vec::new());
         }
         let Some(body) = bytes.strip_suffix(b"\n") else {
-            return Err(JournalError::TornTail {
-                file: self.path.clone(),
-                size: bytes.len() as u64,
-            });
+            return Err(JournalError::TornTail { file: self.path.clone(), size: bytes.len() as u64 });
         };
         let mut records = Vec::new();
         for (i, line) in body.split(|&b| b == b'\n').enumerate() {
@@ -210,18 +208,10 @@ impl Journal {
             match rustix::fs::flock(&self.file, op) {
                 Ok(()) => break,
                 Err(Errno::INTR) => continue,
-                Err(e) => {
-                    return Err(JournalError::io(
-                        &self.path,
-                        format_args!("flock({JOURNAL_FILE}, {op:?}): {e}"),
-                    ))
-                }
+                Err(e) => return Err(JournalError::io(&self.path, format_args!("flock({JOURNAL_FILE}, {op:?}): {e}"))),
             }
         }
-        Ok(Flock {
-            file: &self.file,
-            _inner: inner,
-        })
+        Ok(Flock { file: &self.file, _inner: inner })
     }
 
     /// The file's size; refuses a journal whose name no longer leads to it.
@@ -231,10 +221,7 @@ impl Journal {
         if st.st_nlink != 1 {
             return Err(JournalError::FileUnsafe {
                 file: self.path.clone(),
-                reason: format!(
-                    "it has {} links since it was opened; it must have exactly one",
-                    st.st_nlink
-                ),
+                reason: format!("it has {} links since it was opened; it must have exactly one", st.st_nlink),
             });
         }
         Ok(st.st_size as u64)
@@ -253,10 +240,7 @@ impl Journal {
             .read_exact_at(&mut buf, start)
             .map_err(|e| JournalError::io(&self.path, format_args!("pread({JOURNAL_FILE}, {n}, {start}): {e}")))?;
         if buf.last() != Some(&b'\n') {
-            return Err(JournalError::TornTail {
-                file: self.path.clone(),
-                size,
-            });
+            return Err(JournalError::TornTail { file: self.path.clone(), size });
         }
         let body = &buf[..buf.len() - 1];
         let line = match body.iter().rposition(|&b| b == b'\n') {
@@ -272,26 +256,13 @@ impl Journal {
         };
         let bad = |reason: &str| JournalError::corrupt(&self.path, None, format!("the last line {reason}"));
         let value: Value = serde_json::from_slice(line).map_err(|_| bad("is not JSON"))?;
-        let seq = value
-            .get("seq")
-            .and_then(Value::as_u64)
-            .ok_or_else(|| bad("has no seq"))?;
-        let key_id = value
-            .get("key_id")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad("has no key_id"))?;
+        let seq = value.get("seq").and_then(Value::as_u64).ok_or_else(|| bad("has no seq"))?;
+        let key_id = value.get("key_id").and_then(Value::as_str).ok_or_else(|| bad("has no key_id"))?;
         let ours = self.key.key_id();
         if key_id != ours {
-            return Err(JournalError::KeyMismatch {
-                file: self.path.clone(),
-                found: key_id.to_string(),
-                ours,
-            });
+            return Err(JournalError::KeyMismatch { file: self.path.clone(), found: key_id.to_string(), ours });
         }
-        Ok(Some(Tail {
-            seq,
-            hash: line_hash(line),
-        }))
+        Ok(Some(Tail { seq, hash: line_hash(line) }))
     }
 
     /// Writes `line` with one `write(2)`; a short write is truncated back to
@@ -310,10 +281,7 @@ impl Journal {
             Err(e) => format!("{call}: {e}"),
         };
         match rustix::fs::ftruncate(&self.file, size) {
-            Ok(()) => Err(JournalError::io(
-                &self.path,
-                format_args!("{failure}; truncated back to {size} bytes"),
-            )),
+            Ok(()) => Err(JournalError::io(&self.path, format_args!("{failure}; truncated back to {size} bytes"))),
             Err(e) => Err(JournalError::io(
                 &self.path,
                 format_args!("{failure}; ftruncate({JOURNAL_FILE}, {size}) also failed: {e}"),
@@ -324,10 +292,7 @@ impl Journal {
 
 fn unsafe_file(path: &Path, fault: Fault) -> JournalError {
     match fault {
-        Fault::Unsafe(reason) => JournalError::FileUnsafe {
-            file: path.to_path_buf(),
-            reason,
-        },
+        Fault::Unsafe(reason) => JournalError::FileUnsafe { file: path.to_path_buf(), reason },
         Fault::Io(e) => e,
     }
 }

@@ -28,10 +28,7 @@ pub struct JournalKey {
 
 impl fmt::Debug for JournalKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("JournalKey")
-            .field("key_id", &self.public.key_id())
-            .field("seed", &"<redacted>")
-            .finish()
+        f.debug_struct("JournalKey").field("key_id", &self.public.key_id()).field("seed", &"<redacted>").finish()
     }
 }
 
@@ -65,17 +62,11 @@ impl JournalKey {
         let path = state.display_path().join(KEY_FILE);
         let mut file = state.open_nofollow(KEY_FILE).map_err(|e| match e.errno() {
             Some(Errno::NOENT) => JournalError::KeyMissing { file: path.clone() },
-            Some(Errno::LOOP) => JournalError::KeyUnsafe {
-                file: path.clone(),
-                reason: "it is a symbolic link".into(),
-            },
+            Some(Errno::LOOP) => JournalError::KeyUnsafe { file: path.clone(), reason: "it is a symbolic link".into() },
             _ => JournalError::io(&path, e.message()),
         })?;
         check_private_file(&file, &path, Some(SEED_BYTES as u64)).map_err(|fault| match fault {
-            Fault::Unsafe(reason) => JournalError::KeyUnsafe {
-                file: path.clone(),
-                reason,
-            },
+            Fault::Unsafe(reason) => JournalError::KeyUnsafe { file: path.clone(), reason },
             Fault::Io(e) => e,
         })?;
         let mut seed = Zeroizing::new([0u8; SEED_BYTES + 1]);
@@ -137,9 +128,7 @@ impl JournalKey {
             }
         }
         if have != want.as_bytes() {
-            state
-                .replace_file(PUBLIC_KEY_FILE, want.as_bytes())
-                .map_err(|e| JournalError::io(&path, e.message()))?;
+            state.replace_file(PUBLIC_KEY_FILE, want.as_bytes()).map_err(|e| JournalError::io(&path, e.message()))?;
         }
         Ok(())
     }
@@ -158,9 +147,7 @@ fn create(state: &PrivateDir) -> Result<(), JournalError> {
         }
     }
     let tmp = format!(".tmp-{KEY_FILE}-{}", airlock_hostfs::random_suffix());
-    let mut file = state
-        .create_file(&tmp)
-        .map_err(|e| JournalError::io(&path, e.message()))?;
+    let mut file = state.create_file(&tmp).map_err(|e| JournalError::io(&path, e.message()))?;
     let written = file.write_all(&seed[..]).and_then(|()| file.sync_all());
     drop(file);
     if let Err(e) = written {
@@ -213,10 +200,7 @@ pub(crate) fn check_private_file(file: &File, path: &Path, size: Option<u64>) ->
         )));
     }
     if st.st_nlink != 1 {
-        return Err(Fault::Unsafe(format!(
-            "it has {} links; it must have exactly one",
-            st.st_nlink
-        )));
+        return Err(Fault::Unsafe(format!("it has {} links; it must have exactly one", st.st_nlink)));
     }
     if let Some(want) = size {
         if st.st_size as u64 != want {
@@ -227,9 +211,7 @@ pub(crate) fn check_private_file(file: &File, path: &Path, size: Option<u64>) ->
 }
 
 fn file_name(path: &Path) -> String {
-    path.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 /// An Ed25519 public key: the journal's verification anchor. Pin it (keep
@@ -250,10 +232,8 @@ impl PublicKey {
         let bad = |reason: &str| JournalError::PublicKeyInvalid {
             reason: format!("{:?}: {reason}", truncate(text.trim(), 80)),
         };
-        let hex_part = text
-            .trim()
-            .strip_prefix(TEXT_PREFIX)
-            .ok_or_else(|| bad("expected \"ed25519:\" and 64 hex digits"))?;
+        let hex_part =
+            text.trim().strip_prefix(TEXT_PREFIX).ok_or_else(|| bad("expected \"ed25519:\" and 64 hex digits"))?;
         let mut bytes = [0u8; 32];
         hex::decode_to_slice(hex_part, &mut bytes).map_err(|_| bad("expected \"ed25519:\" and 64 hex digits"))?;
         PublicKey::from_bytes(&bytes).map_err(|_| bad("not a valid Ed25519 point"))
@@ -263,9 +243,7 @@ impl PublicKey {
     pub fn from_bytes(bytes: &[u8; 32]) -> Result<PublicKey, JournalError> {
         VerifyingKey::from_bytes(bytes)
             .map(PublicKey)
-            .map_err(|_| JournalError::PublicKeyInvalid {
-                reason: "the 32 bytes are not a valid Ed25519 point".into(),
-            })
+            .map_err(|_| JournalError::PublicKeyInvalid { reason: "the 32 bytes are not a valid Ed25519 point".into() })
     }
 
     /// The 32 raw bytes.
@@ -333,22 +311,11 @@ mod tests {
         assert_eq!(text, text.to_lowercase());
         assert_eq!(PublicKey::parse(&format!("  {text}\n")).unwrap(), pk);
         assert_eq!(format!("{pk}"), text);
-        for bad in [
-            "",
-            "ed25519:",
-            &text[8..],
-            &text[..70],
-            &format!("{text}00"),
-            "rsa:00",
-            "ed25519:zz",
-        ] {
+        for bad in ["", "ed25519:", &text[8..], &text[..70], &format!("{text}00"), "rsa:00", "ed25519:zz"] {
             let err = PublicKey::parse(bad).unwrap_err();
             assert_eq!(err.code(), "journal.public_key_invalid", "{bad}");
         }
-        assert_eq!(
-            pk.key_id(),
-            format!("sha256:{}", hex::encode(Sha256::digest(pk.as_bytes())))
-        );
+        assert_eq!(pk.key_id(), format!("sha256:{}", hex::encode(Sha256::digest(pk.as_bytes()))));
         assert_eq!(key.key_id(), pk.key_id());
     }
 

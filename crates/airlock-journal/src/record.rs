@@ -97,9 +97,7 @@ fn check_numbers(value: &Value, at: &mut String) -> Result<(), String> {
             if exact {
                 Ok(())
             } else {
-                Err(format!(
-                    "number {n} at body{at} is outside ±(2^53−1); write 64-bit values as decimal strings"
-                ))
+                Err(format!("number {n} at body{at} is outside ±(2^53−1); write 64-bit values as decimal strings"))
             }
         }
         Value::Array(items) => {
@@ -143,10 +141,7 @@ pub(crate) fn encode_line(key: &JournalKey, draft: Draft<'_>) -> Result<Vec<u8>,
         return Err(invalid("the kind is empty".into()));
     }
     if !draft.body.is_object() {
-        return Err(invalid(format!(
-            "the body of a {} record is not a JSON object",
-            draft.kind
-        )));
+        return Err(invalid(format!("the body of a {} record is not a JSON object", draft.kind)));
     }
     check_numbers(&draft.body, &mut String::new()).map_err(invalid)?;
     let mut obj = Map::new();
@@ -154,10 +149,7 @@ pub(crate) fn encode_line(key: &JournalKey, draft: Draft<'_>) -> Result<Vec<u8>,
     obj.insert("prev".into(), Value::from(draft.prev));
     obj.insert("time".into(), Value::from(draft.time));
     obj.insert("kind".into(), Value::from(draft.kind));
-    obj.insert(
-        "invocation_id".into(),
-        draft.invocation_id.map_or(Value::Null, Value::from),
-    );
+    obj.insert("invocation_id".into(), draft.invocation_id.map_or(Value::Null, Value::from));
     obj.insert("body".into(), draft.body);
     obj.insert("key_id".into(), Value::from(key.key_id()));
     let mut record = Value::Object(obj);
@@ -225,13 +217,7 @@ mod tests {
     #[test]
     fn malformed_records_are_refused() {
         let key = JournalKey::from_seed(&[9u8; 32]);
-        for body in [
-            json!([]),
-            json!("x"),
-            json!(null),
-            json!({"n": u64::MAX}),
-            json!({"a": [{"n": -(1i64 << 60)}]}),
-        ] {
+        for body in [json!([]), json!("x"), json!(null), json!({"n": u64::MAX}), json!({"a": [{"n": -(1i64 << 60)}]})] {
             let err = encode_line(&key, draft(body.clone())).unwrap_err();
             assert_eq!(err.code(), "journal.invalid_record", "{body}");
         }

@@ -81,11 +81,7 @@ pub fn verify(bytes: &[u8], public_key: &PublicKey) -> VerifyReport {
         let line = &rest[..end];
         rest = &rest[end + 1..];
         if let Err(reason) = check_line(line, expected_seq, &prev, &key_id, public_key) {
-            report.first_bad = Some(BadRecord {
-                line: line_no,
-                seq: claimed_seq(line),
-                reason,
-            });
+            report.first_bad = Some(BadRecord { line: line_no, seq: claimed_seq(line), reason });
             break;
         }
         report.records = expected_seq;
@@ -183,11 +179,7 @@ mod tests {
     }
 
     fn append(out: &mut Vec<u8>, key: &JournalKey, seq: u64, prev: &str) {
-        let kinds = [
-            kind::INVOCATION_PREPARED,
-            kind::WORKER_STARTED,
-            kind::INVOCATION_FINISHED,
-        ];
+        let kinds = [kind::INVOCATION_PREPARED, kind::WORKER_STARTED, kind::INVOCATION_FINISHED];
         let invocation = format!("inv-{}", seq / 3);
         let line = encode_line(
             key,
@@ -413,14 +405,8 @@ mod tests {
         let value: Value = serde_json::from_slice(l[1].strip_suffix(b"\n").unwrap()).unwrap();
         for reformatted in [
             serde_json::to_string_pretty(&value).unwrap().replace('\n', ""),
-            String::from_utf8(l[1].clone())
-                .unwrap()
-                .trim_end()
-                .replacen('{', "{ ", 1),
-            String::from_utf8(l[1].clone())
-                .unwrap()
-                .trim_end()
-                .replace("\"seq\":2", "\"seq\":2.0"),
+            String::from_utf8(l[1].clone()).unwrap().trim_end().replacen('{', "{ ", 1),
+            String::from_utf8(l[1].clone()).unwrap().trim_end().replace("\"seq\":2", "\"seq\":2.0"),
         ] {
             let t = [l[0].clone(), format!("{reformatted}\n").into_bytes(), l[2].clone()].concat();
             let report = verify(&t, &key.public_key());
@@ -439,17 +425,9 @@ mod tests {
         assert_bad_at(&verify(b"[]\n", &pk), 1, "array");
         let bytes = journal(&key, 2);
         let l = lines(&bytes);
-        assert_bad_at(
-            &verify(&[l[0].clone(), b"\n".to_vec(), l[1].clone()].concat(), &pk),
-            2,
-            "blank line",
-        );
+        assert_bad_at(&verify(&[l[0].clone(), b"\n".to_vec(), l[1].clone()].concat(), &pk), 2, "blank line");
         let long = format!("{}\n", " ".repeat(MAX_RECORD_BYTES));
-        assert!(verify(long.as_bytes(), &pk)
-            .first_bad
-            .unwrap()
-            .reason
-            .contains("record bound"));
+        assert!(verify(long.as_bytes(), &pk).first_bad.unwrap().reason.contains("record bound"));
         // An extra field, even one that canonicalizes.
         let with_extra = String::from_utf8(l[0].clone()).unwrap().replacen("{", "{\"a\":1,", 1);
         assert_bad_at(&verify(with_extra.as_bytes(), &pk), 1, "extra field");

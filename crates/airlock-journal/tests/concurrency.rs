@@ -45,9 +45,7 @@ fn eight_handles_append_1600_records_without_gaps() {
                 barrier.wait();
                 let mut last = 0;
                 for i in 0..each {
-                    let a = journal
-                        .append(kind::WORKER_STARTED, Some(&id), json!({"i": i}))
-                        .unwrap();
+                    let a = journal.append(kind::WORKER_STARTED, Some(&id), json!({"i": i})).unwrap();
                     assert!(a.seq > last, "seq went backwards in one writer");
                     last = a.seq;
                 }
@@ -69,9 +67,7 @@ fn threads_sharing_one_handle_do_not_interleave() {
             scope.spawn(move || {
                 let id = format!("shared-{t}");
                 for i in 0..50 {
-                    journal
-                        .append(kind::WORKER_FINISHED, Some(&id), json!({"i": i}))
-                        .unwrap();
+                    journal.append(kind::WORKER_FINISHED, Some(&id), json!({"i": i})).unwrap();
                 }
             });
         }
@@ -96,9 +92,7 @@ fn child_appender_helper() {
     let journal = Journal::open(&state, JournalKey::open_or_create(&state).unwrap()).unwrap();
     let id = format!("pid-{}", std::process::id());
     for i in 0..count {
-        journal
-            .append(kind::WORKER_STARTED, Some(&id), json!({"i": i}))
-            .unwrap();
+        journal.append(kind::WORKER_STARTED, Some(&id), json!({"i": i})).unwrap();
     }
 }
 
@@ -111,12 +105,7 @@ fn four_processes_append_concurrently() {
     let children: Vec<_> = (0..procs)
         .map(|_| {
             Command::new(&exe)
-                .args([
-                    "--exact",
-                    "concurrency::child_appender_helper",
-                    "--test-threads=1",
-                    "--quiet",
-                ])
+                .args(["--exact", "concurrency::child_appender_helper", "--test-threads=1", "--quiet"])
                 .env(CHILD_DIR, s.path(""))
                 .env(CHILD_COUNT, each.to_string())
                 .stdout(Stdio::piped())
@@ -133,10 +122,7 @@ fn four_processes_append_concurrently() {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(
-            String::from_utf8_lossy(&out.stdout).contains("1 passed"),
-            "child ran no test"
-        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"), "child ran no test");
     }
     let per_writer = check_journal(&s, procs * each);
     assert_eq!(per_writer.len(), procs as usize, "{per_writer:?}");

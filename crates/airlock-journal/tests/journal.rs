@@ -20,16 +20,9 @@ fn appends_are_chained_signed_and_read_back() {
     let journal = open(&s);
     let meta = std::fs::symlink_metadata(s.path("journal.jsonl")).unwrap();
     assert_eq!(meta.mode() & 0o7777, 0o600);
-    let a = journal
-        .append(
-            kind::INVOCATION_PREPARED,
-            Some("inv-1"),
-            json!({"descriptor_sha256": "sha256:ab"}),
-        )
-        .unwrap();
-    let b = journal
-        .append(kind::INVOCATION_FINISHED, None, json!({"status": "ok"}))
-        .unwrap();
+    let a =
+        journal.append(kind::INVOCATION_PREPARED, Some("inv-1"), json!({"descriptor_sha256": "sha256:ab"})).unwrap();
+    let b = journal.append(kind::INVOCATION_FINISHED, None, json!({"status": "ok"})).unwrap();
     assert_eq!((a.seq, b.seq), (1, 2));
 
     let records = journal.records().unwrap();
@@ -56,9 +49,7 @@ fn a_reopened_journal_continues_the_chain() {
     for round in 0..3u64 {
         let journal = open(&s);
         for i in 0..4u64 {
-            let a = journal
-                .append(kind::WORKER_STARTED, None, json!({"round": round, "i": i}))
-                .unwrap();
+            let a = journal.append(kind::WORKER_STARTED, None, json!({"round": round, "i": i})).unwrap();
             assert_eq!(a.seq, round * 4 + i + 1);
         }
     }
@@ -82,21 +73,14 @@ fn a_torn_tail_stops_appends_and_reads() {
     for _ in 0..3 {
         journal.append(kind::WORKER_STARTED, None, json!({})).unwrap();
     }
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(s.path("journal.jsonl"))
-        .unwrap();
+    let mut f = std::fs::OpenOptions::new().append(true).open(s.path("journal.jsonl")).unwrap();
     f.write_all(br#"{"body":{},"invoc"#).unwrap();
     let before = std::fs::read(s.path("journal.jsonl")).unwrap();
     let err = journal.append(kind::WORKER_FINISHED, None, json!({})).unwrap_err();
     assert_eq!(err.code(), "journal.torn_tail", "{err}");
     assert!(err.to_string().contains("journal.jsonl"), "{err}");
     assert_eq!(journal.records().unwrap_err().code(), "journal.torn_tail");
-    assert_eq!(
-        std::fs::read(s.path("journal.jsonl")).unwrap(),
-        before,
-        "nothing appended"
-    );
+    assert_eq!(std::fs::read(s.path("journal.jsonl")).unwrap(), before, "nothing appended");
     let report = verify(&before, &pinned(&s));
     assert!(report.truncated_tail);
     assert_eq!(report.first_bad.unwrap().line, 4);
@@ -107,10 +91,7 @@ fn an_unreadable_last_line_stops_appends() {
     let s = State::new();
     let journal = open(&s);
     journal.append(kind::WORKER_STARTED, None, json!({})).unwrap();
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(s.path("journal.jsonl"))
-        .unwrap();
+    let mut f = std::fs::OpenOptions::new().append(true).open(s.path("journal.jsonl")).unwrap();
     f.write_all(b"not json\n").unwrap();
     let err = journal.append(kind::WORKER_FINISHED, None, json!({})).unwrap_err();
     assert_eq!(err.code(), "journal.corrupt", "{err}");
@@ -123,10 +104,7 @@ fn an_unreadable_last_line_stops_appends() {
 fn an_overlong_last_line_stops_appends() {
     let s = State::new();
     let journal = open(&s);
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(s.path("journal.jsonl"))
-        .unwrap();
+    let mut f = std::fs::OpenOptions::new().append(true).open(s.path("journal.jsonl")).unwrap();
     f.write_all(b"x\n").unwrap();
     f.write_all(&vec![b'y'; 70_000]).unwrap();
     f.write_all(b"\n").unwrap();
@@ -151,13 +129,9 @@ fn oversized_and_malformed_records_are_refused_and_leave_nothing() {
     let journal = open(&s);
     journal.append(kind::WORKER_STARTED, None, json!({})).unwrap();
     let before = std::fs::read(s.path("journal.jsonl")).unwrap();
-    let err = journal
-        .append(kind::WORKER_FINISHED, None, json!({"stdout": "x".repeat(70_000)}))
-        .unwrap_err();
+    let err = journal.append(kind::WORKER_FINISHED, None, json!({"stdout": "x".repeat(70_000)})).unwrap_err();
     assert_eq!(err.code(), "journal.record_too_large", "{err}");
-    let err = journal
-        .append(kind::WORKER_FINISHED, None, json!({"ino": u64::MAX}))
-        .unwrap_err();
+    let err = journal.append(kind::WORKER_FINISHED, None, json!({"ino": u64::MAX})).unwrap_err();
     assert_eq!(err.code(), "journal.invalid_record", "{err}");
     let err = journal.append(kind::WORKER_FINISHED, None, json!("text")).unwrap_err();
     assert_eq!(err.code(), "journal.invalid_record", "{err}");
@@ -176,10 +150,7 @@ fn a_full_journal_refuses_appends() {
     // A sparse file that ends with that valid record, 100 bytes short of
     // the cap: too little room for another.
     let size = MAX_JOURNAL_BYTES - 100;
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(s.path("journal.jsonl"))
-        .unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(s.path("journal.jsonl")).unwrap();
     f.set_len(size).unwrap();
     let at = size - first.len() as u64 - 1;
     f.write_all_at(b"\n", at).unwrap();
@@ -229,12 +200,8 @@ fn refuses_an_unsafe_journal_file() {
     check(&|s| std::fs::create_dir(s.path("journal.jsonl")).unwrap(), "directory");
     check(
         &|s| {
-            rustix::fs::mkfifoat(
-                rustix::fs::CWD,
-                s.path("journal.jsonl"),
-                rustix::fs::Mode::from_raw_mode(0o600),
-            )
-            .unwrap()
+            rustix::fs::mkfifoat(rustix::fs::CWD, s.path("journal.jsonl"), rustix::fs::Mode::from_raw_mode(0o600))
+                .unwrap()
         },
         "fifo",
     );
@@ -264,34 +231,20 @@ fn records_of_exactly_the_maximum_size_chain_on() {
     // Measure a record with an empty pad; every fixed-width field (time,
     // hashes, key id, signature) has the same length in any journal.
     let probe = State::new();
-    open(&probe)
-        .append(kind::WORKER_FINISHED, None, json!({"p": ""}))
-        .unwrap();
+    open(&probe).append(kind::WORKER_FINISHED, None, json!({"p": ""})).unwrap();
     let pad = MAX_RECORD_BYTES - last_line_len(&probe);
 
     // As the first line (the tail read starts at offset 0)...
     let s = State::new();
     let journal = open(&s);
-    journal
-        .append(kind::WORKER_FINISHED, None, json!({"p": "x".repeat(pad)}))
-        .unwrap();
+    journal.append(kind::WORKER_FINISHED, None, json!({"p": "x".repeat(pad)})).unwrap();
     assert_eq!(last_line_len(&s), MAX_RECORD_BYTES);
-    assert_eq!(
-        journal
-            .append(kind::WORKER_FINISHED, None, json!({"p": ""}))
-            .unwrap()
-            .seq,
-        2
-    );
+    assert_eq!(journal.append(kind::WORKER_FINISHED, None, json!({"p": ""})).unwrap().seq, 2);
     // ...and after another (the tail read sees just the previous newline).
-    journal
-        .append(kind::WORKER_FINISHED, None, json!({"p": "x".repeat(pad)}))
-        .unwrap();
+    journal.append(kind::WORKER_FINISHED, None, json!({"p": "x".repeat(pad)})).unwrap();
     assert_eq!(last_line_len(&s), MAX_RECORD_BYTES);
     assert_eq!(journal.append(kind::WORKER_FINISHED, None, json!({})).unwrap().seq, 4);
-    let err = journal
-        .append(kind::WORKER_FINISHED, None, json!({"p": "x".repeat(pad + 1)}))
-        .unwrap_err();
+    let err = journal.append(kind::WORKER_FINISHED, None, json!({"p": "x".repeat(pad + 1)})).unwrap_err();
     assert_eq!(err.code(), "journal.record_too_large");
     let report = verify(&std::fs::read(s.path("journal.jsonl")).unwrap(), &pinned(&s));
     assert!(report.is_ok(), "{report:?}");

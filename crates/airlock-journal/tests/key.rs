@@ -86,12 +86,7 @@ fn refuses_a_key_that_is_not_a_regular_file() {
     std::fs::create_dir(s.path("journal.key")).unwrap();
     assert_unsafe(&s, "directory");
     std::fs::remove_dir(s.path("journal.key")).unwrap();
-    rustix::fs::mkfifoat(
-        rustix::fs::CWD,
-        s.path("journal.key"),
-        rustix::fs::Mode::from_raw_mode(0o600),
-    )
-    .unwrap();
+    rustix::fs::mkfifoat(rustix::fs::CWD, s.path("journal.key"), rustix::fs::Mode::from_raw_mode(0o600)).unwrap();
     assert_unsafe(&s, "fifo (and the open did not block)");
 }
 

@@ -21,10 +21,7 @@ impl Runtime {
     pub fn attest(&self, id: &str) -> Result<DsseEnvelope, Refusal> {
         crate::id::check_invocation_id(id)?;
         let records = self.journal().records().map_err(ledger::journal_refusal)?;
-        let mine: Vec<_> = records
-            .iter()
-            .filter(|r| r.invocation_id.as_deref() == Some(id))
-            .collect();
+        let mine: Vec<_> = records.iter().filter(|r| r.invocation_id.as_deref() == Some(id)).collect();
         let finished = mine.iter().rev().find(|r| r.kind == kind::INVOCATION_FINISHED);
         let prepared = mine.iter().find(|r| r.kind == kind::INVOCATION_PREPARED);
         let (Some(finished), Some(prepared)) = (finished, prepared) else {
@@ -35,10 +32,7 @@ impl Runtime {
         };
         let files = finished.body["created_files"].as_array().cloned().unwrap_or_default();
         if finished.body["status"] != "ok" || files.is_empty() {
-            return Err(Refusal::new(
-                ReasonCode::AttestNothing,
-                format!("{id} published no file"),
-            ));
+            return Err(Refusal::new(ReasonCode::AttestNothing, format!("{id} published no file")));
         }
         let subjects: Vec<Value> = files
             .iter()
@@ -62,10 +56,6 @@ impl Runtime {
                 "journal": { "seq": finished.seq, "key_id": finished.key_id, "time": finished.time },
             },
         });
-        Ok(dsse::sign(
-            self.journal().key(),
-            IN_TOTO_PAYLOAD_TYPE,
-            &canonical_json(&statement),
-        ))
+        Ok(dsse::sign(self.journal().key(), IN_TOTO_PAYLOAD_TYPE, &canonical_json(&statement)))
     }
 }

@@ -37,10 +37,7 @@ impl Authorizer for DefaultPolicy {
         if d.human_approval {
             return Err(Refusal::new(
                 ReasonCode::PolicyDenied,
-                format!(
-                    "{} asks for human approval, and exact-call approval is not available in this build",
-                    d.tool
-                ),
+                format!("{} asks for human approval, and exact-call approval is not available in this build", d.tool),
             ));
         }
         match d.risk_tier.as_str() {
@@ -101,9 +98,6 @@ impl PreparedCall {
     /// is authorized at most once.
     pub fn authorize(self, authorizer: &dyn Authorizer) -> Result<AuthorizedCall, Refusal> {
         let decision = authorizer.authorize(&self)?;
-        Ok(AuthorizedCall {
-            prepared: self,
-            decision,
-        })
+        Ok(AuthorizedCall { prepared: self, decision })
     }
 }

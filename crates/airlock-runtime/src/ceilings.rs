@@ -36,34 +36,19 @@ pub struct Protected {
 /// Opens `ceiling`'s host directory and checks it.
 pub fn open(authority: &HostAuthority, ceiling: &Ceiling, protected: &Protected) -> Result<Dir, Refusal> {
     let dir = Dir::open_ceiling(authority, &ceiling.host).map_err(|e| {
-        let what = if e.code() == ReasonCode::PathSymlink {
-            "is a symbolic link"
-        } else {
-            "cannot be opened"
-        };
+        let what = if e.code() == ReasonCode::PathSymlink { "is a symbolic link" } else { "cannot be opened" };
         Refusal::new(
             e.code(),
-            format!(
-                "ceiling {:?}: {} {what}: {}",
-                ceiling.spec,
-                ceiling.host.display(),
-                e.message()
-            ),
+            format!("ceiling {:?}: {} {what}: {}", ceiling.spec, ceiling.host.display(), e.message()),
         )
     })?;
     let real = fd_path(&std::os::fd::AsFd::as_fd(&dir))
         .or_else(|| std::fs::canonicalize(&ceiling.host).ok())
         .ok_or_else(|| {
-            Refusal::new(
-                ReasonCode::ConfigCeiling,
-                format!("ceiling {:?}: cannot tell where it leads", ceiling.spec),
-            )
+            Refusal::new(ReasonCode::ConfigCeiling, format!("ceiling {:?}: cannot tell where it leads", ceiling.spec))
         })?;
     check(&real, protected).map_err(|why| {
-        Refusal::new(
-            ReasonCode::ConfigCeiling,
-            format!("ceiling {:?} ({}): {why}", ceiling.spec, real.display()),
-        )
+        Refusal::new(ReasonCode::ConfigCeiling, format!("ceiling {:?} ({}): {why}", ceiling.spec, real.display()))
     })?;
     Ok(dir)
 }
@@ -106,35 +91,16 @@ mod tests {
 
     #[test]
     fn protected_paths_are_refused_by_component() {
-        let prot = Protected {
-            state_dir: "/srv/p/.airlock".into(),
-            config_file: Some("/srv/p/airlock.toml".into()),
-        };
-        for bad in [
-            "/",
-            "/proc",
-            "/proc/1",
-            "/sys/fs",
-            "/dev",
-            "/srv/p/.airlock",
-            "/srv/p/.airlock/x",
-            "/srv/p/airlock.toml",
-        ] {
+        let prot = Protected { state_dir: "/srv/p/.airlock".into(), config_file: Some("/srv/p/airlock.toml".into()) };
+        for bad in
+            ["/", "/proc", "/proc/1", "/sys/fs", "/dev", "/srv/p/.airlock", "/srv/p/.airlock/x", "/srv/p/airlock.toml"]
+        {
             assert!(check(Path::new(bad), &prot).is_err(), "{bad}");
         }
-        for good in [
-            "/srv/p",
-            "/srv/p/data",
-            "/srv/p-evil",
-            "/devices",
-            "/srv/p/.airlock-not",
-        ] {
+        for good in ["/srv/p", "/srv/p/data", "/srv/p-evil", "/devices", "/srv/p/.airlock-not"] {
             assert!(check(Path::new(good), &prot).is_ok(), "{good}");
         }
-        let named_state = Protected {
-            state_dir: "/srv/p/state".into(),
-            config_file: None,
-        };
+        let named_state = Protected { state_dir: "/srv/p/state".into(), config_file: None };
         assert!(check(Path::new("/srv/p"), &named_state).is_err());
         assert!(check(Path::new("/srv"), &named_state).is_err());
     }

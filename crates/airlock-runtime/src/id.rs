@@ -7,11 +7,7 @@ pub const MAX_ID_BYTES: usize = 64;
 
 /// A fresh random id, `inv-` and 32 hex characters.
 pub fn new_invocation_id() -> String {
-    format!(
-        "inv-{}{}",
-        airlock_hostfs::random_suffix(),
-        airlock_hostfs::random_suffix()
-    )
+    format!("inv-{}{}", airlock_hostfs::random_suffix(), airlock_hostfs::random_suffix())
 }
 
 /// Checks a caller-chosen id: 1–64 bytes of `[A-Za-z0-9._-]`, starting with
@@ -20,9 +16,7 @@ pub fn check_invocation_id(id: &str) -> Result<(), Refusal> {
     let ok = !id.is_empty()
         && id.len() <= MAX_ID_BYTES
         && id.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
     if ok {
         Ok(())
     } else {

@@ -22,12 +22,16 @@ pub fn journal_refusal(e: JournalError) -> Refusal {
     Refusal::new(code, format!("{}: {e}", e.code()))
 }
 
-/// Appends one record; the call returns once it is durable.
+/// Appends one record; the call returns once it (and every record before
+/// it) is durable. For records that announce an effect.
 pub fn record(journal: &Journal, kind: &str, invocation_id: Option<&str>, body: Value) -> Result<(), Refusal> {
-    journal
-        .append(kind, invocation_id, body)
-        .map(|_| ())
-        .map_err(journal_refusal)
+    journal.append(kind, invocation_id, body).map(|_| ()).map_err(journal_refusal)
+}
+
+/// Appends one record that announces no effect of its own; it becomes
+/// durable with the next [`record`], which every effect is preceded by.
+pub fn note(journal: &Journal, kind: &str, invocation_id: Option<&str>, body: Value) -> Result<(), Refusal> {
+    journal.append_deferred(kind, invocation_id, body).map(|_| ()).map_err(journal_refusal)
 }
 
 /// A pending-publication marker; removed with [`PendingMarker::clear`].
@@ -46,18 +50,16 @@ pub fn mark_pending<'a>(state: &'a PrivateDir, id: &str) -> Result<PendingMarker
     let name = format!("{id}@{}.{}", me.pid, me.start_ticks);
     drop(dir.create_file(&name)?);
     dir.sync()?;
-    Ok(PendingMarker {
-        dir,
-        name,
-        _state: std::marker::PhantomData,
-    })
+    Ok(PendingMarker { dir, name, _state: std::marker::PhantomData })
 }
 
 impl PendingMarker<'_> {
-    /// Removes the marker once the publication's outcome is recorded.
+    /// Removes the marker once the publication's outcome is durably
+    /// recorded. The removal itself is not synced: a marker that outlives a
+    /// power loss has a dead owner and a recorded outcome, and the next
+    /// fail-stop check clears it.
     pub fn clear(self) -> Result<(), Refusal> {
-        self.dir.remove_tree(&self.name)?;
-        Ok(self.dir.sync()?)
+        Ok(self.dir.remove_tree(&self.name)?)
     }
 }
 
@@ -81,18 +83,9 @@ pub fn pending(state: &PrivateDir) -> Result<Vec<Pending>, Refusal> {
         let (id, owner) = marker.rsplit_once('@').unwrap_or((marker.as_str(), ""));
         let alive = owner
             .split_once('.')
-            .and_then(|(p, t)| {
-                Some(ProcessIdentity {
-                    pid: p.parse().ok()?,
-                    start_ticks: t.parse().ok()?,
-                })
-            })
+            .and_then(|(p, t)| Some(ProcessIdentity { pid: p.parse().ok()?, start_ticks: t.parse().ok()? }))
             .is_some_and(|o| o.alive());
-        out.push(Pending {
-            invocation_id: id.to_owned(),
-            owner_alive: alive,
-            marker: marker.clone(),
-        });
+        out.push(Pending { invocation_id: id.to_owned(), owner_alive: alive, marker: marker.clone() });
     }
     Ok(out)
 }
@@ -112,11 +105,8 @@ pub fn clear_pending(state: &PrivateDir, id: &str) -> Result<(), Refusal> {
 /// A marker whose publication the journal shows finished (the owner died
 /// after recording the outcome) is cleared here: that outcome is confirmed.
 pub fn refuse_if_unconfirmed(state: &PrivateDir, journal: &Journal) -> Result<(), Refusal> {
-    let mut stuck: Vec<String> = pending(state)?
-        .into_iter()
-        .filter(|p| !p.owner_alive)
-        .map(|p| p.invocation_id)
-        .collect();
+    let mut stuck: Vec<String> =
+        pending(state)?.into_iter().filter(|p| !p.owner_alive).map(|p| p.invocation_id).collect();
     if stuck.is_empty() {
         return Ok(());
     }

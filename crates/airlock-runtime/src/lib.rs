@@ -66,12 +66,8 @@ impl Runtime {
     ) -> Result<Runtime, Refusal> {
         let resolver = Resolver::new(resolver_override.unwrap_or(config.resolver))?;
         let state = PrivateDir::open_or_create(&authority, &config.state_dir)?;
-        let state_dir = std::fs::canonicalize(&config.state_dir).map_err(|e| {
-            Refusal::new(
-                ReasonCode::ConfigStateDir,
-                format!("{}: {e}", config.state_dir.display()),
-            )
-        })?;
+        let state_dir = std::fs::canonicalize(&config.state_dir)
+            .map_err(|e| Refusal::new(ReasonCode::ConfigStateDir, format!("{}: {e}", config.state_dir.display())))?;
         let config_file = config.source.as_ref().and_then(|p| std::fs::canonicalize(p).ok());
         let protected = Protected { state_dir, config_file };
         // Refuse a forbidden ceiling at start-up, not only when a call
@@ -89,15 +85,7 @@ impl Runtime {
         check_image(&config, &protected)?;
         let key = airlock_journal::JournalKey::open_or_create(&state).map_err(ledger::journal_refusal)?;
         let journal = airlock_journal::Journal::open(&state, key).map_err(ledger::journal_refusal)?;
-        Ok(Runtime {
-            authority,
-            journal,
-            init_program: None,
-            config,
-            resolver,
-            state,
-            protected,
-        })
+        Ok(Runtime { authority, journal, init_program: None, config, resolver, state, protected })
     }
 
     /// The configuration in force.
@@ -134,18 +122,13 @@ impl Runtime {
         if self.config.policy_files.is_empty() {
             Box::new(DefaultPolicy)
         } else {
-            Box::new(UnavailablePolicy {
-                files: self.config.policy_files.clone(),
-            })
+            Box::new(UnavailablePolicy { files: self.config.policy_files.clone() })
         }
     }
 
     pub(crate) fn native_tier(&self) -> Result<airlock_sandbox::NativeTier, Refusal> {
         let (program, die_with_caller) = self.init_program.clone().ok_or_else(|| {
-            Refusal::new(
-                ReasonCode::SandboxUnavailable,
-                "no sandbox init program was configured for the native tier",
-            )
+            Refusal::new(ReasonCode::SandboxUnavailable, "no sandbox init program was configured for the native tier")
         })?;
         let mut tier = airlock_sandbox::NativeTier::new(program);
         tier.die_with_caller(die_with_caller);
@@ -187,11 +170,8 @@ impl Runtime {
 /// ceiling: the image is visible to every tool, so it must hold neither.
 fn check_image(config: &Config, protected: &Protected) -> Result<(), Refusal> {
     let Some(dirs) = &config.image else { return Ok(()) };
-    let ceilings: Vec<std::path::PathBuf> = config
-        .ceilings
-        .iter()
-        .filter_map(|c| std::fs::canonicalize(&c.host).ok())
-        .collect();
+    let ceilings: Vec<std::path::PathBuf> =
+        config.ceilings.iter().filter_map(|c| std::fs::canonicalize(&c.host).ok()).collect();
     for dir in dirs {
         let real = std::fs::canonicalize(dir)
             .map_err(|e| Refusal::new(ReasonCode::ConfigInvalid, format!("[sandbox] image entry {dir:?}: {e}")))?;
@@ -205,10 +185,7 @@ fn check_image(config: &Config, protected: &Protected) -> Result<(), Refusal> {
         if let Some(c) = ceilings.iter().find(|c| overlaps(c)) {
             return Err(Refusal::new(
                 ReasonCode::ConfigInvalid,
-                format!(
-                    "[sandbox] image entry {dir:?} overlaps the ceiling {}; every tool would see it",
-                    c.display()
-                ),
+                format!("[sandbox] image entry {dir:?} overlaps the ceiling {}; every tool would see it", c.display()),
             ));
         }
     }

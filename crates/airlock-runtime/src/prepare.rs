@@ -60,12 +60,8 @@ impl PreparedCall {
 
     /// Opens the snapshot of input `index` (declaration order), read-only.
     pub fn open_snapshot(&self, index: usize) -> Result<std::fs::File, Refusal> {
-        let name = &self
-            .record
-            .inputs
-            .get(index)
-            .ok_or_else(|| Refusal::new(ReasonCode::Internal, "no such input"))?
-            .snapshot;
+        let name =
+            &self.record.inputs.get(index).ok_or_else(|| Refusal::new(ReasonCode::Internal, "no such input"))?.snapshot;
         let inputs = self.store.open_subdir(crate::store::INPUTS_DIR)?;
         Ok(inputs.open_file(name)?)
     }
@@ -95,11 +91,9 @@ impl Runtime {
     pub fn prepare(&self, request: &CallRequest) -> Result<PreparedCall, Refusal> {
         let result = self.prepare_call(request, true);
         match &result {
-            Ok(prepared) => self.journal_prepared(prepared)?,
+            Ok(prepared) => self.journal_prepared(prepared, true)?,
             Err(refusal) => {
-                let id = id::check_invocation_id(&request.invocation_id)
-                    .ok()
-                    .map(|()| request.invocation_id.as_str());
+                let id = id::check_invocation_id(&request.invocation_id).ok().map(|()| request.invocation_id.as_str());
                 let body = serde_json::json!({ "code": refusal.code.as_str(), "message": refusal.message });
                 crate::ledger::record(self.journal(), airlock_journal::kind::INVOCATION_REFUSED, id, body)?;
             }
@@ -132,10 +126,7 @@ impl Runtime {
         for path in &plan.reads {
             let (ceiling, rel) = self.ceiling_for(path)?;
             let rel = rel.ok_or_else(|| {
-                Refusal::new(
-                    ReasonCode::InputNotRegular,
-                    format!("input {:?} is a ceiling directory", path.as_str()),
-                )
+                Refusal::new(ReasonCode::InputNotRegular, format!("input {:?} is a ceiling directory", path.as_str()))
             })?;
             let dir = ceilings::open(self.authority(), ceiling, self.protected())?;
             let file = InputFile::open(self.resolver(), &dir, &rel, path, max_file_bytes)?;
@@ -143,10 +134,7 @@ impl Runtime {
             if declared_bytes > limits.max_input_bytes {
                 return Err(input_bytes_refusal(declared_bytes, limits.max_input_bytes));
             }
-            opened.push(OpenedInput {
-                path: path.clone(),
-                file,
-            });
+            opened.push(OpenedInput { path: path.clone(), file });
         }
 
         let output = match &plan.create {
@@ -167,11 +155,8 @@ impl Runtime {
             if total > limits.max_input_bytes {
                 return Err(input_bytes_refusal(total, limits.max_input_bytes));
             }
-            let grant = ReadGrant {
-                path: input.path.as_str().to_owned(),
-                bytes: info.bytes,
-                sha256: info.sha256_tagged(),
-            };
+            let grant =
+                ReadGrant { path: input.path.as_str().to_owned(), bytes: info.bytes, sha256: info.sha256_tagged() };
             recorded.push(RecordedInput {
                 path: grant.path.clone(),
                 snapshot: name,
@@ -208,26 +193,15 @@ impl Runtime {
                 .create
                 .as_ref()
                 .zip(output_parent)
-                .map(|(p, parent)| RecordedOutput {
-                    path: p.as_str().to_owned(),
-                    parent,
-                }),
+                .map(|(p, parent)| RecordedOutput { path: p.as_str().to_owned(), parent }),
         };
         let store = pending.commit(&record, &tool.text, durable)?;
-        Ok(PreparedCall {
-            record,
-            manifest: tool.manifest,
-            output,
-            store,
-        })
+        Ok(PreparedCall { record, manifest: tool.manifest, output, store })
     }
 
     fn ceiling_for(&self, path: &RelPath) -> Result<(&airlock_core::Ceiling, Option<RelPath>), Refusal> {
         self.config().ceiling_for(path).ok_or_else(|| {
-            Refusal::new(
-                ReasonCode::GrantNoCeiling,
-                format!("no configured ceiling covers {:?}", path.as_str()),
-            )
+            Refusal::new(ReasonCode::GrantNoCeiling, format!("no configured ceiling covers {:?}", path.as_str()))
         })
     }
 
@@ -236,18 +210,11 @@ impl Runtime {
         if ceiling.mode != CeilingMode::Rw {
             return Err(Refusal::new(
                 ReasonCode::GrantReadOnly,
-                format!(
-                    "output {:?} is under the read-only ceiling {:?}",
-                    path.as_str(),
-                    ceiling.spec
-                ),
+                format!("output {:?} is under the read-only ceiling {:?}", path.as_str(), ceiling.spec),
             ));
         }
         let rel = rel.ok_or_else(|| {
-            Refusal::new(
-                ReasonCode::OutputExists,
-                format!("output {:?} is a ceiling directory", path.as_str()),
-            )
+            Refusal::new(ReasonCode::OutputExists, format!("output {:?} is a ceiling directory", path.as_str()))
         })?;
         let dir = ceilings::open(self.authority(), ceiling, self.protected())?;
         Ok(HeldOutput::hold(self.resolver(), &dir, &rel, path)?)
@@ -255,8 +222,5 @@ impl Runtime {
 }
 
 fn input_bytes_refusal(total: u64, max: u64) -> Refusal {
-    Refusal::new(
-        ReasonCode::LimitInputBytes,
-        format!("inputs total {total} bytes or more, more than {max}"),
-    )
+    Refusal::new(ReasonCode::LimitInputBytes, format!("inputs total {total} bytes or more, more than {max}"))
 }

@@ -64,10 +64,7 @@ fn dev_ino(v: &Value) -> Option<(u64, u64)> {
 impl Runtime {
     fn records_of(&self, id: &str) -> Result<Vec<Record>, Refusal> {
         let all = self.journal().records().map_err(ledger::journal_refusal)?;
-        Ok(all
-            .into_iter()
-            .filter(|r| r.invocation_id.as_deref() == Some(id))
-            .collect())
+        Ok(all.into_iter().filter(|r| r.invocation_id.as_deref() == Some(id)).collect())
     }
 
     /// Re-opens the output's parent through the configured ceiling and
@@ -84,19 +81,14 @@ impl Runtime {
         let rel = rel.ok_or_else(|| Refusal::new(ReasonCode::OutputExists, "the output is a ceiling directory"))?;
         let dir = crate::ceilings::open(self.authority(), ceiling, self.protected())?;
         let held = HeldOutput::reopen(self.resolver(), &dir, &rel, &path, expected)?;
-        Ok(Target {
-            held,
-            candidate: format!("{CANDIDATE_PREFIX}{id}"),
-        })
+        Ok(Target { held, candidate: format!("{CANDIDATE_PREFIX}{id}") })
     }
 
     /// Reports where invocation `id`'s publication stands. Reads only.
     pub fn inspect(&self, id: &str) -> Result<Inspection, Refusal> {
         crate::id::check_invocation_id(id)?;
         let records = self.records_of(id)?;
-        let owner_alive = ledger::pending(self.state())?
-            .iter()
-            .any(|p| p.invocation_id == id && p.owner_alive);
+        let owner_alive = ledger::pending(self.state())?.iter().any(|p| p.invocation_id == id && p.owner_alive);
         let intent = body_of(&records, kind::FILE_PUBLICATION_PREPARED).cloned();
         let outcome = body_of(&records, kind::RECOVERY_FINISHED)
             .or_else(|| body_of(&records, kind::FILE_PUBLICATION_FINISHED))
@@ -110,10 +102,7 @@ impl Runtime {
             owner_alive,
         };
         if records.is_empty() {
-            return Err(Refusal::new(
-                ReasonCode::InvocationNotFound,
-                format!("the journal has no record of {id:?}"),
-            ));
+            return Err(Refusal::new(ReasonCode::InvocationNotFound, format!("the journal has no record of {id:?}")));
         }
         if let Some(o) = &outcome {
             found.detail = format!("the journal records the outcome: {o}");
@@ -134,20 +123,16 @@ impl Runtime {
         let t = match self.target(path, &intent["parent"], id) {
             Ok(t) => t,
             Err(r) => {
-                return Ok((
-                    Conflict,
-                    format!("the recorded parent cannot be reached as recorded: {}", r.message),
-                ))
+                return Ok((Conflict, format!("the recorded parent cannot be reached as recorded: {}", r.message)))
             }
         };
         let recorded = dev_ino(&intent["candidate"]);
         let candidate = t.held.entry(&t.candidate)?;
         let dest = t.held.entry(t.held.name())?;
         Ok(match (candidate, dest) {
-            (_, Some(d)) if Some(d.dev_ino) == recorded => (
-                Published,
-                format!("{path} is the recorded candidate; the rename happened"),
-            ),
+            (_, Some(d)) if Some(d.dev_ino) == recorded => {
+                (Published, format!("{path} is the recorded candidate; the rename happened"))
+            }
             (Some(c), None) if Some(c.dev_ino) == recorded => {
                 (ReadyToPublish, format!("the synced candidate for {path} is ready"))
             }
@@ -162,10 +147,7 @@ impl Runtime {
         let record = self.invocations()?.open_subdir(id).ok().and_then(|d| {
             use std::io::Read;
             let mut s = String::new();
-            d.open_file(crate::store::PREPARED_FILE)
-                .ok()?
-                .read_to_string(&mut s)
-                .ok()?;
+            d.open_file(crate::store::PREPARED_FILE).ok()?.read_to_string(&mut s).ok()?;
             serde_json::from_str::<crate::store::PreparedRecord>(&s).ok()
         });
         let Some(output) = record.and_then(|r| r.output) else {
@@ -177,22 +159,14 @@ impl Runtime {
         let parent = json!({ "dev": output.parent.dev, "ino": output.parent.ino });
         let t = match self.target(&output.path, &parent, id) {
             Ok(t) => t,
-            Err(r) => {
-                return Ok((
-                    PublicationState::NoPublication,
-                    format!("nothing to look at: {}", r.message),
-                ))
-            }
+            Err(r) => return Ok((PublicationState::NoPublication, format!("nothing to look at: {}", r.message))),
         };
         Ok(match t.held.entry(&t.candidate)? {
             Some(_) => (
                 PublicationState::Unannounced,
                 format!("a candidate for {} exists that no intent announced", output.path),
             ),
-            None => (
-                PublicationState::NoPublication,
-                "no publication intent and no candidate".into(),
-            ),
+            None => (PublicationState::NoPublication, "no publication intent and no candidate".into()),
         })
     }
 
@@ -287,9 +261,7 @@ impl Runtime {
             Some(i) => (i["path"].as_str().unwrap_or_default().to_owned(), i["parent"].clone()),
             None => {
                 let rec = self.prepared_record(id)?;
-                let out = rec
-                    .output
-                    .ok_or_else(|| Refusal::new(ReasonCode::Internal, "no output recorded"))?;
+                let out = rec.output.ok_or_else(|| Refusal::new(ReasonCode::Internal, "no output recorded"))?;
                 (out.path, json!({ "dev": out.parent.dev, "ino": out.parent.ino }))
             }
         };

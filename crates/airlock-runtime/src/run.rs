@@ -35,20 +35,20 @@ impl Runtime {
     /// Prepares, authorizes, runs and publishes one call. `Err` is a refusal
     /// before anything ran; a call that ran answers `Ok` with its status.
     pub fn run(&self, request: &CallRequest) -> Result<Envelope, Refusal> {
-        let id = crate::id::check_invocation_id(&request.invocation_id)
-            .ok()
-            .map(|()| request.invocation_id.as_str());
+        let id = crate::id::check_invocation_id(&request.invocation_id).ok().map(|()| request.invocation_id.as_str());
         let result = self.run_journaled(request);
         // Every answer is journaled: refusals before anything ran, and the
-        // end of a call that ran.
+        // end of a call that ran. Neither announces an effect, so neither
+        // pays a sync of its own: the publication's records, synced before
+        // and after the rename, are what must survive a crash.
         let end = match &result {
-            Err(refusal) => ledger::record(
+            Err(refusal) => ledger::note(
                 self.journal(),
                 kind::INVOCATION_REFUSED,
                 id,
                 json!({ "code": refusal.code.as_str(), "message": refusal.message }),
             ),
-            Ok(envelope) => ledger::record(
+            Ok(envelope) => ledger::note(
                 self.journal(),
                 kind::INVOCATION_FINISHED,
                 id,
@@ -71,9 +71,9 @@ impl Runtime {
         ledger::refuse_if_unconfirmed(self.state(), self.journal())?;
         let prepared = self.prepare_call(request, false)?;
         let id = prepared.invocation_id().to_owned();
-        let result = self.journal_prepared(&prepared).and_then(|()| {
+        let result = self.journal_prepared(&prepared, false).and_then(|()| {
             let authorized = prepared.authorize(self.authorizer().as_ref())?;
-            ledger::record(
+            ledger::note(
                 self.journal(),
                 kind::INVOCATION_AUTHORIZED,
                 Some(&id),
@@ -90,9 +90,12 @@ impl Runtime {
     }
 
     /// `InvocationPrepared`: what was resolved, and which process owns it.
-    pub(crate) fn journal_prepared(&self, prepared: &PreparedCall) -> Result<(), Refusal> {
+    /// Synced for `airlock prepare` (the call is kept for a later dispatch),
+    /// deferred within `airlock run` (the worker's start syncs it).
+    pub(crate) fn journal_prepared(&self, prepared: &PreparedCall, durable: bool) -> Result<(), Refusal> {
         let d = prepared.descriptor();
-        ledger::record(
+        let append = if durable { ledger::record } else { ledger::note };
+        append(
             self.journal(),
             kind::INVOCATION_PREPARED,
             Some(prepared.invocation_id()),
@@ -112,27 +115,16 @@ impl Runtime {
         if self.config().tier != Tier::Native {
             return Err(Refusal::new(
                 ReasonCode::SandboxUnavailable,
-                format!(
-                    "tier {:?} is not built yet; this build runs the native tier",
-                    self.config().tier
-                ),
+                format!("tier {:?} is not built yet; this build runs the native tier", self.config().tier),
             ));
         }
         let tier = self.native_tier()?;
-        let parser = prepared
-            .manifest()
-            .output
-            .as_ref()
-            .and_then(|o| o.custom_parser())
-            .map(str::to_owned);
+        let parser = prepared.manifest().output.as_ref().and_then(|o| o.custom_parser()).map(str::to_owned);
         if let Some(p) = &parser {
             if !self.config().parsers.iter().any(|allowed| allowed == p) {
                 return Err(Refusal::new(
                     ReasonCode::OutputParserNotAllowed,
-                    format!(
-                        "the custom parser {p:?} is not in [sandbox] parsers {:?}",
-                        self.config().parsers
-                    ),
+                    format!("the custom parser {p:?} is not in [sandbox] parsers {:?}", self.config().parsers),
                 ));
             }
         }
@@ -143,10 +135,7 @@ impl Runtime {
 
         let mut inputs = Vec::with_capacity(prepared.record().inputs.len());
         for (index, rec) in prepared.record().inputs.iter().enumerate() {
-            inputs.push(StagedInput {
-                virtual_path: rec.path.clone(),
-                file: prepared.open_snapshot(index)?,
-            });
+            inputs.push(StagedInput { virtual_path: rec.path.clone(), file: prepared.open_snapshot(index)? });
         }
         let output = match fs.create.first() {
             None => None,
@@ -169,14 +158,9 @@ impl Runtime {
             stdout_limit: stdout_limit(manifest),
             stderr_limit: STDERR_LIMIT,
         };
-        ledger::record(
-            self.journal(),
-            kind::WORKER_STARTED,
-            Some(&d_id),
-            json!({ "tier": "native", "argv": d.argv }),
-        )?;
+        ledger::record(self.journal(), kind::WORKER_STARTED, Some(&d_id), json!({ "tier": "native", "argv": d.argv }))?;
         let outcome = run_worker(&tier, spec, "the tool");
-        ledger::record(
+        ledger::note(
             self.journal(),
             kind::WORKER_FINISHED,
             Some(&d_id),
@@ -220,10 +204,7 @@ impl Runtime {
         let envelope = match content {
             Err(refusal) => Envelope {
                 status: refusal.code.status(),
-                error: Some(airlock_core::ErrorBody {
-                    code: refusal.code,
-                    message: refusal.message,
-                }),
+                error: Some(airlock_core::ErrorBody { code: refusal.code, message: refusal.message }),
                 content: Some(serde_json::json!({
                     "stdout": output_tail(&outcome.stdout),
                     "stderr": output_tail(&outcome.stderr),
@@ -231,17 +212,10 @@ impl Runtime {
                 ..base
             },
             Ok(content) => match self.publish(&prepared, call_staging.dir()) {
-                Ok(created_files) => Envelope {
-                    content: Some(content),
-                    created_files,
-                    ..base
-                },
+                Ok(created_files) => Envelope { content: Some(content), created_files, ..base },
                 Err(refusal) => Envelope {
                     status: refusal.code.status(),
-                    error: Some(airlock_core::ErrorBody {
-                        code: refusal.code,
-                        message: refusal.message,
-                    }),
+                    error: Some(airlock_core::ErrorBody { code: refusal.code, message: refusal.message }),
                     ..base
                 },
             },
@@ -326,10 +300,7 @@ fn judge(prepared: &PreparedCall, outcome: &WorkerOutcome, manifest: &Manifest) 
     if outcome.timed_out {
         return Err(Refusal::new(
             ReasonCode::ToolTimeout,
-            format!(
-                "the tool ran past timeout_seconds = {} and was killed",
-                manifest.tool.timeout_seconds
-            ),
+            format!("the tool ran past timeout_seconds = {} and was killed", manifest.tool.timeout_seconds),
         ));
     }
     let max_file = prepared.descriptor().command_boundary.filesystem.max_file_bytes;
@@ -341,10 +312,7 @@ fn judge(prepared: &PreparedCall, outcome: &WorkerOutcome, manifest: &Manifest) 
             ));
         }
         if let Some(why) = &export.refused {
-            return Err(Refusal::new(
-                ReasonCode::OutputTampered,
-                format!("the output was not exported: {why}"),
-            ));
+            return Err(Refusal::new(ReasonCode::OutputTampered, format!("the output was not exported: {why}")));
         }
     }
     if !outcome.exit.success() {
@@ -367,10 +335,7 @@ fn worker_limits(manifest: &Manifest, max_file_bytes: u64) -> WorkerLimits {
     // One byte of headroom: a tool that writes past the bound then leaves a
     // file of max+1 bytes, which the export reports as over the limit, where
     // a limit of exactly max would silently truncate to a publishable size.
-    let mut limits = WorkerLimits {
-        file_size: max_file_bytes.saturating_add(1),
-        ..WorkerLimits::default()
-    };
+    let mut limits = WorkerLimits { file_size: max_file_bytes.saturating_add(1), ..WorkerLimits::default() };
     if let Some(l) = &manifest.tool.limits {
         limits.memory_bytes = l.memory_bytes.or(limits.memory_bytes);
         limits.cpu_seconds = l.cpu_seconds.or(limits.cpu_seconds);
@@ -390,11 +355,7 @@ fn run_worker(tier: &NativeTier, spec: WorkerSpec, what: &str) -> Result<WorkerO
 
 /// `[output] max_bytes` of the tool's standard output, as a pipe bound.
 fn stdout_limit(manifest: &Manifest) -> usize {
-    let max = manifest
-        .output
-        .as_ref()
-        .and_then(|o| o.max_bytes)
-        .unwrap_or(DEFAULT_MAX_OUTPUT_BYTES);
+    let max = manifest.output.as_ref().and_then(|o| o.max_bytes).unwrap_or(DEFAULT_MAX_OUTPUT_BYTES);
     usize::try_from(max).unwrap_or(usize::MAX)
 }
 
@@ -419,12 +380,8 @@ fn sandbox_code(code: &str) -> ReasonCode {
 }
 
 fn parse_id(s: &str) -> Result<u64, Refusal> {
-    s.parse().map_err(|_| {
-        Refusal::new(
-            ReasonCode::Internal,
-            format!("bad directory identity {s:?} in the prepared record"),
-        )
-    })
+    s.parse()
+        .map_err(|_| Refusal::new(ReasonCode::Internal, format!("bad directory identity {s:?} in the prepared record")))
 }
 
 /// Name of the raw output inside a parser's worker (ToolClad passes its path
@@ -447,11 +404,7 @@ fn run_parser(
     place: ParserPlace<'_>,
     manifest: &Manifest,
 ) -> Result<serde_json::Value, Refusal> {
-    let ParserPlace {
-        staging,
-        working_dir,
-        image,
-    } = place;
+    let ParserPlace { staging, working_dir, image } = place;
     use std::io::Write;
     let internal = |e: std::io::Error| Refusal::new(ReasonCode::Internal, format!("staging the raw output: {e}"));
     staging.create_file(RAW_OUTPUT)?.write_all(raw).map_err(internal)?;
@@ -459,10 +412,7 @@ fn run_parser(
         argv: vec![program.to_owned(), RAW_OUTPUT.to_owned()],
         env: Vec::new(),
         working_dir: working_dir.to_owned(),
-        inputs: vec![StagedInput {
-            virtual_path: RAW_OUTPUT.to_owned(),
-            file: staging.open_file(RAW_OUTPUT)?,
-        }],
+        inputs: vec![StagedInput { virtual_path: RAW_OUTPUT.to_owned(), file: staging.open_file(RAW_OUTPUT)? }],
         output: None,
         image,
         limits: WorkerLimits::default(),
@@ -473,20 +423,13 @@ fn run_parser(
     let outcome = run_worker(tier, spec, &format!("the parser {program}"))?;
     let failed = |why: String| Refusal::new(ReasonCode::OutputParse, format!("the parser {program} {why}"));
     if !outcome.cleanup_confirmed {
-        return Err(Refusal::new(
-            ReasonCode::WorkerCleanup,
-            "the parser's processes could not be confirmed gone",
-        ));
+        return Err(Refusal::new(ReasonCode::WorkerCleanup, "the parser's processes could not be confirmed gone"));
     }
     if outcome.timed_out {
         return Err(failed("ran out of time".into()));
     }
     if !outcome.exit.success() {
-        return Err(failed(format!(
-            "failed ({:?}): {}",
-            outcome.exit,
-            output_tail(&outcome.stderr)
-        )));
+        return Err(failed(format!("failed ({:?}): {}", outcome.exit, output_tail(&outcome.stderr))));
     }
     if outcome.stdout_truncated {
         return Err(failed("printed more than [output] max_bytes".into()));

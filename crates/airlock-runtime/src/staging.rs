@@ -47,10 +47,7 @@ impl ProcessIdentity {
 
     fn decode(s: &str) -> Option<ProcessIdentity> {
         let (pid, ticks) = s.split_once('.')?;
-        Some(ProcessIdentity {
-            pid: pid.parse().ok()?,
-            start_ticks: ticks.parse().ok()?,
-        })
+        Some(ProcessIdentity { pid: pid.parse().ok()?, start_ticks: ticks.parse().ok()? })
     }
 
     /// Whether this exact process is still alive.
@@ -90,9 +87,7 @@ pub struct StagingEntry {
 impl StagingArea {
     /// Opens (creating) `STATE/staging`.
     pub fn open(state: &PrivateDir) -> Result<StagingArea, Refusal> {
-        Ok(StagingArea {
-            dir: state.ensure_subdir(STAGING)?,
-        })
+        Ok(StagingArea { dir: state.ensure_subdir(STAGING)? })
     }
 
     /// Creates the staging directory of invocation `id`, owned by this process.
@@ -101,10 +96,7 @@ impl StagingArea {
             .ok_or_else(|| Refusal::new(ReasonCode::Internal, "cannot read this process's identity from /proc"))?;
         let name = format!("{id}@{}", me.encode());
         let dir = self.dir.create_subdir(&name).map_err(|e| {
-            Refusal::new(
-                ReasonCode::InvocationDuplicate,
-                format!("staging for {id:?} already exists: {}", e.message()),
-            )
+            Refusal::new(ReasonCode::InvocationDuplicate, format!("staging for {id:?} already exists: {}", e.message()))
         })?;
         Ok(CallStaging { area: self, name, dir })
     }
@@ -117,12 +109,7 @@ impl StagingArea {
                 Some((id, owner)) => (id.to_owned(), ProcessIdentity::decode(owner)),
                 None => (name.clone(), None),
             };
-            out.push(StagingEntry {
-                live: owner.is_some_and(|o| o.alive()),
-                invocation_id: id,
-                owner,
-                name,
-            });
+            out.push(StagingEntry { live: owner.is_some_and(|o| o.alive()), invocation_id: id, owner, name });
         }
         Ok(out)
     }
@@ -173,10 +160,7 @@ mod tests {
         if let Some(id) = id {
             assert!(!id.alive());
         }
-        let fake = ProcessIdentity {
-            pid: me.pid,
-            start_ticks: me.start_ticks + 1,
-        };
+        let fake = ProcessIdentity { pid: me.pid, start_ticks: me.start_ticks + 1 };
         assert!(!fake.alive(), "a reused pid with another start time is not the owner");
     }
 }

@@ -76,13 +76,7 @@ impl<'a> PendingInvocation<'a> {
         let tmp_name = format!(".tmp-{}", airlock_hostfs::random_suffix());
         let dir = invocations.create_subdir(&tmp_name).map_err(Refusal::from)?;
         let inputs = dir.create_subdir(INPUTS_DIR).map_err(Refusal::from)?;
-        Ok(PendingInvocation {
-            invocations,
-            tmp_name,
-            dir,
-            inputs,
-            committed: false,
-        })
+        Ok(PendingInvocation { invocations, tmp_name, dir, inputs, committed: false })
     }
 
     /// The directory snapshots go into.
@@ -102,10 +96,7 @@ impl<'a> PendingInvocation<'a> {
         // The directory is private and renamed into place whole, so its
         // files need no rename of their own; `durable` adds the syncs that
         // let the call survive a crash for a later dispatch.
-        for (name, bytes) in [
-            (MANIFEST_FILE, manifest_text.as_bytes()),
-            (PREPARED_FILE, json.as_slice()),
-        ] {
+        for (name, bytes) in [(MANIFEST_FILE, manifest_text.as_bytes()), (PREPARED_FILE, json.as_slice())] {
             let mut f = self.dir.create_file(name).map_err(Refusal::from)?;
             f.write_all(bytes)
                 .and_then(|()| if durable { f.sync_all() } else { Ok(()) })
@@ -115,26 +106,19 @@ impl<'a> PendingInvocation<'a> {
             self.inputs.sync().map_err(Refusal::from)?;
             self.dir.sync().map_err(Refusal::from)?;
         }
-        self.invocations
-            .rename_noreplace(&self.tmp_name, &record.invocation_id)
-            .map_err(|e| {
-                let r = Refusal::from(e);
-                if r.code == ReasonCode::InvocationDuplicate {
-                    Refusal::new(
-                        r.code,
-                        format!("invocation id {:?} has been used before", record.invocation_id),
-                    )
-                } else {
-                    r
-                }
-            })?;
+        self.invocations.rename_noreplace(&self.tmp_name, &record.invocation_id).map_err(|e| {
+            let r = Refusal::from(e);
+            if r.code == ReasonCode::InvocationDuplicate {
+                Refusal::new(r.code, format!("invocation id {:?} has been used before", record.invocation_id))
+            } else {
+                r
+            }
+        })?;
         self.committed = true;
         if durable {
             self.invocations.sync().map_err(Refusal::from)?;
         }
-        self.invocations
-            .open_subdir(&record.invocation_id)
-            .map_err(Refusal::from)
+        self.invocations.open_subdir(&record.invocation_id).map_err(Refusal::from)
     }
 }
 

@@ -41,36 +41,22 @@ pub fn locate(tool: &str, tools_dir: &Path) -> Result<PathBuf, Refusal> {
 /// Reads and parses the manifest at `path` (at most 1 MiB, UTF-8).
 pub fn load(_authority: &HostAuthority, path: &Path) -> Result<LoadedTool, Refusal> {
     let file = std::fs::File::open(path).map_err(|e| {
-        Refusal::new(
-            ReasonCode::ManifestNotFound,
-            format!("cannot open manifest {}: {e}", path.display()),
-        )
+        Refusal::new(ReasonCode::ManifestNotFound, format!("cannot open manifest {}: {e}", path.display()))
     })?;
     let mut bytes = Vec::new();
-    file.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut bytes).map_err(|e| {
-        Refusal::new(
-            ReasonCode::ManifestInvalid,
-            format!("reading manifest {}: {e}", path.display()),
-        )
-    })?;
+    file.take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Refusal::new(ReasonCode::ManifestInvalid, format!("reading manifest {}: {e}", path.display())))?;
     if bytes.len() as u64 > MAX_MANIFEST_BYTES {
         return Err(Refusal::new(
             ReasonCode::ManifestInvalid,
             format!("manifest {} is larger than 1 MiB", path.display()),
         ));
     }
-    let text = String::from_utf8(bytes).map_err(|_| {
-        Refusal::new(
-            ReasonCode::ManifestInvalid,
-            format!("manifest {} is not UTF-8", path.display()),
-        )
-    })?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Refusal::new(ReasonCode::ManifestInvalid, format!("manifest {} is not UTF-8", path.display())))?;
     let manifest = Manifest::parse(&text, &path.display().to_string())?;
-    Ok(LoadedTool {
-        manifest,
-        text,
-        origin: path.to_path_buf(),
-    })
+    Ok(LoadedTool { manifest, text, origin: path.to_path_buf() })
 }
 
 /// Every `*.clad.toml` in `tools_dir`, sorted.
@@ -80,11 +66,7 @@ pub fn list_manifests(tools_dir: &Path) -> Vec<PathBuf> {
         .flatten()
         .flatten()
         .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.ends_with(".clad.toml"))
-        })
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.ends_with(".clad.toml")))
         .collect();
     found.sort();
     found

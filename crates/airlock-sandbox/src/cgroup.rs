@@ -55,10 +55,7 @@ pub(crate) fn delegation(parent: Option<&Path>) -> Result<(PathBuf, bool, bool),
         None => own_cgroup_dir()?,
     };
     let enabled = controllers(&dir, "cgroup.subtree_control");
-    let (memory, pids) = (
-        enabled.iter().any(|c| c == "memory"),
-        enabled.iter().any(|c| c == "pids"),
-    );
+    let (memory, pids) = (enabled.iter().any(|c| c == "memory"), enabled.iter().any(|c| c == "pids"));
     if !memory && !pids {
         let offered = controllers(&dir, "cgroup.controllers");
         return Err(format!(
@@ -85,17 +82,10 @@ impl WorkerCgroup {
         let (base, has_mem, has_pids) = delegation(parent)?;
         let mut suffix = [0u8; 8];
         getrandom_fill(&mut suffix);
-        let name = format!(
-            "airlock-{}",
-            suffix.iter().map(|b| format!("{b:02x}")).collect::<String>()
-        );
+        let name = format!("airlock-{}", suffix.iter().map(|b| format!("{b:02x}")).collect::<String>());
         let dir = base.join(name);
         std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
-        let mut cg = WorkerCgroup {
-            dir,
-            memory: false,
-            pids: false,
-        };
+        let mut cg = WorkerCgroup { dir, memory: false, pids: false };
         let write = |file: &str, v: u64| std::fs::write(cg.dir.join(file), v.to_string());
         if let (Some(m), true) = (memory, has_mem) {
             if let Err(e) = write("memory.max", m) {
@@ -142,14 +132,8 @@ impl WorkerCgroup {
 
 fn getrandom_fill(buf: &mut [u8]) {
     use std::io::Read;
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(buf))
-        .is_err()
-    {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos();
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(buf)).is_err() {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
         for (i, b) in buf.iter_mut().enumerate() {
             *b = (t >> (i * 8)) as u8 ^ std::process::id() as u8;
         }
@@ -162,9 +146,7 @@ mod tests {
 
     #[test]
     fn no_limits_means_no_cgroup() {
-        assert!(WorkerCgroup::create(None, None, None)
-            .unwrap_err()
-            .contains("no memory or pids"));
+        assert!(WorkerCgroup::create(None, None, None).unwrap_err().contains("no memory or pids"));
     }
 
     #[test]

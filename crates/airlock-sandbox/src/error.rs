@@ -256,10 +256,7 @@ impl SandboxError {
             SandboxError::Unavailable(_) => "sandbox.unavailable",
             // A refused user namespace is the host saying no, not a bug.
             SandboxError::Unshare { errno, .. } | SandboxError::UidMap { errno, .. }
-                if matches!(
-                    errno.0,
-                    libc::EPERM | libc::EACCES | libc::ENOSPC | libc::EINVAL | libc::ENOSYS
-                ) =>
+                if matches!(errno.0, libc::EPERM | libc::EACCES | libc::ENOSPC | libc::EINVAL | libc::ENOSYS) =>
             {
                 "sandbox.unavailable"
             }
@@ -287,34 +284,22 @@ mod tests {
             errno: OsErrno(libc::EPERM),
         };
         let text = e.to_string();
-        assert!(
-            text.starts_with("mount(\"/usr\", \"/mnt/usr\", NULL, MS_BIND|MS_REC, NULL): "),
-            "{text}"
-        );
+        assert!(text.starts_with("mount(\"/usr\", \"/mnt/usr\", NULL, MS_BIND|MS_REC, NULL): "), "{text}");
         assert!(text.contains("os error 1"), "{text}");
         assert_eq!(e.reason_code(), "sandbox.setup_failed");
     }
 
     #[test]
     fn refused_user_namespace_means_unavailable() {
-        let e = SandboxError::Unshare {
-            flags: "CLONE_NEWUSER".into(),
-            errno: OsErrno(libc::EPERM),
-        };
+        let e = SandboxError::Unshare { flags: "CLONE_NEWUSER".into(), errno: OsErrno(libc::EPERM) };
         assert_eq!(e.reason_code(), "sandbox.unavailable");
-        let e = SandboxError::Unshare {
-            flags: "CLONE_NEWUSER".into(),
-            errno: OsErrno(libc::ENOMEM),
-        };
+        let e = SandboxError::Unshare { flags: "CLONE_NEWUSER".into(), errno: OsErrno(libc::ENOMEM) };
         assert_eq!(e.reason_code(), "sandbox.setup_failed");
     }
 
     #[test]
     fn errors_round_trip_through_the_status_pipe() {
-        let e = SandboxError::Exec {
-            program: "nope".into(),
-            errno: OsErrno(libc::ENOENT),
-        };
+        let e = SandboxError::Exec { program: "nope".into(), errno: OsErrno(libc::ENOENT) };
         let json = serde_json::to_string(&e).unwrap();
         assert_eq!(serde_json::from_str::<SandboxError>(&json).unwrap(), e);
         assert_eq!(e.reason_code(), "worker.exec_failed");

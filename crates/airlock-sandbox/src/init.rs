@@ -41,10 +41,7 @@ pub fn maybe_run_init() {
 
 fn run_init() -> ! {
     let mut raw = Vec::new();
-    let read = std::io::stdin()
-        .lock()
-        .take(MAX_SPEC_BYTES as u64 + 1)
-        .read_to_end(&mut raw);
+    let read = std::io::stdin().lock().take(MAX_SPEC_BYTES as u64 + 1).read_to_end(&mut raw);
     let spec: InitSpec = match read.ok().and_then(|_| serde_json::from_slice(&raw).ok()) {
         Some(s) if raw.len() <= MAX_SPEC_BYTES => s,
         _ => std::process::exit(EXIT_NO_SPEC),
@@ -65,23 +62,17 @@ fn run_init() -> ! {
 fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
     spec.check()?;
     // Only the descriptors the spec names survive.
-    crate::sys::close_fds_except(&spec.inherited_fds()).map_err(|e| SandboxError::ProcessAttr {
-        call: "close_range(3.., ~0U, 0)".into(),
-        errno: errno(e),
-    })?;
+    crate::sys::close_fds_except(&spec.inherited_fds())
+        .map_err(|e| SandboxError::ProcessAttr { call: "close_range(3.., ~0U, 0)".into(), errno: errno(e) })?;
     let adopt = |fd: i32| {
-        crate::sys::adopt_inherited_fd(fd).map_err(|e| SandboxError::ProcessAttr {
-            call: format!("fcntl({fd}, F_GETFD)"),
-            errno: errno(e),
-        })
+        crate::sys::adopt_inherited_fd(fd)
+            .map_err(|e| SandboxError::ProcessAttr { call: format!("fcntl({fd}, F_GETFD)"), errno: errno(e) })
     };
     let input_fds: Vec<OwnedFd> = spec.inputs.iter().map(|i| adopt(i.fd)).collect::<Result<_, _>>()?;
     let host_output: Option<OwnedFd> = spec.output.as_ref().map(|o| adopt(o.fd)).transpose()?;
     for fd in input_fds.iter().chain(host_output.iter()) {
-        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC).map_err(|e| SandboxError::ProcessAttr {
-            call: "fcntl(F_SETFD, FD_CLOEXEC)".into(),
-            errno: errno(e),
-        })?;
+        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC)
+            .map_err(|e| SandboxError::ProcessAttr { call: "fcntl(F_SETFD, FD_CLOEXEC)".into(), errno: errno(e) })?;
     }
     let flags = UnshareFlags::NEWUSER
         | UnshareFlags::NEWPID
@@ -103,10 +94,8 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
         // Root outside must not be the worker's identity: drop root's
         // supplementary groups while we still may, then have a helper left in
         // the initial user namespace map 65534 inside to 65534 outside.
-        rustix::thread::set_thread_groups(&[]).map_err(|e| SandboxError::ProcessAttr {
-            call: "setgroups(0, [])".into(),
-            errno: errno(e),
-        })?;
+        rustix::thread::set_thread_groups(&[])
+            .map_err(|e| SandboxError::ProcessAttr { call: "setgroups(0, [])".into(), errno: errno(e) })?;
         unshare_with_mapper(unshare, ROOT_CALLER_HOST_ID, ROOT_CALLER_HOST_ID)?;
     } else {
         let (uid, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
@@ -117,23 +106,13 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
     // root caller this leaves host uid 0, which is unmapped inside, so the
     // capabilities held in the new namespace are kept).
     let id = crate::worker_exec::WORKER_ID;
-    rustix::thread::set_thread_res_gid(Gid::from_raw(id), Gid::from_raw(id), Gid::from_raw(id)).map_err(|e| {
-        SandboxError::ProcessAttr {
-            call: format!("setresgid({id}, {id}, {id})"),
-            errno: errno(e),
-        }
-    })?;
-    rustix::thread::set_thread_res_uid(Uid::from_raw(id), Uid::from_raw(id), Uid::from_raw(id)).map_err(|e| {
-        SandboxError::ProcessAttr {
-            call: format!("setresuid({id}, {id}, {id})"),
-            errno: errno(e),
-        }
-    })?;
+    rustix::thread::set_thread_res_gid(Gid::from_raw(id), Gid::from_raw(id), Gid::from_raw(id))
+        .map_err(|e| SandboxError::ProcessAttr { call: format!("setresgid({id}, {id}, {id})"), errno: errno(e) })?;
+    rustix::thread::set_thread_res_uid(Uid::from_raw(id), Uid::from_raw(id), Uid::from_raw(id))
+        .map_err(|e| SandboxError::ProcessAttr { call: format!("setresuid({id}, {id}, {id})"), errno: errno(e) })?;
     if let Some(signal) = death_signal {
-        rustix::process::set_parent_process_death_signal(Some(signal)).map_err(|e| SandboxError::ProcessAttr {
-            call: "prctl(PR_SET_PDEATHSIG)".into(),
-            errno: errno(e),
-        })?;
+        rustix::process::set_parent_process_death_signal(Some(signal))
+            .map_err(|e| SandboxError::ProcessAttr { call: "prctl(PR_SET_PDEATHSIG)".into(), errno: errno(e) })?;
         // The caller may have died while the signal was disarmed.
         if rustix::process::getppid() != caller {
             return Err(SandboxError::ProcessAttr {
@@ -144,22 +123,14 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
     }
     // Only now: a non-dumpable process's /proc/self files belong to root,
     // which would stop an unprivileged init writing its own maps.
-    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable).map_err(|e| {
-        SandboxError::ProcessAttr {
-            call: "prctl(PR_SET_DUMPABLE, 0)".into(),
-            errno: errno(e),
-        }
-    })?;
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(|e| SandboxError::ProcessAttr { call: "prctl(PR_SET_DUMPABLE, 0)".into(), errno: errno(e) })?;
 
-    let (lifeline_r, lifeline_w) =
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| SandboxError::ProcessAttr {
-            call: "pipe2(O_CLOEXEC)".into(),
-            errno: errno(e),
-        })?;
-    let pid1 = match crate::sys::fork_single_threaded().map_err(|e| SandboxError::Fork {
-        role: "pid 1".into(),
-        errno: errno(e),
-    })? {
+    let (lifeline_r, lifeline_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| SandboxError::ProcessAttr { call: "pipe2(O_CLOEXEC)".into(), errno: errno(e) })?;
+    let pid1 = match crate::sys::fork_single_threaded()
+        .map_err(|e| SandboxError::Fork { role: "pid 1".into(), errno: errno(e) })?
+    {
         Forked::Child => {
             drop(lifeline_w);
             crate::pid1::run(spec, status, lifeline_r, input_fds, host_output)
@@ -183,10 +154,7 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
                 deadline_kill = true;
                 break;
             }
-            let ts = rustix::time::Timespec {
-                tv_sec: left.as_secs() as i64,
-                tv_nsec: left.subsec_nanos() as i64,
-            };
+            let ts = rustix::time::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: left.subsec_nanos() as i64 };
             let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
             match rustix::event::poll(&mut fds, Some(&ts)) {
                 Ok(n) if n > 0 => break,
@@ -199,19 +167,10 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
         match rustix::process::waitpid(Some(pid), WaitOptions::empty()) {
             Ok(Some((_, st))) => break (st.exit_status(), st.terminating_signal()),
             Ok(None) | Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => {
-                return Err(SandboxError::Wait {
-                    call: format!("waitpid({pid1}, 0)"),
-                    errno: errno(e),
-                })
-            }
+            Err(e) => return Err(SandboxError::Wait { call: format!("waitpid({pid1}, 0)"), errno: errno(e) }),
         }
     };
-    status.send(&StatusMsg::Pid1Exited {
-        code,
-        signal,
-        deadline_kill,
-    });
+    status.send(&StatusMsg::Pid1Exited { code, signal, deadline_kill });
     Ok(0)
 }
 
@@ -233,11 +192,7 @@ fn privileged_caller() -> bool {
 fn write_id_maps(pid: &str, uid: u32, gid: u32) -> Result<(), SandboxError> {
     let id = crate::worker_exec::WORKER_ID;
     let write = |file: String, line: String| {
-        std::fs::write(&file, line.as_bytes()).map_err(|e| SandboxError::UidMap {
-            file,
-            line,
-            errno: errno(e),
-        })
+        std::fs::write(&file, line.as_bytes()).map_err(|e| SandboxError::UidMap { file, line, errno: errno(e) })
     };
     write(format!("/proc/{pid}/setgroups"), "deny".into())?;
     write(format!("/proc/{pid}/uid_map"), format!("{id} {uid} 1"))?;
@@ -255,18 +210,15 @@ fn unshare_with_mapper(
     gid: u32,
 ) -> Result<(), SandboxError> {
     let pipe = || {
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| SandboxError::ProcessAttr {
-            call: "pipe2(O_CLOEXEC)".into(),
-            errno: errno(e),
-        })
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| SandboxError::ProcessAttr { call: "pipe2(O_CLOEXEC)".into(), errno: errno(e) })
     };
     let (go_r, go_w) = pipe()?;
     let (res_r, res_w) = pipe()?;
     let me = rustix::process::getpid().as_raw_nonzero().get().to_string();
-    match crate::sys::fork_single_threaded().map_err(|e| SandboxError::Fork {
-        role: "id mapper".into(),
-        errno: errno(e),
-    })? {
+    match crate::sys::fork_single_threaded()
+        .map_err(|e| SandboxError::Fork { role: "id mapper".into(), errno: errno(e) })?
+    {
         Forked::Child => {
             drop(go_w);
             drop(res_r);
@@ -299,10 +251,7 @@ fn unshare_with_mapper(
                     Ok(Some((_, st))) => break st,
                     Ok(None) | Err(rustix::io::Errno::INTR) => continue,
                     Err(e) => {
-                        return Err(SandboxError::Wait {
-                            call: format!("waitpid({mapper}, 0)"),
-                            errno: errno(e),
-                        })
+                        return Err(SandboxError::Wait { call: format!("waitpid({mapper}, 0)"), errno: errno(e) })
                     }
                 }
             };

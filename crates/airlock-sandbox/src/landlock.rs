@@ -116,18 +116,12 @@ pub(crate) fn enforce(rules: &[PlannedRule]) -> Result<(i32, &'static str), Sand
         .map_err(|e| SandboxError::Landlock(format!("landlock_create_ruleset(NULL, 0, VERSION): {e}")))?;
     let abi = abi_of(version);
     if abi == ABI::Unsupported {
-        return Err(SandboxError::Landlock(format!(
-            "kernel Landlock ABI {version} is unsupported"
-        )));
+        return Err(SandboxError::Landlock(format!("kernel Landlock ABI {version} is unsupported")));
     }
     let err = |what: &str, e: &dyn std::fmt::Display| SandboxError::Landlock(format!("{what}: {e}"));
-    let mut ruleset = Ruleset::default()
-        .handle_access(AccessFs::from_all(abi))
-        .map_err(|e| err("handle fs", &e))?;
+    let mut ruleset = Ruleset::default().handle_access(AccessFs::from_all(abi)).map_err(|e| err("handle fs", &e))?;
     if version >= 4 {
-        ruleset = ruleset
-            .handle_access(AccessNet::from_all(abi))
-            .map_err(|e| err("handle net", &e))?;
+        ruleset = ruleset.handle_access(AccessNet::from_all(abi)).map_err(|e| err("handle net", &e))?;
     }
     if version >= 6 {
         ruleset = ruleset.scope(Scope::from_all(abi)).map_err(|e| err("scope", &e))?;
@@ -176,10 +170,7 @@ mod tests {
             let list = access(Grant::ListOnly, abi);
             assert!(!list.intersects(AccessFs::MakeReg | AccessFs::MakeSym | AccessFs::RemoveFile));
         }
-        assert!(
-            !access(Grant::Output, ABI::V1).contains(AccessFs::Truncate),
-            "V1 has no truncate right"
-        );
+        assert!(!access(Grant::Output, ABI::V1).contains(AccessFs::Truncate), "V1 has no truncate right");
         assert!(access(Grant::Output, ABI::V3).contains(AccessFs::Truncate));
     }
 

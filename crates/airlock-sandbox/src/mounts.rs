@@ -63,11 +63,7 @@ fn build_err(call: String) -> impl FnOnce(std::io::Error) -> SandboxError {
 }
 
 fn mkdir_p(path: &str) -> Result<(), SandboxError> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o755)
-        .create(path)
-        .map_err(build_err(format!("mkdir -p {path:?} 0755")))
+    DirBuilder::new().recursive(true).mode(0o755).create(path).map_err(build_err(format!("mkdir -p {path:?} 0755")))
 }
 
 fn parent_of(path: &str) -> &str {
@@ -81,9 +77,7 @@ fn write_new_file(path: &str, mode: u32, content: &[u8]) -> Result<(), SandboxEr
         .mode(mode)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
-        .map_err(build_err(format!(
-            "open({path:?}, O_CREAT|O_EXCL|O_WRONLY|O_NOFOLLOW, {mode:#o})"
-        )))?;
+        .map_err(build_err(format!("open({path:?}, O_CREAT|O_EXCL|O_WRONLY|O_NOFOLLOW, {mode:#o})")))?;
     f.write_all(content).map_err(build_err(format!("write({path:?})")))
 }
 
@@ -117,10 +111,8 @@ fn readonly_recursive(target: &str) -> Result<(), SandboxError> {
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
             // Pre-5.12 kernel: remount the top mount, keeping the flags the
             // host may have locked (noexec, atime flags).
-            let vfs = rustix::fs::statvfs(target).map_err(|e| SandboxError::Remount {
-                call: format!("statvfs({target:?})"),
-                errno: errno(e),
-            })?;
+            let vfs = rustix::fs::statvfs(target)
+                .map_err(|e| SandboxError::Remount { call: format!("statvfs({target:?})"), errno: errno(e) })?;
             let mut keep = MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV;
             let f = vfs.f_flag;
             for (st, ms) in [
@@ -166,9 +158,7 @@ fn pick_mountpoint(spec: &InitSpec) -> Result<&'static str, SandboxError> {
         .copied()
         .find(|m| {
             Path::new(m).symlink_metadata().map(|md| md.is_dir()).unwrap_or(false)
-                && !sources
-                    .iter()
-                    .any(|s| crate::spec::is_within(s, m) || crate::spec::is_within(m, s))
+                && !sources.iter().any(|s| crate::spec::is_within(s, m) || crate::spec::is_within(m, s))
         })
         .ok_or_else(|| SandboxError::BuildRoot {
             call: format!("find a mount point for the new root among {ROOT_MOUNTPOINTS:?}"),
@@ -184,29 +174,18 @@ pub(crate) fn build_root(spec: &InitSpec, input_fds: Vec<OwnedFd>) -> Result<Bui
 
     let root = pick_mountpoint(spec)?;
     let input_bytes: u64 = spec.inputs.iter().map(|i| i.bytes).sum();
-    let output_bytes = spec
-        .output
-        .as_ref()
-        .map_or(0, |o| o.max_bytes.max(spec.limits.file_size).saturating_add(1));
+    let output_bytes = spec.output.as_ref().map_or(0, |o| o.max_bytes.max(spec.limits.file_size).saturating_add(1));
     let size = input_bytes
         .saturating_add(output_bytes)
         .saturating_add(spec.limits.scratch_bytes)
         .saturating_add(ROOT_MARGIN_BYTES);
-    tmpfs(
-        root,
-        MountFlags::NOSUID | MountFlags::NODEV,
-        "MS_NOSUID|MS_NODEV",
-        &format!("size={size},mode=0755"),
-    )?;
+    tmpfs(root, MountFlags::NOSUID | MountFlags::NODEV, "MS_NOSUID|MS_NODEV", &format!("size={size},mode=0755"))?;
     let at = |p: &str| format!("{root}{p}");
 
     // Image: read-only binds of host directories; symlinks recreated.
     let mut image_dirs = Vec::new();
     for m in &spec.image {
-        let host = m
-            .path
-            .to_str()
-            .ok_or_else(|| SandboxError::InvalidSpec("image path is not UTF-8".into()))?;
+        let host = m.path.to_str().ok_or_else(|| SandboxError::InvalidSpec("image path is not UTF-8".into()))?;
         let md = std::fs::symlink_metadata(host).map_err(build_err(format!("lstat({host:?})")))?;
         let inside = at(host);
         mkdir_p(parent_of(&inside))?;
@@ -220,9 +199,7 @@ pub(crate) fn build_root(spec: &InitSpec, input_fds: Vec<OwnedFd>) -> Result<Bui
             readonly_recursive(&inside)?;
             image_dirs.push(host.to_string());
         } else {
-            return Err(SandboxError::InvalidSpec(format!(
-                "image path {host:?} is neither a directory nor a symlink"
-            )));
+            return Err(SandboxError::InvalidSpec(format!("image path {host:?} is neither a directory nor a symlink")));
         }
     }
 
@@ -232,18 +209,12 @@ pub(crate) fn build_root(spec: &InitSpec, input_fds: Vec<OwnedFd>) -> Result<Bui
     write_new_file(&at("/etc/group"), 0o644, GROUP.as_bytes())?;
     write_new_file(&at("/etc/hosts"), 0o644, HOSTS.as_bytes())?;
     write_new_file(&at("/etc/hostname"), 0o644, b"airlock\n")?;
-    if std::fs::symlink_metadata("/etc/ld.so.cache")
-        .map(|m| m.is_file())
-        .unwrap_or(false)
-    {
+    if std::fs::symlink_metadata("/etc/ld.so.cache").map(|m| m.is_file()).unwrap_or(false) {
         write_new_file(&at("/etc/ld.so.cache"), 0o644, b"")?;
         bind("/etc/ld.so.cache", &at("/etc/ld.so.cache"), false)?;
         readonly_recursive(&at("/etc/ld.so.cache"))?;
     }
-    if std::fs::symlink_metadata("/etc/alternatives")
-        .map(|m| m.is_dir())
-        .unwrap_or(false)
-    {
+    if std::fs::symlink_metadata("/etc/alternatives").map(|m| m.is_dir()).unwrap_or(false) {
         mkdir_p(&at("/etc/alternatives"))?;
         bind("/etc/alternatives", &at("/etc/alternatives"), true)?;
         readonly_recursive(&at("/etc/alternatives"))?;
@@ -252,12 +223,7 @@ pub(crate) fn build_root(spec: &InitSpec, input_fds: Vec<OwnedFd>) -> Result<Bui
     // /dev: a tiny tmpfs with three host device nodes bound in.
     let dev = at("/dev");
     mkdir_p(&dev)?;
-    tmpfs(
-        &dev,
-        MountFlags::NOSUID | MountFlags::NOEXEC,
-        "MS_NOSUID|MS_NOEXEC",
-        DEV_TMPFS_OPTS,
-    )?;
+    tmpfs(&dev, MountFlags::NOSUID | MountFlags::NOEXEC, "MS_NOSUID|MS_NOEXEC", DEV_TMPFS_OPTS)?;
     for d in DEVICES {
         let target = format!("{dev}/{d}");
         write_new_file(&target, 0o666, b"")?;
@@ -272,11 +238,7 @@ pub(crate) fn build_root(spec: &InitSpec, input_fds: Vec<OwnedFd>) -> Result<Bui
         std::os::unix::fs::symlink(target, format!("{dev}/{link}"))
             .map_err(build_err(format!("symlink({target:?}, \"/dev/{link}\")")))?;
     }
-    remount_bind(
-        &dev,
-        MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NOEXEC,
-        "MS_RDONLY|MS_NOSUID|MS_NOEXEC",
-    )?;
+    remount_bind(&dev, MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NOEXEC, "MS_RDONLY|MS_NOSUID|MS_NOEXEC")?;
 
     // /proc: a fresh instance for the new pid namespace.
     let proc_dir = at("/proc");
@@ -288,10 +250,7 @@ pub(crate) fn build_root(spec: &InitSpec, input_fds: Vec<OwnedFd>) -> Result<Bui
         MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
         None,
     )
-    .map_err(|e| SandboxError::MountProc {
-        target: proc_dir.clone(),
-        errno: errno(e),
-    })?;
+    .map_err(|e| SandboxError::MountProc { target: proc_dir.clone(), errno: errno(e) })?;
 
     // /tmp: private scratch.
     let tmp = at("/tmp");
@@ -333,46 +292,25 @@ pub(crate) fn build_root(spec: &InitSpec, input_fds: Vec<OwnedFd>) -> Result<Bui
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
             .map_err(build_err(format!("open({path:?}, O_RDWR|O_NOFOLLOW)")))?;
-        output = Some(RetainedOutput {
-            path: format!("{}/{}", spec.working_dir, o.virtual_path),
-            file,
-        });
+        output = Some(RetainedOutput { path: format!("{}/{}", spec.working_dir, o.virtual_path), file });
     }
 
     // Into the new root; the old one is detached.
-    rustix::process::chdir(root).map_err(|e| SandboxError::Chdir {
-        path: root.into(),
-        errno: errno(e),
-    })?;
-    rustix::process::pivot_root(".", ".").map_err(|e| SandboxError::PivotRoot {
-        new_root: root.into(),
-        errno: errno(e),
-    })?;
+    rustix::process::chdir(root).map_err(|e| SandboxError::Chdir { path: root.into(), errno: errno(e) })?;
+    rustix::process::pivot_root(".", ".")
+        .map_err(|e| SandboxError::PivotRoot { new_root: root.into(), errno: errno(e) })?;
     rustix::mount::unmount(".", UnmountFlags::DETACH).map_err(|e| SandboxError::UmountOldRoot { errno: errno(e) })?;
-    rustix::process::chdir("/").map_err(|e| SandboxError::Chdir {
-        path: "/".into(),
-        errno: errno(e),
-    })?;
-    remount_bind(
-        "/",
-        MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
-        "MS_RDONLY|MS_NOSUID|MS_NODEV",
-    )?;
-    rustix::process::chdir(spec.working_dir.as_str()).map_err(|e| SandboxError::Chdir {
-        path: spec.working_dir.clone(),
-        errno: errno(e),
-    })?;
+    rustix::process::chdir("/").map_err(|e| SandboxError::Chdir { path: "/".into(), errno: errno(e) })?;
+    remount_bind("/", MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV, "MS_RDONLY|MS_NOSUID|MS_NODEV")?;
+    rustix::process::chdir(spec.working_dir.as_str())
+        .map_err(|e| SandboxError::Chdir { path: spec.working_dir.clone(), errno: errno(e) })?;
     Ok(BuiltRoot { image_dirs, output })
 }
 
 /// Copies exactly `bytes` bytes from offset 0 of `src` into a new file at
 /// `path`, mode 0444.
 fn copy_input(path: &str, src: File, bytes: u64, virtual_path: &str, fd: i32) -> Result<(), SandboxError> {
-    let fail = |e: std::io::Error| SandboxError::StageInput {
-        virtual_path: virtual_path.into(),
-        fd,
-        errno: errno(e),
-    };
+    let fail = |e: std::io::Error| SandboxError::StageInput { virtual_path: virtual_path.into(), fd, errno: errno(e) };
     let mut dst = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -403,9 +341,7 @@ fn copy_input(path: &str, src: File, bytes: u64, virtual_path: &str, fd: i32) ->
 /// still be the very inode PID 1 created (same device and inode, a regular
 /// file with one link, reached without following a symlink).
 pub(crate) fn verify_retained(path: &str, retained: &File) -> Result<(), String> {
-    let kept = retained
-        .metadata()
-        .map_err(|e| format!("fstat(retained output): {e}"))?;
+    let kept = retained.metadata().map_err(|e| format!("fstat(retained output): {e}"))?;
     let fresh = match OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
@@ -436,12 +372,7 @@ mod tests {
     fn setup() -> (tempfile::TempDir, String, File) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out").to_str().unwrap().to_string();
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .unwrap();
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(&path).unwrap();
         (dir, path, file)
     }
 

@@ -46,12 +46,7 @@ impl NativeTier {
     /// [`maybe_run_init`](crate::init::maybe_run_init) first in `main()`,
     /// usually the caller's own executable resolved once at startup.
     pub fn new(init_program: PathBuf) -> Self {
-        NativeTier {
-            init_program,
-            cgroup_parent: None,
-            cgroups: true,
-            die_with_caller: false,
-        }
+        NativeTier { init_program, cgroup_parent: None, cgroups: true, die_with_caller: false }
     }
 
     /// Kills the worker (its init, and so its whole pid namespace) when the
@@ -100,18 +95,14 @@ pub struct NativeWorker {
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
-    rustix::pipe::pipe_with(PipeFlags::CLOEXEC).map_err(|e| SandboxError::Descriptor {
-        call: "pipe2(O_CLOEXEC)".into(),
-        errno: errno(e),
-    })
+    rustix::pipe::pipe_with(PipeFlags::CLOEXEC)
+        .map_err(|e| SandboxError::Descriptor { call: "pipe2(O_CLOEXEC)".into(), errno: errno(e) })
 }
 
 /// A close-on-exec duplicate (at or above 3) of a descriptor for the init.
 fn dup_for_init(fd: &impl std::os::fd::AsFd) -> Result<OwnedFd, SandboxError> {
-    rustix::io::fcntl_dupfd_cloexec(fd, 3).map_err(|e| SandboxError::Descriptor {
-        call: "fcntl(F_DUPFD_CLOEXEC, 3)".into(),
-        errno: errno(e),
-    })
+    rustix::io::fcntl_dupfd_cloexec(fd, 3)
+        .map_err(|e| SandboxError::Descriptor { call: "fcntl(F_DUPFD_CLOEXEC, 3)".into(), errno: errno(e) })
 }
 
 impl Tier for NativeTier {
@@ -137,27 +128,17 @@ impl Tier for NativeTier {
                 errno: errno(e),
             })?;
             if !md.is_file() {
-                return Err(SandboxError::InvalidSpec(format!(
-                    "input {:?} is not a regular file",
-                    i.virtual_path
-                )));
+                return Err(SandboxError::InvalidSpec(format!("input {:?} is not a regular file", i.virtual_path)));
             }
             let fd = dup_for_init(&i.file)?;
-            inputs.push(InitInput {
-                virtual_path: i.virtual_path.clone(),
-                fd: fd.as_raw_fd(),
-                bytes: md.len(),
-            });
+            inputs.push(InitInput { virtual_path: i.virtual_path.clone(), fd: fd.as_raw_fd(), bytes: md.len() });
             inherited.push(fd);
         }
         let output = match &spec.output {
             Some(o) => {
                 let fd = dup_for_init(&o.file)?;
-                let out = InitOutput {
-                    virtual_path: o.virtual_path.clone(),
-                    fd: fd.as_raw_fd(),
-                    max_bytes: o.max_bytes,
-                };
+                let out =
+                    InitOutput { virtual_path: o.virtual_path.clone(), fd: fd.as_raw_fd(), max_bytes: o.max_bytes };
                 inherited.push(fd);
                 Some(out)
             }
@@ -185,20 +166,14 @@ impl Tier for NativeTier {
         // a root caller's worker is another uid. Only a process that can
         // already reach a holder's /proc/PID/fd can reopen it at all.
         for w in [&stdout_w, &stderr_w] {
-            rustix::fs::fchmod(w, rustix::fs::Mode::from_raw_mode(0o666)).map_err(|e| SandboxError::Descriptor {
-                call: "fchmod(pipe, 0666)".into(),
-                errno: errno(e),
-            })?;
+            rustix::fs::fchmod(w, rustix::fs::Mode::from_raw_mode(0o666))
+                .map_err(|e| SandboxError::Descriptor { call: "fchmod(pipe, 0666)".into(), errno: errno(e) })?;
         }
 
         // Limits the host can hold for us.
         let mut limits = AppliedLimits::default();
         let cgroup = if self.cgroups {
-            match WorkerCgroup::create(
-                self.cgroup_parent.as_deref(),
-                spec.limits.memory_bytes,
-                spec.limits.pids,
-            ) {
+            match WorkerCgroup::create(self.cgroup_parent.as_deref(), spec.limits.memory_bytes, spec.limits.pids) {
                 Ok(cg) => Some(cg),
                 Err(why) => {
                     limits.cgroup_skipped = Some(why);
@@ -247,10 +222,7 @@ impl Tier for NativeTier {
                 if let Some(cg) = &cgroup {
                     cg.remove();
                 }
-                return Err(SandboxError::Wait {
-                    call: format!("pidfd_open({pid}, 0)"),
-                    errno: errno(e),
-                });
+                return Err(SandboxError::Wait { call: format!("pidfd_open({pid}, 0)"), errno: errno(e) });
             }
         };
 
@@ -267,11 +239,7 @@ impl Tier for NativeTier {
             }
         }
         let worker = NativeWorker {
-            guard: InitGuard {
-                child: Some(child),
-                cgroup,
-                pidfd: Arc::clone(&pidfd),
-            },
+            guard: InitGuard { child: Some(child), cgroup, pidfd: Arc::clone(&pidfd) },
             pidfd,
             killed: Arc::new(AtomicBool::new(false)),
             stdout: stdout_r,
@@ -323,14 +291,12 @@ impl Drop for InitGuard {
         if let Some(mut child) = self.child.take() {
             let _ = kill_init(&self.pidfd);
             let cgroup = self.cgroup.take();
-            let _ = std::thread::Builder::new()
-                .name("airlock-sandbox-reaper".into())
-                .spawn(move || {
-                    let _ = child.wait();
-                    if let Some(cg) = cgroup {
-                        cg.remove();
-                    }
-                });
+            let _ = std::thread::Builder::new().name("airlock-sandbox-reaper".into()).spawn(move || {
+                let _ = child.wait();
+                if let Some(cg) = cgroup {
+                    cg.remove();
+                }
+            });
         }
     }
 }
@@ -340,9 +306,6 @@ impl Drop for InitGuard {
 pub(crate) fn kill_init(pidfd: &OwnedFd) -> Result<(), SandboxError> {
     match rustix::process::pidfd_send_signal(pidfd, Signal::KILL) {
         Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
-        Err(e) => Err(SandboxError::Wait {
-            call: "pidfd_send_signal(init, SIGKILL)".into(),
-            errno: errno(e),
-        }),
+        Err(e) => Err(SandboxError::Wait { call: "pidfd_send_signal(init, SIGKILL)".into(), errno: errno(e) }),
     }
 }

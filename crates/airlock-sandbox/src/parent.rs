@@ -33,11 +33,7 @@ struct Bounded {
 
 impl Bounded {
     fn new(limit: usize) -> Self {
-        Bounded {
-            kept: Vec::new(),
-            limit,
-            total: 0,
-        }
+        Bounded { kept: Vec::new(), limit, total: 0 }
     }
 
     fn push(&mut self, bytes: &[u8]) {
@@ -58,10 +54,7 @@ struct Stream {
 }
 
 fn timespec(d: Duration) -> rustix::time::Timespec {
-    rustix::time::Timespec {
-        tv_sec: d.as_secs() as i64,
-        tv_nsec: d.subsec_nanos() as i64,
-    }
+    rustix::time::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as i64 }
 }
 
 /// Reads whatever is ready on the streams until all are at EOF or
@@ -87,10 +80,7 @@ fn drain(streams: &mut [Stream], deadline: Instant) -> Result<bool, SandboxError
                 Ok(_) => {}
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(e) => {
-                    return Err(SandboxError::Wait {
-                        call: "poll(stdout, stderr, status)".into(),
-                        errno: errno(e),
-                    })
+                    return Err(SandboxError::Wait { call: "poll(stdout, stderr, status)".into(), errno: errno(e) })
                 }
             }
             for (k, p) in pfds.iter().enumerate() {
@@ -107,12 +97,7 @@ fn drain(streams: &mut [Stream], deadline: Instant) -> Result<bool, SandboxError
                 Ok(0) => s.fd = None,
                 Ok(n) => s.sink.push(&buf[..n]),
                 Err(rustix::io::Errno::INTR) | Err(rustix::io::Errno::AGAIN) => {}
-                Err(e) => {
-                    return Err(SandboxError::Wait {
-                        call: "read(pipe)".into(),
-                        errno: errno(e),
-                    })
-                }
+                Err(e) => return Err(SandboxError::Wait { call: "read(pipe)".into(), errno: errno(e) }),
             }
         }
     }
@@ -146,16 +131,8 @@ fn pid1_gone(host_pid: i32, init_pid: u32, until: Instant) -> bool {
         Err(_) => return false,
     };
     let status = std::fs::read_to_string(format!("/proc/{host_pid}/status")).unwrap_or_default();
-    let ppid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("PPid:"))
-        .map(str::trim)
-        .unwrap_or("");
-    let state = status
-        .lines()
-        .find_map(|l| l.strip_prefix("State:"))
-        .map(str::trim)
-        .unwrap_or("");
+    let ppid = status.lines().find_map(|l| l.strip_prefix("PPid:")).map(str::trim).unwrap_or("");
+    let state = status.lines().find_map(|l| l.strip_prefix("State:")).map(str::trim).unwrap_or("");
     if status.is_empty() || state.starts_with('Z') || state.starts_with('X') {
         return true;
     }
@@ -172,18 +149,9 @@ fn pid1_gone(host_pid: i32, init_pid: u32, until: Instant) -> bool {
 
 pub(crate) fn wait(mut w: NativeWorker) -> Result<WorkerOutcome, SandboxError> {
     let mut streams = [
-        Stream {
-            fd: Some(w.stdout),
-            sink: Bounded::new(w.stdout_limit),
-        },
-        Stream {
-            fd: Some(w.stderr),
-            sink: Bounded::new(w.stderr_limit),
-        },
-        Stream {
-            fd: Some(w.status),
-            sink: Bounded::new(MAX_STATUS_BYTES),
-        },
+        Stream { fd: Some(w.stdout), sink: Bounded::new(w.stdout_limit) },
+        Stream { fd: Some(w.stderr), sink: Bounded::new(w.stderr_limit) },
+        Stream { fd: Some(w.status), sink: Bounded::new(MAX_STATUS_BYTES) },
     ];
     let mut timed_out = false;
     let mut all_eof = drain(&mut streams, w.deadline)?;
@@ -193,19 +161,13 @@ pub(crate) fn wait(mut w: NativeWorker) -> Result<WorkerOutcome, SandboxError> {
         all_eof = drain(&mut streams, Instant::now() + KILL_GRACE)?;
     }
     // The init exits right after its last status record; if it has not, kill it.
-    let mut child = w
-        .guard
-        .child
-        .take()
-        .ok_or_else(|| SandboxError::Protocol("the init was already reaped".into()))?;
+    let mut child = w.guard.child.take().ok_or_else(|| SandboxError::Protocol("the init was already reaped".into()))?;
     let init_pid = child.id();
     if !exited_by(&*w.pidfd, Instant::now() + KILL_GRACE) {
         kill_init(&w.pidfd)?;
     }
-    let init_status = child.wait().map_err(|e| SandboxError::Wait {
-        call: format!("waitpid({init_pid})"),
-        errno: errno(e),
-    })?;
+    let init_status =
+        child.wait().map_err(|e| SandboxError::Wait { call: format!("waitpid({init_pid})"), errno: errno(e) })?;
     let killed = timed_out || w.killed.load(Ordering::SeqCst);
 
     // Status records.
@@ -227,10 +189,7 @@ pub(crate) fn wait(mut w: NativeWorker) -> Result<WorkerOutcome, SandboxError> {
             StatusMsg::SetupFailed { error } => {
                 setup_error.get_or_insert(error);
             }
-            StatusMsg::Confined {
-                landlock_abi,
-                landlock_status,
-            } => {
+            StatusMsg::Confined { landlock_abi, landlock_status } => {
                 limits.landlock_abi = landlock_abi;
                 limits.landlock_status = landlock_status;
             }
@@ -261,28 +220,15 @@ pub(crate) fn wait(mut w: NativeWorker) -> Result<WorkerOutcome, SandboxError> {
     if pid1.is_none() && !timed_out {
         return Err(SandboxError::Protocol(format!(
             "the sandbox init exited ({init_status}) without starting PID 1{}",
-            if init_status.code() == Some(121) {
-                ": it could not read its spec or status descriptor"
-            } else {
-                ""
-            }
+            if init_status.code() == Some(121) { ": it could not read its spec or status descriptor" } else { "" }
         )));
     }
     let output = if w.has_output {
-        Some(
-            export.unwrap_or(OutputExport {
-                bytes: 0,
-                over_limit: false,
-                refused: Some(
-                    if timed_out {
-                        "the worker timed out"
-                    } else {
-                        "the sandbox ended before export"
-                    }
-                    .into(),
-                ),
-            }),
-        )
+        Some(export.unwrap_or(OutputExport {
+            bytes: 0,
+            over_limit: false,
+            refused: Some(if timed_out { "the worker timed out" } else { "the sandbox ended before export" }.into()),
+        }))
     } else {
         None
     };

@@ -44,10 +44,7 @@ pub(crate) fn run(
 }
 
 fn attr(call: &'static str) -> impl FnOnce(rustix::io::Errno) -> SandboxError {
-    move |e| SandboxError::ProcessAttr {
-        call: call.to_string(),
-        errno: errno(e),
-    }
+    move |e| SandboxError::ProcessAttr { call: call.to_string(), errno: errno(e) }
 }
 
 fn run_inner(
@@ -68,10 +65,8 @@ fn run_inner(
         .map_err(attr("prctl(PR_SET_DUMPABLE, 0)"))?;
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
 
-    crate::sys::unshare_namespaces(rustix::thread::UnshareFlags::NEWNS).map_err(|e| SandboxError::Unshare {
-        flags: "CLONE_NEWNS".into(),
-        errno: errno(e),
-    })?;
+    crate::sys::unshare_namespaces(rustix::thread::UnshareFlags::NEWNS)
+        .map_err(|e| SandboxError::Unshare { flags: "CLONE_NEWNS".into(), errno: errno(e) })?;
     let built = crate::mounts::build_root(spec, input_fds)?;
     rustix::system::sethostname(b"airlock").map_err(attr("sethostname(\"airlock\")"))?;
 
@@ -84,10 +79,9 @@ fn run_inner(
     );
     let filters = crate::seccomp::compile_worker_filters()?;
 
-    let worker = match crate::sys::fork_single_threaded().map_err(|e| SandboxError::Fork {
-        role: "worker".into(),
-        errno: errno(e),
-    })? {
+    let worker = match crate::sys::fork_single_threaded()
+        .map_err(|e| SandboxError::Fork { role: "worker".into(), errno: errno(e) })?
+    {
         Forked::Child => {
             drop(lifeline);
             drop(host_output);
@@ -106,12 +100,7 @@ fn run_inner(
             },
             Ok(_) => continue,
             Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => {
-                return Err(SandboxError::Wait {
-                    call: "wait(NULL)".into(),
-                    errno: errno(e),
-                })
-            }
+            Err(e) => return Err(SandboxError::Wait { call: "wait(NULL)".into(), errno: errno(e) }),
         }
     };
     status.send(&StatusMsg::WorkerExited { exit });
@@ -149,27 +138,15 @@ fn exit_of(st: WaitStatus) -> Option<ExitStatusKind> {
 /// inode PID 1 created and holds at most `max_bytes`.
 fn export(out: &RetainedOutput, host: File, max_bytes: u64, virtual_path: &str) -> Result<OutputExport, SandboxError> {
     if let Err(why) = verify_retained(&out.path, &out.file) {
-        return Ok(OutputExport {
-            bytes: 0,
-            over_limit: false,
-            refused: Some(why),
-        });
+        return Ok(OutputExport { bytes: 0, over_limit: false, refused: Some(why) });
     }
     let fail = |call: &str| {
         let call = call.to_string();
-        move |e: std::io::Error| SandboxError::Export {
-            virtual_path: virtual_path.into(),
-            call,
-            errno: errno(e),
-        }
+        move |e: std::io::Error| SandboxError::Export { virtual_path: virtual_path.into(), call, errno: errno(e) }
     };
     let size = out.file.metadata().map_err(fail("fstat(retained output)"))?.len();
     if size > max_bytes {
-        return Ok(OutputExport {
-            bytes: 0,
-            over_limit: true,
-            refused: None,
-        });
+        return Ok(OutputExport { bytes: 0, over_limit: true, refused: None });
     }
     // Read at most max_bytes + 1 from the retained descriptor (the size
     // could only have changed if something were still writing: nothing is).
@@ -177,29 +154,19 @@ fn export(out: &RetainedOutput, host: File, max_bytes: u64, virtual_path: &str) 
     let (mut off, limit) = (0u64, max_bytes.saturating_add(1));
     while off < limit {
         let want = buf.len().min((limit - off) as usize);
-        let n = out
-            .file
-            .read_at(&mut buf[..want], off)
-            .map_err(fail("pread(retained output)"))?;
+        let n = out.file.read_at(&mut buf[..want], off).map_err(fail("pread(retained output)"))?;
         if n == 0 {
             break;
         }
         if off + n as u64 > max_bytes {
             host.set_len(0).map_err(fail("ftruncate(host output, 0)"))?;
-            return Ok(OutputExport {
-                bytes: 0,
-                over_limit: true,
-                refused: None,
-            });
+            return Ok(OutputExport { bytes: 0, over_limit: true, refused: None });
         }
         host.write_all_at(&buf[..n], off).map_err(fail("pwrite(host output)"))?;
         off += n as u64;
     }
     host.set_len(off).map_err(fail("ftruncate(host output)"))?;
-    host.sync_all().map_err(fail("fsync(host output)"))?;
-    Ok(OutputExport {
-        bytes: off,
-        over_limit: false,
-        refused: None,
-    })
+    // No fsync: the host file is private staging that the caller reads back
+    // at once; what is published is a separate candidate the caller syncs.
+    Ok(OutputExport { bytes: off, over_limit: false, refused: None })
 }

@@ -62,10 +62,7 @@ fn probe_userns() -> Result<(), String> {
         .find(|p| std::path::Path::new(p).exists())
         .ok_or_else(|| "no /usr/bin/true or /bin/true to probe with".to_string())?;
     let mut cmd = Command::new(program);
-    cmd.env_clear()
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    cmd.env_clear().stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     crate::sys::unshare_user_at_exec(&mut cmd);
     match cmd.status() {
         Ok(s) if s.success() => Ok(()),
@@ -76,14 +73,7 @@ fn probe_userns() -> Result<(), String> {
 
 fn probe_openat2() -> bool {
     use rustix::fs::{Mode, OFlags, ResolveFlags, CWD};
-    rustix::fs::openat2(
-        CWD,
-        "/",
-        OFlags::PATH | OFlags::CLOEXEC,
-        Mode::empty(),
-        ResolveFlags::NO_SYMLINKS,
-    )
-    .is_ok()
+    rustix::fs::openat2(CWD, "/", OFlags::PATH | OFlags::CLOEXEC, Mode::empty(), ResolveFlags::NO_SYMLINKS).is_ok()
 }
 
 #[cfg(test)]

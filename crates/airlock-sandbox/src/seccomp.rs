@@ -118,10 +118,7 @@ pub(crate) fn worker_filter_rules() -> WorkerFilterRules {
     // personas change address-space layout or syscall semantics.
     eperm.insert(
         libc::SYS_personality,
-        vec![rule(vec![
-            cond(0, SeccompCmpOp::Ne, 0),
-            cond(0, SeccompCmpOp::Ne, PERSONALITY_QUERY),
-        ])],
+        vec![rule(vec![cond(0, SeccompCmpOp::Ne, 0), cond(0, SeccompCmpOp::Ne, PERSONALITY_QUERY)])],
     );
     // clone(2): denied when any namespace flag is set (one rule per flag:
     // rules are OR-ed, conditions within a rule AND-ed). The flags are
@@ -244,11 +241,7 @@ mod tests {
     /// lowest action value compared as `s32` wins (KILL_PROCESS < … < ERRNO < ALLOW).
     fn verdict(nr: i64, args: [u64; 6]) -> u32 {
         let progs = compile_worker_filters().unwrap();
-        progs
-            .iter()
-            .map(|p| run(p, nr, arch(), args))
-            .min_by_key(|r| (*r & 0xffff_0000) as i32)
-            .unwrap()
+        progs.iter().map(|p| run(p, nr, arch(), args)).min_by_key(|r| (*r & 0xffff_0000) as i32).unwrap()
     }
 
     const EPERM: u32 = SECCOMP_RET_ERRNO | libc::EPERM as u32;
@@ -293,22 +286,12 @@ mod tests {
             libc::SYS_swapoff,
             libc::SYS_reboot,
         ] {
-            assert_eq!(
-                r.eperm.get(&nr).map(Vec::len),
-                Some(0),
-                "syscall {nr} must be denied unconditionally"
-            );
+            assert_eq!(r.eperm.get(&nr).map(Vec::len), Some(0), "syscall {nr} must be denied unconditionally");
         }
         assert_eq!(r.eperm[&libc::SYS_clone].len(), CLONE_NAMESPACE_FLAGS.len());
         assert_eq!(r.eperm[&libc::SYS_personality].len(), 1);
         assert!(r.enosys.contains_key(&libc::SYS_clone3));
-        for nr in [
-            libc::SYS_read,
-            libc::SYS_write,
-            libc::SYS_execve,
-            libc::SYS_openat,
-            libc::SYS_exit_group,
-        ] {
+        for nr in [libc::SYS_read, libc::SYS_write, libc::SYS_execve, libc::SYS_openat, libc::SYS_exit_group] {
             assert!(!r.eperm.contains_key(&nr) && !r.enosys.contains_key(&nr));
         }
     }
@@ -323,10 +306,7 @@ mod tests {
     #[test]
     fn compiled_filter_denies_and_allows() {
         assert_eq!(verdict(libc::SYS_ptrace, [0; 6]), EPERM);
-        assert_eq!(
-            verdict(libc::SYS_unshare, [libc::CLONE_NEWUSER as u64, 0, 0, 0, 0, 0]),
-            EPERM
-        );
+        assert_eq!(verdict(libc::SYS_unshare, [libc::CLONE_NEWUSER as u64, 0, 0, 0, 0, 0]), EPERM);
         assert_eq!(verdict(libc::SYS_mount, [0; 6]), EPERM);
         assert_eq!(verdict(libc::SYS_io_uring_setup, [0; 6]), EPERM);
         assert_eq!(verdict(libc::SYS_read, [0; 6]), SECCOMP_RET_ALLOW);
@@ -348,26 +328,16 @@ mod tests {
             | libc::CLONE_PARENT_SETTID
             | libc::CLONE_CHILD_CLEARTID) as u64;
         assert_eq!(verdict(libc::SYS_clone, [fork_flags, 0, 0, 0, 0, 0]), SECCOMP_RET_ALLOW);
-        assert_eq!(
-            verdict(libc::SYS_clone, [thread_flags, 0, 0, 0, 0, 0]),
-            SECCOMP_RET_ALLOW
-        );
+        assert_eq!(verdict(libc::SYS_clone, [thread_flags, 0, 0, 0, 0, 0]), SECCOMP_RET_ALLOW);
         for (flag, name) in CLONE_NAMESPACE_FLAGS {
-            assert_eq!(
-                verdict(libc::SYS_clone, [fork_flags | flag, 0, 0, 0, 0, 0]),
-                EPERM,
-                "{name}"
-            );
+            assert_eq!(verdict(libc::SYS_clone, [fork_flags | flag, 0, 0, 0, 0, 0]), EPERM, "{name}");
         }
     }
 
     #[test]
     fn personality_allows_only_linux_and_query() {
         assert_eq!(verdict(libc::SYS_personality, [0; 6]), SECCOMP_RET_ALLOW);
-        assert_eq!(
-            verdict(libc::SYS_personality, [PERSONALITY_QUERY, 0, 0, 0, 0, 0]),
-            SECCOMP_RET_ALLOW
-        );
+        assert_eq!(verdict(libc::SYS_personality, [PERSONALITY_QUERY, 0, 0, 0, 0, 0]), SECCOMP_RET_ALLOW);
         assert_eq!(verdict(libc::SYS_personality, [0x0040000, 0, 0, 0, 0, 0]), EPERM);
         // ADDR_NO_RANDOMIZE
     }

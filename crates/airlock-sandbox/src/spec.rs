@@ -217,10 +217,7 @@ impl SpecShape<'_> {
         check_absolute_dir(self.working_dir, "working_dir")?;
         for r in RESERVED_DIRS {
             if is_within(self.working_dir, r) || is_within(r, self.working_dir) {
-                return invalid(format!(
-                    "working_dir {:?} overlaps {r}, which the sandbox builds",
-                    self.working_dir
-                ));
+                return invalid(format!("working_dir {:?} overlaps {r}, which the sandbox builds", self.working_dir));
             }
         }
         for img in &self.image {
@@ -292,14 +289,7 @@ mod tests {
     use super::*;
 
     fn shape<'a>(wd: &'a str, image: Vec<&'a str>, files: Vec<&'a str>, argv: &'a [String]) -> SpecShape<'a> {
-        SpecShape {
-            argv,
-            env: &[],
-            working_dir: wd,
-            image,
-            files,
-            file_size: 1,
-        }
+        SpecShape { argv, env: &[], working_dir: wd, image, files, file_size: 1 }
     }
 
     #[test]
@@ -323,18 +313,12 @@ mod tests {
     #[test]
     fn shape_rejects_collisions_and_reserved_dirs() {
         let argv = vec!["true".to_string()];
-        shape("/workspace", vec!["/usr"], vec!["a", "b/c"], &argv)
-            .check()
-            .unwrap();
+        shape("/workspace", vec!["/usr"], vec!["a", "b/c"], &argv).check().unwrap();
         assert!(shape("/tmp/w", vec![], vec![], &argv).check().is_err());
         assert!(shape("/", vec![], vec![], &argv).check().is_err());
         assert!(shape("/workspace", vec!["/etc"], vec![], &argv).check().is_err());
-        assert!(shape("/workspace", vec!["/usr", "/usr/lib"], vec![], &argv)
-            .check()
-            .is_err());
-        assert!(shape("/workspace", vec!["/workspace/x"], vec![], &argv)
-            .check()
-            .is_err());
+        assert!(shape("/workspace", vec!["/usr", "/usr/lib"], vec![], &argv).check().is_err());
+        assert!(shape("/workspace", vec!["/workspace/x"], vec![], &argv).check().is_err());
         assert!(shape("/workspace", vec![], vec!["a", "a/b"], &argv).check().is_err());
         assert!(shape("/workspace", vec![], vec!["a", "a"], &argv).check().is_err());
         assert!(shape("/workspace", vec![], vec![], &[]).check().is_err());

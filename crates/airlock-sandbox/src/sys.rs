@@ -105,10 +105,8 @@ pub(crate) fn execve(path: &CStr, argv: &[CString], envp: &[CString]) -> io::Err
 /// Drops every capability `0..=cap_last_cap` from the bounding set
 /// (`prctl(PR_CAPBSET_DROP)`), including ones newer than any crate's list.
 pub(crate) fn drop_bounding_set() -> io::Result<()> {
-    let last: u64 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(63);
+    let last: u64 =
+        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(63);
     for cap in 0..=last {
         // SAFETY: prctl with integer arguments only.
         let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };

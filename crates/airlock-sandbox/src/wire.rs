@@ -52,11 +52,7 @@ impl InitSpec {
         let image = self
             .image
             .iter()
-            .map(|m| {
-                m.path
-                    .to_str()
-                    .ok_or_else(|| SandboxError::InvalidSpec("image path is not UTF-8".into()))
-            })
+            .map(|m| m.path.to_str().ok_or_else(|| SandboxError::InvalidSpec("image path is not UTF-8".into())))
             .collect::<Result<Vec<_>, _>>()?;
         let mut files: Vec<&str> = self.inputs.iter().map(|i| i.virtual_path.as_str()).collect();
         if let Some(o) = &self.output {
@@ -74,9 +70,7 @@ impl InitSpec {
         let fds = self.inherited_fds();
         for (i, fd) in fds.iter().enumerate() {
             if *fd < 3 || fds[i + 1..].contains(fd) {
-                return Err(SandboxError::Protocol(format!(
-                    "inherited fd {fd} is reserved or repeated"
-                )));
+                return Err(SandboxError::Protocol(format!("inherited fd {fd} is reserved or repeated")));
             }
         }
         Ok(())
@@ -109,11 +103,7 @@ pub(crate) enum StatusMsg {
     /// From PID 1: its last record.
     Done,
     /// From the init: PID 1 is gone (killed on the init's own deadline when `deadline_kill`).
-    Pid1Exited {
-        code: Option<i32>,
-        signal: Option<i32>,
-        deadline_kill: bool,
-    },
+    Pid1Exited { code: Option<i32>, signal: Option<i32>, deadline_kill: bool },
 }
 
 impl StatusMsg {
@@ -168,16 +158,8 @@ mod tests {
     fn status_lines_round_trip() {
         let msgs = [
             StatusMsg::Pid1 { host_pid: 42 },
-            StatusMsg::WorkerExited {
-                exit: ExitStatusKind::Signaled(9),
-            },
-            StatusMsg::Export {
-                export: OutputExport {
-                    bytes: 3,
-                    over_limit: false,
-                    refused: None,
-                },
-            },
+            StatusMsg::WorkerExited { exit: ExitStatusKind::Signaled(9) },
+            StatusMsg::Export { export: OutputExport { bytes: 3, over_limit: false, refused: None } },
             StatusMsg::Done,
         ];
         for m in msgs {
@@ -190,9 +172,7 @@ mod tests {
 
     #[test]
     fn long_records_stay_atomic() {
-        let m = StatusMsg::SetupFailed {
-            error: SandboxError::Landlock("x".repeat(10_000)),
-        };
+        let m = StatusMsg::SetupFailed { error: SandboxError::Landlock("x".repeat(10_000)) };
         assert!(m.to_line().len() < 4096);
     }
 }

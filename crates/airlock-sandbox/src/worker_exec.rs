@@ -23,11 +23,8 @@ use crate::wire::{InitSpec, StatusMsg, StatusWriter};
 pub(crate) const WORKER_ID: u32 = 65534;
 
 /// Defaults added to the worker's environment when the spec does not set them.
-const DEFAULT_ENV: [(&str, &str); 3] = [
-    ("PATH", "/usr/local/bin:/usr/bin:/bin"),
-    ("HOME", "/tmp"),
-    ("LANG", "C.UTF-8"),
-];
+const DEFAULT_ENV: [(&str, &str); 3] =
+    [("PATH", "/usr/local/bin:/usr/bin:/bin"), ("HOME", "/tmp"), ("LANG", "C.UTF-8")];
 
 /// Confines the calling (freshly forked) process and executes the tool.
 /// Never returns: on failure it reports on the status pipe and exits 127.
@@ -38,10 +35,7 @@ pub(crate) fn exec_worker(spec: &InitSpec, rules: &[PlannedRule], filters: &[Bpf
 }
 
 fn attr(call: &str) -> impl FnOnce(rustix::io::Errno) -> SandboxError + '_ {
-    move |e| SandboxError::ProcessAttr {
-        call: call.to_string(),
-        errno: errno(e),
-    }
+    move |e| SandboxError::ProcessAttr { call: call.to_string(), errno: errno(e) }
 }
 
 fn confine_and_exec(
@@ -83,10 +77,8 @@ fn confine(
     .map_err(attr("open(\"/dev/null\", O_RDONLY)"))?;
     rustix::stdio::dup2_stdin(&null).map_err(attr("dup2(/dev/null, 0)"))?;
     drop(null);
-    crate::sys::close_fds_except(&[status.raw()]).map_err(|e| SandboxError::ProcessAttr {
-        call: "close_range(3, ~0U, 0)".into(),
-        errno: errno(e),
-    })?;
+    crate::sys::close_fds_except(&[status.raw()])
+        .map_err(|e| SandboxError::ProcessAttr { call: "close_range(3, ~0U, 0)".into(), errno: errno(e) })?;
 
     let id = rustix::process::Gid::from_raw(WORKER_ID);
     rustix::thread::set_thread_res_gid(id, id, id).map_err(attr("setresgid(65534, 65534, 65534)"))?;
@@ -113,10 +105,7 @@ fn confine(
     // Everything the exec needs is built before seccomp (no allocation
     // constraints after it, but keep the filtered window small).
     let (program, argv, envp, path) = prepare_exec(spec)?;
-    status.send(&StatusMsg::Confined {
-        landlock_abi: abi,
-        landlock_status: how.to_string(),
-    });
+    status.send(&StatusMsg::Confined { landlock_abi: abi, landlock_status: how.to_string() });
     crate::seccomp::install(filters)?;
     Ok((program, argv, envp, path))
 }
@@ -127,18 +116,8 @@ fn set_rlimits(spec: &InitSpec) -> Result<(), SandboxError> {
         // Never ask for more than the current hard limit (raising needs privilege).
         let cur = rustix::process::getrlimit(res);
         let cap = |v: u64| cur.maximum.map_or(v, |m| v.min(m));
-        rustix::process::setrlimit(
-            res,
-            Rlimit {
-                current: Some(cap(soft)),
-                maximum: Some(cap(hard)),
-            },
-        )
-        .map_err(|e| SandboxError::Rlimit {
-            resource: name.into(),
-            value: soft,
-            errno: errno(e),
-        })
+        rustix::process::setrlimit(res, Rlimit { current: Some(cap(soft)), maximum: Some(cap(hard)) })
+            .map_err(|e| SandboxError::Rlimit { resource: name.into(), value: soft, errno: errno(e) })
     };
     set(Resource::Fsize, "RLIMIT_FSIZE", l.file_size, l.file_size)?;
     set(Resource::Core, "RLIMIT_CORE", 0, 0)?;
@@ -174,16 +153,9 @@ fn cstring(s: &str) -> Result<CString, SandboxError> {
 
 fn prepare_exec(spec: &InitSpec) -> Result<Prepared, SandboxError> {
     let env = worker_env(&spec.env);
-    let path = env
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
+    let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone()).unwrap_or_default();
     let argv = spec.argv.iter().map(|a| cstring(a)).collect::<Result<Vec<_>, _>>()?;
-    let envp = env
-        .iter()
-        .map(|(k, v)| cstring(&format!("{k}={v}")))
-        .collect::<Result<Vec<_>, _>>()?;
+    let envp = env.iter().map(|(k, v)| cstring(&format!("{k}={v}"))).collect::<Result<Vec<_>, _>>()?;
     Ok((spec.argv[0].clone(), argv, envp, path))
 }
 
@@ -191,10 +163,7 @@ fn prepare_exec(spec: &InitSpec) -> Result<Prepared, SandboxError> {
 /// `PATH` entry is tried in turn (like the C library: `EACCES` is remembered,
 /// `ENOENT`/`ENOTDIR` move on, anything else stops).
 fn exec_search(program: &str, argv: &[CString], envp: &[CString], path: &str) -> SandboxError {
-    let fail = |e: OsErrno| SandboxError::Exec {
-        program: program.to_string(),
-        errno: e,
-    };
+    let fail = |e: OsErrno| SandboxError::Exec { program: program.to_string(), errno: e };
     if program.contains('/') {
         return match cstring(program) {
             Ok(p) => fail(errno(crate::sys::execve(&p, argv, envp))),

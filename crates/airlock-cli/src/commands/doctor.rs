@@ -27,17 +27,11 @@ pub fn run(config: &Config) -> Envelope {
     };
     let landlock = match host.landlock_abi {
         Some(abi) => check(true, format!("Landlock ABI {abi}")),
-        None => check(
-            false,
-            "Landlock is absent or disabled (needs Linux 5.13+ with lsm=landlock)",
-        ),
+        None => check(false, "Landlock is absent or disabled (needs Linux 5.13+ with lsm=landlock)"),
     };
     let cgroups = match &host.cgroup_delegation {
         Ok(dir) => check(true, format!("memory/pids limits through {}", dir.display())),
-        Err(why) => check(
-            false,
-            format!("{why}; memory and process limits fall back to RLIMIT_AS and RLIMIT_NPROC"),
-        ),
+        Err(why) => check(false, format!("{why}; memory and process limits fall back to RLIMIT_AS and RLIMIT_NPROC")),
     };
     let not_built = |program: &str| {
         let found = on_path(program).map_or_else(|| format!("{program} not found"), |p| format!("{program} at {p}"));
@@ -66,10 +60,7 @@ pub fn run(config: &Config) -> Envelope {
         },
         "configured_tier": config.tier,
     });
-    let envelope = Envelope {
-        content: Some(content),
-        ..Envelope::ok()
-    };
+    let envelope = Envelope { content: Some(content), ..Envelope::ok() };
     match (config.tier, native) {
         (Tier::Native, Ok(())) => envelope,
         (Tier::Native, Err(why)) => Envelope {

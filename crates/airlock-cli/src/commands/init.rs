@@ -24,11 +24,7 @@ const EXAMPLE: &str = "airlock runs one tool call at a time with exactly the fil
 /// Creates what is missing; never overwrites.
 pub fn run(config: Option<&Path>) -> Result<Envelope, Refusal> {
     let config_path = config.map(Path::to_path_buf).unwrap_or_else(|| "airlock.toml".into());
-    let base = config_path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."))
-        .to_path_buf();
+    let base = config_path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
     let fail = |what: &Path, e: std::io::Error| {
         Refusal::new(ReasonCode::Internal, format!("creating {}: {e}", what.display()))
     };
@@ -63,8 +59,5 @@ pub fn run(config: Option<&Path>) -> Result<Envelope, Refusal> {
         "journal_public_key": key.public_key().to_text(),
         "next": "airlock run wordcount data/example.txt results/example-count.json",
     });
-    Ok(Envelope {
-        content: Some(content),
-        ..Envelope::ok()
-    })
+    Ok(Envelope { content: Some(content), ..Envelope::ok() })
 }

@@ -17,10 +17,7 @@ fn read_bounded(file: impl Read, what: &str) -> Result<Vec<u8>, Refusal> {
         .read_to_end(&mut bytes)
         .map_err(|e| Refusal::new(ReasonCode::JournalIo, format!("reading {what}: {e}")))?;
     if bytes.len() as u64 > MAX_JOURNAL_BYTES {
-        return Err(Refusal::new(
-            ReasonCode::JournalIo,
-            format!("{what} is larger than the journal bound"),
-        ));
+        return Err(Refusal::new(ReasonCode::JournalIo, format!("{what} is larger than the journal bound")));
     }
     Ok(bytes)
 }
@@ -55,18 +52,12 @@ pub fn verify(config: &Config, public_key: Option<&Path>, journal: Option<&Path>
         "first_bad": report.first_bad.as_ref().map(|b| json!({ "line": b.line, "seq": b.seq, "reason": b.reason })),
     });
     Ok(match &report.first_bad {
-        None => Envelope {
-            content: Some(content),
-            ..Envelope::ok()
-        },
+        None => Envelope { content: Some(content), ..Envelope::ok() },
         Some(bad) => Envelope {
             content: Some(content),
             ..Envelope::from_refusal(&Refusal::new(
                 ReasonCode::JournalInvalid,
-                format!(
-                    "record at line {} (seq {:?}) fails verification: {}",
-                    bad.line, bad.seq, bad.reason
-                ),
+                format!("record at line {} (seq {:?}) fails verification: {}", bad.line, bad.seq, bad.reason),
             ))
         },
     })
@@ -74,29 +65,15 @@ pub fn verify(config: &Config, public_key: Option<&Path>, journal: Option<&Path>
 
 /// Prints the journal: one line a record, or one envelope with `--json`.
 pub fn show(runtime: &Runtime, as_json: bool) -> Result<Answer, Refusal> {
-    let records = runtime
-        .journal()
-        .records()
-        .map_err(airlock_runtime::ledger::journal_refusal)?;
+    let records = runtime.journal().records().map_err(airlock_runtime::ledger::journal_refusal)?;
     if as_json {
-        return Ok(Envelope {
-            content: Some(json!({ "records": records })),
-            ..Envelope::ok()
-        }
-        .into());
+        return Ok(Envelope { content: Some(json!({ "records": records })), ..Envelope::ok() }.into());
     }
     let mut text = String::new();
     for r in &records {
-        let summary: String = serde_json::to_string(&r.body)
-            .unwrap_or_default()
-            .chars()
-            .take(160)
-            .collect();
+        let summary: String = serde_json::to_string(&r.body).unwrap_or_default().chars().take(160).collect();
         let id = r.invocation_id.as_deref().unwrap_or("-");
-        text.push_str(&format!(
-            "{:>6} {} {:<26} {:<38} {summary}\n",
-            r.seq, r.time, r.kind, id
-        ));
+        text.push_str(&format!("{:>6} {} {:<26} {:<38} {summary}\n", r.seq, r.time, r.kind, id));
     }
     Ok(Answer::Text(text))
 }
@@ -113,8 +90,5 @@ pub fn inspection(found: Inspection) -> Envelope {
 /// Prints the DSSE envelope itself (what verifiers consume).
 pub fn attest(runtime: &Runtime, id: &str) -> Result<Answer, Refusal> {
     let envelope = runtime.attest(id)?;
-    Ok(Answer::Text(format!(
-        "{}\n",
-        serde_json::to_string(&envelope).unwrap_or_default()
-    )))
+    Ok(Answer::Text(format!("{}\n", serde_json::to_string(&envelope).unwrap_or_default())))
 }

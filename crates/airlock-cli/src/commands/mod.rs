@@ -45,10 +45,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
     let answer = match cli.command {
         Command::Run(call) => {
             let exe = std::env::current_exe().map_err(|e| {
-                Refusal::new(
-                    airlock_core::ReasonCode::SandboxUnavailable,
-                    format!("cannot find this executable: {e}"),
-                )
+                Refusal::new(airlock_core::ReasonCode::SandboxUnavailable, format!("cannot find this executable: {e}"))
             })?;
             runtime.set_init_program(exe, true);
             run::run(&runtime, call)?.into()

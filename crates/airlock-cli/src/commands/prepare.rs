@@ -8,9 +8,8 @@ use airlock_runtime::{new_invocation_id, CallRequest, Runtime};
 pub fn request(call: CallArgs) -> Result<CallRequest, Refusal> {
     let mut named = Vec::with_capacity(call.named.len());
     for pair in call.named {
-        let (name, value) = pair
-            .split_once('=')
-            .ok_or_else(|| crate::usage(format!("--arg {pair:?}: expected NAME=VALUE")))?;
+        let (name, value) =
+            pair.split_once('=').ok_or_else(|| crate::usage(format!("--arg {pair:?}: expected NAME=VALUE")))?;
         named.push((name.to_owned(), serde_json::Value::String(value.to_owned())));
     }
     Ok(CallRequest {
@@ -31,10 +30,7 @@ pub fn run(runtime: &Runtime, call: CallArgs) -> Result<Envelope, Refusal> {
             tool: Some(prepared.descriptor().tool.clone()),
             stage: Some("prepared"),
             descriptor: Some(prepared.descriptor().clone()),
-            evidence: Some(Evidence {
-                descriptor_sha256: Some(prepared.digest().to_owned()),
-                ..Evidence::default()
-            }),
+            evidence: Some(Evidence { descriptor_sha256: Some(prepared.digest().to_owned()), ..Evidence::default() }),
             ..Envelope::ok()
         }),
         Err(refusal) => Ok(Envelope {

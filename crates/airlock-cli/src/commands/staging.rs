@@ -12,8 +12,5 @@ pub fn run(runtime: &Runtime, cmd: StagingCommand) -> Result<Envelope, Refusal> 
         StagingCommand::Status => serde_json::json!({ "calls": area.status()? }),
         StagingCommand::Gc => serde_json::json!({ "removed": area.reap_stale()? }),
     };
-    Ok(Envelope {
-        content: Some(content),
-        ..Envelope::ok()
-    })
+    Ok(Envelope { content: Some(content), ..Envelope::ok() })
 }

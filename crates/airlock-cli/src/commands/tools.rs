@@ -56,10 +56,7 @@ fn validate(runtime: &Runtime, names: Vec<String>) -> Result<Envelope, Refusal> 
     let paths: Vec<std::path::PathBuf> = if names.is_empty() {
         tools::list_manifests(&runtime.config().tools_dir)
     } else {
-        names
-            .iter()
-            .map(|n| tools::locate(n, &runtime.config().tools_dir))
-            .collect::<Result<_, _>>()?
+        names.iter().map(|n| tools::locate(n, &runtime.config().tools_dir)).collect::<Result<_, _>>()?
     };
     let mut results = Vec::with_capacity(paths.len());
     let mut first_error: Option<Refusal> = None;
@@ -76,10 +73,7 @@ fn validate(runtime: &Runtime, names: Vec<String>) -> Result<Envelope, Refusal> 
     }
     let content = Some(json!({ "results": results }));
     Ok(match first_error {
-        None => Envelope {
-            content,
-            ..Envelope::ok()
-        },
+        None => Envelope { content, ..Envelope::ok() },
         Some(r) => {
             let msg = format!(
                 "{} of {} manifests are invalid; first: {}",
@@ -87,10 +81,7 @@ fn validate(runtime: &Runtime, names: Vec<String>) -> Result<Envelope, Refusal> 
                 results.len(),
                 r.message
             );
-            Envelope {
-                content,
-                ..Envelope::from_refusal(&Refusal::new(r.code, msg))
-            }
+            Envelope { content, ..Envelope::from_refusal(&Refusal::new(r.code, msg)) }
         }
     })
 }

@@ -23,13 +23,7 @@ fn case(
     output: &str,
     refusal: Option<(&'static str, i32)>,
 ) -> Case {
-    Case {
-        name,
-        setup,
-        input: input.to_owned(),
-        output: output.to_owned(),
-        refusal,
-    }
+    Case { name, setup, input: input.to_owned(), output: output.to_owned(), refusal }
 }
 
 fn plain(p: &Project) {
@@ -43,13 +37,7 @@ pub fn cases() -> Vec<Case> {
     let mut v = vec![
         case("ok", plain, "data/in.txt", "results/out.txt", None),
         // 1. containment by component, never by string prefix
-        case(
-            "1 traversal to sibling",
-            plain,
-            "../p-evil/x",
-            "results/out.txt",
-            Some(("path.traversal", 77)),
-        ),
+        case("1 traversal to sibling", plain, "../p-evil/x", "results/out.txt", Some(("path.traversal", 77))),
         case(
             "1 string-prefix sibling",
             |p| {
@@ -61,105 +49,21 @@ pub fn cases() -> Vec<Case> {
             Some(("grant.no_ceiling", 77)),
         ),
         // 2. grammar
-        case(
-            "2 inner traversal",
-            plain,
-            "data/../outside/secret.txt",
-            "results/out.txt",
-            Some(("path.traversal", 77)),
-        ),
-        case(
-            "2 empty component",
-            plain,
-            "data//in.txt",
-            "results/out.txt",
-            Some(("path.empty_component", 77)),
-        ),
-        case(
-            "2 dot component",
-            plain,
-            "./data/in.txt",
-            "results/out.txt",
-            Some(("path.dot_component", 77)),
-        ),
-        case(
-            "2 rooted",
-            plain,
-            "/etc/passwd",
-            "results/out.txt",
-            Some(("path.absolute", 77)),
-        ),
-        case(
-            "2 backslash",
-            plain,
-            "data\\..\\x",
-            "results/out.txt",
-            Some(("path.backslash", 77)),
-        ),
-        case(
-            "2 drive",
-            plain,
-            "C:x",
-            "results/out.txt",
-            Some(("path.mount_delimiter", 77)),
-        ),
-        case(
-            "2 CR",
-            plain,
-            "data/in\r.txt",
-            "results/out.txt",
-            Some(("path.control_char", 77)),
-        ),
-        case(
-            "2 LF",
-            plain,
-            "data/in\n.txt",
-            "results/out.txt",
-            Some(("path.control_char", 77)),
-        ),
-        case(
-            "2 long component",
-            plain,
-            &long_component,
-            "results/out.txt",
-            Some(("path.component_too_long", 77)),
-        ),
-        case(
-            "2 long path",
-            plain,
-            &long_path,
-            "results/out.txt",
-            Some(("path.too_long", 77)),
-        ),
+        case("2 inner traversal", plain, "data/../outside/secret.txt", "results/out.txt", Some(("path.traversal", 77))),
+        case("2 empty component", plain, "data//in.txt", "results/out.txt", Some(("path.empty_component", 77))),
+        case("2 dot component", plain, "./data/in.txt", "results/out.txt", Some(("path.dot_component", 77))),
+        case("2 rooted", plain, "/etc/passwd", "results/out.txt", Some(("path.absolute", 77))),
+        case("2 backslash", plain, "data\\..\\x", "results/out.txt", Some(("path.backslash", 77))),
+        case("2 drive", plain, "C:x", "results/out.txt", Some(("path.mount_delimiter", 77))),
+        case("2 CR", plain, "data/in\r.txt", "results/out.txt", Some(("path.control_char", 77))),
+        case("2 LF", plain, "data/in\n.txt", "results/out.txt", Some(("path.control_char", 77))),
+        case("2 long component", plain, &long_component, "results/out.txt", Some(("path.component_too_long", 77))),
+        case("2 long path", plain, &long_path, "results/out.txt", Some(("path.too_long", 77))),
         // 3. device names as outputs
-        case(
-            "3 CON",
-            plain,
-            "data/in.txt",
-            "results/CON",
-            Some(("path.device_name", 77)),
-        ),
-        case(
-            "3 nul.txt",
-            plain,
-            "data/in.txt",
-            "results/nul.txt",
-            Some(("path.device_name", 77)),
-        ),
-        case(
-            "3 COM1",
-            plain,
-            "data/in.txt",
-            "results/COM1",
-            Some(("path.device_name", 77)),
-        ),
-        case(
-            "3 LPT1.log",
-            plain,
-            "data/in.txt",
-            "results/LPT1.log",
-            Some(("path.device_name", 77)),
-        ),
+        case("3 CON", plain, "data/in.txt", "results/CON", Some(("path.device_name", 77))),
+        case("3 nul.txt", plain, "data/in.txt", "results/nul.txt", Some(("path.device_name", 77))),
+        case("3 COM1", plain, "data/in.txt", "results/COM1", Some(("path.device_name", 77))),
+        case("3 LPT1.log", plain, "data/in.txt", "results/LPT1.log", Some(("path.device_name", 77))),
         // 4. control directories
         case(
             "4 .git",
@@ -171,13 +75,7 @@ pub fn cases() -> Vec<Case> {
             "results/out.txt",
             Some(("path.control_dir", 77)),
         ),
-        case(
-            "4 .AIRLOCK output",
-            plain,
-            "data/in.txt",
-            "results/.AIRLOCK/x",
-            Some(("path.control_dir", 77)),
-        ),
+        case("4 .AIRLOCK output", plain, "data/in.txt", "results/.AIRLOCK/x", Some(("path.control_dir", 77))),
         // 5. input symlink
         case(
             "5 input symlink",
@@ -315,27 +213,9 @@ pub fn cases() -> Vec<Case> {
             Some(("output.exists", 73)),
         ),
         // grants
-        case(
-            "output under a read-only ceiling",
-            plain,
-            "data/in.txt",
-            "data/new.txt",
-            Some(("grant.read_only", 77)),
-        ),
-        case(
-            "missing input",
-            |_| {},
-            "data/none.txt",
-            "results/out.txt",
-            Some(("input.missing", 66)),
-        ),
-        case(
-            "missing output parent",
-            plain,
-            "data/in.txt",
-            "results/no/out.txt",
-            Some(("output.parent_missing", 66)),
-        ),
+        case("output under a read-only ceiling", plain, "data/in.txt", "data/new.txt", Some(("grant.read_only", 77))),
+        case("missing input", |_| {}, "data/none.txt", "results/out.txt", Some(("input.missing", 66))),
+        case("missing output parent", plain, "data/in.txt", "results/no/out.txt", Some(("output.parent_missing", 66))),
     ];
     if is_root() {
         v.push(case(
@@ -365,9 +245,7 @@ pub fn run_case(c: &Case, resolver: Option<&'static str>) -> (Project, crate::ut
         p = p.resolver(r);
     }
     (c.setup)(&p);
-    let before_out = std::fs::symlink_metadata(p.path(&c.output))
-        .ok()
-        .map(|m| (m.len(), m.file_type()));
+    let before_out = std::fs::symlink_metadata(p.path(&c.output)).ok().map(|m| (m.len(), m.file_type()));
     let run = p.prepare(&c.input, &c.output);
     match c.refusal {
         None => {
@@ -375,18 +253,11 @@ pub fn run_case(c: &Case, resolver: Option<&'static str>) -> (Project, crate::ut
         }
         Some((reason, exit)) => {
             run.assert_refused(reason, exit);
-            assert!(
-                p.invocations().is_empty(),
-                "{}: a refusal left {:?}",
-                c.name,
-                p.invocations()
-            );
+            assert!(p.invocations().is_empty(), "{}: a refusal left {:?}", c.name, p.invocations());
         }
     }
     p.assert_absent(&run, CANARY);
-    let after_out = std::fs::symlink_metadata(p.path(&c.output))
-        .ok()
-        .map(|m| (m.len(), m.file_type()));
+    let after_out = std::fs::symlink_metadata(p.path(&c.output)).ok().map(|m| (m.len(), m.file_type()));
     assert_eq!(before_out, after_out, "{}: prepare touched the output", c.name);
     (p, run)
 }
@@ -427,11 +298,7 @@ fn mount_crossing_is_refused() {
     let p = Project::new();
     p.mkdir("data/mnt");
     let ok = std::process::Command::new("mount")
-        .args([
-            "--bind",
-            p.path("outside").to_str().unwrap(),
-            p.path("data/mnt").to_str().unwrap(),
-        ])
+        .args(["--bind", p.path("outside").to_str().unwrap(), p.path("data/mnt").to_str().unwrap()])
         .status()
         .map(|s| s.success())
         .unwrap_or(false);

@@ -56,25 +56,14 @@ fn init_makes_a_project_whose_suggested_command_publishes() {
     }
     let state = std::fs::symlink_metadata(dir.path().join(".airlock")).unwrap();
     assert!(state.is_dir());
-    assert_eq!(
-        state.permissions().mode() & 0o777,
-        0o700,
-        "the state dir must be private"
-    );
+    assert_eq!(state.permissions().mode() & 0o777, 0o700, "the state dir must be private");
     let mut created = strings(&init.envelope["content"]["created"]);
     created.sort();
-    assert_eq!(
-        created,
-        ["airlock.toml", "data/example.txt", "tools/wordcount.clad.toml"],
-        "{init:#?}"
-    );
+    assert_eq!(created, ["airlock.toml", "data/example.txt", "tools/wordcount.clad.toml"], "{init:#?}");
     assert_eq!(init.envelope["content"]["kept"], json!([]));
 
     // The suggested next step, exactly as printed.
-    let next = init.envelope["content"]["next"]
-        .as_str()
-        .expect("content.next")
-        .to_owned();
+    let next = init.envelope["content"]["next"].as_str().expect("content.next").to_owned();
     let words: Vec<&str> = next.split_whitespace().collect();
     assert_eq!(words.first(), Some(&"airlock"), "{next}");
     assert_eq!(words.get(1), Some(&"run"), "{next}");
@@ -175,11 +164,7 @@ fn a_tier_that_is_not_built_is_refused_and_starts_nothing() {
     let run = p.run(&["run", "slowcopy", "data/in.txt", "results/out.txt"]);
     assert_nothing_started(&p, &run, "error", "sandbox.unavailable", 78);
     let doctor = p.run(&["doctor"]);
-    assert_eq!(
-        (doctor.reason(), doctor.code),
-        ("sandbox.unavailable", 78),
-        "{doctor:#?}"
-    );
+    assert_eq!((doctor.reason(), doctor.code), ("sandbox.unavailable", 78), "{doctor:#?}");
     assert_eq!(doctor.envelope["content"]["configured_tier"], "docker", "{doctor:#?}");
 }
 
@@ -193,11 +178,7 @@ fn policy_files_that_cannot_be_evaluated_refuse_every_run() {
 
 #[test]
 fn high_risk_tools_are_denied_by_the_default_policy() {
-    for extra in [
-        "risk_tier = \"high\"",
-        "risk_tier = \"critical\"",
-        "human_approval = true",
-    ] {
+    for extra in ["risk_tier = \"high\"", "risk_tier = \"critical\"", "human_approval = true"] {
         let p = refusal_project(ROOTS, extra);
         let run = p.run(&["run", "slowcopy", "data/in.txt", "results/out.txt"]);
         assert_nothing_started(&p, &run, "refused", "policy.denied", 77);
@@ -218,28 +199,13 @@ fn high_risk_tools_are_denied_by_the_default_policy() {
 fn a_run_refused_after_prepare_keeps_no_copy_of_its_inputs() {
     let configs = [
         ("policy.denied", ROOTS.to_owned(), "risk_tier = \"high\""),
-        (
-            "policy.unavailable",
-            format!("{ROOTS}[policy]\nfiles = [\"p.cedar\"]\n"),
-            "",
-        ),
-        (
-            "sandbox.unavailable",
-            format!("[sandbox]\ntier = \"docker\"\n{ROOTS}"),
-            "",
-        ),
+        ("policy.unavailable", format!("{ROOTS}[policy]\nfiles = [\"p.cedar\"]\n"), ""),
+        ("sandbox.unavailable", format!("[sandbox]\ntier = \"docker\"\n{ROOTS}"), ""),
     ];
     let mut kept = Vec::new();
     for (reason, config, extra) in configs {
         let p = refusal_project(&config, extra);
-        let run = p.run(&[
-            "run",
-            "slowcopy",
-            "data/in.txt",
-            "results/out.txt",
-            "--invocation-id",
-            "r-1",
-        ]);
+        let run = p.run(&["run", "slowcopy", "data/in.txt", "results/out.txt", "--invocation-id", "r-1"]);
         assert_eq!(run.reason(), reason, "{run:#?}");
         let snapshots = names(&p.path(".airlock/invocations/r-1/inputs"));
         if !snapshots.is_empty() {
@@ -250,11 +216,7 @@ fn a_run_refused_after_prepare_keeps_no_copy_of_its_inputs() {
             ));
         }
     }
-    assert!(
-        kept.is_empty(),
-        "snapshots of refused runs were kept:\n{}",
-        kept.join("\n")
-    );
+    assert!(kept.is_empty(), "snapshots of refused runs were kept:\n{}", kept.join("\n"));
 }
 
 #[test]
@@ -270,17 +232,11 @@ fn the_image_is_configurable_and_never_exposes_state_or_ceilings() {
     run.assert_ok();
     let listing = run.envelope["content"]["raw_output"].as_str().unwrap().to_owned();
     assert!(listing.contains("usr"), "{listing}");
-    assert!(
-        !listing.split_whitespace().any(|e| e == "lib64" || e == "sbin"),
-        "only the configured image: {listing}"
-    );
+    assert!(!listing.split_whitespace().any(|e| e == "lib64" || e == "sbin"), "only the configured image: {listing}");
     for bad in ["data", ".airlock", ""] {
         let q = crate::util::Project::new();
         use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(q.path(".airlock"))
-            .unwrap();
+        std::fs::DirBuilder::new().mode(0o700).create(q.path(".airlock")).unwrap();
         let dir = q.root().join(bad).canonicalize().unwrap();
         q.write(
             "airlock.toml",
@@ -290,10 +246,6 @@ fn the_image_is_configurable_and_never_exposes_state_or_ceilings() {
             ),
         );
         let run = q.run(&["tools", "list"]);
-        assert_eq!(
-            (run.reason(), run.code),
-            ("config.invalid", 78),
-            "image {bad:?}: {run:#?}"
-        );
+        assert_eq!((run.reason(), run.code), ("config.invalid", 78), "image {bad:?}: {run:#?}");
     }
 }

@@ -14,10 +14,7 @@ fn sixty_four_calls_naming_one_output_publish_exactly_once() {
     let p = Arc::new(Project::new());
     // The pause lets most callers get past prepare before the first one publishes,
     // so that most refusals come from the no-replace rename itself.
-    p.tool(
-        "shcopy",
-        &sh_tool("shcopy", "", IO_ARGS, r#"sleep 0.3; cat "$1" > "$2""#, IO_FS),
-    );
+    p.tool("shcopy", &sh_tool("shcopy", "", IO_ARGS, r#"sleep 0.3; cat "$1" > "$2""#, IO_FS));
     let content = |i: usize| format!("caller {i:02}: {}\n", "x".repeat(i * 7));
     for i in 0..CALLERS {
         p.write(&format!("data/in-{i:02}.txt"), content(i));
@@ -41,11 +38,7 @@ fn sixty_four_calls_naming_one_output_publish_exactly_once() {
     let mut at_prepare = 0;
     for (i, run) in runs.iter().enumerate().filter(|(i, _)| *i != w) {
         run.assert_refused("output.exists", 73);
-        assert_eq!(
-            run.envelope["created_files"].as_array().map(Vec::len),
-            Some(0),
-            "caller {i}"
-        );
+        assert_eq!(run.envelope["created_files"].as_array().map(Vec::len), Some(0), "caller {i}");
         if run.envelope.get("exit_code").is_none() {
             at_prepare += 1;
         }
@@ -68,10 +61,6 @@ fn sixty_four_calls_naming_one_output_publish_exactly_once() {
     let kept = p.invocations();
     assert_eq!(kept.len(), CALLERS - at_prepare, "{kept:?}");
     for id in kept {
-        assert!(
-            !p.path(&format!(".airlock/invocations/{id}/inputs")).exists(),
-            "{}",
-            p.tree()
-        );
+        assert!(!p.path(&format!(".airlock/invocations/{id}/inputs")).exists(), "{}", p.tree());
     }
 }

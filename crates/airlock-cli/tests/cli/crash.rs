@@ -26,9 +26,8 @@ fn nap_project() -> Project {
 fn start_nap(mut cmd: Command, m: &str) -> Child {
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     let mut child = cmd.spawn().expect("spawn airlock");
-    let started = wait_until(Duration::from_secs(10), || {
-        procs_with(m).iter().any(|(_, line)| line.starts_with("sleep "))
-    });
+    let started =
+        wait_until(Duration::from_secs(10), || procs_with(m).iter().any(|(_, line)| line.starts_with("sleep ")));
     if !started {
         let _ = child.kill();
         let _ = child.wait();
@@ -42,20 +41,13 @@ fn start_nap(mut cmd: Command, m: &str) -> Child {
 #[track_caller]
 fn assert_staging_holds_only(p: &Project, id: &str) {
     let entries = names(&p.path(".airlock/staging"));
-    assert!(
-        entries.len() == 1 && entries[0].starts_with(id),
-        "staging should hold {id}'s directory only: {entries:?}"
-    );
+    assert!(entries.len() == 1 && entries[0].starts_with(id), "staging should hold {id}'s directory only: {entries:?}");
 }
 
 fn sigkill(child: &mut Child) {
     child.kill().unwrap();
     let status = child.wait().unwrap();
-    assert_eq!(
-        std::os::unix::process::ExitStatusExt::signal(&status),
-        Some(9),
-        "{status:?}"
-    );
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9), "{status:?}");
 }
 
 /// The whole crash story, with `airlock` command lines built by `cmd` and
@@ -65,20 +57,13 @@ fn sigkill(child: &mut Child) {
 fn crash_story(p: &Project, cmd: &dyn Fn(&[&str]) -> Command, run: &dyn Fn(&[&str]) -> crate::util::Run) {
     let m = marker(20);
     let _guard = KillOnDrop(m.clone());
-    let mut child = start_nap(
-        cmd(&["run", "nap", &m, "results/crash.txt", "--invocation-id", "crash-1"]),
-        &m,
-    );
+    let mut child = start_nap(cmd(&["run", "nap", &m, "results/crash.txt", "--invocation-id", "crash-1"]), &m);
     assert_staging_holds_only(p, "crash-1");
     sigkill(&mut child);
 
     // The workers die with their caller.
     let gone = wait_until(Duration::from_secs(5), || procs_with(&m).is_empty());
-    assert!(
-        gone,
-        "5 s after SIGKILL of airlock, its call still runs: {:?}",
-        procs_with(&m)
-    );
+    assert!(gone, "5 s after SIGKILL of airlock, its call still runs: {:?}", procs_with(&m));
 
     let status = run(&["staging", "status"]);
     status.assert_ok();
@@ -120,9 +105,7 @@ fn sigkill_of_an_unprivileged_airlock_leaves_nothing_behind() {
     };
     let p = nap_project();
     nobody.adopt(&p);
-    crash_story(&p, &|args| nobody.command(p.root(), args), &|args| {
-        nobody.run(p.root(), args)
-    });
+    crash_story(&p, &|args| nobody.command(p.root(), args), &|args| nobody.run(p.root(), args));
 }
 
 /// After a SIGKILL, `staging gc` removes exactly the dead call's staging and
@@ -133,15 +116,9 @@ fn after_sigkill_staging_gc_reaps_the_dead_call_and_nothing_is_published() {
     let p = nap_project();
     let m = marker(20);
     let _guard = KillOnDrop(m.clone());
-    let mut child = start_nap(
-        p.command(&["run", "nap", &m, "results/crash.txt", "--invocation-id", "crash-1"]),
-        &m,
-    );
+    let mut child = start_nap(p.command(&["run", "nap", &m, "results/crash.txt", "--invocation-id", "crash-1"]), &m);
     let status = p.run(&["staging", "status"]);
-    assert_eq!(
-        status.envelope["content"]["calls"][0]["live"], true,
-        "a running call is live: {status:#?}"
-    );
+    assert_eq!(status.envelope["content"]["calls"][0]["live"], true, "a running call is live: {status:#?}");
     // A live call's staging is never reaped.
     let gc = p.run(&["staging", "gc"]);
     assert_eq!(gc.envelope["content"]["removed"], json!([]), "{gc:#?}");
@@ -169,21 +146,11 @@ fn a_later_run_reaps_the_stale_staging_of_a_killed_call() {
     let p = nap_project();
     let m = marker(20);
     let _guard = KillOnDrop(m.clone());
-    let mut child = start_nap(
-        p.command(&["run", "nap", &m, "results/crash.txt", "--invocation-id", "crash-1"]),
-        &m,
-    );
+    let mut child = start_nap(p.command(&["run", "nap", &m, "results/crash.txt", "--invocation-id", "crash-1"]), &m);
     sigkill(&mut child);
     assert_staging_holds_only(&p, "crash-1");
 
-    let run = p.run(&[
-        "run",
-        "shcopy",
-        "data/in.txt",
-        "results/next.txt",
-        "--invocation-id",
-        "next-1",
-    ]);
+    let run = p.run(&["run", "shcopy", "data/in.txt", "results/next.txt", "--invocation-id", "next-1"]);
     run.assert_ok();
     assert_eq!(std::fs::read_to_string(p.path("results/next.txt")).unwrap(), "quick\n");
     assert_staging_empty(&p);

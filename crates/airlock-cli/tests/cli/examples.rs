@@ -22,10 +22,7 @@ fn copy_tree(from: &Path, to: &Path) {
 
 fn examples() -> tempfile::TempDir {
     let tmp = tempfile::Builder::new().prefix("airlock-examples-").tempdir().unwrap();
-    copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples"),
-        tmp.path(),
-    );
+    copy_tree(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples"), tmp.path());
     tmp
 }
 
@@ -45,10 +42,7 @@ fn wordcount_csv2json_and_hostinfo_do_their_jobs() {
     let dir = examples();
     let wc = airlock_in(dir.path(), &["run", "wordcount", "data/notes.txt", "results/n.json"]);
     wc.assert_ok();
-    let words = std::fs::read_to_string(dir.path().join("data/notes.txt"))
-        .unwrap()
-        .split_whitespace()
-        .count();
+    let words = std::fs::read_to_string(dir.path().join("data/notes.txt")).unwrap().split_whitespace().count();
     let published: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("results/n.json")).unwrap()).unwrap();
     assert_eq!(published["words"], words);
@@ -62,10 +56,7 @@ fn wordcount_csv2json_and_hostinfo_do_their_jobs() {
 
     let info = airlock_in(dir.path(), &["run", "hostinfo"]);
     info.assert_ok();
-    assert!(info.envelope["content"]["raw_output"]
-        .as_str()
-        .unwrap()
-        .starts_with("Linux"));
+    assert!(info.envelope["content"]["raw_output"].as_str().unwrap().starts_with("Linux"));
     assert_eq!(info.envelope["created_files"], serde_json::json!([]));
 }
 
@@ -73,11 +64,7 @@ fn wordcount_csv2json_and_hostinfo_do_their_jobs() {
 fn misbehave_is_contained_and_publishes_nothing() {
     let dir = examples();
     let run = airlock_in(dir.path(), &["run", "misbehave", "data/notes.txt", "results/m.txt"]);
-    assert_eq!(
-        (run.status(), run.reason(), run.code),
-        ("failed", "limit.output_size", 1),
-        "{run:#?}"
-    );
+    assert_eq!((run.status(), run.reason(), run.code), ("failed", "limit.output_size", 1), "{run:#?}");
     let said = run.envelope["content"]["stdout"].as_str().unwrap();
     for attempt in [
         "read /etc/shadow: denied",
@@ -89,13 +76,7 @@ fn misbehave_is_contained_and_publishes_nothing() {
     ] {
         assert!(said.contains(attempt), "{attempt:?} missing from:\n{said}");
     }
-    assert!(
-        !said.contains("no tool may read it"),
-        "the file beside the input leaked:\n{said}"
-    );
+    assert!(!said.contains("no tool may read it"), "the file beside the input leaked:\n{said}");
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    assert!(
-        !dir.path().join("results/m.txt").exists(),
-        "nothing may be published, even late"
-    );
+    assert!(!dir.path().join("results/m.txt").exists(), "nothing may be published, even late");
 }

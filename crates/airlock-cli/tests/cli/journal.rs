@@ -28,14 +28,7 @@ fn kinds(p: &Project, id: &str) -> Vec<String> {
 #[test]
 fn a_run_is_journaled_step_by_step_and_verifies_from_the_public_key_alone() {
     let p = project();
-    let run = p.run(&[
-        "run",
-        "copy",
-        "data/in.txt",
-        "results/out.txt",
-        "--invocation-id",
-        "j-1",
-    ]);
+    let run = p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--invocation-id", "j-1"]);
     run.assert_ok();
     assert_eq!(
         kinds(&p, "j-1"),
@@ -50,15 +43,8 @@ fn a_run_is_journaled_step_by_step_and_verifies_from_the_public_key_alone() {
         ]
     );
     // A refusal is journaled too.
-    p.run(&[
-        "run",
-        "copy",
-        "data/in.txt",
-        "results/out.txt",
-        "--invocation-id",
-        "j-2",
-    ])
-    .assert_refused("output.exists", 73);
+    p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--invocation-id", "j-2"])
+        .assert_refused("output.exists", 73);
     assert_eq!(kinds(&p, "j-2"), ["InvocationRefused"]);
 
     // Verification needs only the bytes and the pinned key: copy both away.
@@ -94,20 +80,12 @@ fn hex(bytes: &[u8]) -> String {
 fn one_flipped_byte_fails_at_that_record_and_a_torn_tail_is_reported() {
     let p = project();
     for i in 0..3 {
-        p.run(&["run", "copy", "data/in.txt", &format!("results/o{i}.txt")])
-            .assert_ok();
+        p.run(&["run", "copy", "data/in.txt", &format!("results/o{i}.txt")]).assert_ok();
     }
     let journal = p.path(".airlock/journal.jsonl");
     let clean = std::fs::read(&journal).unwrap();
-    let lines: Vec<usize> = std::iter::once(0)
-        .chain(
-            clean
-                .iter()
-                .enumerate()
-                .filter(|(_, b)| **b == b'\n')
-                .map(|(i, _)| i + 1),
-        )
-        .collect();
+    let lines: Vec<usize> =
+        std::iter::once(0).chain(clean.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i + 1)).collect();
     let count = lines.len() - 1;
     for (n, start) in lines[..count].iter().enumerate().step_by(4) {
         let mut bad = clean.clone();
@@ -142,11 +120,7 @@ fn crash_at(p: &Project, point: &str, id: &str) {
         .env("AIRLOCK_TEST_CRASH_AT", point)
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.signal(),
-        Some(9),
-        "{point}: airlock should have been SIGKILLed: {out:?}"
-    );
+    assert_eq!(out.status.signal(), Some(9), "{point}: airlock should have been SIGKILLed: {out:?}");
 }
 
 fn state(p: &Project, id: &str) -> String {
@@ -156,10 +130,7 @@ fn state(p: &Project, id: &str) -> String {
 }
 
 fn candidates(p: &Project) -> Vec<String> {
-    crate::runkit::names(&p.path("results"))
-        .into_iter()
-        .filter(|n| n.starts_with(".airlock-candidate-"))
-        .collect()
+    crate::runkit::names(&p.path("results")).into_iter().filter(|n| n.starts_with(".airlock-candidate-")).collect()
 }
 
 #[test]
@@ -187,11 +158,7 @@ fn sigkill_at_each_publication_step_then_inspect_and_recover_converge() {
         rec.assert_ok();
         assert_eq!(rec.envelope["content"]["state"], "settled", "{point}: {rec:#?}");
         assert_eq!(p.path("results/out.txt").exists(), published, "{point}");
-        assert!(
-            candidates(&p).is_empty(),
-            "{point}: candidates left {:?}",
-            candidates(&p)
-        );
+        assert!(candidates(&p).is_empty(), "{point}: candidates left {:?}", candidates(&p));
         if published {
             let bytes = std::fs::read(p.path("results/out.txt")).unwrap();
             assert_eq!(bytes, b"publish me\n");
@@ -203,24 +170,13 @@ fn sigkill_at_each_publication_step_then_inspect_and_recover_converge() {
                 .find(|r| r["kind"] == "FilePublicationPrepared" && r["invocation_id"] == id.as_str())
                 .unwrap()
                 .clone();
-            assert_eq!(
-                intent["body"]["sha256"],
-                format!("sha256:{}", sha256_hex(&bytes)),
-                "{point}"
-            );
+            assert_eq!(intent["body"]["sha256"], format!("sha256:{}", sha256_hex(&bytes)), "{point}");
         }
         // A second recovery is a no-op; a retry with the same id is refused;
         // the journal verifies; new effects go again.
         p.run(&["invocation", "recover", &id]).assert_ok();
-        p.run(&[
-            "run",
-            "copy",
-            "data/in.txt",
-            "results/retry.txt",
-            "--invocation-id",
-            &id,
-        ])
-        .assert_refused("invocation.duplicate", 77);
+        p.run(&["run", "copy", "data/in.txt", "results/retry.txt", "--invocation-id", &id])
+            .assert_refused("invocation.duplicate", 77);
         p.run(&["journal", "verify"]).assert_ok();
         p.run(&["run", "copy", "data/in.txt", "results/next.txt"]).assert_ok();
     }
@@ -231,11 +187,7 @@ fn two_recoveries_at_once_publish_exactly_once() {
     let p = project();
     crash_at(&p, "after_prepared", "twice");
     let spawn = || {
-        p.command(&["invocation", "recover", "twice"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        p.command(&["invocation", "recover", "twice"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
     };
     let (a, b) = (spawn(), spawn());
     for child in [a, b] {
@@ -243,12 +195,7 @@ fn two_recoveries_at_once_publish_exactly_once() {
         assert!(out.status.success(), "{out:?}");
     }
     let records = p.run(&["journal", "show", "--json"]).envelope["content"]["records"].clone();
-    let recoveries = records
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["kind"] == "RecoveryFinished")
-        .count();
+    let recoveries = records.as_array().unwrap().iter().filter(|r| r["kind"] == "RecoveryFinished").count();
     assert_eq!(recoveries, 1);
     assert_eq!(std::fs::read(p.path("results/out.txt")).unwrap(), b"publish me\n");
     p.run(&["journal", "verify"]).assert_ok();
@@ -257,25 +204,13 @@ fn two_recoveries_at_once_publish_exactly_once() {
 #[test]
 fn an_attestation_verifies_with_openssl_and_names_the_published_file() {
     let p = project();
-    p.run(&[
-        "run",
-        "copy",
-        "data/in.txt",
-        "results/out.txt",
-        "--invocation-id",
-        "att-1",
-    ])
-    .assert_ok();
+    p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--invocation-id", "att-1"]).assert_ok();
     let out = p.command(&["attest", "att-1"]).output().unwrap();
     assert!(out.status.success(), "{out:?}");
     std::fs::write(p.path("att.json"), &out.stdout).unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/verify-attestation.sh");
-    let checked = Command::new("bash")
-        .arg(&script)
-        .arg(p.path("att.json"))
-        .arg(p.path(".airlock/journal.pub"))
-        .output()
-        .unwrap();
+    let checked =
+        Command::new("bash").arg(&script).arg(p.path("att.json")).arg(p.path(".airlock/journal.pub")).output().unwrap();
     assert!(checked.status.success(), "openssl refused: {checked:?}");
     let statement: serde_json::Value = serde_json::from_slice(&checked.stdout).unwrap();
     assert_eq!(statement["_type"], "https://in-toto.io/Statement/v1");
@@ -285,23 +220,12 @@ fn an_attestation_verifies_with_openssl_and_names_the_published_file() {
     let mut env: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     env["payloadType"] = "application/json".into();
     std::fs::write(p.path("bad.json"), serde_json::to_vec(&env).unwrap()).unwrap();
-    let bad = Command::new("bash")
-        .arg(&script)
-        .arg(p.path("bad.json"))
-        .arg(p.path(".airlock/journal.pub"))
-        .output()
-        .unwrap();
+    let bad =
+        Command::new("bash").arg(&script).arg(p.path("bad.json")).arg(p.path(".airlock/journal.pub")).output().unwrap();
     assert!(!bad.status.success());
     // Nothing published: nothing to attest.
-    p.run(&[
-        "run",
-        "copy",
-        "data/in.txt",
-        "results/out.txt",
-        "--invocation-id",
-        "att-2",
-    ])
-    .assert_refused("output.exists", 73);
+    p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--invocation-id", "att-2"])
+        .assert_refused("output.exists", 73);
     let none = p.run(&["attest", "att-2"]);
     assert_eq!(none.reason(), "attest.nothing_published", "{none:#?}");
     let _ = AIRLOCK;

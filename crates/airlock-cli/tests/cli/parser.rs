@@ -53,11 +53,7 @@ fn a_parser_that_does_not_print_json_publishes_nothing() {
     p.write("data/in.txt", "x");
     tool(&p, "/usr/bin/wc", "not json");
     let run = p.run(&["run", "t", "data/in.txt", "results/o.txt"]);
-    assert_eq!(
-        (run.status(), run.reason(), run.code),
-        ("failed", "output.parse", 1),
-        "{run:#?}"
-    );
+    assert_eq!((run.status(), run.reason(), run.code), ("failed", "output.parse", 1), "{run:#?}");
     assert!(!p.path("results/o.txt").exists());
 }
 
@@ -84,19 +80,7 @@ fn a_relative_parser_script_is_unsupported() {
     let p = project(r#"["scripts/parse.py"]"#);
     tool(&p, "scripts/parse.py", "{}");
     let run = p.run(&["tools", "list"]);
-    let t = &run.envelope["content"]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "t")
-        .unwrap()
-        .clone();
+    let t = &run.envelope["content"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "t").unwrap().clone();
     assert_eq!(t["runnable"], false);
-    assert!(
-        t["unsupported"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("host scripts are never mounted"),
-        "{t:#}"
-    );
+    assert!(t["unsupported"]["message"].as_str().unwrap().contains("host scripts are never mounted"), "{t:#}");
 }

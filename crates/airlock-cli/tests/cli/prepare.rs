@@ -24,14 +24,8 @@ fn descriptor_binds_paths_hashes_output_and_parent_identity() {
     let meta = std::fs::metadata(p.path("results")).unwrap();
     assert_eq!(fs["output_parent"]["dev"], meta.dev().to_string());
     assert_eq!(fs["output_parent"]["ino"], meta.ino().to_string());
-    assert_eq!(
-        env["descriptor"]["argv"],
-        serde_json::json!(["cp", "data/in.txt", "results/out.txt"])
-    );
-    assert!(
-        !p.path("results/out.txt").exists(),
-        "prepare must not create the output"
-    );
+    assert_eq!(env["descriptor"]["argv"], serde_json::json!(["cp", "data/in.txt", "results/out.txt"]));
+    assert!(!p.path("results/out.txt").exists(), "prepare must not create the output");
 
     // The digest is SHA-256 of the canonical descriptor, recomputable by anyone.
     let digest = env["evidence"]["descriptor_sha256"].as_str().unwrap();
@@ -91,10 +85,7 @@ fn snapshots_and_state_are_private() {
     p.write("data/in.txt", "x");
     let run = p.prepare("data/in.txt", "results/out.txt");
     let id = run.envelope["invocation_id"].as_str().unwrap();
-    for (rel, want) in [
-        (".airlock".to_owned(), 0o700),
-        (format!(".airlock/invocations/{id}/inputs/0"), 0o600),
-    ] {
+    for (rel, want) in [(".airlock".to_owned(), 0o700), (format!(".airlock/invocations/{id}/inputs/0"), 0o600)] {
         let mode = std::fs::metadata(p.path(&rel)).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, want, "{rel}");
     }
@@ -104,33 +95,11 @@ fn snapshots_and_state_are_private() {
 fn a_reused_invocation_id_is_refused() {
     let p = Project::new();
     p.write("data/in.txt", "x");
-    p.run(&[
-        "prepare",
-        "copy",
-        "data/in.txt",
-        "results/o.txt",
-        "--invocation-id",
-        "job-1",
-    ])
-    .assert_ok();
-    p.run(&[
-        "prepare",
-        "copy",
-        "data/in.txt",
-        "results/o.txt",
-        "--invocation-id",
-        "job-1",
-    ])
-    .assert_refused("invocation.duplicate", 77);
-    p.run(&[
-        "prepare",
-        "copy",
-        "data/in.txt",
-        "results/o.txt",
-        "--invocation-id",
-        "../x",
-    ])
-    .assert_refused("invocation.id_invalid", 64);
+    p.run(&["prepare", "copy", "data/in.txt", "results/o.txt", "--invocation-id", "job-1"]).assert_ok();
+    p.run(&["prepare", "copy", "data/in.txt", "results/o.txt", "--invocation-id", "job-1"])
+        .assert_refused("invocation.duplicate", 77);
+    p.run(&["prepare", "copy", "data/in.txt", "results/o.txt", "--invocation-id", "../x"])
+        .assert_refused("invocation.id_invalid", 64);
 }
 
 #[test]
@@ -146,8 +115,7 @@ max_file_bytes = 16
     p.write("data/small.txt", "0123456789abcdef");
     p.write("data/big.txt", "0123456789abcdefX");
     p.prepare("data/small.txt", "results/o.txt").assert_ok();
-    p.prepare("data/big.txt", "results/o.txt")
-        .assert_refused("input.too_large", 77);
+    p.prepare("data/big.txt", "results/o.txt").assert_refused("input.too_large", 77);
     let raise = Project::with_config("[limits]\nmax_inputs = 64\n");
     let run = raise.run(&["tools", "list"]);
     assert_eq!((run.reason(), run.code), ("config.invalid", 78));
@@ -185,18 +153,10 @@ read = ["data/a", "data/b"]
 
 #[test]
 fn a_ceiling_over_the_state_dir_or_proc_is_refused() {
-    for roots in [
-        r#"["./.airlock/invocations:x:ro"]"#,
-        r#"["/proc:p:ro"]"#,
-        r#"["/:all:ro"]"#,
-    ] {
+    for roots in [r#"["./.airlock/invocations:x:ro"]"#, r#"["/proc:p:ro"]"#, r#"["/:all:ro"]"#] {
         let p = Project::with_config(&format!("[filesystem]\nroots = {roots}\n"));
         use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(p.path(".airlock/invocations"))
-            .unwrap();
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(p.path(".airlock/invocations")).unwrap();
         let first = roots.split(':').nth(1).unwrap();
         let tool = format!("{first}/secret");
         let run = p.run(&["prepare", "copy", &tool, "results/o"]);

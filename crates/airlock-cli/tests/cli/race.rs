@@ -73,15 +73,9 @@ fn parent_swap_race_never_escapes() {
 
     let ok: usize = outcomes.iter().map(|o| o.0).sum();
     let refused: usize = outcomes.iter().map(|o| o.1).sum();
-    eprintln!(
-        "race: {ok} prepared, {refused} refused, {} swaps",
-        swaps.load(Ordering::Relaxed)
-    );
+    eprintln!("race: {ok} prepared, {refused} refused, {} swaps", swaps.load(Ordering::Relaxed));
     assert_eq!(ok + refused, PREPARES);
     assert!(swaps.load(Ordering::Relaxed) > 100, "the racer barely ran");
-    assert!(
-        ok > 0 && refused > 0,
-        "the race never hit both outcomes: {ok} ok, {refused} refused"
-    );
+    assert!(ok > 0 && refused > 0, "the race never hit both outcomes: {ok} ok, {refused} refused");
     p.assert_state_free_of(CANARY);
 }

@@ -24,11 +24,7 @@ fn assert_receipt(p: &Project, run: &Run, rel: &str) -> Vec<u8> {
     let published = std::fs::read(p.path(rel)).unwrap_or_else(|e| panic!("{rel}: {e}\n{}", p.tree()));
     assert_eq!(files[0]["path"], rel, "{run:#?}");
     assert_eq!(files[0]["bytes"], published.len() as u64, "{run:#?}");
-    assert_eq!(
-        files[0]["sha256"],
-        format!("sha256:{}", sha256_hex(&published)),
-        "{run:#?}"
-    );
+    assert_eq!(files[0]["sha256"], format!("sha256:{}", sha256_hex(&published)), "{run:#?}");
     published
 }
 
@@ -36,14 +32,7 @@ fn assert_receipt(p: &Project, run: &Run, rel: &str) -> Vec<u8> {
 fn a_copy_is_published_with_a_true_receipt_and_everything_else_is_cleaned_up() {
     let content = "line one\nline two\n\u{e9}t\u{e9}\n";
     let p = copy_project(content);
-    let run = p.run(&[
-        "run",
-        "shcopy",
-        "data/in.txt",
-        "results/out.txt",
-        "--invocation-id",
-        "job-1",
-    ]);
+    let run = p.run(&["run", "shcopy", "data/in.txt", "results/out.txt", "--invocation-id", "job-1"]);
     run.assert_ok();
     let env = &run.envelope;
     assert_eq!(env["invocation_id"], "job-1");
@@ -67,25 +56,11 @@ fn a_copy_is_published_with_a_true_receipt_and_everything_else_is_cleaned_up() {
     p.assert_absent(&run, CANARY);
 
     // The id is single use, whatever the output.
-    let again = p.run(&[
-        "run",
-        "shcopy",
-        "data/in.txt",
-        "results/out2.txt",
-        "--invocation-id",
-        "job-1",
-    ]);
+    let again = p.run(&["run", "shcopy", "data/in.txt", "results/out2.txt", "--invocation-id", "job-1"]);
     again.assert_refused("invocation.duplicate", 77);
     assert!(again.envelope.get("exit_code").is_none(), "{again:#?}");
     assert_absent_path(&p, "results/out2.txt");
-    let again = p.run(&[
-        "run",
-        "shcopy",
-        "data/in.txt",
-        "results/out.txt",
-        "--invocation-id",
-        "job-1",
-    ]);
+    let again = p.run(&["run", "shcopy", "data/in.txt", "results/out.txt", "--invocation-id", "job-1"]);
     assert_eq!(again.status(), "refused", "{again:#?}");
     assert!(
         [("invocation.duplicate", 77), ("output.exists", 73)].contains(&(again.reason(), again.code)),
@@ -106,9 +81,7 @@ fn an_existing_output_is_refused_before_any_worker_starts() {
     let kinds: [(&str, Setup); 4] = [
         ("file", |p| p.write("results/out.txt", "precious\n")),
         ("directory", |p| p.write("results/out.txt/keep", "precious\n")),
-        ("symlink", |p| {
-            std::os::unix::fs::symlink(p.path("outside/secret.txt"), p.path("results/out.txt")).unwrap()
-        }),
+        ("symlink", |p| std::os::unix::fs::symlink(p.path("outside/secret.txt"), p.path("results/out.txt")).unwrap()),
         ("dangling symlink", |p| {
             std::os::unix::fs::symlink(p.path("outside/nothing"), p.path("results/out.txt")).unwrap()
         }),
@@ -118,25 +91,15 @@ fn an_existing_output_is_refused_before_any_worker_starts() {
         p.write("data/in.txt", "new content\n");
         // Were the worker started, it would take 5 s and then overwrite.
         let script = r#"sleep 5; echo overwritten > "$2""#;
-        p.tool(
-            "slowcopy",
-            &sh_tool("slowcopy", "timeout_seconds = 30", IO_ARGS, script, IO_FS),
-        );
+        p.tool("slowcopy", &sh_tool("slowcopy", "timeout_seconds = 30", IO_ARGS, script, IO_FS));
         setup(&p);
         let before = describe(&p.path("results/out.txt"));
         let run = p.run(&["run", "slowcopy", "data/in.txt", "results/out.txt"]);
         run.assert_refused("output.exists", 73);
-        assert!(
-            run.envelope.get("exit_code").is_none(),
-            "{kind}: a worker ran: {run:#?}"
-        );
+        assert!(run.envelope.get("exit_code").is_none(), "{kind}: a worker ran: {run:#?}");
         assert_ne!(run.envelope["stage"], "finished", "{kind}: {run:#?}");
         assert!(run.envelope["created_files"].as_array().unwrap().is_empty(), "{kind}");
-        assert_eq!(
-            describe(&p.path("results/out.txt")),
-            before,
-            "{kind}: the output was touched"
-        );
+        assert_eq!(describe(&p.path("results/out.txt")), before, "{kind}: the output was touched");
         assert_eq!(std::fs::read(p.path("outside/secret.txt")).unwrap(), CANARY.as_bytes());
         assert_staging_empty(&p);
         assert_no_candidates(&p, "results");
@@ -164,24 +127,13 @@ fn a_tool_that_fails_publishes_nothing_and_its_stderr_tail_is_kept() {
     // 6,000 bytes of noise on stderr, then the last words: only a tail is kept.
     let script = r#"echo partial > "$2"; head -c 6000 /dev/zero | tr '\0' n >&2; echo 'the last words' >&2; exit 3"#;
     p.tool("fails", &sh_tool("fails", "", IO_ARGS, script, IO_FS));
-    let run = p.run(&[
-        "run",
-        "fails",
-        "data/in.txt",
-        "results/out.txt",
-        "--invocation-id",
-        "f-1",
-    ]);
+    let run = p.run(&["run", "fails", "data/in.txt", "results/out.txt", "--invocation-id", "f-1"]);
     assert_failed(&run, "failed", "tool.failed", 1);
     assert_eq!(run.envelope["exit_code"], 3, "{run:#?}");
     assert_eq!(run.envelope["stage"], "finished");
     let tail = run.envelope["content"]["stderr"].as_str().expect("content.stderr");
     assert!(tail.ends_with("the last words\n"), "{tail:?}");
-    assert!(
-        tail.len() <= 4096 && tail.len() > 100,
-        "stderr tail of {} bytes",
-        tail.len()
-    );
+    assert!(tail.len() <= 4096 && tail.len() > 100, "stderr tail of {} bytes", tail.len());
     assert_absent_path(&p, "results/out.txt");
     assert_no_candidates(&p, "results");
     assert_staging_empty(&p);
@@ -201,10 +153,7 @@ fn a_timeout_kills_every_process_and_publishes_nothing() {
     let run = p.run(&["run", "hangs", "data/in.txt", "results/out.txt", &m]);
     assert_failed(&run, "failed", "tool.timeout", 124);
     assert_eq!(run.envelope["stage"], "finished");
-    assert_eq!(
-        run.envelope["content"]["stderr"], "started\n",
-        "the sleepers never started: {run:#?}"
-    );
+    assert_eq!(run.envelope["content"]["stderr"], "started\n", "the sleepers never started: {run:#?}");
     assert_absent_path(&p, "results/out.txt");
     assert_no_candidates(&p, "results");
     assert_staging_empty(&p);
@@ -257,11 +206,7 @@ fn output_formats_are_parsed_into_the_content() {
             r#"printf '{"a": [1, 2.5, null], "b": {"c": "d"}}\n'"#,
             json!({ "a": [1, 2.5, null], "b": { "c": "d" } }),
         ),
-        (
-            "jsonl",
-            r#"printf '{"n": 1}\n\n{"n": 2}\n"three"\n'"#,
-            json!([{ "n": 1 }, { "n": 2 }, "three"]),
-        ),
+        ("jsonl", r#"printf '{"n": 1}\n\n{"n": 2}\n"three"\n'"#, json!([{ "n": 1 }, { "n": 2 }, "three"])),
         (
             "csv",
             r#"printf 'name,count\nalpha,1\n"be,ta",2\n'"#,
@@ -311,16 +256,7 @@ print(json.dumps(dict(
     files=seen,
 )))
 "#;
-    p.tool(
-        "nofs",
-        &py_tool(
-            "nofs",
-            "",
-            &[("root", "string")],
-            script,
-            "[output]\nformat = \"json\"\n",
-        ),
-    );
+    p.tool("nofs", &py_tool("nofs", "", &[("root", "string")], script, "[output]\nformat = \"json\"\n"));
     let run = p.run(&["run", "nofs", &root]);
     run.assert_ok();
     let c = &run.envelope["content"];
@@ -328,26 +264,10 @@ print(json.dumps(dict(
     assert_eq!(c["input_visible"], false, "{c:#}");
     assert!(c["workspace"].is_null() || c["workspace"] == json!([]), "{c:#}");
     assert_eq!(c["files"], json!([]), "files under /workspace or /tmp: {c:#}");
-    let allowed = [
-        "bin",
-        "dev",
-        "etc",
-        "lib",
-        "lib32",
-        "lib64",
-        "libx32",
-        "proc",
-        "sbin",
-        "tmp",
-        "usr",
-        "workspace",
-    ];
+    let allowed = ["bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp", "usr", "workspace"];
     // Listing / may itself be denied; what can be listed is the image and the sandbox's own.
     for entry in c["top"].as_array().into_iter().flatten() {
-        assert!(
-            allowed.contains(&entry.as_str().unwrap()),
-            "unexpected /{entry} in the worker: {c:#}"
-        );
+        assert!(allowed.contains(&entry.as_str().unwrap()), "unexpected /{entry} in the worker: {c:#}");
     }
     assert_eq!(run.envelope["created_files"], json!([]));
     p.assert_absent(&run, CANARY);

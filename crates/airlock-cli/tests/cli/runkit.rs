@@ -30,10 +30,8 @@ fn toml_str(s: &str) -> String {
 /// arguments `args` (name, type) in order, `[command] exec` of `exec` (words
 /// as written, placeholders included), then the raw TOML `rest`.
 pub fn manifest(name: &str, tool_extra: &str, args: &[(&str, &str)], exec: &[&str], rest: &str) -> String {
-    let mut m = format!(
-        "[tool]\nname = {}\nversion = \"1.0.0\"\ndescription = \"test tool\"\n{tool_extra}\n",
-        toml_str(name)
-    );
+    let mut m =
+        format!("[tool]\nname = {}\nversion = \"1.0.0\"\ndescription = \"test tool\"\n{tool_extra}\n", toml_str(name));
     for (i, (arg, ty)) in args.iter().enumerate() {
         m.push_str(&format!(
             "[args.{arg}]\nposition = {}\nrequired = true\ntype = {}\ndescription = \"{arg}\"\n\n",
@@ -81,10 +79,7 @@ pub fn run_cmd(mut cmd: Command, label: &str) -> Run {
         if start.elapsed() > Duration::from_secs(30) {
             let _ = child.kill();
             let out = child.wait_with_output().unwrap();
-            panic!(
-                "{label} blocked for 30 s; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            panic!("{label} blocked for 30 s; stderr: {}", String::from_utf8_lossy(&out.stderr));
         }
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -93,13 +88,7 @@ pub fn run_cmd(mut cmd: Command, label: &str) -> Run {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let envelope = serde_json::from_str(stdout.trim())
         .unwrap_or_else(|e| panic!("stdout of {label} is not one JSON object ({e}):\n{stdout}\nstderr:\n{stderr}"));
-    Run {
-        args: vec![label.to_owned()],
-        code: out.status.code().unwrap_or(-1),
-        stdout,
-        stderr,
-        envelope,
-    }
+    Run { args: vec![label.to_owned()], code: out.status.code().unwrap_or(-1), stdout, stderr, envelope }
 }
 
 /// The shipping binary run in `dir` with a clean environment (PATH, and
@@ -112,8 +101,7 @@ pub fn airlock_in(dir: &Path, args: &[&str]) -> Run {
 }
 
 fn clean_env(cmd: &mut Command) {
-    cmd.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default());
+    cmd.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_default());
     if let Ok(r) = std::env::var("AIRLOCK_RESOLVER") {
         cmd.env("AIRLOCK_RESOLVER", r);
     }
@@ -134,10 +122,7 @@ pub fn names(dir: &Path) -> Vec<String> {
 /// No publication candidate is left in `rel`.
 #[track_caller]
 pub fn assert_no_candidates(p: &Project, rel: &str) {
-    let left: Vec<String> = names(&p.path(rel))
-        .into_iter()
-        .filter(|n| n.starts_with(".airlock-candidate-"))
-        .collect();
+    let left: Vec<String> = names(&p.path(rel)).into_iter().filter(|n| n.starts_with(".airlock-candidate-")).collect();
     assert!(left.is_empty(), "candidates left in {rel}: {left:?}\n{}", p.tree());
 }
 
@@ -152,11 +137,7 @@ pub fn assert_staging_empty(p: &Project) {
 /// Nothing was published at `rel` (no entry of any kind).
 #[track_caller]
 pub fn assert_absent_path(p: &Project, rel: &str) {
-    assert!(
-        std::fs::symlink_metadata(p.path(rel)).is_err(),
-        "{rel} exists:\n{}",
-        p.tree()
-    );
+    assert!(std::fs::symlink_metadata(p.path(rel)).is_err(), "{rel} exists:\n{}", p.tree());
 }
 
 /// A failure envelope of the run step: status, code, process exit code, the
@@ -168,10 +149,7 @@ pub fn assert_failed(run: &Run, status: &str, reason: &str, exit: i32) {
         (status, reason, exit),
         "expected {status}/{reason}/{exit}:\n{run:#?}"
     );
-    assert!(
-        run.envelope["created_files"].as_array().is_some_and(|a| a.is_empty()),
-        "{run:#?}"
-    );
+    assert!(run.envelope["created_files"].as_array().is_some_and(|a| a.is_empty()), "{run:#?}");
     assert!(run.stderr.contains(reason), "stderr should say why: {run:#?}");
 }
 
@@ -224,12 +202,7 @@ pub fn wait_until(bound: Duration, mut f: impl FnMut() -> bool) -> bool {
 
 fn parent_of(pid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("PPid:"))?
-        .trim()
-        .parse()
-        .ok()
+    status.lines().find_map(|l| l.strip_prefix("PPid:"))?.trim().parse().ok()
 }
 
 fn cmdline(pid: u32) -> String {
@@ -303,19 +276,13 @@ impl Nobody {
         if !reachable_by_others(&copy) {
             return Err(format!("{} is not reachable by uid 65534", copy.display()));
         }
-        Ok(Nobody {
-            binary: copy,
-            _copy: Some(dir),
-        })
+        Ok(Nobody { binary: copy, _copy: Some(dir) })
     }
 
     /// `setpriv --reuid=65534 --regid=65534 --clear-groups BINARY ARGS…` in `dir`.
     pub fn command(&self, dir: &Path, args: &[&str]) -> Command {
         let mut cmd = Command::new("setpriv");
-        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(&self.binary)
-            .args(args)
-            .current_dir(dir);
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(&self.binary).args(args).current_dir(dir);
         clean_env(&mut cmd);
         cmd
     }

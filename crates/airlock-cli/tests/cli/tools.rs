@@ -25,16 +25,10 @@ fn list_validate_and_schema() {
 #[test]
 fn unknown_keys_are_named() {
     let p = Project::new();
-    p.write(
-        "tools/bad.clad.toml",
-        crate::util::COPY_TOOL.replace("[output]", "[output]\nformatt = \"x\""),
-    );
+    p.write("tools/bad.clad.toml", crate::util::COPY_TOOL.replace("[output]", "[output]\nformatt = \"x\""));
     let run = p.run(&["tools", "validate", "bad"]);
     assert_eq!((run.reason(), run.code), ("manifest.invalid", 65), "{run:#?}");
-    assert!(
-        run.envelope["error"]["message"].as_str().unwrap().contains("formatt"),
-        "{run:#?}"
-    );
+    assert!(run.envelope["error"]["message"].as_str().unwrap().contains("formatt"), "{run:#?}");
 }
 
 #[test]
@@ -64,16 +58,10 @@ format = "json"
 "#,
     );
     p.run(&["tools", "validate", "proxy"]).assert_ok();
-    p.run(&["prepare", "proxy", "--arg", "repo=x"])
-        .assert_refused("manifest.unsupported", 65);
+    p.run(&["prepare", "proxy", "--arg", "repo=x"]).assert_refused("manifest.unsupported", 65);
     let list = p.run(&["tools", "list"]);
-    let proxy = list.envelope["content"]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "proxy")
-        .unwrap()
-        .clone();
+    let proxy =
+        list.envelope["content"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "proxy").unwrap().clone();
     assert_eq!(proxy["runnable"], false);
     assert_eq!(proxy["unsupported"]["code"], "manifest.unsupported");
 }
@@ -82,16 +70,11 @@ format = "json"
 fn argument_refusals_carry_codes() {
     let p = Project::new();
     p.write("data/in.txt", "x");
-    p.prepare("data/in.txt", "results/$(id)")
-        .assert_refused("arg.injection", 65);
-    p.run(&["prepare", "copy", "--", "-rf", "results/o"])
-        .assert_refused("arg.leading_dash", 65);
-    p.run(&["prepare", "copy", "data/in.txt"])
-        .assert_refused("arg.missing", 65);
-    p.run(&["prepare", "copy", "data/in.txt", "results/o", "--arg", "bogus=1"])
-        .assert_refused("arg.unknown", 65);
-    p.run(&["prepare", "nosuchtool"])
-        .assert_refused("manifest.not_found", 65);
+    p.prepare("data/in.txt", "results/$(id)").assert_refused("arg.injection", 65);
+    p.run(&["prepare", "copy", "--", "-rf", "results/o"]).assert_refused("arg.leading_dash", 65);
+    p.run(&["prepare", "copy", "data/in.txt"]).assert_refused("arg.missing", 65);
+    p.run(&["prepare", "copy", "data/in.txt", "results/o", "--arg", "bogus=1"]).assert_refused("arg.unknown", 65);
+    p.run(&["prepare", "nosuchtool"]).assert_refused("manifest.not_found", 65);
     let usage = p.run_raw(&["prepare"]);
     assert_eq!(usage, 64);
 }

@@ -96,9 +96,6 @@ fn an_unprivileged_caller_is_refused_an_existing_output() {
     let run = nobody.run(p.root(), &["run", "shcopy", "data/in.txt", "results/out.txt"]);
     run.assert_refused("output.exists", 73);
     assert!(run.envelope.get("exit_code").is_none(), "{run:#?}");
-    assert_eq!(
-        std::fs::read_to_string(p.path("results/out.txt")).unwrap(),
-        "precious\n"
-    );
+    assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "precious\n");
     assert_staging_empty(&p);
 }

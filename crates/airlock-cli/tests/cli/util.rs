@@ -85,12 +85,7 @@ impl Run {
             ("refused", reason, exit),
             "expected refused/{reason}/{exit}:\n{self:#?}"
         );
-        assert!(
-            self.envelope["error"]["message"]
-                .as_str()
-                .is_some_and(|m| !m.is_empty()),
-            "{self:#?}"
-        );
+        assert!(self.envelope["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{self:#?}");
         assert!(self.stderr.contains(reason), "stderr should say why: {self:#?}");
         self
     }
@@ -153,10 +148,7 @@ roots = ["./data:data:ro", "./results:results:rw"]
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        let resolver = self
-            .resolver
-            .map(str::to_owned)
-            .or_else(|| std::env::var("AIRLOCK_RESOLVER").ok());
+        let resolver = self.resolver.map(str::to_owned).or_else(|| std::env::var("AIRLOCK_RESOLVER").ok());
         if let Some(r) = resolver {
             cmd.env("AIRLOCK_RESOLVER", r);
         }
@@ -175,10 +167,7 @@ roots = ["./data:data:ro", "./results:results:rw"]
             if start.elapsed() > Duration::from_secs(30) {
                 let _ = child.kill();
                 let out = child.wait_with_output().unwrap();
-                panic!(
-                    "airlock {args:?} blocked for 30 s; stderr: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                panic!("airlock {args:?} blocked for 30 s; stderr: {}", String::from_utf8_lossy(&out.stderr));
             }
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -207,9 +196,7 @@ roots = ["./data:data:ro", "./results:results:rw"]
     /// Every file under the project, for failure messages.
     pub fn tree(&self) -> String {
         let mut lines = Vec::new();
-        walk(self.root(), &mut |p| {
-            lines.push(p.strip_prefix(self.root()).unwrap().display().to_string())
-        });
+        walk(self.root(), &mut |p| lines.push(p.strip_prefix(self.root()).unwrap().display().to_string()));
         lines.sort();
         lines.join("\n")
     }
@@ -268,29 +255,16 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 fn airlock_core_sha(bytes: &[u8]) -> String {
     use std::io::Write;
-    let mut child = Command::new("sha256sum")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Command::new("sha256sum").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(bytes).unwrap();
     let out = child.wait_with_output().unwrap();
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned()
+    String::from_utf8(out.stdout).unwrap().split_whitespace().next().unwrap().to_owned()
 }
 
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
         .unwrap_or(false)
 }
 

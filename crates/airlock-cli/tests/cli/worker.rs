@@ -15,10 +15,7 @@ fn json_rest(fs: &str) -> String {
 /// `data/in.txt` and `results/out.txt`, expecting `ok`; returns the run and
 /// its content.
 fn probe(p: &Project, name: &str, script: &str) -> (Run, Value) {
-    p.tool(
-        name,
-        &py_tool(name, "timeout_seconds = 20", IO_ARGS, script, &json_rest(IO_FS)),
-    );
+    p.tool(name, &py_tool(name, "timeout_seconds = 20", IO_ARGS, script, &json_rest(IO_FS)));
     let run = p.run(&["run", name, "data/in.txt", "results/out.txt"]);
     run.assert_ok();
     let content = run.envelope["content"].clone();
@@ -53,16 +50,8 @@ print(json.dumps(dict(
     }
     assert_eq!(c["no_new_privs"], "1");
     // 0, 1, 2 and the descriptor of the listing itself.
-    let fds: Vec<&str> = c["fds"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
-    assert!(
-        fds.starts_with(&["0", "1", "2"]) && fds.len() <= 4,
-        "descriptors {fds:?}"
-    );
+    let fds: Vec<&str> = c["fds"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(fds.starts_with(&["0", "1", "2"]) && fds.len() <= 4, "descriptors {fds:?}");
 
     let info = c["mountinfo"].as_str().unwrap();
     let points: Vec<&str> = info.lines().filter_map(|l| l.split(' ').nth(4)).collect();
@@ -70,18 +59,11 @@ print(json.dumps(dict(
         assert!(points.contains(&declared), "{declared} is not a mount point:\n{info}");
     }
     let under_workspace: Vec<&&str> = points.iter().filter(|m| m.starts_with("/workspace")).collect();
-    assert_eq!(
-        under_workspace.len(),
-        2,
-        "only the declared files are mounted under /workspace:\n{info}"
-    );
+    assert_eq!(under_workspace.len(), 2, "only the declared files are mounted under /workspace:\n{info}");
     let root = p.root().to_str().unwrap();
     let real_root = std::fs::canonicalize(p.root()).unwrap();
     for host in [root, real_root.to_str().unwrap(), ".airlock", "staging", "invocations"] {
-        assert!(
-            !info.contains(host),
-            "the host path {host:?} shows in the worker's mountinfo:\n{info}"
-        );
+        assert!(!info.contains(host), "the host path {host:?} shows in the worker's mountinfo:\n{info}");
     }
     assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "done\n");
     p.assert_absent(&run, CANARY);
@@ -121,10 +103,7 @@ print(json.dumps(dict(
     );
     let (run, c) = probe(&p, "snoop", &script);
     for (path, got) in c["tries"].as_object().unwrap() {
-        assert!(
-            got.as_str().unwrap().starts_with("errno "),
-            "{path} was readable: {c:#}"
-        );
+        assert!(got.as_str().unwrap().starts_with("errno "), "{path} was readable: {c:#}");
     }
     assert_eq!(c["data"], json!(["in.txt"]), "{c:#}");
     assert_eq!(c["workspace"], json!(["data", "results"]), "{c:#}");
@@ -136,9 +115,7 @@ print(json.dumps(dict(
     }
     assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "granted\n");
     p.assert_absent(&run, CANARY);
-    assert!(!std::fs::read_to_string(p.path("results/out.txt"))
-        .unwrap()
-        .contains(CANARY));
+    assert!(!std::fs::read_to_string(p.path("results/out.txt")).unwrap().contains(CANARY));
 }
 
 /// ATTACKS.md 16: a listener on the host's loopback is unreachable and never accepts.
@@ -173,13 +150,7 @@ print(json.dumps(out))
 "#;
     p.tool(
         "net",
-        &py_tool(
-            "net",
-            "timeout_seconds = 20",
-            &[("port", "port")],
-            script,
-            "[output]\nformat = \"json\"\n",
-        ),
+        &py_tool("net", "timeout_seconds = 20", &[("port", "port")], script, "[output]\nformat = \"json\"\n"),
     );
     let run = p.run(&["run", "net", &port]);
     run.assert_ok();
@@ -218,16 +189,7 @@ out = dict(
 )
 print(json.dumps(out))
 "#;
-    p.tool(
-        "escape",
-        &py_tool(
-            "escape",
-            "timeout_seconds = 20",
-            &[],
-            script,
-            "[output]\nformat = \"json\"\n",
-        ),
-    );
+    p.tool("escape", &py_tool("escape", "timeout_seconds = 20", &[], script, "[output]\nformat = \"json\"\n"));
     let run = p.run(&["run", "escape"]);
     run.assert_ok();
     let c = run.envelope["content"].as_object().unwrap().clone();
@@ -279,16 +241,10 @@ print(json.dumps(tries))
     for (what, got) in c.as_object().unwrap() {
         assert_ne!(got, "ok", "{what} succeeded in the worker: {c:#}");
     }
-    assert_eq!(
-        std::fs::read_to_string(p.path("data/in.txt")).unwrap(),
-        "the original input\n"
-    );
+    assert_eq!(std::fs::read_to_string(p.path("data/in.txt")).unwrap(), "the original input\n");
     assert_eq!(names(&p.path("data")), ["in.txt"]);
     assert_eq!(names(&p.path("results")), ["out.txt"]);
-    assert_eq!(
-        std::fs::read_to_string(p.path("results/out.txt")).unwrap(),
-        "final the original input\n"
-    );
+    assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "final the original input\n");
     assert_eq!(run.envelope["created_files"][0]["bytes"], 25);
     assert_staging_empty(&p);
 }
@@ -304,13 +260,9 @@ const LIMIT_FS: &str = "[filesystem]\nread = [\"{input}\"]\ncreate = [\"{output}
 /// Why `run` is not a failed/limit.output_size call that published nothing, if it is not.
 fn over_limit_mismatch(p: &Project, run: &Run, how: &str) -> Option<String> {
     let got = (run.status(), run.reason(), run.code);
-    let published = std::fs::symlink_metadata(p.path("results/out.txt"))
-        .ok()
-        .map(|m| m.len());
-    let candidates: Vec<String> = names(&p.path("results"))
-        .into_iter()
-        .filter(|n| n.starts_with(".airlock-candidate-"))
-        .collect();
+    let published = std::fs::symlink_metadata(p.path("results/out.txt")).ok().map(|m| m.len());
+    let candidates: Vec<String> =
+        names(&p.path("results")).into_iter().filter(|n| n.starts_with(".airlock-candidate-")).collect();
     let staging = names(&p.path(".airlock/staging"));
     (got != ("failed", "limit.output_size", 1)
         || run.envelope["created_files"] != json!([])
@@ -343,11 +295,7 @@ fn assert_all_over_limit(tools: Vec<(&str, String)>) {
         let run = p.run(&["run", "grow", "data/in.txt", "results/out.txt"]);
         wrong.extend(over_limit_mismatch(&p, &run, how));
     }
-    assert!(
-        wrong.is_empty(),
-        "expected failed/limit.output_size/1 and nothing published:\n{}",
-        wrong.join("\n")
-    );
+    assert!(wrong.is_empty(), "expected failed/limit.output_size/1 and nothing published:\n{}", wrong.join("\n"));
 }
 
 /// ATTACKS.md 15: writing, truncating or fallocating the output past
@@ -385,13 +333,7 @@ fn growing_the_output_past_max_file_bytes_fails_and_publishes_nothing() {
 /// `max_file_bytes`; the call must fail and nothing may be published.
 #[test]
 fn a_write_past_max_file_bytes_is_never_published_truncated() {
-    let shell = sh_tool(
-        "grow",
-        "",
-        IO_ARGS,
-        r#"head -c 2048 /dev/zero > "$2"; exit 0"#,
-        LIMIT_FS,
-    );
+    let shell = sh_tool("grow", "", IO_ARGS, r#"head -c 2048 /dev/zero > "$2"; exit 0"#, LIMIT_FS);
     let python = py_tool(
         "grow",
         "",
@@ -400,13 +342,7 @@ fn a_write_past_max_file_bytes_is_never_published_truncated() {
         LIMIT_FS,
     );
     // Python ignores SIGXFSZ; an unchecked file object flushed at exit loses the error.
-    let unchecked = py_tool(
-        "grow",
-        "",
-        IO_ARGS,
-        "import sys\nopen(sys.argv[2], 'wb').write(b'x' * 2048)\n",
-        LIMIT_FS,
-    );
+    let unchecked = py_tool("grow", "", IO_ARGS, "import sys\nopen(sys.argv[2], 'wb').write(b'x' * 2048)\n", LIMIT_FS);
     assert_all_over_limit(vec![
         ("shell child", shell),
         ("python catching EFBIG", python),
@@ -444,10 +380,7 @@ fn a_detached_child_cannot_write_late() {
 setsid nohup sh -c 'sleep "$1"; echo late-setsid >> "$2"' sh "$3" "$2" > /dev/null 2>&1 &
 exit 0"#;
     let args = [("input", "path"), ("output", "path"), ("marker", "string")];
-    p.tool(
-        "linger",
-        &sh_tool("linger", "timeout_seconds = 20", &args, script, IO_FS),
-    );
+    p.tool("linger", &sh_tool("linger", "timeout_seconds = 20", &args, script, IO_FS));
     let run = p.run(&["run", "linger", "data/in.txt", "results/out.txt", &m]);
     run.assert_ok();
     assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "early\n");

@@ -21,9 +21,8 @@ use std::net::{IpAddr, Ipv4Addr};
 pub const MAX_VALUE_BYTES: usize = 32_768;
 
 /// Characters a shell would treat specially; refused in string-like values.
-pub const SHELL_METACHARACTERS: &[char] = &[
-    ';', '|', '&', '$', '`', '(', ')', '{', '}', '[', ']', '<', '>', '!', '\n', '\r',
-];
+pub const SHELL_METACHARACTERS: &[char] =
+    &[';', '|', '&', '$', '`', '(', ')', '{', '}', '[', ']', '<', '>', '!', '\n', '\r'];
 
 /// Compiled size limit of one `pattern` (bytes of automaton).
 const PATTERN_SIZE_LIMIT: usize = 1 << 20;
@@ -129,12 +128,8 @@ pub(crate) fn scalar_string(value: &toml::Value) -> Option<String> {
 }
 
 fn compile_pattern(name: &str, pattern: &str, anchored: bool) -> Result<Regex, Refusal> {
-    let build = |p: &str| {
-        RegexBuilder::new(p)
-            .size_limit(PATTERN_SIZE_LIMIT)
-            .dfa_size_limit(PATTERN_SIZE_LIMIT)
-            .build()
-    };
+    let build =
+        |p: &str| RegexBuilder::new(p).size_limit(PATTERN_SIZE_LIMIT).dfa_size_limit(PATTERN_SIZE_LIMIT).build();
     // Compile it alone first so that `a)(b` cannot reshape the anchoring group.
     build(pattern).map_err(|e| invalid(format!("[args.{name}] pattern {pattern:?} does not compile: {e}")))?;
     if anchored {
@@ -185,37 +180,23 @@ pub(crate) fn compile(
     let (lo, hi) = float_bounds(def);
     if let (Some(lo), Some(hi)) = (lo, hi) {
         if lo > hi {
-            return Err(invalid(format!(
-                "[args.{name}] the lower bound {lo} is greater than the upper bound {hi}"
-            )));
+            return Err(invalid(format!("[args.{name}] the lower bound {lo} is greater than the upper bound {hi}")));
         }
     }
-    let default = match def
-        .default
-        .as_ref()
-        .map(|v| ("default", v))
-        .or(fallback.map(|v| ("[command.defaults] entry", v)))
-    {
-        Some((what, v)) => Some(scalar_string(v).ok_or_else(|| {
-            invalid(format!(
-                "[args.{name}] {what} must be a string, integer, float or boolean"
-            ))
-        })?),
-        None => None,
-    };
-    Ok(ArgRule {
-        ty,
-        pattern,
-        dash_ok,
-        default,
-    })
+    let default =
+        match def.default.as_ref().map(|v| ("default", v)).or(fallback.map(|v| ("[command.defaults] entry", v))) {
+            Some((what, v)) => {
+                Some(scalar_string(v).ok_or_else(|| {
+                    invalid(format!("[args.{name}] {what} must be a string, integer, float or boolean"))
+                })?)
+            }
+            None => None,
+        };
+    Ok(ArgRule { ty, pattern, dash_ok, default })
 }
 
 fn float_bounds(def: &ArgDef) -> (Option<f64>, Option<f64>) {
-    (
-        def.min_float.or(def.min.map(|m| m as f64)),
-        def.max_float.or(def.max.map(|m| m as f64)),
-    )
+    (def.min_float.or(def.min.map(|m| m as f64)), def.max_float.or(def.max.map(|m| m as f64)))
 }
 
 /// A validated value: the argv string and its JSON form.
@@ -235,11 +216,7 @@ fn is_control(c: char) -> bool {
 
 fn check_injection(label: &str, value: &str) -> Result<(), Refusal> {
     match value.chars().find(|c| SHELL_METACHARACTERS.contains(c)) {
-        Some(c) => Err(refuse(
-            ReasonCode::ArgInjection,
-            label,
-            format_args!("contains the shell metacharacter {c:?}"),
-        )),
+        Some(c) => Err(refuse(ReasonCode::ArgInjection, label, format_args!("contains the shell metacharacter {c:?}"))),
         None => Ok(()),
     }
 }
@@ -290,18 +267,10 @@ fn check_string_like(label: &str, value: &str, dash_ok: bool) -> Result<(), Refu
 fn parse_i64(label: &str, value: &str) -> Result<i64, Refusal> {
     let digits = value.strip_prefix(['+', '-']).unwrap_or(value);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(refuse(
-            ReasonCode::ArgInvalid,
-            label,
-            format_args!("{value:?} is not an integer"),
-        ));
+        return Err(refuse(ReasonCode::ArgInvalid, label, format_args!("{value:?} is not an integer")));
     }
     value.parse::<i64>().map_err(|_| {
-        refuse(
-            ReasonCode::ArgOutOfRange,
-            label,
-            format_args!("{value:?} is outside the 64-bit integer range"),
-        )
+        refuse(ReasonCode::ArgOutOfRange, label, format_args!("{value:?} is outside the 64-bit integer range"))
     })
 }
 
@@ -310,102 +279,58 @@ fn bound_i64(label: &str, def: &ArgDef, n: i64) -> Result<i64, Refusal> {
         if def.clamp {
             return Ok(lo);
         }
-        return Err(refuse(
-            ReasonCode::ArgOutOfRange,
-            label,
-            format_args!("{n} is below the minimum {lo}"),
-        ));
+        return Err(refuse(ReasonCode::ArgOutOfRange, label, format_args!("{n} is below the minimum {lo}")));
     }
     if let Some(hi) = def.max.filter(|hi| n > *hi) {
         if def.clamp {
             return Ok(hi);
         }
-        return Err(refuse(
-            ReasonCode::ArgOutOfRange,
-            label,
-            format_args!("{n} is above the maximum {hi}"),
-        ));
+        return Err(refuse(ReasonCode::ArgOutOfRange, label, format_args!("{n} is above the maximum {hi}")));
     }
     Ok(n)
 }
 
 fn validate_number(label: &str, def: &ArgDef, value: &str) -> Result<BoundValue, Refusal> {
     let well_formed = !value.is_empty()
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_digit() || matches!(b, b'+' | b'-' | b'.' | b'e' | b'E'))
+        && value.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'+' | b'-' | b'.' | b'e' | b'E'))
         && value.bytes().any(|b| b.is_ascii_digit());
     let n: f64 = match value.parse::<f64>() {
         Ok(n) if well_formed => n,
-        _ => {
-            return Err(refuse(
-                ReasonCode::ArgInvalid,
-                label,
-                format_args!("{value:?} is not a number"),
-            ))
-        }
+        _ => return Err(refuse(ReasonCode::ArgInvalid, label, format_args!("{value:?} is not a number"))),
     };
     if !n.is_finite() {
-        return Err(refuse(
-            ReasonCode::ArgOutOfRange,
-            label,
-            format_args!("{value:?} is not a finite number"),
-        ));
+        return Err(refuse(ReasonCode::ArgOutOfRange, label, format_args!("{value:?} is not a finite number")));
     }
     let (lo, hi) = float_bounds(def);
     let mut n = n;
     if let Some(lo) = lo.filter(|lo| n < *lo) {
         if !def.clamp {
-            return Err(refuse(
-                ReasonCode::ArgOutOfRange,
-                label,
-                format_args!("{n} is below the minimum {lo}"),
-            ));
+            return Err(refuse(ReasonCode::ArgOutOfRange, label, format_args!("{n} is below the minimum {lo}")));
         }
         n = lo;
     }
     if let Some(hi) = hi.filter(|hi| n > *hi) {
         if !def.clamp {
-            return Err(refuse(
-                ReasonCode::ArgOutOfRange,
-                label,
-                format_args!("{n} is above the maximum {hi}"),
-            ));
+            return Err(refuse(ReasonCode::ArgOutOfRange, label, format_args!("{n} is above the maximum {hi}")));
         }
         n = hi;
     }
-    let json = serde_json::Number::from_f64(n)
-        .map(Value::Number)
-        .unwrap_or(Value::Null);
-    Ok(BoundValue {
-        text: n.to_string(),
-        json,
-    })
+    let json = serde_json::Number::from_f64(n).map(Value::Number).unwrap_or(Value::Null);
+    Ok(BoundValue { text: n.to_string(), json })
 }
 
 fn validate_port(label: &str, def: &ArgDef, value: &str) -> Result<BoundValue, Refusal> {
     if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(refuse(
-            ReasonCode::ArgInvalid,
-            label,
-            format_args!("{value:?} is not a port number"),
-        ));
+        return Err(refuse(ReasonCode::ArgInvalid, label, format_args!("{value:?} is not a port number")));
     }
     let n = match value.parse::<u32>() {
         Ok(n) if (1..=65535).contains(&n) => i64::from(n),
         _ => {
-            return Err(refuse(
-                ReasonCode::ArgOutOfRange,
-                label,
-                format_args!("{value:?} is not a port in 1 … 65535"),
-            ))
+            return Err(refuse(ReasonCode::ArgOutOfRange, label, format_args!("{value:?} is not a port in 1 … 65535")))
         }
     };
     let n = bound_i64(label, def, n)?;
-    Ok(BoundValue {
-        text: n.to_string(),
-        json: Value::from(n),
-    })
+    Ok(BoundValue { text: n.to_string(), json: Value::from(n) })
 }
 
 fn validate_duration(label: &str, def: &ArgDef, value: &str) -> Result<BoundValue, Refusal> {
@@ -422,25 +347,15 @@ fn validate_duration(label: &str, def: &ArgDef, value: &str) -> Result<BoundValu
             format_args!("{value:?} is not a duration (a positive integer with an optional s, m or h suffix)"),
         ));
     }
-    let seconds = digits
-        .parse::<i64>()
-        .ok()
-        .and_then(|n| n.checked_mul(scale))
-        .ok_or_else(|| {
-            refuse(
-                ReasonCode::ArgOutOfRange,
-                label,
-                format_args!("{value:?} is too long a duration"),
-            )
+    let seconds =
+        digits.parse::<i64>().ok().and_then(|n| n.checked_mul(scale)).ok_or_else(|| {
+            refuse(ReasonCode::ArgOutOfRange, label, format_args!("{value:?} is too long a duration"))
         })?;
     if seconds == 0 {
         return Err(refuse(ReasonCode::ArgOutOfRange, label, "must be a positive duration"));
     }
     let seconds = bound_i64(label, def, seconds)?;
-    Ok(BoundValue {
-        text: seconds.to_string(),
-        json: Value::from(seconds),
-    })
+    Ok(BoundValue { text: seconds.to_string(), json: Value::from(seconds) })
 }
 
 fn validate_url(label: &str, def: &ArgDef, value: &str) -> Result<(), Refusal> {
@@ -448,11 +363,9 @@ fn validate_url(label: &str, def: &ArgDef, value: &str) -> Result<(), Refusal> {
         .split_once("://")
         .ok_or_else(|| refuse(ReasonCode::ArgInvalid, label, "is not a URL (scheme://host…)"))?;
     let allowed: Vec<&str> = match def.schemes.as_deref() {
-        Some(list) if !list.is_empty() => list
-            .iter()
-            .map(String::as_str)
-            .filter(|s| matches!(*s, "http" | "https"))
-            .collect(),
+        Some(list) if !list.is_empty() => {
+            list.iter().map(String::as_str).filter(|s| matches!(*s, "http" | "https")).collect()
+        }
         _ => vec!["http", "https"],
     };
     if !allowed.contains(&scheme) {
@@ -467,21 +380,13 @@ fn validate_url(label: &str, def: &ArgDef, value: &str) -> Result<(), Refusal> {
     }
     let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
     if authority.contains('@') {
-        return Err(refuse(
-            ReasonCode::ArgInvalid,
-            label,
-            "has user information (`user@`) in its URL",
-        ));
+        return Err(refuse(ReasonCode::ArgInvalid, label, "has user information (`user@`) in its URL"));
     }
     let (host, port) = match authority.split_once(':') {
         Some((h, p)) => (h, Some(p)),
         None => (authority, None),
     };
-    if host.is_empty()
-        || !host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
-    {
+    if host.is_empty() || !host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-') {
         return Err(refuse(
             ReasonCode::ArgInvalid,
             label,
@@ -504,13 +409,7 @@ fn validate_url(label: &str, def: &ArgDef, value: &str) -> Result<(), Refusal> {
 }
 
 fn validate_cidr(label: &str, value: &str) -> Result<(), Refusal> {
-    let bad = || {
-        refuse(
-            ReasonCode::ArgInvalid,
-            label,
-            format_args!("{value:?} is not an IPv4 network (a.b.c.d/0-32)"),
-        )
-    };
+    let bad = || refuse(ReasonCode::ArgInvalid, label, format_args!("{value:?} is not an IPv4 network (a.b.c.d/0-32)"));
     let (ip, prefix) = value.split_once('/').ok_or_else(bad)?;
     ip.parse::<Ipv4Addr>().map_err(|_| bad())?;
     let canonical = prefix == "0" || (!prefix.starts_with('0') && prefix.len() <= 2);
@@ -531,28 +430,16 @@ impl ArgRule {
                 format_args!("is {} bytes, more than {MAX_VALUE_BYTES}", value.len()),
             ));
         }
-        let string = |v: &str| BoundValue {
-            text: v.to_owned(),
-            json: Value::String(v.to_owned()),
-        };
+        let string = |v: &str| BoundValue { text: v.to_owned(), json: Value::String(v.to_owned()) };
         let bound = match &self.ty {
             ArgType::Integer => {
                 let n = bound_i64(label, def, parse_i64(label, value)?)?;
-                BoundValue {
-                    text: n.to_string(),
-                    json: Value::from(n),
-                }
+                BoundValue { text: n.to_string(), json: Value::from(n) }
             }
             ArgType::Number => validate_number(label, def, value)?,
             ArgType::Boolean => match value {
-                "true" => BoundValue {
-                    text: value.to_owned(),
-                    json: Value::Bool(true),
-                },
-                "false" => BoundValue {
-                    text: value.to_owned(),
-                    json: Value::Bool(false),
-                },
+                "true" => BoundValue { text: value.to_owned(), json: Value::Bool(true) },
+                "false" => BoundValue { text: value.to_owned(), json: Value::Bool(false) },
                 _ => {
                     return Err(refuse(
                         ReasonCode::ArgInvalid,
@@ -593,11 +480,7 @@ impl ArgRule {
                     ArgType::Url => validate_url(label, def, value)?,
                     ArgType::IpAddress => {
                         value.parse::<IpAddr>().map_err(|_| {
-                            refuse(
-                                ReasonCode::ArgInvalid,
-                                label,
-                                format_args!("{value:?} is not an IP address"),
-                            )
+                            refuse(ReasonCode::ArgInvalid, label, format_args!("{value:?} is not an IP address"))
                         })?;
                     }
                     ArgType::Cidr => validate_cidr(label, value)?,
@@ -608,17 +491,10 @@ impl ArgRule {
         };
         if let Some(re) = &self.pattern {
             if !re.is_match(value) {
-                let how = if self.ty == ArgType::LiteralText {
-                    "does not contain a match for"
-                } else {
-                    "does not match"
-                };
+                let how =
+                    if self.ty == ArgType::LiteralText { "does not contain a match for" } else { "does not match" };
                 let pattern = def.pattern.as_deref().unwrap_or_default();
-                return Err(refuse(
-                    ReasonCode::ArgPattern,
-                    label,
-                    format_args!("{how} the pattern {pattern:?}"),
-                ));
+                return Err(refuse(ReasonCode::ArgPattern, label, format_args!("{how} the pattern {pattern:?}")));
             }
         }
         if let Some(allowed) = &def.allowed {
@@ -661,9 +537,7 @@ mod tests {
 
     fn check_with(d: &ArgDef, dash_ok: bool, value: &str) -> Result<String, ReasonCode> {
         let rule = compile("x", d, None, dash_ok).expect("compiles");
-        rule.validate("argument `x`", d, value)
-            .map(|b| b.text)
-            .map_err(|r| r.code)
+        rule.validate("argument `x`", d, value).map(|b| b.text).map_err(|r| r.code)
     }
 
     fn check(d: &ArgDef, value: &str) -> Result<String, ReasonCode> {
@@ -899,11 +773,7 @@ mod tests {
         assert_eq!(check(&d, "http://example.com"), Err(ArgNotAllowed));
         assert!(check(&d, "https://example.com").is_ok());
         d.schemes = Some(vec!["ftp".into()]);
-        assert_eq!(
-            check(&d, "ftp://example.com"),
-            Err(ArgNotAllowed),
-            "schemes only narrow"
-        );
+        assert_eq!(check(&d, "ftp://example.com"), Err(ArgNotAllowed), "schemes only narrow");
     }
 
     #[test]
@@ -939,12 +809,7 @@ mod tests {
     #[test]
     fn literal_text() {
         let mut d = def("literal_text");
-        for v in [
-            "",
-            " \t\r\n",
-            "$(touch trap); `id` | & <> [] ! {x} {_secret:t}",
-            "héllo 🌍",
-        ] {
+        for v in ["", " \t\r\n", "$(touch trap); `id` | & <> [] ! {x} {_secret:t}", "héllo 🌍"] {
             assert_eq!(ok(&d, v), v, "not trimmed, metacharacters allowed");
         }
         assert_eq!(check(&d, "a\0b"), Err(ArgInvalid));
@@ -958,24 +823,10 @@ mod tests {
     #[test]
     fn ip_address() {
         let d = def("ip_address");
-        for v in [
-            "10.0.0.1",
-            "255.255.255.255",
-            "::1",
-            "fe80::1",
-            "2001:db8::8a2e:370:7334",
-        ] {
+        for v in ["10.0.0.1", "255.255.255.255", "::1", "fe80::1", "2001:db8::8a2e:370:7334"] {
             assert_eq!(ok(&d, v), v);
         }
-        for v in [
-            "",
-            "256.0.0.1",
-            "10.0.0",
-            "010.0.0.1",
-            "example.com",
-            "fe80::1%eth0",
-            "10.0.0.1/8",
-        ] {
+        for v in ["", "256.0.0.1", "10.0.0", "010.0.0.1", "example.com", "fe80::1%eth0", "10.0.0.1/8"] {
             assert_eq!(check(&d, v), Err(ArgInvalid), "{v:?}");
         }
         assert_eq!(check(&d, " 10.0.0.1"), Err(ArgInvalid));
@@ -987,16 +838,7 @@ mod tests {
         for v in ["10.0.0.0/8", "0.0.0.0/0", "192.168.1.0/24", "1.2.3.4/32"] {
             assert_eq!(ok(&d, v), v);
         }
-        for v in [
-            "10.0.0.0",
-            "10.0.0.0/33",
-            "10.0.0.0/",
-            "10.0.0.0/08",
-            "10.0.0.0/+8",
-            "::1/128",
-            "10.0.0/8",
-            "/8",
-        ] {
+        for v in ["10.0.0.0", "10.0.0.0/33", "10.0.0.0/", "10.0.0.0/08", "10.0.0.0/+8", "::1/128", "10.0.0/8", "/8"] {
             assert_eq!(check(&d, v), Err(ArgInvalid), "{v:?}");
         }
     }
@@ -1015,11 +857,7 @@ mod tests {
         assert_eq!(code(&def("enum")), Some(ManifestInvalid));
         let mut d = def("string");
         d.pattern = Some("a)(b".into());
-        assert_eq!(
-            code(&d),
-            Some(ManifestInvalid),
-            "cannot break out of the anchoring group"
-        );
+        assert_eq!(code(&d), Some(ManifestInvalid), "cannot break out of the anchoring group");
         d.pattern = Some("(".into());
         assert_eq!(code(&d), Some(ManifestInvalid));
         d.pattern = Some("a{1000}{1000}".into());
@@ -1034,14 +872,8 @@ mod tests {
         let mut d = def("string");
         d.default = Some(toml::Value::Array(vec![]));
         assert_eq!(code(&d), Some(ManifestInvalid));
-        assert_eq!(
-            compile("_x", &def("string"), None, false).unwrap_err().code,
-            ManifestInvalid
-        );
-        assert_eq!(
-            compile("9x", &def("string"), None, false).unwrap_err().code,
-            ManifestInvalid
-        );
+        assert_eq!(compile("_x", &def("string"), None, false).unwrap_err().code, ManifestInvalid);
+        assert_eq!(compile("9x", &def("string"), None, false).unwrap_err().code, ManifestInvalid);
     }
 
     #[test]

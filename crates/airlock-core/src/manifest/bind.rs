@@ -56,10 +56,9 @@ fn json_text(name: &str, value: &Value) -> Result<String, Refusal> {
         Value::String(s) => Ok(s.clone()),
         Value::Number(n) => Ok(n.to_string()),
         Value::Bool(b) => Ok(b.to_string()),
-        Value::Null | Value::Array(_) | Value::Object(_) => Err(Refusal::new(
-            ReasonCode::ArgInvalid,
-            format!("argument `{name}` must be a string, number or boolean"),
-        )),
+        Value::Null | Value::Array(_) | Value::Object(_) => {
+            Err(Refusal::new(ReasonCode::ArgInvalid, format!("argument `{name}` must be a string, number or boolean")))
+        }
     }
 }
 
@@ -86,41 +85,26 @@ pub(crate) fn bind(
     let mut given: BTreeMap<&str, String> = order.iter().copied().zip(positional.iter().cloned()).collect();
     for (name, value) in named {
         if !defs.contains_key(name) {
-            return Err(Refusal::new(
-                ReasonCode::ArgUnknown,
-                format!("the tool has no argument `{name}`"),
-            ));
+            return Err(Refusal::new(ReasonCode::ArgUnknown, format!("the tool has no argument `{name}`")));
         }
         if given.contains_key(name.as_str()) {
-            return Err(Refusal::new(
-                ReasonCode::ArgInvalid,
-                format!("argument `{name}` is given twice"),
-            ));
+            return Err(Refusal::new(ReasonCode::ArgInvalid, format!("argument `{name}` is given twice")));
         }
         given.insert(name, json_text(name, value)?);
     }
     let mut values = BTreeMap::new();
     for (name, def) in defs {
         let rule = rules.get(name).ok_or_else(|| {
-            Refusal::new(
-                ReasonCode::Internal,
-                format!("argument `{name}` was added after the manifest was parsed"),
-            )
+            Refusal::new(ReasonCode::Internal, format!("argument `{name}` was added after the manifest was parsed"))
         })?;
         let bound = match (given.get(name.as_str()), &rule.default) {
             (Some(v), _) if v.is_empty() && def.required => {
-                return Err(Refusal::new(
-                    ReasonCode::ArgMissing,
-                    format!("required argument `{name}` is empty"),
-                ))
+                return Err(Refusal::new(ReasonCode::ArgMissing, format!("required argument `{name}` is empty")))
             }
             (Some(v), _) => rule.validate(&format!("argument `{name}`"), def, v)?,
             (None, Some(d)) => rule.validate(&format!("the default of argument `{name}`"), def, d)?,
             (None, None) if def.required => {
-                return Err(Refusal::new(
-                    ReasonCode::ArgMissing,
-                    format!("required argument `{name}` is missing"),
-                ))
+                return Err(Refusal::new(ReasonCode::ArgMissing, format!("required argument `{name}` is missing")))
             }
             (None, None) => continue,
         };
@@ -131,10 +115,7 @@ pub(crate) fn bind(
 
 /// Argument names with a `position`, in ascending position order.
 pub(crate) fn positional_order(defs: &BTreeMap<String, ArgDef>) -> Vec<&str> {
-    let mut with_pos: Vec<(u32, &str)> = defs
-        .iter()
-        .filter_map(|(n, d)| d.position.map(|p| (p, n.as_str())))
-        .collect();
+    let mut with_pos: Vec<(u32, &str)> = defs.iter().filter_map(|(n, d)| d.position.map(|p| (p, n.as_str()))).collect();
     with_pos.sort();
     with_pos.into_iter().map(|(_, n)| n).collect()
 }

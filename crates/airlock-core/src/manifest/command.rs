@@ -41,22 +41,15 @@ fn invalid(message: String) -> Refusal {
 pub(crate) fn compile(cmd: &CommandDef, args: &BTreeMap<String, ArgDef>) -> Result<CompiledCommand, Refusal> {
     let forms = [cmd.exec.is_some(), cmd.template.is_some(), cmd.executor.is_some()];
     if forms.iter().filter(|f| **f).count() != 1 {
-        return Err(invalid(
-            "[command] needs exactly one of exec, template or executor".to_owned(),
-        ));
+        return Err(invalid("[command] needs exactly one of exec, template or executor".to_owned()));
     }
     let mut defaults = BTreeMap::new();
     for (key, value) in &cmd.defaults {
         if !is_arg_name(key) {
-            return Err(invalid(format!(
-                "[command.defaults] key {key:?} is not a valid placeholder name"
-            )));
+            return Err(invalid(format!("[command.defaults] key {key:?} is not a valid placeholder name")));
         }
-        let text = scalar_string(value).ok_or_else(|| {
-            invalid(format!(
-                "[command.defaults] {key} must be a string, integer, float or boolean"
-            ))
-        })?;
+        let text = scalar_string(value)
+            .ok_or_else(|| invalid(format!("[command.defaults] {key} must be a string, integer, float or boolean")))?;
         if text.contains('\0') {
             return Err(invalid(format!("[command.defaults] {key} contains NUL")));
         }
@@ -67,13 +60,7 @@ pub(crate) fn compile(cmd: &CommandDef, args: &BTreeMap<String, ArgDef>) -> Resu
         (None, Some(template)) => {
             split_template(template).map_err(|why| invalid(format!("[command] template: {why}")))?
         }
-        (None, None) => {
-            return Ok(CompiledCommand {
-                words: Vec::new(),
-                defaults,
-                end_of_options_at: None,
-            })
-        }
+        (None, None) => return Ok(CompiledCommand { words: Vec::new(), defaults, end_of_options_at: None }),
     };
     let form = if cmd.exec.is_some() { "exec" } else { "template" };
     if raw_words.is_empty() {
@@ -98,25 +85,13 @@ pub(crate) fn compile(cmd: &CommandDef, args: &BTreeMap<String, ArgDef>) -> Resu
     let program = &raw_words[0];
     if words[0].has_placeholder() {
         let why = "must come from the manifest, not from a placeholder";
-        return Err(invalid(format!(
-            "[command] {form}: the program (the first word, {program:?}) {why}"
-        )));
+        return Err(invalid(format!("[command] {form}: the program (the first word, {program:?}) {why}")));
     }
     if program.is_empty() {
-        return Err(invalid(format!(
-            "[command] {form}: the program (the first word) is empty"
-        )));
+        return Err(invalid(format!("[command] {form}: the program (the first word) is empty")));
     }
-    let end_of_options_at = if cmd.end_of_options {
-        words.iter().position(Word::has_placeholder)
-    } else {
-        None
-    };
-    Ok(CompiledCommand {
-        words,
-        defaults,
-        end_of_options_at,
-    })
+    let end_of_options_at = if cmd.end_of_options { words.iter().position(Word::has_placeholder) } else { None };
+    Ok(CompiledCommand { words, defaults, end_of_options_at })
 }
 
 impl CompiledCommand {
@@ -167,10 +142,7 @@ impl CompiledCommand {
                 Some(name) => {
                     return Err(Refusal::new(
                         ReasonCode::ArgMissing,
-                        format!(
-                            "argument `{name}` is absent but the command word {:?} needs it",
-                            word_source(word)
-                        ),
+                        format!("argument `{name}` is absent but the command word {:?} needs it", word_source(word)),
                     ))
                 }
             }
@@ -240,10 +212,7 @@ mod tests {
     fn exactly_one_form() {
         assert!(err("", &[]).contains("exactly one"));
         assert!(err("exec = [\"a\"]\ntemplate = \"a\"", &[]).contains("exactly one"));
-        assert!(compile(&cmd("executor = \"x.sh\""), &args(&[]))
-            .unwrap()
-            .words
-            .is_empty());
+        assert!(compile(&cmd("executor = \"x.sh\""), &args(&[])).unwrap().words.is_empty());
     }
 
     #[test]
@@ -259,11 +228,7 @@ mod tests {
     #[test]
     fn placeholders_must_resolve() {
         assert!(err("exec = [\"a\", \"{nope}\"]", &["x"]).contains("{nope}"));
-        assert!(compile(
-            &cmd("exec = [\"a\", \"{x}\", \"{_output_file}\", \"{_scan_id}\"]"),
-            &args(&["x"])
-        )
-        .is_ok());
+        assert!(compile(&cmd("exec = [\"a\", \"{x}\", \"{_output_file}\", \"{_scan_id}\"]"), &args(&["x"])).is_ok());
         let c = compile(&cmd("exec = [\"a\", \"{rate}\"]\n[defaults]\nrate = 1000"), &args(&[])).unwrap();
         assert_eq!(c.defaults["rate"], "1000");
         assert!(err("exec = [\"a\", \"b\\u0000\"]", &[]).contains("NUL"));
@@ -274,11 +239,8 @@ mod tests {
 
     #[test]
     fn end_of_options_position() {
-        let c = compile(
-            &cmd("exec = [\"grep\", \"-n\", \"{p}\", \"{f}\"]\nend_of_options = true"),
-            &args(&["p", "f"]),
-        )
-        .unwrap();
+        let c = compile(&cmd("exec = [\"grep\", \"-n\", \"{p}\", \"{f}\"]\nend_of_options = true"), &args(&["p", "f"]))
+            .unwrap();
         assert_eq!(c.end_of_options_at, Some(2));
         assert!(c.dash_ok(true, "p") && c.dash_ok(true, "f"));
         assert!(!c.dash_ok(false, "p"));

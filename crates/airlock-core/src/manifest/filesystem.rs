@@ -49,10 +49,7 @@ fn check_counts(reads: usize, creates: usize, what: &str) -> Result<(), Refusal>
     if creates > hard::MAX_OUTPUTS {
         return Err(Refusal::new(
             ReasonCode::LimitOutputs,
-            format!(
-                "{what} {creates} create entries; a call creates at most {} file",
-                hard::MAX_OUTPUTS
-            ),
+            format!("{what} {creates} create entries; a call creates at most {} file", hard::MAX_OUTPUTS),
         ));
     }
     Ok(())
@@ -92,20 +89,13 @@ pub(crate) fn compile(
         }
         Ok(entry)
     };
-    let read = def
-        .read
-        .iter()
-        .map(|r| parse("read", r))
-        .collect::<Result<Vec<_>, _>>()?;
+    let read = def.read.iter().map(|r| parse("read", r)).collect::<Result<Vec<_>, _>>()?;
     let create = def.create.first().map(|c| parse("create", c)).transpose()?;
     let mut seen: Vec<String> = Vec::new();
     for entry in read.iter().chain(create.as_ref()) {
         let key = entry_key(entry);
         if seen.contains(&key) {
-            return Err(Refusal::new(
-                ReasonCode::PathDuplicate,
-                format!("[filesystem] declares {key} twice"),
-            ));
+            return Err(Refusal::new(ReasonCode::PathDuplicate, format!("[filesystem] declares {key} twice")));
         }
         seen.push(key);
     }
@@ -114,11 +104,7 @@ pub(crate) fn compile(
             .file_bytes(Some(n))
             .map_err(|r| Refusal::new(r.code, format!("[filesystem] {}", r.message)))?;
     }
-    Ok(CompiledFilesystem {
-        read,
-        create,
-        max_file_bytes: def.max_file_bytes,
-    })
+    Ok(CompiledFilesystem { read, create, max_file_bytes: def.max_file_bytes })
 }
 
 impl CompiledFilesystem {
@@ -144,10 +130,7 @@ impl CompiledFilesystem {
         for entry in &self.read {
             if let Some(p) = resolve(entry)? {
                 if reads.contains(&p) {
-                    return Err(Refusal::new(
-                        ReasonCode::PathDuplicate,
-                        format!("{p} is declared as a read twice"),
-                    ));
+                    return Err(Refusal::new(ReasonCode::PathDuplicate, format!("{p} is declared as a read twice")));
                 }
                 reads.push(p);
             }
@@ -162,11 +145,7 @@ impl CompiledFilesystem {
             }
         }
         check_counts(reads.len(), usize::from(create.is_some()), "the call has")?;
-        Ok(FilesystemPlan {
-            reads,
-            create,
-            max_file_bytes: self.max_file_bytes,
-        })
+        Ok(FilesystemPlan { reads, create, max_file_bytes: self.max_file_bytes })
     }
 }
 

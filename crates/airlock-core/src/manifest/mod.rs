@@ -134,9 +134,7 @@ fn invalid(message: String) -> Refusal {
 fn is_tool_name(name: &str) -> bool {
     name.len() <= MAX_TOOL_NAME
         && name.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
 }
 
 fn check_tool(tool: &ToolMeta) -> Result<(), Refusal> {
@@ -176,9 +174,7 @@ fn check_positions(defs: &BTreeMap<String, ArgDef>) -> Result<(), Refusal> {
     for (name, def) in defs {
         if let Some(p) = def.position {
             if let Some(other) = seen.insert(p, name) {
-                return Err(invalid(format!(
-                    "[args.{other}] and [args.{name}] both have position {p}"
-                )));
+                return Err(invalid(format!("[args.{other}] and [args.{name}] both have position {p}")));
             }
         }
     }
@@ -193,12 +189,7 @@ impl Manifest {
         let raw: RawManifest = toml::from_str(text).map_err(|e| at(invalid(e.to_string().trim_end().to_owned())))?;
         check_tool(&raw.tool).map_err(at)?;
         check_positions(&raw.args).map_err(at)?;
-        let command = raw
-            .command
-            .as_ref()
-            .map(|c| command::compile(c, &raw.args))
-            .transpose()
-            .map_err(at)?;
+        let command = raw.command.as_ref().map(|c| command::compile(c, &raw.args)).transpose().map_err(at)?;
         let end_of_options = raw.command.as_ref().is_some_and(|c| c.end_of_options);
         let mut rules = BTreeMap::new();
         for (name, def) in &raw.args {
@@ -223,11 +214,7 @@ impl Manifest {
             browser: raw.browser,
             sha256: sha256_tagged(text.as_bytes()),
             origin: origin.to_owned(),
-            compiled: Compiled {
-                args: rules,
-                command,
-                filesystem,
-            },
+            compiled: Compiled { args: rules, command, filesystem },
         })
     }
 

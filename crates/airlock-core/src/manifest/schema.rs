@@ -35,10 +35,7 @@ fn property(def: &ArgDef, rule: Option<&ArgRule>) -> Value {
         ArgType::Integer | ArgType::Port => {
             put("type", json!("integer"));
             let (lo, hi) = if ty == ArgType::Port {
-                (
-                    Some(def.min.map_or(1, |m| m.max(1))),
-                    Some(def.max.map_or(65535, |m| m.min(65535))),
-                )
+                (Some(def.min.map_or(1, |m| m.max(1))), Some(def.max.map_or(65535, |m| m.min(65535))))
             } else {
                 (def.min, def.max)
             };
@@ -72,11 +69,7 @@ fn property(def: &ArgDef, rule: Option<&ArgRule>) -> Value {
         put("enum", json!(allowed));
     }
     if let Some(pattern) = &def.pattern {
-        let anchored = if ty == ArgType::LiteralText {
-            pattern.clone()
-        } else {
-            format!("^(?:{pattern})$")
-        };
+        let anchored = if ty == ArgType::LiteralText { pattern.clone() } else { format!("^(?:{pattern})$") };
         put("pattern", json!(anchored));
     }
     if ty == ArgType::Url {
@@ -96,11 +89,7 @@ fn property(def: &ArgDef, rule: Option<&ArgRule>) -> Value {
 fn typed_default(ty: &ArgType, text: &str) -> Value {
     let converted = match ty {
         ArgType::Integer | ArgType::Port => text.parse::<i64>().ok().map(Value::from),
-        ArgType::Number => text
-            .parse::<f64>()
-            .ok()
-            .and_then(serde_json::Number::from_f64)
-            .map(Value::Number),
+        ArgType::Number => text.parse::<f64>().ok().and_then(serde_json::Number::from_f64).map(Value::Number),
         ArgType::Boolean => text.parse::<bool>().ok().map(Value::Bool),
         _ => None,
     };

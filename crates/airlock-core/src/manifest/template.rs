@@ -146,11 +146,7 @@ pub(crate) fn parse_word(word: &str) -> Result<Word, String> {
                 chars.next();
                 text.push('}');
             }
-            '}' => {
-                return Err(format!(
-                    "the word {word:?} has a lone `}}`; write `}}}}` for a literal brace"
-                ))
-            }
+            '}' => return Err(format!("the word {word:?} has a lone `}}`; write `}}}}` for a literal brace")),
             other => text.push(other),
         }
     }
@@ -177,10 +173,7 @@ mod tests {
 
     #[test]
     fn quotes_group_and_are_removed() {
-        assert_eq!(
-            split(r#"grep -e 'a b' "c d" e'f'"g""#),
-            ["grep", "-e", "a b", "c d", "efg"]
-        );
+        assert_eq!(split(r#"grep -e 'a b' "c d" e'f'"g""#), ["grep", "-e", "a b", "c d", "efg"]);
         assert_eq!(split("a '' \"\" b"), ["a", "", "", "b"]);
         assert_eq!(split(r#"x "it's" 'say "hi"'"#), ["x", "it's", r#"say "hi""#]);
     }
@@ -218,11 +211,7 @@ mod tests {
         let w = parse_word("--out={out}.json").unwrap();
         assert_eq!(
             w.segments,
-            [
-                Segment::Text("--out=".into()),
-                Segment::Placeholder("out".into()),
-                Segment::Text(".json".into())
-            ]
+            [Segment::Text("--out=".into()), Segment::Placeholder("out".into()), Segment::Text(".json".into())]
         );
         assert!(w.has_placeholder() && !w.only_placeholders());
         let w = parse_word("{a}{b}").unwrap();
@@ -240,11 +229,7 @@ mod tests {
         let w = parse_word("{{{x}}}").unwrap();
         assert_eq!(
             w.segments,
-            [
-                Segment::Text("{".into()),
-                Segment::Placeholder("x".into()),
-                Segment::Text("}".into())
-            ]
+            [Segment::Text("{".into()), Segment::Placeholder("x".into()), Segment::Text("}".into())]
         );
     }
 

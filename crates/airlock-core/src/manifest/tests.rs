@@ -141,51 +141,30 @@ fn toolclad_nmap_loads_unchanged_and_is_refused_to_run() {
         assert!(err.message.contains(feature), "{feature} not in: {}", err.message);
     }
     let args = m.bind_args(&strings(&["10.0.0.1", "ping"]), &[]);
-    assert_eq!(
-        args.unwrap_err().code,
-        ManifestUnsupported,
-        "scope_target cannot be validated"
-    );
+    assert_eq!(args.unwrap_err().code, ManifestUnsupported, "scope_target cannot be validated");
 }
 
 #[test]
 fn unknown_keys_are_named_with_their_line() {
     let cases = [
-        (
-            "[tool]\nname = \"t\"\nversion = \"1\"\ndescription = \"d\"\ncolour = 1",
-            "colour",
-        ),
+        ("[tool]\nname = \"t\"\nversion = \"1\"\ndescription = \"d\"\ncolour = 1", "colour"),
         ("bogus = 1", "bogus"),
-        (
-            "[tool.cedar]\nresource = \"r\"\naction = \"a\"\nprincipal = \"p\"",
-            "principal",
-        ),
+        ("[tool.cedar]\nresource = \"r\"\naction = \"a\"\nprincipal = \"p\"", "principal"),
         ("[tool.evidence]\noutput_dir = \"o\"\ncompress = true", "compress"),
         ("[tool.limits]\nmemory = 5", "memory"),
         ("[args.x]\ntype = \"string\"\nrequird = true", "requird"),
         ("[command]\nexec = [\"a\"]\nshell = true", "shell"),
-        (
-            "[command]\nexec = [\"a\"]\n[command.conditionals.c]\nwhen = \"x\"\ntemplate = \"y\"\nelse = \"z\"",
-            "else",
-        ),
+        ("[command]\nexec = [\"a\"]\n[command.conditionals.c]\nwhen = \"x\"\ntemplate = \"y\"\nelse = \"z\"", "else"),
         ("[output]\nformat = \"text\"\nparsr = \"builtin:text\"", "parsr"),
         ("[filesystem]\nreads = [\"a\"]", "reads"),
         ("[source]\noperation = \"read_file\"\npath = \"x\"", "path"),
         ("[commands]\nexec = [\"a\"]", "commands"),
     ];
     for (body, key) in cases {
-        let text = if body.starts_with("[tool]\n") {
-            body.to_owned()
-        } else {
-            format!("{HEAD}{body}")
-        };
+        let text = if body.starts_with("[tool]\n") { body.to_owned() } else { format!("{HEAD}{body}") };
         let err = Manifest::parse(&text, "t.clad.toml").unwrap_err();
         assert_eq!(err.code, ManifestInvalid, "{body}");
-        assert!(
-            err.message.contains(&format!("`{key}`")),
-            "{key} not named in: {}",
-            err.message
-        );
+        assert!(err.message.contains(&format!("`{key}`")), "{key} not named in: {}", err.message);
         assert!(err.message.contains("line"), "no line in: {}", err.message);
         assert!(err.message.starts_with("t.clad.toml: "), "{}", err.message);
     }
@@ -204,39 +183,19 @@ fn bad_values_in_typed_sections() {
         assert_eq!(Manifest::parse(body, "x").unwrap_err().code, ManifestInvalid, "{body}");
     }
     assert_eq!(parse_err("[output]\nformat = \"yaml\"").code, ManifestInvalid);
-    assert_eq!(
-        parse_err("[output]\nformat = \"text\"\nmax_bytes = 0").code,
-        ManifestInvalid
-    );
-    assert_eq!(
-        parse_err("[args.x]\nposition = 1").code,
-        ManifestInvalid,
-        "type is required"
-    );
+    assert_eq!(parse_err("[output]\nformat = \"text\"\nmax_bytes = 0").code, ManifestInvalid);
+    assert_eq!(parse_err("[args.x]\nposition = 1").code, ManifestInvalid, "type is required");
 }
 
 #[test]
 fn tool_checks() {
     let tool = |name: &str, extra: &str| {
-        Manifest::parse(
-            &format!("[tool]\nname = {name:?}\nversion = \"1\"\ndescription = \"d\"\n{extra}"),
-            "x",
-        )
+        Manifest::parse(&format!("[tool]\nname = {name:?}\nversion = \"1\"\ndescription = \"d\"\n{extra}"), "x")
     };
     for ok in ["a", "nmap_scan", "word-count2", &format!("a{}", "b".repeat(63))] {
         assert!(tool(ok, "").is_ok(), "{ok}");
     }
-    for bad in [
-        "",
-        "Nmap",
-        "1tool",
-        "_x",
-        "-x",
-        "a b",
-        "a.b",
-        "a/b",
-        &format!("a{}", "b".repeat(64)),
-    ] {
+    for bad in ["", "Nmap", "1tool", "_x", "-x", "a b", "a.b", "a/b", &format!("a{}", "b".repeat(64))] {
         assert_eq!(tool(bad, "").unwrap_err().code, ManifestInvalid, "{bad:?}");
     }
     assert_eq!(tool("t", "timeout_seconds = 0").unwrap_err().code, ManifestInvalid);
@@ -258,38 +217,18 @@ fn structural_refusals() {
         ),
         ("[args.a]\ntype = \"enum\"", ManifestInvalid, "allowed"),
         ("[args.a]\ntype = \"regex_match\"", ManifestInvalid, "pattern"),
-        (
-            "[args.a]\ntype = \"string\"\npattern = \"(\"",
-            ManifestInvalid,
-            "does not compile",
-        ),
+        ("[args.a]\ntype = \"string\"\npattern = \"(\"", ManifestInvalid, "does not compile"),
         ("[args.bad-name]\ntype = \"string\"", ManifestInvalid, "bad-name"),
         ("[command]\nexec = [\"a\", \"{nope}\"]", ManifestInvalid, "{nope}"),
-        (
-            "[args.p]\ntype = \"string\"\n[command]\nexec = [\"{p}\"]",
-            ManifestInvalid,
-            "program",
-        ),
+        ("[args.p]\ntype = \"string\"\n[command]\nexec = [\"{p}\"]", ManifestInvalid, "program"),
         ("[command]\ntemplate = \"a 'b\"", ManifestInvalid, "not closed"),
-        (
-            "[args.p]\ntype = \"string\"\n[filesystem]\nread = [\"{p}\"]",
-            ManifestInvalid,
-            "not path",
-        ),
-        (
-            "[filesystem]\nread = [\"{p}\"]",
-            ManifestInvalid,
-            "no declared argument",
-        ),
+        ("[args.p]\ntype = \"string\"\n[filesystem]\nread = [\"{p}\"]", ManifestInvalid, "not path"),
+        ("[filesystem]\nread = [\"{p}\"]", ManifestInvalid, "no declared argument"),
         ("[filesystem]\nread = [\"a/../b\"]", PathTraversal, "read entry"),
         ("[filesystem]\nread = [\"x/{p}\"]", ManifestPathTemplate, "read entry"),
         ("[filesystem]\nread = [\"a\"]\ncreate = [\"a\"]", PathDuplicate, "twice"),
         ("[filesystem]\ncreate = [\"a\", \"b\"]", LimitOutputs, "create"),
-        (
-            "[filesystem]\nmax_file_bytes = 16777217",
-            LimitFileBytes,
-            "max_file_bytes",
-        ),
+        ("[filesystem]\nmax_file_bytes = 16777217", LimitFileBytes, "max_file_bytes"),
     ];
     for (body, code, needle) in cases {
         let err = parse_err(body);
@@ -341,14 +280,8 @@ fn each_unsupported_feature_is_refused() {
         ("[browser]\nengine = \"cdp\"", "[browser]"),
         ("[source]\noperation = \"read_file\"", "[source]"),
         ("[output]\nformat = \"xml\"", "format = \"xml\""),
-        (
-            "[output]\nformat = \"json\"\nparser = \"builtin:csv\"",
-            "parser = \"builtin:csv\"",
-        ),
-        (
-            "[output]\nformat = \"json\"\nparser = \"scripts/parse.py\"",
-            "scripts/parse.py",
-        ),
+        ("[output]\nformat = \"json\"\nparser = \"builtin:csv\"", "parser = \"builtin:csv\""),
+        ("[output]\nformat = \"json\"\nparser = \"scripts/parse.py\"", "scripts/parse.py"),
         ("[tool.evidence]\noutput_dir = \"e\"\ncapture = true", "capture = true"),
         ("[args.t]\ntype = \"scope_target\"", "scope_target"),
         ("[args.t]\ntype = \"credential_file\"", "credential_file"),
@@ -356,42 +289,29 @@ fn each_unsupported_feature_is_refused() {
         ("[args.t]\ntype = \"my_custom_type\"", "my_custom_type"),
         ("[args.t]\ntype = \"url\"\nscope_check = true", "scope_check"),
         ("[args.t]\ntype = \"url\"\nschemes = [\"ftp\"]", "schemes \"ftp\""),
-        (
-            "[args.t]\ntype = \"string\"\nsanitize = [\"injection\", \"html\"]",
-            "sanitize \"html\"",
-        ),
+        ("[args.t]\ntype = \"string\"\nsanitize = [\"injection\", \"html\"]", "sanitize \"html\""),
         ("[args.t]\ntype = \"string\"\nblock_internal = true", "block_internal"),
     ];
     for (extra, needle) in cases {
-        let (tool_extra, rest) = if extra.starts_with("[tool.") {
-            (*extra, "")
-        } else {
-            ("", *extra)
-        };
+        let (tool_extra, rest) = if extra.starts_with("[tool.") { (*extra, "") } else { ("", *extra) };
         let m = manifest(&format!("{tool_extra}\n{runnable}{rest}"));
         let err = m.check_executable().unwrap_err();
         assert_eq!(err.code, ManifestUnsupported, "{extra}");
         assert!(err.message.contains(needle), "{needle} not in {}", err.message);
     }
     let with_tool = |line: &str| {
-        Manifest::parse(
-            &format!("[tool]\nname = \"t\"\nversion = \"1\"\ndescription = \"d\"\n{line}\n{runnable}"),
-            "x",
-        )
-        .unwrap()
-        .check_executable()
-        .unwrap_err()
-        .message
+        Manifest::parse(&format!("[tool]\nname = \"t\"\nversion = \"1\"\ndescription = \"d\"\n{line}\n{runnable}"), "x")
+            .unwrap()
+            .check_executable()
+            .unwrap_err()
+            .message
     };
     assert!(with_tool("mode = \"session\"").contains("mode = \"session\""));
     assert!(with_tool("mode = \"browser\"").contains("mode = \"browser\""));
     assert!(with_tool("dispatch = \"callback\"").contains("dispatch = \"callback\""));
     let command_cases: &[(&str, &str)] = &[
         ("[command]\nexecutor = \"wrap.sh\"", "[command] executor"),
-        (
-            "[command]\nexec = [\"a\"]\n[command.mappings.m]\nx = \"-x\"",
-            "[command.mappings]",
-        ),
+        ("[command]\nexec = [\"a\"]\n[command.mappings.m]\nx = \"-x\"", "[command.mappings]"),
         (
             "[command]\nexec = [\"a\"]\n[command.conditionals.c]\nwhen = \"x != ''\"\ntemplate = \"-x\"",
             "[command.conditionals]",
@@ -399,10 +319,7 @@ fn each_unsupported_feature_is_refused() {
         ("[command]\nexec = [\"a\", \"{_scan_id}\"]", "{_scan_id}"),
         ("[command]\nexec = [\"a\", \"{_evidence_dir}\"]", "{_evidence_dir}"),
         ("[command]\nexec = [\"a\", \"--token={_secret:api}\"]", "{_secret:api}"),
-        (
-            "[command]\nexec = [\"a\", \"{_output_file}\"]",
-            "{_output_file} without",
-        ),
+        ("[command]\nexec = [\"a\", \"{_output_file}\"]", "{_output_file} without"),
         ("", "no command"),
     ];
     for (body, needle) in command_cases {
@@ -410,10 +327,7 @@ fn each_unsupported_feature_is_refused() {
         let err = m.check_executable().unwrap_err();
         assert_eq!(err.code, ManifestUnsupported, "{body}");
         assert!(err.message.contains(needle), "{needle} not in {}", err.message);
-        assert_eq!(
-            m.build_argv(&BoundArgs::default()).unwrap_err().code,
-            ManifestUnsupported
-        );
+        assert_eq!(m.build_argv(&BoundArgs::default()).unwrap_err().code, ManifestUnsupported);
     }
     for ok in [
         "[output]\nformat = \"json\"\nparser = \"builtin:json\"",
@@ -423,12 +337,7 @@ fn each_unsupported_feature_is_refused() {
         "[tool.evidence]\noutput_dir = \"e\"\ncapture = false",
     ] {
         let (tool_extra, rest) = if ok.starts_with("[tool.") { (ok, "") } else { ("", ok) };
-        assert!(
-            manifest(&format!("{tool_extra}\n{runnable}{rest}"))
-                .check_executable()
-                .is_ok(),
-            "{ok}"
-        );
+        assert!(manifest(&format!("{tool_extra}\n{runnable}{rest}")).check_executable().is_ok(), "{ok}");
     }
 }
 
@@ -462,16 +371,12 @@ type = "string"
 
 #[test]
 fn values_with_spaces_stay_one_word() {
-    let m = manifest(&format!(
-        "{GREP}[command]\ntemplate = \"grep -e {{pattern}} -- {{input}}\""
-    ));
+    let m = manifest(&format!("{GREP}[command]\ntemplate = \"grep -e {{pattern}} -- {{input}}\""));
     assert_eq!(
         argv(&m, &["two words", "data/my file.txt"]).unwrap(),
         ["grep", "-e", "two words", "--", "data/my file.txt"]
     );
-    let m = manifest(&format!(
-        "{GREP}[command]\nexec = [\"grep\", \"-e\", \"{{pattern}}\", \"{{input}}\"]"
-    ));
+    let m = manifest(&format!("{GREP}[command]\nexec = [\"grep\", \"-e\", \"{{pattern}}\", \"{{input}}\"]"));
     assert_eq!(argv(&m, &["a  b", "in.txt"]).unwrap(), ["grep", "-e", "a  b", "in.txt"]);
 }
 
@@ -488,9 +393,7 @@ fn template_quoting_and_literal_metacharacters() {
 
 #[test]
 fn metacharacters_in_values_are_refused_never_interpreted() {
-    let m = manifest(&format!(
-        "{GREP}[command]\nexec = [\"grep\", \"{{pattern}}\", \"{{input}}\"]"
-    ));
+    let m = manifest(&format!("{GREP}[command]\nexec = [\"grep\", \"{{pattern}}\", \"{{input}}\"]"));
     assert_eq!(argv(&m, &["$(id)", "in.txt"]).unwrap_err().code, ArgInjection);
     assert_eq!(argv(&m, &["a", "in;rm"]).unwrap_err().code, ArgInjection);
     assert_eq!(argv(&m, &["a", "../x"]).unwrap_err().code, PathTraversal);
@@ -502,20 +405,13 @@ fn end_of_options() {
     let m = manifest(&body);
     assert_eq!(argv(&m, &["-v", "in.txt"]).unwrap_err().code, ArgLeadingDash);
     let m = manifest(&format!("{body}\nend_of_options = true"));
-    assert_eq!(
-        argv(&m, &["-v", "-in.txt"]).unwrap(),
-        ["grep", "-n", "--", "-v", "-in.txt"]
-    );
+    assert_eq!(argv(&m, &["-v", "-in.txt"]).unwrap(), ["grep", "-n", "--", "-v", "-in.txt"]);
     assert_eq!(argv(&m, &["x", "in.txt"]).unwrap(), ["grep", "-n", "--", "x", "in.txt"]);
     let m = manifest(&format!(
         "{GREP}[command]\nexec = [\"grep\", \"{{label}}\", \"x\", \"{{pattern}}\"]\nend_of_options = true"
     ));
     let args = m.bind_args(&strings(&["p", "in.txt"]), &[]).unwrap();
-    assert_eq!(
-        m.build_argv(&args).unwrap(),
-        ["grep", "--", "x", "p"],
-        "-- stays even when its word is dropped"
-    );
+    assert_eq!(m.build_argv(&args).unwrap(), ["grep", "--", "x", "p"], "-- stays even when its word is dropped");
 }
 
 #[test]
@@ -523,29 +419,15 @@ fn absent_optional_values() {
     let m = manifest(&format!(
         "{GREP}[command]\nexec = [\"grep\", \"{{label}}\", \"-C{{context}}\", \"{{pattern}}\", \"{{input}}\"]"
     ));
-    let args = m
-        .bind_args(&strings(&["p", "in.txt"]), &named(&[("context", json!(3))]))
-        .unwrap();
-    assert_eq!(
-        m.build_argv(&args).unwrap(),
-        ["grep", "-C3", "p", "in.txt"],
-        "the {{label}} word is dropped"
-    );
+    let args = m.bind_args(&strings(&["p", "in.txt"]), &named(&[("context", json!(3))])).unwrap();
+    assert_eq!(m.build_argv(&args).unwrap(), ["grep", "-C3", "p", "in.txt"], "the {{label}} word is dropped");
     let args = m.bind_args(&strings(&["p", "in.txt"]), &[]).unwrap();
     let err = m.build_argv(&args).unwrap_err();
     assert_eq!(err.code, ArgMissing);
     assert!(err.message.contains("context"), "{}", err.message);
-    let args = m
-        .bind_args(
-            &strings(&["p", "in.txt"]),
-            &named(&[("context", json!(99)), ("label", json!(""))]),
-        )
-        .unwrap();
-    assert_eq!(
-        m.build_argv(&args).unwrap(),
-        ["grep", "", "-C10", "p", "in.txt"],
-        "present but empty is kept; clamped"
-    );
+    let args =
+        m.bind_args(&strings(&["p", "in.txt"]), &named(&[("context", json!(99)), ("label", json!(""))])).unwrap();
+    assert_eq!(m.build_argv(&args).unwrap(), ["grep", "", "-C10", "p", "in.txt"], "present but empty is kept; clamped");
 }
 
 #[test]
@@ -567,53 +449,29 @@ fn defaults() {
         "#,
     );
     let args = m.bind_args(&[], &[]).unwrap();
-    assert_eq!(
-        args.get("rate"),
-        Some("100"),
-        "[command.defaults] is the default of an argument without one"
-    );
+    assert_eq!(args.get("rate"), Some("100"), "[command.defaults] is the default of an argument without one");
     assert_eq!(args.json("rate"), Some(&json!(100)));
-    assert_eq!(
-        m.build_argv(&args).unwrap(),
-        ["tool", "--rate=100", "--mode=b", "--depth=2.5", "--on=true"]
-    );
-    let args = m
-        .bind_args(&[], &named(&[("rate", json!("7")), ("mode", json!("a"))]))
-        .unwrap();
-    assert_eq!(
-        m.build_argv(&args).unwrap(),
-        ["tool", "--rate=7", "--mode=a", "--depth=2.5", "--on=true"]
-    );
+    assert_eq!(m.build_argv(&args).unwrap(), ["tool", "--rate=100", "--mode=b", "--depth=2.5", "--on=true"]);
+    let args = m.bind_args(&[], &named(&[("rate", json!("7")), ("mode", json!("a"))])).unwrap();
+    assert_eq!(m.build_argv(&args).unwrap(), ["tool", "--rate=7", "--mode=a", "--depth=2.5", "--on=true"]);
 }
 
 #[test]
 fn bind_args_rules() {
-    let m = manifest(&format!(
-        "{GREP}[command]\nexec = [\"grep\", \"{{pattern}}\", \"{{input}}\"]"
-    ));
+    let m = manifest(&format!("{GREP}[command]\nexec = [\"grep\", \"{{pattern}}\", \"{{input}}\"]"));
     let code = |pos: &[&str], nm: &[(&str, Value)]| m.bind_args(&strings(pos), &named(nm)).unwrap_err().code;
     assert_eq!(code(&["a", "b", "c"], &[]), ArgUnknown);
     assert_eq!(code(&["a", "b"], &[("nope", json!("x"))]), ArgUnknown);
     assert_eq!(code(&["a", "b"], &[("_output_file", json!("x"))]), ArgUnknown);
     assert_eq!(code(&["a", "b"], &[("pattern", json!("x"))]), ArgInvalid);
-    assert_eq!(
-        code(&["a", "b"], &[("label", json!("x")), ("label", json!("y"))]),
-        ArgInvalid
-    );
+    assert_eq!(code(&["a", "b"], &[("label", json!("x")), ("label", json!("y"))]), ArgInvalid);
     assert_eq!(code(&["a"], &[]), ArgMissing);
     assert_eq!(code(&["", "b"], &[]), ArgMissing);
     assert_eq!(code(&["a", "b"], &[("context", json!(null))]), ArgInvalid);
     assert_eq!(code(&["a", "b"], &[("context", json!([1]))]), ArgInvalid);
     assert_eq!(code(&["a", "b"], &[("context", json!(1.5))]), ArgInvalid);
     let args = m
-        .bind_args(
-            &[],
-            &named(&[
-                ("pattern", json!("p")),
-                ("input", json!("in.txt")),
-                ("context", json!(-4)),
-            ]),
-        )
+        .bind_args(&[], &named(&[("pattern", json!("p")), ("input", json!("in.txt")), ("context", json!(-4))]))
         .unwrap();
     assert_eq!(args.get("context"), Some("0"));
     assert_eq!(args.get("label"), None);
@@ -648,12 +506,7 @@ fn json_values_of_each_kind() {
     let args = m
         .bind_args(
             &[],
-            &named(&[
-                ("flag", json!(true)),
-                ("ratio", json!(0.5)),
-                ("port", json!(443)),
-                ("text", json!(12)),
-            ]),
+            &named(&[("flag", json!(true)), ("ratio", json!(0.5)), ("port", json!(443)), ("text", json!(12))]),
         )
         .unwrap();
     assert_eq!(m.build_argv(&args).unwrap(), ["t", "true", "0.5", "443", "12"]);
@@ -680,18 +533,12 @@ max_file_bytes = 4096
 
 #[test]
 fn filesystem_plan_and_output_file() {
-    let m = manifest(&format!(
-        "{COPY}[command]\nexec = [\"cp\", \"{{input}}\", \"{{_output_file}}\"]"
-    ));
+    let m = manifest(&format!("{COPY}[command]\nexec = [\"cp\", \"{{input}}\", \"{{_output_file}}\"]"));
     m.check_executable().unwrap();
     let args = m.bind_args(&strings(&["data/in.csv", "results/out.csv"]), &[]).unwrap();
     let plan = m.filesystem_plan(&args).unwrap();
     let paths: Vec<&str> = plan.reads.iter().map(RelPath::as_str).collect();
-    assert_eq!(
-        paths,
-        ["config/base.toml", "data/in.csv"],
-        "absent optional {{extra}} is not part of the plan"
-    );
+    assert_eq!(paths, ["config/base.toml", "data/in.csv"], "absent optional {{extra}} is not part of the plan");
     assert_eq!(plan.create.as_ref().map(RelPath::as_str), Some("results/out.csv"));
     assert_eq!(plan.max_file_bytes, Some(4096));
     assert_eq!(m.build_argv(&args).unwrap(), ["cp", "data/in.csv", "results/out.csv"]);
@@ -699,10 +546,7 @@ fn filesystem_plan_and_output_file() {
     let args = m.bind_args(&strings(&["data/in.csv"]), &[]).unwrap();
     assert_eq!(m.filesystem_plan(&args).unwrap().create, None);
     let err = m.build_argv(&args).unwrap_err();
-    assert_eq!(
-        err.code, ManifestInvalid,
-        "{{_output_file}} with no create in this call"
-    );
+    assert_eq!(err.code, ManifestInvalid, "{{_output_file}} with no create in this call");
 
     let dup = |pos: &[&str], nm: &[(&str, Value)]| {
         let args = m.bind_args(&strings(pos), &named(nm)).unwrap();
@@ -762,19 +606,12 @@ fn input_schema() {
     let s = m.input_schema();
     assert_eq!(s["type"], "object");
     assert_eq!(s["additionalProperties"], false);
-    assert_eq!(
-        s["required"],
-        json!(["input"]),
-        "an argument with a default is not required of the client"
-    );
+    assert_eq!(s["required"], json!(["input"]), "an argument with a default is not required of the client");
     let p = &s["properties"];
     assert_eq!(p["input"]["type"], "string");
     assert_eq!(p["input"]["description"], "File to read");
     assert_eq!(p["input"]["maxLength"], MAX_VALUE_BYTES);
-    assert_eq!(
-        p["count"],
-        json!({"type": "integer", "minimum": 1, "maximum": 64, "default": 4})
-    );
+    assert_eq!(p["count"], json!({"type": "integer", "minimum": 1, "maximum": 64, "default": 4}));
     assert_eq!(p["ratio"], json!({"type": "number", "minimum": 0.0, "maximum": 1.0}));
     assert_eq!(p["port"], json!({"type": "integer", "minimum": 1, "maximum": 65535}));
     assert_eq!(p["verbose"], json!({"type": "boolean", "default": false}));

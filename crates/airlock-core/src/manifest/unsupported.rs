@@ -18,10 +18,7 @@ pub(crate) fn features(m: &Manifest) -> Vec<String> {
         (m.session.is_some(), "[session] (session mode)"),
         (m.http.is_some(), "[http] (HTTP backend)"),
         (m.browser.is_some(), "[browser] (browser mode)"),
-        (
-            m.source.is_some(),
-            "[source] (source queries run through `airlock query`, not through a tool manifest yet)",
-        ),
+        (m.source.is_some(), "[source] (source queries run through `airlock query`, not through a tool manifest yet)"),
     ] {
         if present {
             found.push(what.to_owned());
@@ -50,17 +47,10 @@ pub(crate) fn features(m: &Manifest) -> Vec<String> {
             found.push(format!("[args.{name}] block_internal = true"));
         }
         for s in def.sanitize.iter().flatten().filter(|s| *s != "injection") {
-            found.push(format!(
-                "[args.{name}] sanitize {s:?} (only \"injection\" is supported)"
-            ));
+            found.push(format!("[args.{name}] sanitize {s:?} (only \"injection\" is supported)"));
         }
         if ty == ArgType::Url {
-            for s in def
-                .schemes
-                .iter()
-                .flatten()
-                .filter(|s| !matches!(s.as_str(), "http" | "https"))
-            {
+            for s in def.schemes.iter().flatten().filter(|s| !matches!(s.as_str(), "http" | "https")) {
                 found.push(format!("[args.{name}] schemes {s:?} (only http and https)"));
             }
         }
@@ -86,9 +76,7 @@ fn command_features(m: &Manifest, found: &mut Vec<String>) {
     for name in compiled.placeholders() {
         if name == OUTPUT_FILE_PLACEHOLDER {
             if !m.compiled.filesystem.has_create() {
-                found.push(format!(
-                    "{{{OUTPUT_FILE_PLACEHOLDER}}} without a [filesystem] create entry"
-                ));
+                found.push(format!("{{{OUTPUT_FILE_PLACEHOLDER}}} without a [filesystem] create entry"));
             }
         } else if name.starts_with('_') {
             found.push(format!("the placeholder {{{name}}}"));
@@ -128,13 +116,9 @@ pub(crate) fn check(m: &Manifest) -> Result<(), Refusal> {
             continue;
         };
         if let Some(default) = &rule.default {
-            rule.validate(&format!("[args.{name}] default"), def, default)
-                .map_err(|r| {
-                    Refusal::new(
-                        ReasonCode::ManifestInvalid,
-                        format!("{}: {} ({})", m.origin, r.message, r.code),
-                    )
-                })?;
+            rule.validate(&format!("[args.{name}] default"), def, default).map_err(|r| {
+                Refusal::new(ReasonCode::ManifestInvalid, format!("{}: {} ({})", m.origin, r.message, r.code))
+            })?;
         }
     }
     Ok(())

@@ -18,25 +18,15 @@ pub(super) fn open(root: BorrowedFd<'_>, path: &RelPath, flags: OFlags) -> Resul
     while let Some(name) = components.next() {
         let base = current.as_ref().map_or(root, |fd| fd.as_fd());
         let last = components.peek().is_none();
-        let step_flags = if last {
-            flags
-        } else {
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
-        };
+        let step_flags =
+            if last { flags } else { OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC };
         let fd = rustix::fs::openat(base, name, step_flags, Mode::empty())
             .map_err(|errno| classify(errno, base, name, "openat", path))?;
         let st = rustix::fs::fstat(&fd).map_err(|e| Error::syscall(ReasonCode::InputUnreadable, "fstat", e))?;
         let ty = FileType::from_raw_mode(st.st_mode);
         if !last && ty != FileType::Directory {
-            let code = if ty == FileType::Symlink {
-                ReasonCode::PathSymlink
-            } else {
-                ReasonCode::PathNotDirectory
-            };
-            return Err(Error::new(
-                code,
-                format!("{name:?} in {:?} is not a directory", path.as_str()),
-            ));
+            let code = if ty == FileType::Symlink { ReasonCode::PathSymlink } else { ReasonCode::PathNotDirectory };
+            return Err(Error::new(code, format!("{name:?} in {:?} is not a directory", path.as_str())));
         }
         if mount_id(fd.as_fd(), path)? != root_mount {
             return Err(Error::new(
@@ -50,13 +40,11 @@ pub(super) fn open(root: BorrowedFd<'_>, path: &RelPath, flags: OFlags) -> Resul
 }
 
 fn mount_id(fd: BorrowedFd<'_>, path: &RelPath) -> Result<u64> {
-    rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID)
-        .map(|s| s.stx_mnt_id)
-        .map_err(|e| {
-            Error::syscall(
-                ReasonCode::InputUnreadable,
-                format_args!("statx(mnt_id) while resolving {:?}", path.as_str()),
-                e,
-            )
-        })
+    rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID).map(|s| s.stx_mnt_id).map_err(|e| {
+        Error::syscall(
+            ReasonCode::InputUnreadable,
+            format_args!("statx(mnt_id) while resolving {:?}", path.as_str()),
+            e,
+        )
+    })
 }

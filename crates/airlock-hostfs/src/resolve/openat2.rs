@@ -40,9 +40,6 @@ pub(super) fn open(root: BorrowedFd<'_>, path: &RelPath, flags: OFlags) -> Resul
 fn classify_notdir(root: BorrowedFd<'_>, path: &RelPath, flags: OFlags) -> Error {
     match super::emulated::open(root, path, flags) {
         Err(e) => e,
-        Ok(_) => Error::new(
-            ReasonCode::PathRace,
-            format!("{:?} changed while it was resolved", path.as_str()),
-        ),
+        Ok(_) => Error::new(ReasonCode::PathRace, format!("{:?} changed while it was resolved", path.as_str())),
     }
 }

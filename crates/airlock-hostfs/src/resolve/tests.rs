@@ -150,13 +150,7 @@ fn held_parent_survives_a_swap_of_its_path() {
     fs::rename(base.join("sub"), base.join("moved")).unwrap();
     symlink("/etc", base.join("sub")).unwrap();
     // The handle still names the moved directory, not /etc.
-    let f = rustix::fs::openat(
-        held.parent().as_fd(),
-        "b.txt",
-        OFlags::RDONLY,
-        rustix::fs::Mode::empty(),
-    )
-    .unwrap();
+    let f = rustix::fs::openat(held.parent().as_fd(), "b.txt", OFlags::RDONLY, rustix::fs::Mode::empty()).unwrap();
     let mut s = String::new();
     use std::io::Read;
     fs::File::from(f).read_to_string(&mut s).unwrap();
@@ -170,9 +164,6 @@ fn symlink_component_with_o_path_returns_the_link_itself() {
     for r in backends() {
         let fd = r.open_beneath(c.as_fd(), &p("link"), OFlags::PATH).unwrap();
         let st = rustix::fs::fstat(&fd).unwrap();
-        assert_eq!(
-            rustix::fs::FileType::from_raw_mode(st.st_mode),
-            rustix::fs::FileType::Symlink
-        );
+        assert_eq!(rustix::fs::FileType::from_raw_mode(st.st_mode), rustix::fs::FileType::Symlink);
     }
 }

@@ -40,22 +40,11 @@ fn main() {
         spec.limits.file_size = req.file_size;
     }
     for (virtual_path, host) in req.inputs {
-        spec.inputs.push(StagedInput {
-            virtual_path,
-            file: File::open(host).expect("open input"),
-        });
+        spec.inputs.push(StagedInput { virtual_path, file: File::open(host).expect("open input") });
     }
     if let Some((virtual_path, host, max_bytes)) = req.output {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(host)
-            .expect("open output");
-        spec.output = Some(StagedOutput {
-            virtual_path,
-            file,
-            max_bytes,
-        });
+        let file = OpenOptions::new().read(true).write(true).open(host).expect("open output");
+        spec.output = Some(StagedOutput { virtual_path, file, max_bytes });
     }
     let tier = NativeTier::new(std::fs::read_link("/proc/self/exe").expect("/proc/self/exe"));
     let result = tier.start(spec).and_then(|w| w.wait());

@@ -35,17 +35,11 @@ fn worker_runs_as_65534_without_capabilities() {
         assert_eq!(map[0], "65534", "{out}");
         assert_eq!(map[2], "1", "{out}");
         if is_root() {
-            assert_eq!(
-                map[1], outside,
-                "a root caller's worker must not be root outside: {out}"
-            );
+            assert_eq!(map[1], outside, "a root caller's worker must not be root outside: {out}");
         }
     }
     for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
-        assert!(
-            out.contains(&format!("{cap}:\t0000000000000000")),
-            "{cap} not zero:\n{out}"
-        );
+        assert!(out.contains(&format!("{cap}:\t0000000000000000")), "{cap} not zero:\n{out}");
     }
     assert!(out.contains("NoNewPrivs:\t1"), "{out}");
     assert!(out.contains("Seccomp:\t2"), "{out}");
@@ -55,10 +49,7 @@ fn worker_runs_as_65534_without_capabilities() {
 
 #[test]
 fn only_stdio_descriptors_reach_the_worker() {
-    let o = run(sh(
-        "python3 -c 'import os; print(\" \".join(sorted(os.listdir(\"/proc/self/fd\"))))'",
-        &[],
-    ));
+    let o = run(sh("python3 -c 'import os; print(\" \".join(sorted(os.listdir(\"/proc/self/fd\"))))'", &[]));
     assert!(o.exit.success(), "{}", show(&o));
     // 0, 1, 2 and the descriptor of the listing itself.
     let fds: BTreeSet<String> = text(&o.stdout).split_whitespace().map(str::to_string).collect();
@@ -81,10 +72,7 @@ fn mountinfo_shows_only_the_expected_mounts() {
     let info = text(&o.stdout);
     let host = dir.tmp.path().to_str().unwrap();
     assert!(!info.contains(host), "the staging directory {host} appears:\n{info}");
-    let points: BTreeSet<String> = info
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
-        .collect();
+    let points: BTreeSet<String> = info.lines().filter_map(|l| l.split(' ').nth(4).map(str::to_string)).collect();
     let mut expected: BTreeSet<String> = [
         "/",
         "/dev",
@@ -113,17 +101,10 @@ fn mountinfo_shows_only_the_expected_mounts() {
     let unexpected: Vec<&String> = points
         .iter()
         .filter(|p| !expected.contains(*p))
-        .filter(|p| {
-            !ImageMount::default_image()
-                .iter()
-                .any(|m| p.starts_with(&format!("{}/", m.path.display())))
-        })
+        .filter(|p| !ImageMount::default_image().iter().any(|m| p.starts_with(&format!("{}/", m.path.display()))))
         .collect();
     assert!(unexpected.is_empty(), "unexpected mounts {unexpected:?}:\n{info}");
-    assert!(
-        expected.iter().all(|e| points.contains(e)),
-        "missing mounts; got {points:?}"
-    );
+    assert!(expected.iter().all(|e| points.contains(e)), "missing mounts; got {points:?}");
     // The root, the inputs and the image are read-only.
     for l in info.lines() {
         let f: Vec<&str> = l.split(' ').collect();
@@ -148,14 +129,7 @@ fn a_file_beside_the_input_and_host_secrets_are_out_of_reach() {
     let out = text(&o.stdout);
     assert!(out.starts_with("granted\n"), "{}", show(&o));
     assert!(out.contains("in.txt"), "{}", show(&o));
-    for bad in [
-        "secret.txt",
-        "SECRET-BESIDE",
-        "READ-SECRET",
-        "READ-SHADOW",
-        "LISTED-ROOT",
-        "READ-HOST",
-    ] {
+    for bad in ["secret.txt", "SECRET-BESIDE", "READ-SECRET", "READ-SHADOW", "LISTED-ROOT", "READ-HOST"] {
         assert!(!out.contains(bad), "{bad} in output:\n{}", show(&o));
     }
 }

@@ -15,12 +15,7 @@ fn with_files(mut spec: WorkerSpec, dir: &Dir, input: &[u8], max_bytes: u64) -> 
 fn cat_of_the_input_is_exported() {
     let dir = Dir::new();
     let input: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
-    let spec = with_files(
-        sh("cat \"$1\" > \"$2\"", &["data/in.txt", "results/out.txt"]),
-        &dir,
-        &input,
-        1 << 20,
-    );
+    let spec = with_files(sh("cat \"$1\" > \"$2\"", &["data/in.txt", "results/out.txt"]), &dir, &input, 1 << 20);
     let o = run(spec);
     assert!(o.exit.success(), "{}", show(&o));
     let export = o.output.clone().unwrap();
@@ -152,11 +147,7 @@ fn a_detached_child_does_not_write_late() {
     assert!(o.exit.success(), "{}", show(&o));
     assert!(o.cleanup_confirmed, "{}", show(&o));
     assert_eq!(dir.read("out.staging"), b"early\n");
-    assert!(
-        processes_with(&m).is_empty(),
-        "sandbox processes survive: {:?}",
-        processes_with(&m)
-    );
+    assert!(processes_with(&m).is_empty(), "sandbox processes survive: {:?}", processes_with(&m));
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert_eq!(dir.read("out.staging"), b"early\n", "something wrote late");
     assert!(processes_with(&m).is_empty());

@@ -54,11 +54,7 @@ fn a_kill_handle_stops_the_worker() {
 
 #[test]
 fn a_missing_program_is_a_typed_error() {
-    let err = tier()
-        .start(WorkerSpec::new(["no-such-tool-xyz"]))
-        .unwrap()
-        .wait()
-        .unwrap_err();
+    let err = tier().start(WorkerSpec::new(["no-such-tool-xyz"])).unwrap().wait().unwrap_err();
     assert_eq!(err.reason_code(), "worker.exec_failed", "{err}");
     assert!(err.to_string().contains("no-such-tool-xyz"), "{err}");
 }
@@ -90,26 +86,16 @@ fn environment_is_exactly_the_spec_plus_defaults() {
     let env = text(&o.stdout);
     let names: Vec<&str> = env.lines().filter_map(|l| l.split_once('=').map(|(k, _)| k)).collect();
     for n in &names {
-        assert!(
-            ["HOME", "LANG", "PATH", "PWD", "SHLVL", "TOOL_MODE", "_"].contains(n),
-            "unexpected {n}:\n{env}"
-        );
+        assert!(["HOME", "LANG", "PATH", "PWD", "SHLVL", "TOOL_MODE", "_"].contains(n), "unexpected {n}:\n{env}");
     }
-    assert!(
-        env.contains("TOOL_MODE=fast") && env.contains("HOME=/tmp") && env.contains("PWD=/workspace"),
-        "{env}"
-    );
+    assert!(env.contains("TOOL_MODE=fast") && env.contains("HOME=/tmp") && env.contains("PWD=/workspace"), "{env}");
 }
 
 #[test]
 fn limits_not_applied_are_reported() {
     let o = run(sh("true", &[]));
     if !o.cgroup_limits_applied {
-        assert!(
-            o.limits.cgroup_skipped.as_deref().is_some_and(|s| !s.is_empty()),
-            "{:?}",
-            o.limits
-        );
+        assert!(o.limits.cgroup_skipped.as_deref().is_some_and(|s| !s.is_empty()), "{:?}", o.limits);
     }
     let p = airlock_sandbox::probe();
     assert!(p.userns.is_ok(), "{p:?}");
@@ -148,26 +134,15 @@ fn process_count_is_bounded() {
     spec.limits.pids = Some(20);
     let o = run(spec);
     let out = text(&o.stdout);
-    let forked: u32 = out
-        .trim()
-        .strip_prefix("forked ")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    assert!(
-        forked > 0 && forked < 20,
-        "RLIMIT_NPROC not enforced ({forked} forks):\n{}",
-        show(&o)
-    );
+    let forked: u32 = out.trim().strip_prefix("forked ").and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(forked > 0 && forked < 20, "RLIMIT_NPROC not enforced ({forked} forks):\n{}", show(&o));
     assert!(o.cleanup_confirmed);
     assert!(processes_with(&m).is_empty());
 }
 
 #[test]
 fn memory_is_bounded() {
-    let mut spec = sh(
-        "python3 -c 'x = bytearray(1536 * 1024 * 1024); print(\"ALLOCATED\")'",
-        &[],
-    );
+    let mut spec = sh("python3 -c 'x = bytearray(1536 * 1024 * 1024); print(\"ALLOCATED\")'", &[]);
     spec.limits.memory_bytes = Some(512 << 20);
     let o = run(spec);
     assert!(!o.exit.success(), "{}", show(&o));
@@ -197,9 +172,5 @@ fn a_dropped_worker_is_killed() {
     while !processes_with(&m).is_empty() && t.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(
-        processes_with(&m).is_empty(),
-        "survivors after drop: {:?}",
-        processes_with(&m)
-    );
+    assert!(processes_with(&m).is_empty(), "survivors after drop: {:?}", processes_with(&m));
 }

@@ -30,29 +30,14 @@ fn run_unprivileged(request: &Value) -> Option<Value> {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(request.to_string().as_bytes())
-        .unwrap();
+    child.stdin.take().unwrap().write_all(request.to_string().as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "helper failed: {}\n{}",
-        out.status,
-        text(&out.stderr)
-    );
+    assert!(out.status.success(), "helper failed: {}\n{}", out.status, text(&out.stderr));
     Some(serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout))))
 }
 
 fn bytes(v: &Value) -> String {
-    let b: Vec<u8> = v
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u8)
-        .collect();
+    let b: Vec<u8> = v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u8).collect();
     text(&b)
 }
 
@@ -146,18 +131,10 @@ fn the_whole_suite_passes_for_an_unprivileged_caller() {
             .unwrap()
     };
     if !as_nobody(&["--list"]).status.success() {
-        eprintln!(
-            "skipped: uid 65534 cannot execute {} (check the target directory's permissions)",
-            exe.display()
-        );
+        eprintln!("skipped: uid 65534 cannot execute {} (check the target directory's permissions)", exe.display());
         return;
     }
     let out = as_nobody(&["--skip", "unprivileged::", "--test-threads=2"]);
-    assert!(
-        out.status.success(),
-        "unprivileged run failed:\n{}\n{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
+    assert!(out.status.success(), "unprivileged run failed:\n{}\n{}", text(&out.stdout), text(&out.stderr));
     assert!(text(&out.stdout).contains("test result: ok."), "{}", text(&out.stdout));
 }

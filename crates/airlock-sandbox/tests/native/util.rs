@@ -26,10 +26,7 @@ pub struct Dir {
 
 impl Dir {
     pub fn new() -> Dir {
-        let tmp = tempfile::Builder::new()
-            .prefix("airlock-sandbox-test-")
-            .tempdir()
-            .unwrap();
+        let tmp = tempfile::Builder::new().prefix("airlock-sandbox-test-").tempdir().unwrap();
         std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         Dir { tmp }
     }
@@ -47,25 +44,13 @@ impl Dir {
 
     /// An input staged from a file in this directory.
     pub fn input(&self, name: &str, virtual_path: &str) -> StagedInput {
-        StagedInput {
-            virtual_path: virtual_path.into(),
-            file: File::open(self.path(name)).unwrap(),
-        }
+        StagedInput { virtual_path: virtual_path.into(), file: File::open(self.path(name)).unwrap() }
     }
 
     /// An empty output staging file in this directory.
     pub fn output(&self, name: &str, virtual_path: &str, max_bytes: u64) -> StagedOutput {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(self.path(name))
-            .unwrap();
-        StagedOutput {
-            virtual_path: virtual_path.into(),
-            file,
-            max_bytes,
-        }
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(self.path(name)).unwrap();
+        StagedOutput { virtual_path: virtual_path.into(), file, max_bytes }
     }
 
     pub fn read(&self, name: &str) -> Vec<u8> {
@@ -111,11 +96,7 @@ pub fn show(o: &WorkerOutcome) -> String {
 /// A marker unique to this test process and call.
 pub fn marker(tag: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "airlock-marker-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::SeqCst)
-    )
+    format!("airlock-marker-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
 }
 
 /// Pids of live (non-zombie) processes whose command line contains `needle`.
@@ -130,10 +111,7 @@ pub fn processes_with(needle: &str) -> Vec<u32> {
         };
         if cmdline.windows(needle.len()).any(|w| w == needle.as_bytes()) {
             let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-            let state = stat
-                .rsplit_once(") ")
-                .map(|(_, r)| r.chars().next().unwrap_or('?'))
-                .unwrap_or('?');
+            let state = stat.rsplit_once(") ").map(|(_, r)| r.chars().next().unwrap_or('?')).unwrap_or('?');
             if state != 'Z' && state != 'X' {
                 found.push(pid);
             }
@@ -154,8 +132,5 @@ fn rustix_free_geteuid() -> u32 {
 }
 
 pub fn which(program: &str) -> Option<PathBuf> {
-    ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
-        .iter()
-        .map(|d| Path::new(d).join(program))
-        .find(|p| p.exists())
+    ["/usr/bin", "/bin", "/usr/sbin", "/sbin"].iter().map(|d| Path::new(d).join(program)).find(|p| p.exists())
 }

@@ -94,6 +94,9 @@ impl Runtime {
             Ok(prepared) => self.journal_prepared(prepared, true)?,
             Err(refusal) => {
                 let id = id::check_invocation_id(&request.invocation_id).ok().map(|()| request.invocation_id.as_str());
+                if let Some(id) = id {
+                    self.reserve_refused_id(id, refusal);
+                }
                 let body = serde_json::json!({ "code": refusal.code.as_str(), "message": refusal.message });
                 crate::ledger::record(self.journal(), airlock_journal::kind::INVOCATION_REFUSED, id, body)?;
             }
@@ -105,6 +108,14 @@ impl Runtime {
     /// (a call run at once in this process does not need it).
     pub(crate) fn prepare_call(&self, request: &CallRequest, durable: bool) -> Result<PreparedCall, Refusal> {
         id::check_invocation_id(&request.invocation_id)?;
+        // Checked again, atomically, when the call is committed; this early
+        // look keeps a reused id from reading any file.
+        if self.invocations()?.contains(&request.invocation_id) {
+            return Err(Refusal::new(
+                ReasonCode::InvocationDuplicate,
+                format!("invocation id {:?} has been used before", request.invocation_id),
+            ));
+        }
         let tool = self.load_tool(&request.tool)?;
         let manifest = &tool.manifest;
         manifest.check_executable()?;

@@ -41,6 +41,9 @@ impl Runtime {
         // end of a call that ran. Neither announces an effect, so neither
         // pays a sync of its own: the publication's records, synced before
         // and after the rename, are what must survive a crash.
+        if let (Err(refusal), Some(id)) = (&result, id) {
+            self.reserve_refused_id(id, refusal);
+        }
         let end = match &result {
             Err(refusal) => ledger::note(
                 self.journal(),
@@ -87,6 +90,20 @@ impl Runtime {
             let _ = dir.remove_tree(crate::store::INPUTS_DIR);
         }
         result
+    }
+
+    /// Keeps a refused call's id from being used again: the journal has
+    /// seen it. (A prepared call's directory already reserves its id.)
+    pub(crate) fn reserve_refused_id(&self, id: &str, refusal: &Refusal) {
+        if refusal.code == ReasonCode::InvocationDuplicate {
+            return;
+        }
+        if let Ok(invocations) = self.invocations() {
+            if let Ok(dir) = invocations.create_subdir(id) {
+                let _ =
+                    dir.write_new_file("refused.json", json!({ "code": refusal.code.as_str() }).to_string().as_bytes());
+            }
+        }
     }
 
     /// `InvocationPrepared`: what was resolved, and which process owns it.

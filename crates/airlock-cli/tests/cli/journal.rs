@@ -230,3 +230,16 @@ fn an_attestation_verifies_with_openssl_and_names_the_published_file() {
     assert_eq!(none.reason(), "attest.nothing_published", "{none:#?}");
     let _ = AIRLOCK;
 }
+
+#[test]
+fn an_id_the_journal_has_seen_is_never_used_again_even_after_a_refusal() {
+    let p = project();
+    p.write("results/exists.txt", "x");
+    p.run(&["run", "copy", "data/in.txt", "results/exists.txt", "--invocation-id", "seen-1"])
+        .assert_refused("output.exists", 73);
+    p.run(&["run", "copy", "data/in.txt", "results/fresh.txt", "--invocation-id", "seen-1"])
+        .assert_refused("invocation.duplicate", 77);
+    assert!(!p.path("results/fresh.txt").exists());
+    p.run(&["prepare", "copy", "data/in.txt", "results/fresh.txt", "--invocation-id", "seen-1"])
+        .assert_refused("invocation.duplicate", 77);
+}

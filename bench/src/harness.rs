@@ -23,6 +23,8 @@ fn summarize(mut samples: Vec<Duration>) -> Summary {
 pub enum Target {
     /// candidate p50 / baseline p50 must be at most this.
     TimeRatioAtMost(f64),
+    /// candidate and baseline p99 must both be under this.
+    P99Under(Duration),
 }
 
 /// One printed row.
@@ -54,6 +56,7 @@ impl Report {
     pub fn met(&self) -> bool {
         match self.target {
             Target::TimeRatioAtMost(max) => self.ratio() <= max,
+            Target::P99Under(limit) => self.candidate.p99 < limit && self.baseline.p99 < limit,
         }
     }
 }
@@ -64,10 +67,13 @@ fn ms(d: Duration) -> f64 {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Target::TimeRatioAtMost(max) = self.target;
+        let target = match self.target {
+            Target::TimeRatioAtMost(max) => format!("target ratio <= {max:.3}"),
+            Target::P99Under(limit) => format!("target p99 < {:.3} ms", ms(limit)),
+        };
         write!(
             f,
-            "{:<44} airlock p50 {:>8.2} ms p99 {:>8.2} ms | baseline p50 {:>8.2} ms p99 {:>8.2} ms | ratio {:.3} (target <= {max:.3}) {} [n={}]",
+            "{:<44} airlock p50 {:>8.3} ms p99 {:>8.3} ms | baseline p50 {:>8.3} ms p99 {:>8.3} ms | ratio {:.3} ({target}) {} [n={}]",
             self.name,
             ms(self.candidate.p50),
             ms(self.candidate.p99),

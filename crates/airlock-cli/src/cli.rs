@@ -19,6 +19,9 @@ pub struct Cli {
     /// Indent the JSON envelope.
     #[arg(long, global = true)]
     pub pretty: bool,
+    /// Make calls as this principal (`Airlock::Agent` id; default: `[policy] principal`, else "local").
+    #[arg(long, global = true, value_name = "ID")]
+    pub principal: Option<String>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -32,6 +35,16 @@ pub enum Command {
     Init,
     /// Run one tool call: prepare, authorize, run in the sandbox, publish.
     Run(CallArgs),
+    /// Approve exactly one prepared call, by its descriptor digest.
+    Approve {
+        /// The descriptor digest (`sha256:…`) from the prepare or approval.required envelope.
+        digest: String,
+    },
+    /// Run a prepared (and, if it needs it, approved) call once, from its snapshots.
+    Dispatch {
+        /// The invocation id.
+        id: String,
+    },
     /// Validate a call, snapshot its inputs, hold its output parent and print
     /// the descriptor; keep the prepared call for a later dispatch.
     Prepare(CallArgs),
@@ -53,6 +66,9 @@ pub enum Command {
         /// Invocation id.
         id: String,
     },
+    /// Print the Cedar schema or the built-in default policy.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// Report what this host supports (user namespaces, Landlock, seccomp,
     /// openat2, cgroup delegation) and which tiers can run here.
     Doctor,
@@ -136,4 +152,13 @@ pub enum InvocationCommand {
         #[arg(long)]
         discard: bool,
     },
+}
+
+/// `airlock policy …`.
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// The Cedar schema policies are validated against (from the tools directory).
+    Schema,
+    /// The built-in policy used when `[policy] files` names none.
+    ShowDefault,
 }

@@ -153,6 +153,7 @@ struct RawFilesystem {
 struct RawPolicy {
     #[serde(default)]
     files: Vec<String>,
+    principal: Option<String>,
 }
 
 /// A parsed, checked configuration.
@@ -182,6 +183,9 @@ pub struct Config {
     pub resolver: ResolverChoice,
     /// Cedar policy file patterns.
     pub policy_files: Vec<String>,
+    /// The principal (`Airlock::Agent` id) calls are made as, unless the
+    /// command line names one.
+    pub principal: String,
     /// Limits after configuration.
     pub limits: Limits,
 }
@@ -230,6 +234,7 @@ impl Config {
             ceilings,
             resolver: raw.filesystem.resolver.unwrap_or_default(),
             policy_files: raw.policy.files,
+            principal: raw.policy.principal.unwrap_or_else(|| "local".to_owned()),
             limits,
         })
     }

@@ -206,12 +206,21 @@ reason_codes! {
     PolicyDenied => "policy.denied", Refused, NO_PERM;
     /// Policy files are configured but this build cannot evaluate them yet.
     PolicyUnavailable => "policy.unavailable", Error, CONFIG;
+    /// A policy file does not parse or does not validate against the schema.
+    PolicyInvalid => "policy.invalid", Error, CONFIG;
+    /// Policy evaluation failed; the call is refused.
+    PolicyEval => "policy.eval", Error, SOFTWARE;
     /// The selected worker tier cannot run on this host.
     SandboxUnavailable => "sandbox.unavailable", Error, CONFIG;
     /// Setting up the worker failed.
     SandboxSetup => "sandbox.setup_failed", Error, SOFTWARE;
     /// The worker's processes could not be confirmed gone; nothing is published.
     WorkerCleanup => "worker.cleanup_unconfirmed", Error, SOFTWARE;
+    // ---- approval ----
+    /// The tool needs an exact-call approval of this descriptor digest first.
+    ApprovalRequired => "approval.required", Refused, NO_PERM;
+    /// No prepared call awaits approval with that digest.
+    ApprovalUnknown => "approval.unknown", Refused, NO_INPUT;
     // ---- journal and recovery ----
     /// A publication's outcome is unconfirmed; new effects wait for `airlock invocation recover`.
     JournalUnconfirmed => "journal.unconfirmed", Refused, NO_PERM;

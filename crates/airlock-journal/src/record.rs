@@ -45,6 +45,10 @@ pub mod kind {
     pub const RECOVERY_FINISHED: &str = "RecoveryFinished";
     /// An operator resolved something recovery could not decide.
     pub const OPERATOR_RESOLVED: &str = "OperatorResolved";
+    /// An operator approved exactly one descriptor digest.
+    pub const APPROVAL_GRANTED: &str = "ApprovalGranted";
+    /// An approval was used by the one dispatch it allows.
+    pub const APPROVAL_CONSUMED: &str = "ApprovalConsumed";
 }
 
 /// One parsed journal record (as [`crate::Journal::records`] returns it).

@@ -1,10 +1,12 @@
 //! Step 2 of the pipeline: decide whether a prepared call may run.
 //!
-//! Until Cedar lands, the only authorizer is the built-in default policy of
-//! DESIGN.md §3: permit risk tiers `low` and `medium`, deny the rest and any
-//! tool that asks for human approval. Configured policy files are never
-//! ignored: while this build cannot evaluate them, every call is refused
-//! with `policy.unavailable`.
+//! With `[policy] files` configured, [`CedarPolicy`] evaluates them (Cedar,
+//! default deny) with the descriptor at
+//! `context.invocation.resolved`. With none, [`DefaultPolicy`] applies the
+//! built-in default of DESIGN.md §3 — the Cedar text printed by `airlock
+//! policy show-default`, evaluated natively so that a call does not pay for
+//! building a Cedar schema; a test checks both agree. A tool that needs an
+//! exact-call approval reaches an authorizer only once approved.
 
 use crate::prepare::PreparedCall;
 use airlock_core::{ReasonCode, Refusal};
@@ -20,20 +22,27 @@ pub struct Decision {
 
 /// Decides whether a prepared call may run.
 pub trait Authorizer {
-    /// `Ok` permits; `Err` carries the refusal.
-    fn authorize(&self, call: &PreparedCall) -> Result<Decision, Refusal>;
+    /// `Ok` permits; `Err` carries the refusal. `approved`: an operator
+    /// approved this exact descriptor digest (and the approval was consumed).
+    fn authorize(&self, call: &PreparedCall, approved: bool) -> Result<Decision, Refusal>;
 }
 
 /// The built-in default: permit `low` and `medium` risk, deny the rest.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct DefaultPolicy;
 
-/// Id of the built-in default policy in decisions.
-pub const DEFAULT_POLICY_ID: &str = "airlock.default";
+/// Id of the built-in default policy in decisions (its `@id` in Cedar).
+pub const DEFAULT_POLICY_ID: &str = airlock_policy::DEFAULT_PERMIT_ID;
 
 impl Authorizer for DefaultPolicy {
-    fn authorize(&self, call: &PreparedCall) -> Result<Decision, Refusal> {
+    fn authorize(&self, call: &PreparedCall, approved: bool) -> Result<Decision, Refusal> {
         let d = call.descriptor();
+        if approved {
+            return Ok(Decision {
+                policy_ids: vec![format!("{DEFAULT_POLICY_ID}.approved")],
+                reason: "an operator approved this exact call".into(),
+            });
+        }
         if d.human_approval {
             return Err(Refusal::new(
                 ReasonCode::PolicyDenied,
@@ -50,22 +59,6 @@ impl Authorizer for DefaultPolicy {
                 format!("risk tier {other} is denied by the default policy ({DEFAULT_POLICY_ID})"),
             )),
         }
-    }
-}
-
-/// Refuses everything because configured policy files cannot be evaluated yet.
-#[derive(Debug, Clone)]
-pub struct UnavailablePolicy {
-    /// The configured patterns.
-    pub files: Vec<String>,
-}
-
-impl Authorizer for UnavailablePolicy {
-    fn authorize(&self, _call: &PreparedCall) -> Result<Decision, Refusal> {
-        Err(Refusal::new(
-            ReasonCode::PolicyUnavailable,
-            format!("[policy] files {:?} are configured but Cedar evaluation is not built yet; refusing rather than ignoring them", self.files),
-        ))
     }
 }
 
@@ -96,8 +89,56 @@ impl AuthorizedCall {
 impl PreparedCall {
     /// Asks `authorizer`; consumes the prepared call either way, so a call
     /// is authorized at most once.
-    pub fn authorize(self, authorizer: &dyn Authorizer) -> Result<AuthorizedCall, Refusal> {
-        let decision = authorizer.authorize(&self)?;
+    pub fn authorize(self, authorizer: &dyn Authorizer, approved: bool) -> Result<AuthorizedCall, Refusal> {
+        let decision = authorizer.authorize(&self, approved)?;
         Ok(AuthorizedCall { prepared: self, decision })
+    }
+}
+
+/// Operator policies in Cedar.
+#[derive(Debug)]
+pub struct CedarPolicy {
+    /// Policy sources, `(file, text)`, as loaded at start-up.
+    pub sources: Vec<(String, String)>,
+    /// The principal calls are made as.
+    pub principal: String,
+}
+
+impl Authorizer for CedarPolicy {
+    fn authorize(&self, call: &PreparedCall, approved: bool) -> Result<Decision, Refusal> {
+        let spec = airlock_policy::ToolSpec::from_manifest(call.manifest());
+        let set = airlock_policy::PolicySet::load(&self.sources, std::slice::from_ref(&spec))
+            .map_err(|e| Refusal::new(ReasonCode::PolicyInvalid, e.message().to_owned()))?;
+        let d = call.descriptor();
+        let descriptor = serde_json::to_value(d).map_err(|e| Refusal::new(ReasonCode::Internal, e.to_string()))?;
+        let verdict = set
+            .authorize(&airlock_policy::Request {
+                principal: &self.principal,
+                tool: &spec,
+                risk_tier: &d.risk_tier,
+                human_approval: d.human_approval,
+                descriptor: &descriptor,
+                invocation_id: call.invocation_id(),
+            })
+            .map_err(|e| Refusal::new(ReasonCode::PolicyEval, e.message().to_owned()))?;
+        if verdict.allowed {
+            let how = if approved { "permitted by policy and approved" } else { "permitted by policy" };
+            Ok(Decision { policy_ids: verdict.policy_ids, reason: how.into() })
+        } else if verdict.policy_ids.is_empty() {
+            Err(Refusal::new(ReasonCode::PolicyDenied, format!("no policy permits {} (default deny)", d.tool)))
+        } else {
+            Err(Refusal::new(
+                ReasonCode::PolicyDenied,
+                format!("denied by policy {:?}{}", verdict.policy_ids, errors_suffix(&verdict.errors)),
+            ))
+        }
+    }
+}
+
+fn errors_suffix(errors: &[String]) -> String {
+    if errors.is_empty() {
+        String::new()
+    } else {
+        format!(" (evaluation errors: {})", errors.join("; "))
     }
 }

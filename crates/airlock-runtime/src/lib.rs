@@ -23,11 +23,13 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod approval;
 mod attest;
 mod authorize;
 mod ceilings;
 mod id;
 pub mod ledger;
+mod policy_files;
 mod prepare;
 pub mod recovery;
 mod run;
@@ -36,7 +38,7 @@ pub mod store;
 pub mod tools;
 
 pub use attest::{IN_TOTO_PAYLOAD_TYPE, PREDICATE_TYPE};
-pub use authorize::{AuthorizedCall, Authorizer, Decision, DefaultPolicy, UnavailablePolicy, DEFAULT_POLICY_ID};
+pub use authorize::{AuthorizedCall, Authorizer, CedarPolicy, Decision, DefaultPolicy, DEFAULT_POLICY_ID};
 pub use ceilings::Protected;
 pub use id::{check_invocation_id, new_invocation_id};
 pub use prepare::{CallRequest, PreparedCall};
@@ -48,6 +50,8 @@ use airlock_hostfs::{HostAuthority, PrivateDir, Resolver};
 #[derive(Debug)]
 pub struct Runtime {
     authority: HostAuthority,
+    policy_sources: Option<Vec<(String, String)>>,
+    principal: String,
     journal: airlock_journal::Journal,
     init_program: Option<(std::path::PathBuf, bool)>,
     config: Config,
@@ -85,7 +89,19 @@ impl Runtime {
         check_image(&config, &protected)?;
         let key = airlock_journal::JournalKey::open_or_create(&state).map_err(ledger::journal_refusal)?;
         let journal = airlock_journal::Journal::open(&state, key).map_err(ledger::journal_refusal)?;
-        Ok(Runtime { authority, journal, init_program: None, config, resolver, state, protected })
+        let policy_sources = if config.policy_files.is_empty() { None } else { Some(policy_files::load(&config)?) };
+        let principal = config.principal.clone();
+        Ok(Runtime {
+            authority,
+            policy_sources,
+            principal,
+            journal,
+            init_program: None,
+            config,
+            resolver,
+            state,
+            protected,
+        })
     }
 
     /// The configuration in force.
@@ -116,14 +132,19 @@ impl Runtime {
     }
 
     /// The authorizer for this configuration: the built-in default policy,
-    /// or a refusal of everything while configured policy files cannot be
-    /// evaluated.
+    /// or the configured Cedar policies.
     pub fn authorizer(&self) -> Box<dyn Authorizer> {
-        if self.config.policy_files.is_empty() {
-            Box::new(DefaultPolicy)
-        } else {
-            Box::new(UnavailablePolicy { files: self.config.policy_files.clone() })
+        match &self.policy_sources {
+            None => Box::new(DefaultPolicy),
+            Some(sources) => Box::new(CedarPolicy { sources: sources.clone(), principal: self.principal.clone() }),
         }
+    }
+
+    /// Calls are made as `principal` (an `Airlock::Agent` id) instead of
+    /// `[policy] principal`.
+    pub fn set_principal(&mut self, principal: String) -> &mut Self {
+        self.principal = principal;
+        self
     }
 
     pub(crate) fn native_tier(&self) -> Result<airlock_sandbox::NativeTier, Refusal> {

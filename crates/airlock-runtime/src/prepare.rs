@@ -235,3 +235,83 @@ impl Runtime {
 fn input_bytes_refusal(total: u64, max: u64) -> Refusal {
     Refusal::new(ReasonCode::LimitInputBytes, format!("inputs total {total} bytes or more, more than {max}"))
 }
+
+impl PreparedCall {
+    /// Marks the call dispatched (exclusively): a second dispatch of the same
+    /// prepared call is `invocation.duplicate`.
+    pub(crate) fn mark_dispatched(&self) -> Result<(), Refusal> {
+        match self.store.create_file(crate::approval::DISPATCHED) {
+            Ok(_) => Ok(self.store.sync()?),
+            Err(e) if e.errno() == Some(rustix::io::Errno::EXIST) => Err(Refusal::new(
+                ReasonCode::InvocationDuplicate,
+                format!("{} has already been dispatched", self.record.invocation_id),
+            )),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Runtime {
+    /// Loads a call kept by `airlock prepare`, for dispatch: the exact
+    /// manifest bytes it was prepared from (which must still hash to the
+    /// descriptor's), every snapshot re-hashed against the descriptor, and
+    /// the output parent re-held by its recorded identity with the output
+    /// still absent. The host files are not read again: what runs is what
+    /// was prepared.
+    pub fn load_prepared(&self, id: &str) -> Result<PreparedCall, Refusal> {
+        use std::io::Read;
+        id::check_invocation_id(id)?;
+        let store = self.invocations()?.open_subdir(id).map_err(|_| {
+            Refusal::new(ReasonCode::InvocationNotFound, format!("no prepared call {id:?} in this state directory"))
+        })?;
+        if !store.contains(crate::store::PREPARED_FILE) {
+            return Err(Refusal::new(ReasonCode::InvocationNotFound, format!("{id} was refused, not prepared")));
+        }
+        if store.contains(crate::approval::DISPATCHED) {
+            return Err(Refusal::new(ReasonCode::InvocationDuplicate, format!("{id} has already been dispatched")));
+        }
+        let record = self.prepared_record(id)?;
+        let mut text = String::new();
+        store
+            .open_file(crate::store::MANIFEST_FILE)?
+            .take(crate::tools::MAX_MANIFEST_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| Refusal::new(ReasonCode::Internal, format!("reading the kept manifest: {e}")))?;
+        let manifest = airlock_core::manifest::Manifest::parse(&text, &record.manifest_origin)?;
+        if manifest.sha256() != record.descriptor.manifest_sha256 {
+            return Err(Refusal::new(ReasonCode::InputChanged, "the kept manifest does not match the descriptor"));
+        }
+        let inputs = store.open_subdir(crate::store::INPUTS_DIR)?;
+        for rec in &record.inputs {
+            let mut f = inputs.open_file(&rec.snapshot)?;
+            let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
+            let n = std::io::copy(&mut f, &mut hasher)
+                .map_err(|e| Refusal::new(ReasonCode::Internal, format!("reading snapshot: {e}")))?;
+            let got = format!("sha256:{}", hex::encode(sha2::Digest::finalize(hasher)));
+            if n != rec.bytes || got != rec.sha256 {
+                return Err(Refusal::new(
+                    ReasonCode::InputChanged,
+                    format!("the kept snapshot of {:?} no longer matches the descriptor", rec.path),
+                ));
+            }
+        }
+        let output = match &record.output {
+            None => None,
+            Some(out) => {
+                let path = RelPath::parse(&out.path)?;
+                let expected = (
+                    out.parent.dev.parse().map_err(|_| Refusal::new(ReasonCode::Internal, "bad parent dev"))?,
+                    out.parent.ino.parse().map_err(|_| Refusal::new(ReasonCode::Internal, "bad parent ino"))?,
+                );
+                let (ceiling, rel) = self.ceiling_for(&path)?;
+                let rel =
+                    rel.ok_or_else(|| Refusal::new(ReasonCode::OutputExists, "the output is a ceiling directory"))?;
+                let dir = ceilings::open(self.authority(), ceiling, self.protected())?;
+                let held = HeldOutput::reopen(self.resolver(), &dir, &rel, &path, expected)?;
+                held.ensure_absent()?;
+                Some(held)
+            }
+        };
+        Ok(PreparedCall { record, manifest, output, store })
+    }
+}

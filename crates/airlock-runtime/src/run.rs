@@ -37,10 +37,22 @@ impl Runtime {
     pub fn run(&self, request: &CallRequest) -> Result<Envelope, Refusal> {
         let id = crate::id::check_invocation_id(&request.invocation_id).ok().map(|()| request.invocation_id.as_str());
         let result = self.run_journaled(request);
-        // Every answer is journaled: refusals before anything ran, and the
-        // end of a call that ran. Neither announces an effect, so neither
-        // pays a sync of its own: the publication's records, synced before
-        // and after the rename, are what must survive a crash.
+        self.journal_end(id, result)
+    }
+
+    /// Runs a prepared (and, if it needs it, approved) call once, from the
+    /// snapshots taken when it was prepared.
+    pub fn dispatch(&self, id: &str) -> Result<Envelope, Refusal> {
+        let valid = crate::id::check_invocation_id(id).ok().map(|()| id);
+        let result = self.dispatch_journaled(id);
+        self.journal_end(valid, result)
+    }
+
+    /// Every answer is journaled: refusals before anything ran, and the end
+    /// of a call that ran. Neither announces an effect, so neither pays a
+    /// sync of its own: the publication's records, synced before and after
+    /// the rename, are what must survive a crash.
+    fn journal_end(&self, id: Option<&str>, result: Result<Envelope, Refusal>) -> Result<Envelope, Refusal> {
         if let (Err(refusal), Some(id)) = (&result, id) {
             self.reserve_refused_id(id, refusal);
         }
@@ -67,23 +79,58 @@ impl Runtime {
         result
     }
 
+    fn dispatch_journaled(&self, id: &str) -> Result<Envelope, Refusal> {
+        let staging = StagingArea::open(self.state())?;
+        staging.reap_stale()?;
+        ledger::refuse_if_unconfirmed(self.state(), self.journal())?;
+        let prepared = self.load_prepared(id)?;
+        let d = prepared.descriptor();
+        let approved = crate::approval::needs_approval(&d.risk_tier, d.human_approval);
+        // The approval is taken first, so a dispatch refused for want of one
+        // leaves the prepared call (and its snapshots) dispatchable later.
+        if approved {
+            self.consume_approval(&prepared)?;
+        }
+        prepared.mark_dispatched()?;
+        let result = self.authorize_call(prepared, approved).and_then(|call| self.execute(call, &staging));
+        // Dispatched once: the snapshots have served.
+        if let Ok(dir) = self.invocations().and_then(|d| Ok(d.open_subdir(id)?)) {
+            let _ = dir.remove_tree(crate::store::INPUTS_DIR);
+        }
+        result
+    }
+
+    /// Asks the configured authorizer and journals a permit
+    /// (`InvocationAuthorized`, with the deciding policies).
+    fn authorize_call(&self, prepared: PreparedCall, approved: bool) -> Result<AuthorizedCall, Refusal> {
+        let authorized = prepared.authorize(self.authorizer().as_ref(), approved)?;
+        ledger::note(
+            self.journal(),
+            kind::INVOCATION_AUTHORIZED,
+            Some(authorized.prepared().invocation_id()),
+            json!({ "policy_ids": authorized.decision().policy_ids, "approved": approved }),
+        )?;
+        Ok(authorized)
+    }
+
     fn run_journaled(&self, request: &CallRequest) -> Result<Envelope, Refusal> {
         // Leftovers of callers that were killed are reaped first.
         let staging = StagingArea::open(self.state())?;
         staging.reap_stale()?;
         ledger::refuse_if_unconfirmed(self.state(), self.journal())?;
-        let prepared = self.prepare_call(request, false)?;
+        let approval = {
+            let tool = self.load_tool(&request.tool)?;
+            let t = &tool.manifest.tool;
+            crate::approval::needs_approval(t.risk_tier.as_str(), t.human_approval)
+        };
+        // A call that must wait for approval is kept durably, for dispatch.
+        let prepared = self.prepare_call(request, approval)?;
+        self.journal_prepared(&prepared, approval)?;
+        if approval {
+            return Ok(approval_required(&prepared));
+        }
         let id = prepared.invocation_id().to_owned();
-        let result = self.journal_prepared(&prepared, false).and_then(|()| {
-            let authorized = prepared.authorize(self.authorizer().as_ref())?;
-            ledger::note(
-                self.journal(),
-                kind::INVOCATION_AUTHORIZED,
-                Some(&id),
-                json!({ "policy_ids": authorized.decision().policy_ids }),
-            )?;
-            self.execute(authorized, &staging)
-        });
+        let result = self.authorize_call(prepared, false).and_then(|call| self.execute(call, &staging));
         // Whatever happened, the snapshots have served (or will never
         // serve); the prepared record stays so the id is never reused.
         if let Ok(dir) = self.invocations().and_then(|d| Ok(d.open_subdir(&id)?)) {
@@ -303,6 +350,29 @@ impl Runtime {
             bytes: published.bytes,
             sha256: format!("sha256:{}", published.sha256_hex),
         }])
+    }
+}
+
+/// The answer for a call that stops after prepare until an operator
+/// approves its exact digest.
+fn approval_required(prepared: &PreparedCall) -> Envelope {
+    let id = prepared.invocation_id();
+    let digest = prepared.digest();
+    let refusal = Refusal::new(
+        ReasonCode::ApprovalRequired,
+        format!(
+            "{} needs an exact-call approval: review the descriptor, then run `airlock approve {digest}` and \
+             `airlock dispatch {id}`",
+            prepared.descriptor().tool
+        ),
+    );
+    Envelope {
+        invocation_id: Some(id.to_owned()),
+        tool: Some(prepared.descriptor().tool.clone()),
+        stage: Some("prepared"),
+        descriptor: Some(prepared.descriptor().clone()),
+        evidence: Some(Evidence { descriptor_sha256: Some(digest.to_owned()), ..Evidence::default() }),
+        ..Envelope::from_refusal(&refusal)
     }
 }
 

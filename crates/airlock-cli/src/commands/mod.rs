@@ -41,15 +41,37 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
     if let Command::Journal(crate::cli::JournalCommand::Verify { public_key, journal }) = &cli.command {
         return journal::verify(&config, public_key.as_deref(), journal.as_deref()).map(Answer::from);
     }
+    if let Command::Policy(crate::cli::PolicyCommand::ShowDefault) = cli.command {
+        return Ok(Answer::Text(airlock_policy::PolicySet::default_policies().to_owned()));
+    }
+    if let Command::Policy(crate::cli::PolicyCommand::Schema) = cli.command {
+        let specs: Vec<airlock_policy::ToolSpec> = airlock_runtime::tools::list_manifests(&config.tools_dir)
+            .iter()
+            .filter_map(|p| std::fs::read_to_string(p).ok())
+            .filter_map(|t| airlock_core::manifest::Manifest::parse(&t, "").ok())
+            .filter(|m| m.check_executable().is_ok())
+            .map(|m| airlock_policy::ToolSpec::from_manifest(&m))
+            .collect();
+        return Ok(Answer::Text(airlock_policy::schema_text(&specs)));
+    }
     let mut runtime = Runtime::open(HostAuthority::ambient(), config, settings::resolver_override()?)?;
+    if let Some(principal) = cli.principal {
+        runtime.set_principal(principal);
+    }
     let answer = match cli.command {
         Command::Run(call) => {
-            let exe = std::env::current_exe().map_err(|e| {
-                Refusal::new(airlock_core::ReasonCode::SandboxUnavailable, format!("cannot find this executable: {e}"))
-            })?;
-            runtime.set_init_program(exe, true);
+            runtime.set_init_program(this_executable()?, true);
             run::run(&runtime, call)?.into()
         }
+        Command::Dispatch { id } => {
+            runtime.set_init_program(this_executable()?, true);
+            let envelope = runtime.dispatch(&id).unwrap_or_else(|refusal| Envelope {
+                invocation_id: Some(id.clone()),
+                ..Envelope::from_refusal(&refusal)
+            });
+            envelope.into()
+        }
+        Command::Approve { digest } => Envelope { content: Some(runtime.approve(&digest)?), ..Envelope::ok() }.into(),
         Command::Prepare(call) => prepare::run(&runtime, call)?.into(),
         Command::Tools(cmd) => tools::run(&runtime, cmd)?.into(),
         Command::Staging(cmd) => staging::run(&runtime, cmd)?.into(),
@@ -62,7 +84,14 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
             journal::inspection(runtime.recover(&id, discard)?).into()
         }
         Command::Attest { id } => journal::attest(&runtime, &id)?,
-        Command::Init | Command::Doctor => unreachable!("handled above"),
+        Command::Init | Command::Doctor | Command::Policy(_) => unreachable!("handled above"),
     };
     Ok(answer)
+}
+
+/// The running executable, re-executed as the native tier's sandbox init.
+fn this_executable() -> Result<std::path::PathBuf, Refusal> {
+    std::env::current_exe().map_err(|e| {
+        Refusal::new(airlock_core::ReasonCode::SandboxUnavailable, format!("cannot find this executable: {e}"))
+    })
 }

@@ -169,19 +169,19 @@ fn a_tier_that_is_not_built_is_refused_and_starts_nothing() {
 }
 
 #[test]
-fn policy_files_that_cannot_be_evaluated_refuse_every_run() {
+fn a_policy_that_permits_nothing_refuses_every_run_before_anything_starts() {
     let p = refusal_project(&format!("{ROOTS}[policy]\nfiles = [\"p.cedar\"]\n"), "");
-    p.write("p.cedar", "permit(principal, action, resource);\n");
+    p.write("p.cedar", "@id(\"nobody\")\npermit(principal == Airlock::Agent::\"nobody-at-all\", action, resource);\n");
     let run = p.run(&["run", "slowcopy", "data/in.txt", "results/out.txt"]);
-    assert_nothing_started(&p, &run, "error", "policy.unavailable", 78);
+    assert_nothing_started(&p, &run, "refused", "policy.denied", 77);
 }
 
 #[test]
-fn high_risk_tools_are_denied_by_the_default_policy() {
+fn high_risk_tools_stop_for_an_exact_call_approval() {
     for extra in ["risk_tier = \"high\"", "risk_tier = \"critical\"", "human_approval = true"] {
         let p = refusal_project(ROOTS, extra);
         let run = p.run(&["run", "slowcopy", "data/in.txt", "results/out.txt"]);
-        assert_nothing_started(&p, &run, "refused", "policy.denied", 77);
+        assert_nothing_started(&p, &run, "refused", "approval.required", 77);
         assert!(!run.envelope["error"]["message"].as_str().unwrap().is_empty());
     }
     // Medium risk is permitted.
@@ -194,17 +194,21 @@ fn high_risk_tools_are_denied_by_the_default_policy() {
 
 /// A run refused after its inputs were snapshotted (policy or tier) keeps
 /// no copy of them: the snapshot of a call that will never run is removed,
-/// as it is after a call that ran.
+/// as it is after a call that ran. (A call waiting for approval keeps its
+/// snapshot on purpose: dispatch runs it; see approval.rs.)
 #[test]
 fn a_run_refused_after_prepare_keeps_no_copy_of_its_inputs() {
     let configs = [
-        ("policy.denied", ROOTS.to_owned(), "risk_tier = \"high\""),
-        ("policy.unavailable", format!("{ROOTS}[policy]\nfiles = [\"p.cedar\"]\n"), ""),
+        ("policy.denied", format!("{ROOTS}[policy]\nfiles = [\"p.cedar\"]\n"), ""),
         ("sandbox.unavailable", format!("[sandbox]\ntier = \"docker\"\n{ROOTS}"), ""),
     ];
     let mut kept = Vec::new();
     for (reason, config, extra) in configs {
         let p = refusal_project(&config, extra);
+        p.write(
+            "p.cedar",
+            "@id(\"nobody\")\npermit(principal == Airlock::Agent::\"nobody-at-all\", action, resource);\n",
+        );
         let run = p.run(&["run", "slowcopy", "data/in.txt", "results/out.txt", "--invocation-id", "r-1"]);
         assert_eq!(run.reason(), reason, "{run:#?}");
         let snapshots = names(&p.path(".airlock/invocations/r-1/inputs"));

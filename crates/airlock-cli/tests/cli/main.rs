@@ -1,6 +1,7 @@
 //! Integration tests: the real `airlock` binary on real files in temp
 //! directories. One test binary, many modules (links once).
 
+mod approval;
 mod attacks;
 mod cli_ux;
 mod concurrency;
@@ -8,6 +9,7 @@ mod crash;
 mod examples;
 mod journal;
 mod parser;
+mod policy;
 mod prepare;
 mod race;
 mod resolvers;

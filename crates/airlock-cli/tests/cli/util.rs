@@ -224,11 +224,14 @@ roots = ["./data:data:ro", "./results:results:rw"]
     }
 
     /// Names of committed invocations in the state dir.
+    /// Invocations kept as prepared calls (a refusal only reserves its id,
+    /// with no record or snapshot).
     pub fn invocations(&self) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(self.path(".airlock/invocations"))
             .into_iter()
             .flatten()
             .flatten()
+            .filter(|e| e.path().join("prepared.json").exists() || e.path().join("inputs").exists())
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         v.sort();

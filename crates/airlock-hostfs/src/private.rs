@@ -138,25 +138,18 @@ impl PrivateDir {
 
     /// Opens regular file `name` for reading, never through a link.
     pub fn open_file(&self, name: &str) -> Result<File> {
-        check_name(name)?;
-        let fd = rustix::fs::openat(
-            self.dir.as_fd(),
-            name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| {
-            let code = if e == Errno::NOENT { ReasonCode::InvocationNotFound } else { ReasonCode::Internal };
-            Error::syscall(code, format_args!("openat({name:?})"), e)
+        let file = self.open_nofollow(name).map_err(|e| match e.errno() {
+            Some(Errno::NOENT) => e.with_code(ReasonCode::InvocationNotFound),
+            _ => e,
         })?;
-        let st = rustix::fs::fstat(&fd).map_err(|e| Error::syscall(ReasonCode::Internal, "fstat", e))?;
+        let st = rustix::fs::fstat(&file).map_err(|e| Error::syscall(ReasonCode::Internal, "fstat", e))?;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
             return Err(Error::new(
                 ReasonCode::Internal,
                 format!("{name:?} in {} is not a regular file", self.display.display()),
             ));
         }
-        Ok(File::from(fd))
+        Ok(file)
     }
 
     /// Opens file `name` for reading and appending, creating it `0600` if

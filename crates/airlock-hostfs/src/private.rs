@@ -125,15 +125,8 @@ impl PrivateDir {
 
     /// Creates file `name` exclusively, mode `0600`, for writing.
     pub fn create_file(&self, name: &str) -> Result<File> {
-        check_name(name)?;
-        let fd = rustix::fs::openat(
-            self.dir.as_fd(),
-            name,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )
-        .map_err(|e| Error::syscall(ReasonCode::Internal, format_args!("openat({name:?}, O_CREAT|O_EXCL)"), e))?;
-        Ok(File::from(fd))
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        self.open_at(name, flags, 0o600, "O_CREAT|O_EXCL")
     }
 
     /// Opens regular file `name` for reading, never through a link.
@@ -159,21 +152,9 @@ impl PrivateDir {
     /// mode and links with `fstat` on the handle, so it can say precisely
     /// what is wrong, and syncs this directory if the file may be new.
     pub fn open_append(&self, name: &str) -> Result<File> {
-        check_name(name)?;
-        let fd = rustix::fs::openat(
-            self.dir.as_fd(),
-            name,
-            OFlags::RDWR | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )
-        .map_err(|e| {
-            Error::syscall(
-                ReasonCode::Internal,
-                format_args!("openat({name:?}, O_RDWR|O_APPEND|O_CREAT|O_NOFOLLOW)"),
-                e,
-            )
-        })?;
-        Ok(File::from(fd))
+        let flags =
+            OFlags::RDWR | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        self.open_at(name, flags, 0o600, "O_RDWR|O_APPEND|O_CREAT|O_NOFOLLOW")
     }
 
     /// Opens entry `name` read-only without checking its type:
@@ -182,15 +163,21 @@ impl PrivateDir {
     /// check the handle themselves with `fstat` (see [`PrivateDir::open_file`]
     /// for one that refuses anything but a regular file).
     pub fn open_nofollow(&self, name: &str) -> Result<File> {
-        check_name(name)?;
-        let fd = rustix::fs::openat(
-            self.dir.as_fd(),
+        self.open_at(
             name,
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::empty(),
+            0,
+            "O_RDONLY|O_NOFOLLOW",
         )
-        .map_err(|e| Error::syscall(ReasonCode::Internal, format_args!("openat({name:?}, O_RDONLY|O_NOFOLLOW)"), e))?;
-        Ok(File::from(fd))
+    }
+
+    /// `openat(this dir, name, flags, mode)` for a checked single-component
+    /// name; `what` names the flags in the error.
+    fn open_at(&self, name: &str, flags: OFlags, mode: u32, what: &str) -> Result<File> {
+        check_name(name)?;
+        rustix::fs::openat(self.dir.as_fd(), name, flags, Mode::from_raw_mode(mode))
+            .map(File::from)
+            .map_err(|e| Error::syscall(ReasonCode::Internal, format_args!("openat({name:?}, {what})"), e))
     }
 
     /// Writes `bytes` to file `name`, synced, replacing whatever entry had

@@ -264,10 +264,8 @@ fn check_image_dir(dir: &str) -> Result<String, Refusal> {
     if rest.split('/').any(|c| c.is_empty() || c == "." || c == "..") || dir.contains('\0') {
         return Err(bad("must be a normal path"));
     }
-    for p in PROTECTED_HOST_PATHS {
-        if dir == *p || dir.starts_with(&format!("{p}/")) {
-            return Err(bad("is a protected host path"));
-        }
+    if is_at_or_under(dir, PROTECTED_HOST_PATHS) {
+        return Err(bad("is a protected host path"));
     }
     Ok(dir.to_owned())
 }
@@ -279,12 +277,17 @@ fn check_working_dir(dir: &str) -> Result<(), Refusal> {
         return Err(bad("must not be /"));
     }
     RelPath::parse(rest).map_err(|r| bad(&r.message))?;
-    for p in PROTECTED_HOST_PATHS.iter().chain(&["/etc", "/usr", "/bin", "/lib", "/lib64", "/sbin"]) {
-        if dir == *p || dir.starts_with(&format!("{p}/")) {
-            return Err(bad("overlaps a system directory the worker needs"));
-        }
+    if is_at_or_under(dir, PROTECTED_HOST_PATHS)
+        || is_at_or_under(dir, &["/etc", "/usr", "/bin", "/lib", "/lib64", "/sbin"])
+    {
+        return Err(bad("overlaps a system directory the worker needs"));
     }
     Ok(())
+}
+
+/// Whether absolute `dir` is one of `roots` or lies beneath one (by component).
+fn is_at_or_under(dir: &str, roots: &[&str]) -> bool {
+    roots.iter().any(|p| dir == *p || dir.strip_prefix(p).is_some_and(|rest| rest.starts_with('/')))
 }
 
 #[cfg(test)]

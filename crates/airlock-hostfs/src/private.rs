@@ -185,15 +185,8 @@ impl PrivateDir {
     /// then `renameat` over `name` (a link called `name` is replaced, never
     /// followed), and this directory synced.
     pub fn replace_file(&self, name: &str, bytes: &[u8]) -> Result<()> {
-        use std::io::Write;
         check_name(name)?;
-        let tmp = format!(".tmp-{name}-{}", random_suffix());
-        let mut f = self.create_file(&tmp)?;
-        let written = f.write_all(bytes).and_then(|()| f.sync_all());
-        if let Err(e) = written {
-            let _ = self.remove_tree(&tmp);
-            return Err(Error::new(ReasonCode::Internal, format!("writing {name:?}: {e}")));
-        }
+        let tmp = self.write_synced_temp(name, bytes)?;
         rustix::fs::renameat(self.dir.as_fd(), tmp.as_str(), self.dir.as_fd(), name).map_err(|e| {
             let _ = self.remove_tree(&tmp);
             Error::syscall(ReasonCode::Internal, format_args!("renameat({tmp:?}, {name:?})"), e)
@@ -201,17 +194,23 @@ impl PrivateDir {
         self.sync()
     }
 
-    /// Writes `bytes` to a new file `name`, synced, in one step: written to
-    /// a temporary name first, then renamed without replacing anything.
-    pub fn write_new_file(&self, name: &str, bytes: &[u8]) -> Result<()> {
+    /// Writes `bytes` to a new, synced temporary file named after `name`
+    /// and returns its name; on failure nothing is left behind.
+    fn write_synced_temp(&self, name: &str, bytes: &[u8]) -> Result<String> {
         use std::io::Write;
         let tmp = format!(".tmp-{name}-{}", random_suffix());
         let mut f = self.create_file(&tmp)?;
-        let written = f.write_all(bytes).and_then(|()| f.sync_all());
-        if let Err(e) = written {
+        if let Err(e) = f.write_all(bytes).and_then(|()| f.sync_all()) {
             let _ = self.remove_tree(&tmp);
             return Err(Error::new(ReasonCode::Internal, format!("writing {name:?}: {e}")));
         }
+        Ok(tmp)
+    }
+
+    /// Writes `bytes` to a new file `name`, synced, in one step: written to
+    /// a temporary name first, then renamed without replacing anything.
+    pub fn write_new_file(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        let tmp = self.write_synced_temp(name, bytes)?;
         self.rename_noreplace(&tmp, name).inspect_err(|_| {
             let _ = self.remove_tree(&tmp);
         })

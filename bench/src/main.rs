@@ -9,9 +9,17 @@ mod harness;
 mod policy_rows;
 mod rows;
 mod run_rows;
+mod staging_rows;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(staging_rows::CONTEND_ARG) {
+        if let Err(e) = staging_rows::contend(&args[1..]) {
+            eprintln!("contender: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if args.iter().any(|a| a == "--list") {
         for row in rows::ALL {
             println!("{}", row.name);

@@ -20,6 +20,10 @@ pub const ALL: &[Row] = &[
     Row { name: "airlock run trivial tool vs bare command", run: crate::run_rows::run_vs_bare },
     Row { name: "journal: 7 records (one run's worth) vs the run", run: crate::run_rows::journal_share },
     Row { name: "authorize: 100 Cedar policies vs 1", run: crate::policy_rows::authorization_latency },
+    Row {
+        name: "staging admission: 20 processes vs uncontended",
+        run: crate::staging_rows::admission_under_contention,
+    },
 ];
 
 const SNAPSHOT_BYTES: u64 = 32 * 1024 * 1024;

@@ -51,7 +51,7 @@ pub enum Command {
     /// List, validate or describe tools.
     #[command(subcommand)]
     Tools(ToolsCommand),
-    /// Inspect or clean the per-call staging area.
+    /// Inspect, clean or release reservations of the shared staging pool.
     #[command(subcommand)]
     Staging(StagingCommand),
     /// Verify or show the signed journal.
@@ -77,10 +77,22 @@ pub enum Command {
 /// `airlock staging …`.
 #[derive(Debug, Subcommand)]
 pub enum StagingCommand {
-    /// List per-call staging directories and whether their owners live.
-    Status,
-    /// Remove staging left by callers that are gone.
+    /// The pool's size, what is reserved, by which invocation and process.
+    Status {
+        /// Print the envelope (JSON) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove the staged copies of callers that are gone, then release
+    /// their reservations.
     Gc,
+    /// Release the reservation of one invocation that no live process holds
+    /// (e.g. a prepared call that will never be dispatched): its staged
+    /// copies are removed first.
+    Release {
+        /// Invocation id.
+        id: String,
+    },
 }
 
 /// A tool and its arguments.

@@ -4,7 +4,7 @@
 //! the host; `airlock-hostfs` opens the ceilings and `airlock-runtime`
 //! checks them against the state directory.
 
-use crate::limits::{LimitOverrides, Limits};
+use crate::limits::{LimitOverrides, Limits, StagingLimits};
 use crate::path::RelPath;
 use crate::reason::{ReasonCode, Refusal};
 use serde::Deserialize;
@@ -128,6 +128,8 @@ struct RawConfig {
     policy: RawPolicy,
     #[serde(default)]
     limits: LimitOverrides,
+    #[serde(default)]
+    staging: StagingLimits,
 }
 
 #[derive(Deserialize, Default)]
@@ -188,6 +190,8 @@ pub struct Config {
     pub principal: String,
     /// Limits after configuration.
     pub limits: Limits,
+    /// Size of the shared staging pool (`[staging]`).
+    pub staging: StagingLimits,
 }
 
 impl Config {
@@ -222,6 +226,7 @@ impl Config {
             ceilings.push(c);
         }
         let limits = Limits::lowered(&raw.limits)?;
+        raw.staging.check()?;
         Ok(Config {
             source: source.map(Path::to_path_buf),
             base_dir: base_dir.to_path_buf(),
@@ -236,6 +241,7 @@ impl Config {
             policy_files: raw.policy.files,
             principal: raw.policy.principal.unwrap_or_else(|| "local".to_owned()),
             limits,
+            staging: raw.staging,
         })
     }
 
@@ -355,6 +361,12 @@ mod tests {
                image = ["usr"]"#,
             r#"[limits]
                max_inputs = 64"#,
+            r#"[staging]
+               max_snapshots = 513"#,
+            r#"[staging]
+               max_bytes = 0"#,
+            r#"[staging]
+               max_leases = 4"#,
         ];
         for text in cases {
             let err = parse(text).unwrap_err();

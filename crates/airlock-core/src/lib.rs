@@ -35,6 +35,6 @@ pub use descriptor::{
     canonical_json, sha256_tagged, CommandBoundary, Descriptor, DirIdentity, FilesystemBoundary, ReadGrant,
 };
 pub use envelope::{CreatedFile, Envelope, ErrorBody, Evidence};
-pub use limits::Limits;
+pub use limits::{Limits, StagingLimits};
 pub use path::{PathEntry, RelPath};
 pub use reason::{exit, HasReason, ReasonCode, Refusal, Status};

@@ -24,6 +24,45 @@ pub mod hard {
     pub const DEFAULT_FILE_BYTES: u64 = 8 * MIB;
 }
 
+/// Sizing of the shared staging pool (`[staging]` in `airlock.toml`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StagingLimits {
+    /// Reservations held at once, host-wide (1 … [`StagingLimits::HARD_MAX_SNAPSHOTS`]).
+    pub max_snapshots: u32,
+    /// Bytes reserved at once, host-wide (at least 1).
+    pub max_bytes: u64,
+}
+
+impl StagingLimits {
+    /// No configuration may allow more concurrent reservations than this.
+    pub const HARD_MAX_SNAPSHOTS: u32 = 512;
+    /// Default concurrent reservations.
+    pub const DEFAULT_MAX_SNAPSHOTS: u32 = 16;
+    /// Default reserved bytes: 1 GiB.
+    pub const DEFAULT_MAX_BYTES: u64 = 1024 * MIB;
+
+    /// Refuses a pool of zero, or of more than the hard cap of snapshots.
+    pub fn check(&self) -> Result<(), Refusal> {
+        if !(1..=Self::HARD_MAX_SNAPSHOTS).contains(&self.max_snapshots) {
+            return Err(Refusal::new(
+                ReasonCode::ConfigInvalid,
+                format!("[staging] max_snapshots = {} is outside 1 … {}", self.max_snapshots, Self::HARD_MAX_SNAPSHOTS),
+            ));
+        }
+        if self.max_bytes == 0 {
+            return Err(Refusal::new(ReasonCode::ConfigInvalid, "[staging] max_bytes must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+impl Default for StagingLimits {
+    fn default() -> Self {
+        StagingLimits { max_snapshots: Self::DEFAULT_MAX_SNAPSHOTS, max_bytes: Self::DEFAULT_MAX_BYTES }
+    }
+}
+
 /// The limits in force for one host (after configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Limits {
@@ -113,6 +152,16 @@ mod tests {
         assert!(Limits::lowered(&LimitOverrides { max_input_bytes: Some(0), ..Default::default() }).is_err());
         let small = Limits::lowered(&LimitOverrides { max_file_bytes: Some(1024), ..Default::default() }).unwrap();
         assert_eq!(small.default_file_bytes, 1024);
+    }
+
+    #[test]
+    fn staging_pool_size_is_bounded_at_both_ends() {
+        assert!(StagingLimits::default().check().is_ok());
+        let at = |n, b| StagingLimits { max_snapshots: n, max_bytes: b }.check();
+        assert!(at(512, 1).is_ok());
+        assert_eq!(at(513, 1).unwrap_err().code, ReasonCode::ConfigInvalid);
+        assert_eq!(at(0, 1).unwrap_err().code, ReasonCode::ConfigInvalid);
+        assert_eq!(at(1, 0).unwrap_err().code, ReasonCode::ConfigInvalid);
     }
 
     #[test]

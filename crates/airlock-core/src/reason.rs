@@ -238,6 +238,14 @@ reason_codes! {
     InvocationActive => "invocation.active", Refused, TEMP_FAIL;
     /// Nothing was published by that invocation, so there is nothing to attest.
     AttestNothing => "attest.nothing_published", Refused, NO_INPUT;
+    // ---- staging ----
+    /// The shared staging pool has no room for this call's snapshots and
+    /// output; nothing was copied and no worker started. Retry later.
+    StagingExhausted => "staging.exhausted", Refused, TEMP_FAIL;
+    /// No reservation by that invocation id is held in the staging pool.
+    StagingNotReserved => "staging.not_reserved", Refused, NO_INPUT;
+    /// The reservation belongs to a live process.
+    StagingBusy => "staging.busy", Refused, TEMP_FAIL;
     // ---- configuration and host ----
     /// `airlock.toml` is malformed or inconsistent.
     ConfigInvalid => "config.invalid", Error, CONFIG;

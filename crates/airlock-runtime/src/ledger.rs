@@ -3,10 +3,10 @@
 //! crashed publication block new effects (fail-stop) until an operator
 //! recovers it; and the test-only crash points.
 
-use crate::staging::ProcessIdentity;
 use airlock_core::{ReasonCode, Refusal};
 use airlock_hostfs::PrivateDir;
 use airlock_journal::{Journal, JournalError};
+use airlock_staging::ProcessIdentity;
 use serde_json::Value;
 
 /// Directory of pending-publication markers, `ID@PID.START`.

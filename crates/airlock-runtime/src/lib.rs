@@ -33,10 +33,10 @@ mod policy_files;
 mod prepare;
 pub mod recovery;
 mod run;
-pub mod staging;
 pub mod store;
 pub mod tools;
 
+pub use airlock_staging as staging;
 pub use attest::{IN_TOTO_PAYLOAD_TYPE, PREDICATE_TYPE};
 pub use authorize::{AuthorizedCall, Authorizer, CedarPolicy, Decision, DefaultPolicy, DEFAULT_POLICY_ID};
 pub use ceilings::Protected;
@@ -57,6 +57,7 @@ pub struct Runtime {
     config: Config,
     resolver: Resolver,
     state: PrivateDir,
+    pool: airlock_staging::Pool,
     protected: Protected,
 }
 
@@ -89,6 +90,7 @@ impl Runtime {
         check_image(&config, &protected)?;
         let key = airlock_journal::JournalKey::open_or_create(&state).map_err(ledger::journal_refusal)?;
         let journal = airlock_journal::Journal::open(&state, key).map_err(ledger::journal_refusal)?;
+        let pool = airlock_staging::Pool::open(&state, config.staging)?;
         let policy_sources = if config.policy_files.is_empty() { None } else { Some(policy_files::load(&config)?) };
         let principal = config.principal.clone();
         Ok(Runtime {
@@ -100,6 +102,7 @@ impl Runtime {
             config,
             resolver,
             state,
+            pool,
             protected,
         })
     }
@@ -172,6 +175,11 @@ impl Runtime {
     /// The state directory.
     pub fn state(&self) -> &PrivateDir {
         &self.state
+    }
+
+    /// The shared staging pool of the state directory.
+    pub fn pool(&self) -> &airlock_staging::Pool {
+        &self.pool
     }
 
     pub(crate) fn authority(&self) -> &HostAuthority {

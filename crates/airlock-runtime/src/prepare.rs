@@ -30,6 +30,11 @@ pub struct PreparedCall {
     manifest: airlock_core::manifest::Manifest,
     output: Option<HeldOutput>,
     store: airlock_hostfs::PrivateDir,
+    /// The call's private staging data (snapshots, and later its output).
+    staged: airlock_hostfs::PrivateDir,
+    /// The reservation this process holds for `staged`; `None` for a call
+    /// loaded for dispatch until it adopts the durable one.
+    lease: Option<airlock_staging::Lease>,
 }
 
 impl PreparedCall {
@@ -62,8 +67,31 @@ impl PreparedCall {
     pub fn open_snapshot(&self, index: usize) -> Result<std::fs::File, Refusal> {
         let name =
             &self.record.inputs.get(index).ok_or_else(|| Refusal::new(ReasonCode::Internal, "no such input"))?.snapshot;
-        let inputs = self.store.open_subdir(crate::store::INPUTS_DIR)?;
+        let inputs = self.staged.open_subdir(crate::store::INPUTS_DIR)?;
         Ok(inputs.open_file(name)?)
+    }
+
+    /// The call's private staging directory (in its pool reservation).
+    pub fn staged(&self) -> &airlock_hostfs::PrivateDir {
+        &self.staged
+    }
+
+    /// Removes the staged copies and releases their reservation (best
+    /// effort: what fails stays reserved under this process and is reaped
+    /// once it is gone).
+    pub(crate) fn release_staging(self) {
+        if let Some(lease) = self.lease {
+            let _ = lease.release();
+        }
+    }
+
+    /// Takes over the durable staging reservation kept since `airlock
+    /// prepare`, so it is released when this process is done with it.
+    pub(crate) fn adopt_lease(&mut self, pool: &airlock_staging::Pool) -> Result<(), Refusal> {
+        if self.lease.is_none() {
+            self.lease = Some(pool.adopt(self.invocation_id())?);
+        }
+        Ok(())
     }
 
     /// The manifest exactly as prepared.
@@ -153,6 +181,16 @@ impl Runtime {
             Some(path) => Some(self.hold_output(path)?),
         };
 
+        // Room in the shared staging pool is reserved before a byte is
+        // copied: the inputs as sized by their handles (a snapshot that
+        // grows is refused), the output's bound, and a per-file overhead.
+        let mut lease = self.pool().admit(&airlock_staging::Request {
+            invocation_id: request.invocation_id.clone(),
+            purpose: airlock_staging::Purpose::Call,
+            bytes: declared_bytes.saturating_add(if plan.create.is_some() { max_file_bytes } else { 0 }),
+            files: opened.len() as u64 + u64::from(plan.create.is_some()),
+        })?;
+        let inputs_dir = lease.data().create_subdir(crate::store::INPUTS_DIR).map_err(Refusal::from)?;
         let invocations = self.invocations()?;
         let pending = PendingInvocation::begin(&invocations)?;
         let mut reads = Vec::with_capacity(opened.len());
@@ -160,7 +198,7 @@ impl Runtime {
         let mut total: u64 = 0;
         for (index, input) in opened.into_iter().enumerate() {
             let name = index.to_string();
-            let mut dest = pending.inputs().create_file(&name).map_err(Refusal::from)?;
+            let mut dest = inputs_dir.create_file(&name).map_err(Refusal::from)?;
             let info = input.file.snapshot_into(&mut dest, max_file_bytes)?;
             total += info.bytes;
             if total > limits.max_input_bytes {
@@ -207,7 +245,15 @@ impl Runtime {
                 .map(|(p, parent)| RecordedOutput { path: p.as_str().to_owned(), parent }),
         };
         let store = pending.commit(&record, &tool.text, durable)?;
-        Ok(PreparedCall { record, manifest: tool.manifest, output, store })
+        if durable {
+            // After the commit: a crash in between loses the snapshots of a
+            // kept call (its dispatch is refused), never leaks a durable
+            // reservation that no call names.
+            inputs_dir.sync()?;
+            lease.persist()?;
+        }
+        let staged = lease.data().try_clone()?;
+        Ok(PreparedCall { record, manifest: tool.manifest, output, store, staged, lease: Some(lease) })
     }
 
     fn ceiling_for(&self, path: &RelPath) -> Result<(&airlock_core::Ceiling, Option<RelPath>), Refusal> {
@@ -281,7 +327,8 @@ impl Runtime {
         if manifest.sha256() != record.descriptor.manifest_sha256 {
             return Err(Refusal::new(ReasonCode::InputChanged, "the kept manifest does not match the descriptor"));
         }
-        let inputs = store.open_subdir(crate::store::INPUTS_DIR)?;
+        let staged = self.pool().data_of(id)?;
+        let inputs = staged.open_subdir(crate::store::INPUTS_DIR)?;
         for rec in &record.inputs {
             let mut f = inputs.open_file(&rec.snapshot)?;
             let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
@@ -312,6 +359,6 @@ impl Runtime {
                 Some(held)
             }
         };
-        Ok(PreparedCall { record, manifest, output, store })
+        Ok(PreparedCall { record, manifest, output, store, staged, lease: None })
     }
 }

@@ -8,7 +8,6 @@
 
 use crate::authorize::AuthorizedCall;
 use crate::prepare::{CallRequest, PreparedCall};
-use crate::staging::{StagingArea, OUTPUT_FILE};
 use crate::{ledger, Runtime};
 use airlock_core::manifest::{Manifest, OutputFormat};
 use airlock_core::output::{parse_output, DEFAULT_MAX_OUTPUT_BYTES};
@@ -30,6 +29,8 @@ pub const OUTPUT_KEPT: usize = 4096;
 const STDERR_LIMIT: usize = 64 * 1024;
 /// `SIGXFSZ`: a write went past `RLIMIT_FSIZE`.
 const SIGXFSZ: i32 = 25;
+/// The output file in the call's staging data, where the worker's export lands.
+const OUTPUT_FILE: &str = "output";
 
 impl Runtime {
     /// Prepares, authorizes, runs and publishes one call. `Err` is a refusal
@@ -80,10 +81,8 @@ impl Runtime {
     }
 
     fn dispatch_journaled(&self, id: &str) -> Result<Envelope, Refusal> {
-        let staging = StagingArea::open(self.state())?;
-        staging.reap_stale()?;
         ledger::refuse_if_unconfirmed(self.state(), self.journal())?;
-        let prepared = self.load_prepared(id)?;
+        let mut prepared = self.load_prepared(id)?;
         let d = prepared.descriptor();
         let approved = crate::approval::needs_approval(&d.risk_tier, d.human_approval);
         // The approval is taken first, so a dispatch refused for want of one
@@ -92,12 +91,10 @@ impl Runtime {
             self.consume_approval(&prepared)?;
         }
         prepared.mark_dispatched()?;
-        let result = self.authorize_call(prepared, approved).and_then(|call| self.execute(call, &staging));
-        // Dispatched once: the snapshots have served.
-        if let Ok(dir) = self.invocations().and_then(|d| Ok(d.open_subdir(id)?)) {
-            let _ = dir.remove_tree(crate::store::INPUTS_DIR);
-        }
-        result
+        // Dispatched once: from here the snapshots' reservation is this
+        // process's, released (data first) when the call is done.
+        prepared.adopt_lease(self.pool())?;
+        self.authorize_call(prepared, approved).and_then(|call| self.execute(call))
     }
 
     /// Asks the configured authorizer and journals a permit
@@ -114,9 +111,8 @@ impl Runtime {
     }
 
     fn run_journaled(&self, request: &CallRequest) -> Result<Envelope, Refusal> {
-        // Leftovers of callers that were killed are reaped first.
-        let staging = StagingArea::open(self.state())?;
-        staging.reap_stale()?;
+        // Leftovers of callers that were killed are reaped when the call is
+        // admitted to the staging pool (in prepare).
         ledger::refuse_if_unconfirmed(self.state(), self.journal())?;
         let approval = {
             let tool = self.load_tool(&request.tool)?;
@@ -129,14 +125,10 @@ impl Runtime {
         if approval {
             return Ok(approval_required(&prepared));
         }
-        let id = prepared.invocation_id().to_owned();
-        let result = self.authorize_call(prepared, false).and_then(|call| self.execute(call, &staging));
-        // Whatever happened, the snapshots have served (or will never
-        // serve); the prepared record stays so the id is never reused.
-        if let Ok(dir) = self.invocations().and_then(|d| Ok(d.open_subdir(&id)?)) {
-            let _ = dir.remove_tree(crate::store::INPUTS_DIR);
-        }
-        result
+        // Whatever happens, the staged copies go with the prepared call
+        // (its reservation is released when it is dropped); the prepared
+        // record stays so the id is never reused.
+        self.authorize_call(prepared, false).and_then(|call| self.execute(call))
     }
 
     /// Keeps a refused call's id from being used again: the journal has
@@ -174,7 +166,7 @@ impl Runtime {
         )
     }
 
-    fn execute(&self, call: AuthorizedCall, staging: &StagingArea) -> Result<Envelope, Refusal> {
+    fn execute(&self, call: AuthorizedCall) -> Result<Envelope, Refusal> {
         let (prepared, decision) = call.into_parts();
         if self.config().tier != Tier::Native {
             return Err(Refusal::new(
@@ -195,7 +187,7 @@ impl Runtime {
         let d = prepared.descriptor().clone();
         let d_id = prepared.invocation_id().to_owned();
         let fs = &d.command_boundary.filesystem;
-        let call_staging = staging.create(prepared.invocation_id())?;
+        let call_staging = prepared.staged();
 
         let mut inputs = Vec::with_capacity(prepared.record().inputs.len());
         for (index, rec) in prepared.record().inputs.iter().enumerate() {
@@ -205,7 +197,7 @@ impl Runtime {
             None => None,
             Some(path) => Some(StagedOutput {
                 virtual_path: path.clone(),
-                file: call_staging.dir().create_file(OUTPUT_FILE)?,
+                file: call_staging.create_file(OUTPUT_FILE)?,
                 max_bytes: fs.max_file_bytes,
             }),
         };
@@ -257,11 +249,8 @@ impl Runtime {
                 parse_output(format, &outcome.stdout)
             }
             Some(program) => {
-                let place = ParserPlace {
-                    staging: call_staging.dir(),
-                    working_dir: &self.config().working_dir,
-                    image: self.image(),
-                };
+                let place =
+                    ParserPlace { staging: call_staging, working_dir: &self.config().working_dir, image: self.image() };
                 run_parser(&tier, program, &outcome.stdout, place, manifest)
             }
         });
@@ -275,7 +264,7 @@ impl Runtime {
                 })),
                 ..base
             },
-            Ok(content) => match self.publish(&prepared, call_staging.dir()) {
+            Ok(content) => match self.publish(&prepared, call_staging) {
                 Ok(created_files) => Envelope { content: Some(content), created_files, ..base },
                 Err(refusal) => Envelope {
                     status: refusal.code.status(),
@@ -284,7 +273,9 @@ impl Runtime {
                 },
             },
         };
-        drop(call_staging);
+        // The staged copies are removed and their reservation released
+        // before the answer is given.
+        prepared.release_staging();
         Ok(envelope)
     }
 

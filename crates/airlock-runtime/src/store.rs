@@ -1,7 +1,9 @@
 //! Prepared calls kept in the state directory for a later dispatch.
 //!
-//! Layout: `STATE/invocations/ID/` holds `prepared.json`, `manifest.clad.toml`
-//! (the exact bytes that were prepared) and `inputs/N` (the snapshots). A
+//! Layout: `STATE/invocations/ID/` holds `prepared.json` and
+//! `manifest.clad.toml` (the exact bytes that were prepared); the snapshots
+//! are in the call's staging reservation (`STATE/staging/data/ID/inputs/N`,
+//! see `airlock-staging`). A
 //! call is built in `invocations/.tmp-…` and renamed into place without
 //! replacing anything, so an id is used once and a crash leaves no
 //! half-written invocation under a real id.
@@ -17,7 +19,7 @@ pub const INVOCATIONS: &str = "invocations";
 pub const PREPARED_FILE: &str = "prepared.json";
 /// File holding the manifest's bytes.
 pub const MANIFEST_FILE: &str = "manifest.clad.toml";
-/// Directory holding the input snapshots.
+/// Directory, in the call's staging data, holding the input snapshots.
 pub const INPUTS_DIR: &str = "inputs";
 
 /// One snapshot as recorded.
@@ -25,7 +27,7 @@ pub const INPUTS_DIR: &str = "inputs";
 pub struct RecordedInput {
     /// Declared path.
     pub path: String,
-    /// File name under `inputs/`.
+    /// File name under the staged `inputs/`.
     pub snapshot: String,
     /// Size.
     pub bytes: u64,
@@ -66,7 +68,6 @@ pub struct PendingInvocation<'a> {
     invocations: &'a PrivateDir,
     tmp_name: String,
     dir: PrivateDir,
-    inputs: PrivateDir,
     committed: bool,
 }
 
@@ -75,13 +76,7 @@ impl<'a> PendingInvocation<'a> {
     pub fn begin(invocations: &'a PrivateDir) -> Result<Self, Refusal> {
         let tmp_name = format!(".tmp-{}", airlock_hostfs::random_suffix());
         let dir = invocations.create_subdir(&tmp_name).map_err(Refusal::from)?;
-        let inputs = dir.create_subdir(INPUTS_DIR).map_err(Refusal::from)?;
-        Ok(PendingInvocation { invocations, tmp_name, dir, inputs, committed: false })
-    }
-
-    /// The directory snapshots go into.
-    pub fn inputs(&self) -> &PrivateDir {
-        &self.inputs
+        Ok(PendingInvocation { invocations, tmp_name, dir, committed: false })
     }
 
     /// Writes the record and manifest, then renames the directory to the
@@ -103,7 +98,6 @@ impl<'a> PendingInvocation<'a> {
                 .map_err(|e| Refusal::new(ReasonCode::Internal, format!("writing {name}: {e}")))?;
         }
         if durable {
-            self.inputs.sync().map_err(Refusal::from)?;
             self.dir.sync().map_err(Refusal::from)?;
         }
         self.invocations.rename_noreplace(&self.tmp_name, &record.invocation_id).map_err(|e| {

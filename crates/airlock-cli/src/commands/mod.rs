@@ -74,7 +74,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         Command::Approve { digest } => Envelope { content: Some(runtime.approve(&digest)?), ..Envelope::ok() }.into(),
         Command::Prepare(call) => prepare::run(&runtime, call)?.into(),
         Command::Tools(cmd) => tools::run(&runtime, cmd)?.into(),
-        Command::Staging(cmd) => staging::run(&runtime, cmd)?.into(),
+        Command::Staging(cmd) => staging::run(&runtime, cmd)?,
         Command::Journal(crate::cli::JournalCommand::Show { json }) => journal::show(&runtime, json)?,
         Command::Journal(crate::cli::JournalCommand::Verify { .. }) => unreachable!("handled above"),
         Command::Invocation(crate::cli::InvocationCommand::Inspect { id }) => {

@@ -1,16 +1,59 @@
-//! `airlock staging status|gc`.
+//! `airlock staging status|gc|release`.
 
+use super::Answer;
 use crate::cli::StagingCommand;
 use airlock_core::{Envelope, Refusal};
-use airlock_runtime::staging::StagingArea;
+use airlock_runtime::staging::PoolStatus;
 use airlock_runtime::Runtime;
+use std::fmt::Write;
 
 /// Runs a staging subcommand.
-pub fn run(runtime: &Runtime, cmd: StagingCommand) -> Result<Envelope, Refusal> {
-    let area = StagingArea::open(runtime.state())?;
+pub fn run(runtime: &Runtime, cmd: StagingCommand) -> Result<Answer, Refusal> {
+    let pool = runtime.pool();
     let content = match cmd {
-        StagingCommand::Status => serde_json::json!({ "calls": area.status()? }),
-        StagingCommand::Gc => serde_json::json!({ "removed": area.reap_stale()? }),
+        StagingCommand::Status { json: false } => return Ok(Answer::Text(table(&pool.status()?))),
+        StagingCommand::Status { json: true } => to_json(serde_json::to_value(pool.status()?)),
+        StagingCommand::Gc => to_json(serde_json::to_value(pool.gc()?)),
+        StagingCommand::Release { id } => {
+            airlock_runtime::check_invocation_id(&id)?;
+            serde_json::json!({ "released": id, "bytes": pool.release(&id)? })
+        }
     };
-    Ok(Envelope { content: Some(content), ..Envelope::ok() })
+    Ok(Envelope { content: Some(content), ..Envelope::ok() }.into())
+}
+
+fn to_json(value: serde_json::Result<serde_json::Value>) -> serde_json::Value {
+    value.expect("staging reports serialize")
+}
+
+/// The status for people: totals, then one line a reservation.
+fn table(status: &PoolStatus) -> String {
+    let mut out = format!(
+        "staging pool: {} of {} reservations, {} of {} bytes reserved\n",
+        status.reserved_snapshots, status.max_snapshots, status.reserved_bytes, status.max_bytes
+    );
+    if !status.reservations.is_empty() {
+        let _ = writeln!(out, "{:<40} {:<12} {:>12} {:>6}  holder", "invocation", "purpose", "bytes", "files");
+    }
+    for r in &status.reservations {
+        let res = &r.reservation;
+        let holder = match res.owner {
+            None => "durable (prepared, waiting for dispatch)".to_owned(),
+            Some(o) if r.live => format!("pid {} (live)", o.pid),
+            Some(o) => format!("pid {} (gone: `airlock staging gc` reaps it)", o.pid),
+        };
+        let purpose = serde_json::to_value(res.purpose).ok().and_then(|v| v.as_str().map(str::to_owned));
+        let _ = writeln!(
+            out,
+            "{:<40} {:<12} {:>12} {:>6}  {holder}",
+            res.invocation_id,
+            purpose.unwrap_or_default(),
+            res.charged,
+            res.files
+        );
+    }
+    for orphan in &status.orphans {
+        let _ = writeln!(out, "orphan: {orphan} (removed by the next admission or `airlock staging gc`)");
+    }
+    out
 }

@@ -82,7 +82,7 @@ fn a_low_risk_call_prepared_alone_dispatches_without_approval_from_its_snapshot(
 fn a_tampered_snapshot_or_a_taken_output_stops_dispatch() {
     let p = project("low");
     p.run(&["prepare", "copy", "data/in.txt", "results/out.txt", "--invocation-id", "t1"]).assert_ok();
-    std::fs::write(p.path(".airlock/invocations/t1/inputs/0"), "tampered").unwrap();
+    std::fs::write(p.path(".airlock/staging/data/t1/inputs/0"), "tampered").unwrap();
     let run = p.run(&["dispatch", "t1"]);
     assert_eq!(run.reason(), "input.changed", "{run:#?}");
     p.run(&["prepare", "copy", "data/in.txt", "results/out2.txt", "--invocation-id", "t2"]).assert_ok();

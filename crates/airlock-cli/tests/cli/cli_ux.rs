@@ -78,7 +78,7 @@ fn init_makes_a_project_whose_suggested_command_publishes() {
     let example = std::fs::read_to_string(dir.path().join("data/example.txt")).unwrap();
     let published: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(published, json!({ "words": example.split_whitespace().count() }));
-    assert_eq!(names(&dir.path().join(".airlock/staging")), Vec::<String>::new());
+    assert_eq!(staged_entries(dir.path()), Vec::<String>::new());
 
     // The same step again is refused: the output exists.
     let again = airlock_in(dir.path(), &words[1..]);
@@ -154,7 +154,7 @@ fn assert_nothing_started(p: &Project, run: &Run, status: &str, reason: &str, ex
     assert_eq!(run.envelope["created_files"], json!([]));
     assert_absent_path(p, "results/out.txt");
     assert_no_candidates(p, "results");
-    assert_eq!(names(&p.path(".airlock/staging")), Vec::<String>::new(), "{}", p.tree());
+    assert_eq!(staged_entries(p.root()), Vec::<String>::new(), "{}", p.tree());
     assert!(!run.stdout.contains(CANARY) && !run.stderr.contains(CANARY), "{run:#?}");
 }
 
@@ -181,6 +181,10 @@ fn high_risk_tools_stop_for_an_exact_call_approval() {
     for extra in ["risk_tier = \"high\"", "risk_tier = \"critical\"", "human_approval = true"] {
         let p = refusal_project(ROOTS, extra);
         let run = p.run(&["run", "slowcopy", "data/in.txt", "results/out.txt"]);
+        // The call is kept for dispatch, and so is its staging reservation.
+        let id = run.envelope["invocation_id"].as_str().unwrap().to_owned();
+        assert_eq!(staged_entries(p.root()), [format!("leases/{id}"), format!("data/{id}")]);
+        p.run(&["staging", "release", &id]).assert_ok();
         assert_nothing_started(&p, &run, "refused", "approval.required", 77);
         assert!(!run.envelope["error"]["message"].as_str().unwrap().is_empty());
     }
@@ -211,11 +215,11 @@ fn a_run_refused_after_prepare_keeps_no_copy_of_its_inputs() {
         );
         let run = p.run(&["run", "slowcopy", "data/in.txt", "results/out.txt", "--invocation-id", "r-1"]);
         assert_eq!(run.reason(), reason, "{run:#?}");
-        let snapshots = names(&p.path(".airlock/invocations/r-1/inputs"));
+        let snapshots = names(&p.path(".airlock/staging/data/r-1/inputs"));
         if !snapshots.is_empty() {
-            let copy = std::fs::read(p.path(".airlock/invocations/r-1/inputs/0")).unwrap_or_default();
+            let copy = std::fs::read(p.path(".airlock/staging/data/r-1/inputs/0")).unwrap_or_default();
             kept.push(format!(
-                "{reason}: .airlock/invocations/r-1/inputs holds {snapshots:?}; inputs/0 is the input: {}",
+                "{reason}: .airlock/staging/data/r-1/inputs holds {snapshots:?}; inputs/0 is the input: {}",
                 copy == CANARY.as_bytes()
             ));
         }

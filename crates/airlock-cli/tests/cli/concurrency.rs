@@ -11,7 +11,11 @@ const CALLERS: usize = 64;
 
 #[test]
 fn sixty_four_calls_naming_one_output_publish_exactly_once() {
-    let p = Arc::new(Project::new());
+    // Room in the staging pool for every caller: this test is about the
+    // output, not admission (see staging_pool.rs).
+    let p = Arc::new(Project::with_config(
+        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n[staging]\nmax_snapshots = 64\n",
+    ));
     // The pause lets most callers get past prepare before the first one publishes,
     // so that most refusals come from the no-replace rename itself.
     p.tool("shcopy", &sh_tool("shcopy", "", IO_ARGS, r#"sleep 0.3; cat "$1" > "$2""#, IO_FS));
@@ -61,6 +65,6 @@ fn sixty_four_calls_naming_one_output_publish_exactly_once() {
     let kept = p.invocations();
     assert_eq!(kept.len(), CALLERS - at_prepare, "{kept:?}");
     for id in kept {
-        assert!(!p.path(&format!(".airlock/invocations/{id}/inputs")).exists(), "{}", p.tree());
+        assert!(!p.path(&format!(".airlock/staging/data/{id}/inputs")).exists(), "{}", p.tree());
     }
 }

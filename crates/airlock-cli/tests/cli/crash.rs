@@ -40,8 +40,8 @@ fn start_nap(mut cmd: Command, m: &str) -> Child {
 /// (its name may carry more, such as the owner's identity).
 #[track_caller]
 fn assert_staging_holds_only(p: &Project, id: &str) {
-    let entries = names(&p.path(".airlock/staging"));
-    assert!(entries.len() == 1 && entries[0].starts_with(id), "staging should hold {id}'s directory only: {entries:?}");
+    let entries = staged_entries(p.root());
+    assert_eq!(entries, vec![format!("leases/{id}"), format!("data/{id}")], "staging should hold {id}'s only");
 }
 
 fn sigkill(child: &mut Child) {
@@ -65,9 +65,9 @@ fn crash_story(p: &Project, cmd: &dyn Fn(&[&str]) -> Command, run: &dyn Fn(&[&st
     let gone = wait_until(Duration::from_secs(5), || procs_with(&m).is_empty());
     assert!(gone, "5 s after SIGKILL of airlock, its call still runs: {:?}", procs_with(&m));
 
-    let status = run(&["staging", "status"]);
+    let status = run(&["staging", "status", "--json"]);
     status.assert_ok();
-    let calls = status.envelope["content"]["calls"].as_array().unwrap().clone();
+    let calls = status.envelope["content"]["reservations"].as_array().unwrap().clone();
     assert_eq!(calls.len(), 1, "{status:#?}");
     assert_eq!(calls[0]["invocation_id"], "crash-1");
     assert_eq!(calls[0]["live"], false, "{status:#?}");
@@ -75,10 +75,11 @@ fn crash_story(p: &Project, cmd: &dyn Fn(&[&str]) -> Command, run: &dyn Fn(&[&st
 
     let gc = run(&["staging", "gc"]);
     gc.assert_ok();
-    assert_eq!(gc.envelope["content"]["removed"], json!(["crash-1"]), "{gc:#?}");
+    assert_eq!(gc.envelope["content"]["released"], json!(["crash-1"]), "{gc:#?}");
     assert_staging_empty(p);
-    let status = run(&["staging", "status"]);
-    assert_eq!(status.envelope["content"]["calls"], json!([]), "{status:#?}");
+    let status = run(&["staging", "status", "--json"]);
+    assert_eq!(status.envelope["content"]["reservations"], json!([]), "{status:#?}");
+    assert_eq!(status.envelope["content"]["reserved_bytes"], 0, "{status:#?}");
 
     assert_absent_path(p, "results/crash.txt");
     assert_no_candidates(p, "results");
@@ -117,20 +118,20 @@ fn after_sigkill_staging_gc_reaps_the_dead_call_and_nothing_is_published() {
     let m = marker(20);
     let _guard = KillOnDrop(m.clone());
     let mut child = start_nap(p.command(&["run", "nap", &m, "results/crash.txt", "--invocation-id", "crash-1"]), &m);
-    let status = p.run(&["staging", "status"]);
-    assert_eq!(status.envelope["content"]["calls"][0]["live"], true, "a running call is live: {status:#?}");
+    let status = p.run(&["staging", "status", "--json"]);
+    assert_eq!(status.envelope["content"]["reservations"][0]["live"], true, "a running call is live: {status:#?}");
     // A live call's staging is never reaped.
     let gc = p.run(&["staging", "gc"]);
-    assert_eq!(gc.envelope["content"]["removed"], json!([]), "{gc:#?}");
+    assert_eq!(gc.envelope["content"]["released"], json!([]), "{gc:#?}");
     assert_staging_holds_only(&p, "crash-1");
 
     sigkill(&mut child);
-    let status = p.run(&["staging", "status"]);
+    let status = p.run(&["staging", "status", "--json"]);
     status.assert_ok();
-    assert_eq!(status.envelope["content"]["calls"][0]["live"], false, "{status:#?}");
+    assert_eq!(status.envelope["content"]["reservations"][0]["live"], false, "{status:#?}");
     let gc = p.run(&["staging", "gc"]);
     gc.assert_ok();
-    assert_eq!(gc.envelope["content"]["removed"], json!(["crash-1"]), "{gc:#?}");
+    assert_eq!(gc.envelope["content"]["released"], json!(["crash-1"]), "{gc:#?}");
     assert_staging_empty(&p);
     assert_absent_path(&p, "results/crash.txt");
     assert_no_candidates(&p, "results");

@@ -52,6 +52,10 @@ fn parent_swap_race_never_escapes() {
                                 &run.envelope["descriptor"]["command_boundary"]["filesystem"]["reads"][0]["sha256"];
                             assert_eq!(got.as_str(), Some(real_hash.as_str()), "{run:#?}");
                             ok += 1;
+                            // A prepared call keeps its staging reservation
+                            // until dispatch; give the room back.
+                            let id = run.envelope["invocation_id"].as_str().unwrap();
+                            p.run(&["staging", "release", id]).assert_ok();
                         }
                         "refused" => {
                             let allowed = ["path.symlink", "input.missing", "path.race", "input.changed"];

@@ -126,12 +126,21 @@ pub fn assert_no_candidates(p: &Project, rel: &str) {
     assert!(left.is_empty(), "candidates left in {rel}: {left:?}\n{}", p.tree());
 }
 
-/// `.airlock/staging` exists and is empty.
+/// What the staging pool of the project at `root` holds: its reservation
+/// records and private data directories, as `leases/ID` and `data/ID`.
+pub fn staged_entries(root: &std::path::Path) -> Vec<String> {
+    let pool = root.join(".airlock/staging");
+    ["leases", "data"]
+        .iter()
+        .flat_map(|sub| names(&pool.join(sub)).into_iter().map(move |n| format!("{sub}/{n}")))
+        .collect()
+}
+
+/// The staging pool exists and holds no reservation and no data.
 #[track_caller]
 pub fn assert_staging_empty(p: &Project) {
-    let dir = p.path(".airlock/staging");
-    assert!(dir.is_dir(), "no staging dir:\n{}", p.tree());
-    assert_eq!(names(&dir), Vec::<String>::new(), "staging not empty:\n{}", p.tree());
+    assert!(p.path(".airlock/staging/data").is_dir(), "no staging pool:\n{}", p.tree());
+    assert_eq!(staged_entries(p.root()), Vec::<String>::new(), "staging not empty:\n{}", p.tree());
 }
 
 /// Nothing was published at `rel` (no entry of any kind).

@@ -263,7 +263,7 @@ fn over_limit_mismatch(p: &Project, run: &Run, how: &str) -> Option<String> {
     let published = std::fs::symlink_metadata(p.path("results/out.txt")).ok().map(|m| m.len());
     let candidates: Vec<String> =
         names(&p.path("results")).into_iter().filter(|n| n.starts_with(".airlock-candidate-")).collect();
-    let staging = names(&p.path(".airlock/staging"));
+    let staging = staged_entries(p.root());
     (got != ("failed", "limit.output_size", 1)
         || run.envelope["created_files"] != json!([])
         || published.is_some()

@@ -1,0 +1,66 @@
+//! Which process owns a reservation: `(pid, start time)`, so a reused pid
+//! is never mistaken for the owner.
+
+use serde::{Deserialize, Serialize};
+
+/// `(pid, start time in clock ticks since boot)` of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessIdentity {
+    /// Process id.
+    pub pid: u32,
+    /// Field 22 of `/proc/PID/stat`.
+    pub start_ticks: u64,
+}
+
+impl ProcessIdentity {
+    /// This process.
+    pub fn current() -> Option<ProcessIdentity> {
+        ProcessIdentity::of(std::process::id())
+    }
+
+    /// The live process `pid`, if it exists.
+    pub fn of(pid: u32) -> Option<ProcessIdentity> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The command name (field 2) may hold spaces and parentheses; fields
+        // after the last ')' are plain.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        let start_ticks = rest.split_whitespace().nth(19)?.parse().ok()?;
+        Some(ProcessIdentity { pid, start_ticks })
+    }
+
+    /// `PID.START`, as used in file names.
+    pub fn encode(&self) -> String {
+        format!("{}.{}", self.pid, self.start_ticks)
+    }
+
+    /// The inverse of [`ProcessIdentity::encode`].
+    pub fn decode(s: &str) -> Option<ProcessIdentity> {
+        let (pid, ticks) = s.split_once('.')?;
+        Some(ProcessIdentity { pid: pid.parse().ok()?, start_ticks: ticks.parse().ok()? })
+    }
+
+    /// Whether this exact process is still alive.
+    pub fn alive(&self) -> bool {
+        ProcessIdentity::of(self.pid) == Some(*self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_of_self_is_alive_and_a_dead_pid_is_not() {
+        let me = ProcessIdentity::current().unwrap();
+        assert!(me.alive());
+        assert_eq!(ProcessIdentity::decode(&me.encode()), Some(me));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let id = ProcessIdentity::of(child.id());
+        child.wait().unwrap();
+        if let Some(id) = id {
+            assert!(!id.alive());
+        }
+        let fake = ProcessIdentity { pid: me.pid, start_ticks: me.start_ticks + 1 };
+        assert!(!fake.alive(), "a reused pid with another start time is not the owner");
+    }
+}

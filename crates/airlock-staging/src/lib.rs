@@ -1,0 +1,40 @@
+//! airlock-staging: the shared staging pool (DESIGN.md §1 step 3).
+//!
+//! Every airlock process on a host that uses one state directory shares one
+//! [`Pool`] under `STATE/staging/`, coordinated by a file lock, with no
+//! daemon. Before a call copies anything it asks for a [`Lease`] sized to
+//! its input bytes, its output's maximum size and a per-file overhead
+//! ([`Request::charge`]); a pool without room refuses with
+//! `staging.exhausted` (exit 75) and the call starts nothing. The lease's
+//! private directory ([`Lease::data`]) holds the copies; releasing the lease
+//! removes them first and only then gives the room back.
+//!
+//! A reservation names the process that holds it (pid and start time). When
+//! that process is gone, the next admission or [`Pool::gc`] removes its data
+//! through handles that never follow a link, so a data directory swapped for
+//! a symlink is unlinked, not entered (the CVE-2022-21658 class), and then
+//! the reservation. A prepared call that waits for approval keeps a
+//! *durable* reservation ([`Lease::persist`]) that its dispatch takes over
+//! ([`Pool::adopt`]).
+//!
+//! ```no_run
+//! use airlock_core::StagingLimits;
+//! use airlock_hostfs::{HostAuthority, PrivateDir};
+//! use airlock_staging::{Pool, Purpose, Request};
+//! let state = PrivateDir::open_or_create(&HostAuthority::ambient(), ".airlock".as_ref())?;
+//! let pool = Pool::open(&state, StagingLimits::default())?;
+//! let lease = pool.admit(&Request { invocation_id: "inv-1".into(), purpose: Purpose::Call, bytes: 4096, files: 2 })?;
+//! let _copy = lease.data().create_file("input")?;
+//! lease.release()?;
+//! # Ok::<(), airlock_core::Refusal>(())
+//! ```
+#![deny(missing_docs)]
+
+mod identity;
+mod lock;
+mod pool;
+mod record;
+
+pub use identity::ProcessIdentity;
+pub use pool::{GcReport, Lease, Pool, PoolStatus, ReservationStatus, POOL_DIR};
+pub use record::{Purpose, Request, Reservation, PER_FILE_OVERHEAD};

@@ -1,0 +1,427 @@
+//! The pool: admission, release, adoption, reaping and status, each under
+//! the pool lock.
+
+use crate::lock::{Held, PoolLock};
+use crate::record::{Request, Reservation, MAX_RECORD_BYTES};
+use crate::ProcessIdentity;
+use airlock_core::{ReasonCode, Refusal, StagingLimits};
+use airlock_hostfs::PrivateDir;
+use serde::Serialize;
+use std::io::{Read, Write};
+use std::sync::Arc;
+
+/// The pool's directory under the state directory.
+pub const POOL_DIR: &str = "staging";
+/// One reservation record per invocation id.
+const LEASES_DIR: &str = "leases";
+/// One private data directory per reservation, same name.
+const DATA_DIR: &str = "data";
+
+/// The shared staging pool of one state directory. Cloning is cheap and
+/// shares the handles and the lock.
+#[derive(Debug, Clone)]
+pub struct Pool(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    leases: PrivateDir,
+    data: PrivateDir,
+    lock: PoolLock,
+    limits: StagingLimits,
+}
+
+/// A reservation held by this process. Its private directory
+/// ([`Lease::data`]) is where the copies go. Dropped without
+/// [`Lease::release`] or [`Lease::persist`], it is released (best effort;
+/// what fails is reaped once this process is gone).
+#[derive(Debug)]
+pub struct Lease {
+    pool: Pool,
+    invocation_id: String,
+    charged: u64,
+    data: PrivateDir,
+    state: LeaseState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaseState {
+    Held,
+    Durable,
+    Released,
+}
+
+/// `airlock staging status`: the pool's size and what holds it.
+#[derive(Debug, Clone, Serialize)]
+pub struct PoolStatus {
+    /// Configured concurrent reservations.
+    pub max_snapshots: u32,
+    /// Configured bytes.
+    pub max_bytes: u64,
+    /// Reservations held now.
+    pub reserved_snapshots: u32,
+    /// Bytes charged now.
+    pub reserved_bytes: u64,
+    /// Each reservation.
+    pub reservations: Vec<ReservationStatus>,
+    /// Names of data directories or records that belong to no reservation
+    /// (left by a crash; the next admission or gc removes them).
+    pub orphans: Vec<String>,
+}
+
+/// One reservation in [`PoolStatus`].
+#[derive(Debug, Clone, Serialize)]
+pub struct ReservationStatus {
+    /// The record.
+    #[serde(flatten)]
+    pub reservation: Reservation,
+    /// Whether the owner is alive (`true` for a durable reservation).
+    pub live: bool,
+    /// Whether it is kept by a prepared call waiting for dispatch.
+    pub durable: bool,
+}
+
+/// What a reaping pass did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct GcReport {
+    /// Invocation ids whose stale reservations were released after their
+    /// data was removed.
+    pub released: Vec<String>,
+    /// Bytes those reservations had charged.
+    pub released_bytes: u64,
+    /// Orphaned entries removed.
+    pub orphans_removed: Vec<String>,
+    /// Stale reservations kept because their data could not be removed
+    /// (they stay charged; the message says why).
+    pub kept: Vec<(String, String)>,
+}
+
+impl Pool {
+    /// Opens (creating `0700`) `STATE/staging` with its lock, records and
+    /// data directories, sized by `limits`.
+    pub fn open(state: &PrivateDir, limits: StagingLimits) -> Result<Pool, Refusal> {
+        limits.check()?;
+        let root = state.ensure_subdir(POOL_DIR)?;
+        let lock = PoolLock::open(&root)?;
+        let leases = root.ensure_subdir(LEASES_DIR)?;
+        let data = root.ensure_subdir(DATA_DIR)?;
+        Ok(Pool(Arc::new(Inner { leases, data, lock, limits })))
+    }
+
+    /// The configured size.
+    pub fn limits(&self) -> StagingLimits {
+        self.0.limits
+    }
+
+    /// Reserves room for `request` before anything is copied: reaps what
+    /// dead holders left, then admits the request if the pool has a free
+    /// reservation and enough bytes, else refuses with `staging.exhausted`.
+    pub fn admit(&self, request: &Request) -> Result<Lease, Refusal> {
+        let me = current_identity()?;
+        let held = self.0.lock.hold()?;
+        self.reap_locked(&held);
+        let live = self.read_all(&held);
+        let count = live.iter().filter_map(|(_, r)| r.as_ref()).count() as u64;
+        let bytes: u64 = live.iter().filter_map(|(_, r)| r.as_ref()).map(|r| r.charged).fold(0, u64::saturating_add);
+        let charge = request.charge();
+        let limits = self.0.limits;
+        if count >= u64::from(limits.max_snapshots) {
+            return Err(Refusal::new(
+                ReasonCode::StagingExhausted,
+                format!("the staging pool holds {count} of {} reservations; retry later", limits.max_snapshots),
+            ));
+        }
+        if bytes.saturating_add(charge) > limits.max_bytes {
+            return Err(Refusal::new(
+                ReasonCode::StagingExhausted,
+                format!(
+                    "the staging pool has {} of {} bytes free and this call needs {charge}; retry later",
+                    limits.max_bytes.saturating_sub(bytes),
+                    limits.max_bytes
+                ),
+            ));
+        }
+        let id = &request.invocation_id;
+        let record = Reservation {
+            invocation_id: id.clone(),
+            purpose: request.purpose,
+            bytes: request.bytes,
+            files: request.files,
+            charged: charge,
+            owner: Some(me),
+        };
+        // Not synced: after a host crash every owner is dead, and a lost
+        // record only leaves data that the next pass removes as an orphan.
+        let mut f = self.0.leases.create_file(id).map_err(|e| {
+            Refusal::new(ReasonCode::InvocationDuplicate, format!("a staging reservation for {id:?} exists: {e}"))
+        })?;
+        if let Err(e) = f.write_all(&record.to_bytes()) {
+            let _ = self.0.leases.remove_tree(id);
+            return Err(Refusal::new(ReasonCode::Internal, format!("writing the staging reservation of {id:?}: {e}")));
+        }
+        let data = match self.0.data.create_subdir(id) {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = self.0.leases.remove_tree(id);
+                return Err(e.into());
+            }
+        };
+        drop(held);
+        Ok(Lease { pool: self.clone(), invocation_id: id.clone(), charged: charge, data, state: LeaseState::Held })
+    }
+
+    /// Takes over the durable reservation of a prepared call, for its
+    /// dispatch by this process: from now on it is released when this
+    /// process releases it or is found dead.
+    pub fn adopt(&self, invocation_id: &str) -> Result<Lease, Refusal> {
+        let me = current_identity()?;
+        let held = self.0.lock.hold()?;
+        let mut record = self.read_one(&held, invocation_id)?;
+        if let Some(owner) = record.owner {
+            if owner.alive() {
+                return Err(Refusal::new(
+                    ReasonCode::StagingBusy,
+                    format!("the staging reservation of {invocation_id:?} is held by live process {}", owner.pid),
+                ));
+            }
+        }
+        let data = self.0.data.open_subdir(invocation_id).map_err(|e| {
+            Refusal::new(ReasonCode::StagingNotReserved, format!("the staged copies of {invocation_id:?}: {e}"))
+        })?;
+        record.owner = Some(me);
+        self.0.leases.replace_file(invocation_id, &record.to_bytes())?;
+        Ok(Lease {
+            pool: self.clone(),
+            invocation_id: invocation_id.to_owned(),
+            charged: record.charged,
+            data,
+            state: LeaseState::Held,
+        })
+    }
+
+    /// Opens, read-only use, the private directory of a reservation held
+    /// by someone (e.g. a durable one, to check its snapshots).
+    pub fn data_of(&self, invocation_id: &str) -> Result<PrivateDir, Refusal> {
+        let held = self.0.lock.hold()?;
+        self.read_one(&held, invocation_id)?;
+        self.0.data.open_subdir(invocation_id).map_err(|e| {
+            Refusal::new(ReasonCode::StagingNotReserved, format!("the staged copies of {invocation_id:?}: {e}"))
+        })
+    }
+
+    /// Releases the reservation of `invocation_id` for an operator: its
+    /// data is removed first, then the record. Refused when no such
+    /// reservation is held (`staging.not_reserved`, so a release cannot
+    /// happen twice) or when a live process holds it (`staging.busy`).
+    pub fn release(&self, invocation_id: &str) -> Result<u64, Refusal> {
+        let held = self.0.lock.hold()?;
+        let record = self.read_one(&held, invocation_id)?;
+        if let Some(owner) = record.owner {
+            if owner.alive() {
+                return Err(Refusal::new(
+                    ReasonCode::StagingBusy,
+                    format!("the staging reservation of {invocation_id:?} is held by live process {}", owner.pid),
+                ));
+            }
+        }
+        self.remove_locked(&held, invocation_id)?;
+        Ok(record.charged)
+    }
+
+    /// Removes every reservation whose holder is dead (data first, then the
+    /// record) and every orphaned entry. Durable reservations stay.
+    pub fn gc(&self) -> Result<GcReport, Refusal> {
+        let held = self.0.lock.hold()?;
+        Ok(self.reap_locked(&held))
+    }
+
+    /// The pool's size and reservations, without changing anything.
+    pub fn status(&self) -> Result<PoolStatus, Refusal> {
+        let held = self.0.lock.hold()?;
+        let mut reservations = Vec::new();
+        let mut orphans = Vec::new();
+        for (name, record) in self.read_all(&held) {
+            match record {
+                Some(r) => reservations.push(ReservationStatus {
+                    live: r.owner.is_none_or(|o| o.alive()),
+                    durable: r.owner.is_none(),
+                    reservation: r,
+                }),
+                None => orphans.push(format!("{LEASES_DIR}/{name}")),
+            }
+        }
+        for name in self.0.data.entries()? {
+            if !reservations.iter().any(|r| r.reservation.invocation_id == name) {
+                orphans.push(format!("{DATA_DIR}/{name}"));
+            }
+        }
+        let limits = self.0.limits;
+        Ok(PoolStatus {
+            max_snapshots: limits.max_snapshots,
+            max_bytes: limits.max_bytes,
+            reserved_snapshots: reservations.len() as u32,
+            reserved_bytes: reservations.iter().map(|r| r.reservation.charged).fold(0, u64::saturating_add),
+            reservations,
+            orphans,
+        })
+    }
+
+    /// Every record by name; `None` for one that cannot be read back.
+    fn read_all(&self, _held: &Held<'_>) -> Vec<(String, Option<Reservation>)> {
+        let names = self.0.leases.entries().unwrap_or_default();
+        names.into_iter().map(|name| (name.clone(), self.read_record(&name).ok())).collect()
+    }
+
+    fn read_one(&self, _held: &Held<'_>, invocation_id: &str) -> Result<Reservation, Refusal> {
+        self.read_record(invocation_id).map_err(|e| {
+            if e.code == ReasonCode::StagingNotReserved {
+                e
+            } else {
+                Refusal::new(ReasonCode::StagingNotReserved, format!("{invocation_id:?}: {}", e.message))
+            }
+        })
+    }
+
+    /// Reads a record through a no-follow open, bounded; its name must be
+    /// the id it records.
+    fn read_record(&self, name: &str) -> Result<Reservation, Refusal> {
+        if !self.0.leases.contains(name) {
+            return Err(Refusal::new(
+                ReasonCode::StagingNotReserved,
+                format!("no staging reservation is held for {name:?}"),
+            ));
+        }
+        let mut bytes = Vec::new();
+        self.0
+            .leases
+            .open_file(name)?
+            .take(MAX_RECORD_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Refusal::new(ReasonCode::Internal, format!("reading staging reservation {name:?}: {e}")))?;
+        if bytes.len() as u64 > MAX_RECORD_BYTES {
+            return Err(Refusal::new(ReasonCode::Internal, format!("staging reservation {name:?} is too long")));
+        }
+        let record = Reservation::from_bytes(&bytes)?;
+        if record.invocation_id != name {
+            return Err(Refusal::new(ReasonCode::Internal, format!("staging reservation {name:?} names another id")));
+        }
+        Ok(record)
+    }
+
+    /// Data first, then the record: a reservation is released only once
+    /// its private data is confirmed gone.
+    fn remove_locked(&self, _held: &Held<'_>, name: &str) -> Result<(), Refusal> {
+        self.0.data.remove_tree(name)?;
+        self.0.data.sync()?;
+        self.0.leases.remove_tree(name)?;
+        Ok(())
+    }
+
+    fn reap_locked(&self, held: &Held<'_>) -> GcReport {
+        let mut report = GcReport::default();
+        let mut kept_names = Vec::new();
+        for (name, record) in self.read_all(held) {
+            let stale = match &record {
+                None => true,
+                Some(r) => r.stale(),
+            };
+            if !stale {
+                kept_names.push(name);
+                continue;
+            }
+            match self.remove_locked(held, &name) {
+                Ok(()) => match record {
+                    Some(r) => {
+                        report.released_bytes = report.released_bytes.saturating_add(r.charged);
+                        report.released.push(name);
+                    }
+                    None => report.orphans_removed.push(format!("{LEASES_DIR}/{name}")),
+                },
+                Err(e) => {
+                    report.kept.push((name.clone(), e.message));
+                    kept_names.push(name);
+                }
+            }
+        }
+        // Data that no record names (a record lost in a host crash, or an
+        // entry nobody admitted) goes too.
+        if let Ok(names) = self.0.data.entries() {
+            for name in names {
+                if kept_names.contains(&name) {
+                    continue;
+                }
+                match self.0.data.remove_tree(&name) {
+                    Ok(()) => report.orphans_removed.push(format!("{DATA_DIR}/{name}")),
+                    Err(e) => report.kept.push((format!("{DATA_DIR}/{name}"), e.message().to_owned())),
+                }
+            }
+        }
+        report
+    }
+}
+
+impl Lease {
+    /// The invocation it belongs to.
+    pub fn invocation_id(&self) -> &str {
+        &self.invocation_id
+    }
+
+    /// Bytes it is charged.
+    pub fn charged(&self) -> u64 {
+        self.charged
+    }
+
+    /// Its private directory, where the copies go.
+    pub fn data(&self) -> &PrivateDir {
+        &self.data
+    }
+
+    /// Keeps the reservation after this process ends, synced: a prepared
+    /// call waiting for approval or dispatch keeps its snapshots charged
+    /// until [`Pool::adopt`] (dispatch) or an operator's [`Pool::release`].
+    pub fn persist(&mut self) -> Result<(), Refusal> {
+        let held = self.pool.0.lock.hold()?;
+        let mut record = self.pool.read_one(&held, &self.invocation_id)?;
+        record.owner = None;
+        self.data.sync()?;
+        self.pool.0.data.sync()?;
+        self.pool.0.leases.replace_file(&self.invocation_id, &record.to_bytes())?;
+        self.state = LeaseState::Durable;
+        Ok(())
+    }
+
+    /// Removes the private data, then the reservation. Consumes the lease;
+    /// the record must still name this process, so a reservation released
+    /// by someone else is reported (`staging.not_reserved`), not released
+    /// twice.
+    pub fn release(mut self) -> Result<(), Refusal> {
+        self.release_inner()
+    }
+
+    fn release_inner(&mut self) -> Result<(), Refusal> {
+        if self.state != LeaseState::Held {
+            return Ok(());
+        }
+        self.state = LeaseState::Released;
+        let me = current_identity()?;
+        let held = self.pool.0.lock.hold()?;
+        let record = self.pool.read_one(&held, &self.invocation_id)?;
+        if record.owner != Some(me) {
+            return Err(Refusal::new(
+                ReasonCode::StagingNotReserved,
+                format!("the staging reservation of {:?} is no longer this process's", self.invocation_id),
+            ));
+        }
+        self.pool.remove_locked(&held, &self.invocation_id)
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let _ = self.release_inner();
+    }
+}
+
+fn current_identity() -> Result<ProcessIdentity, Refusal> {
+    ProcessIdentity::current()
+        .ok_or_else(|| Refusal::new(ReasonCode::Internal, "cannot read this process's identity from /proc"))
+}

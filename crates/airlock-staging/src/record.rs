@@ -1,0 +1,78 @@
+//! One reservation as written in `STATE/staging/leases/ID`.
+
+use crate::ProcessIdentity;
+use airlock_core::{ReasonCode, Refusal};
+use serde::{Deserialize, Serialize};
+
+/// Bytes charged for every file besides its contents: a block of data and
+/// its inode, so a call of many empty files still costs something.
+pub const PER_FILE_OVERHEAD: u64 = 4096;
+
+/// Largest lease file read back; anything longer is damage.
+pub(crate) const MAX_RECORD_BYTES: u64 = 4096;
+
+/// What a reservation holds private copies for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Purpose {
+    /// A governed call: its input snapshots and its one output.
+    Call,
+    /// A bounded copy of a Git repository for a Git query.
+    GitSnapshot,
+}
+
+/// What a caller asks the pool for, before copying anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The invocation the copies belong to (a safe single file name).
+    pub invocation_id: String,
+    /// Why.
+    pub purpose: Purpose,
+    /// Bytes of content: inputs plus the output's maximum size.
+    pub bytes: u64,
+    /// Files that will be written (inputs plus the output).
+    pub files: u64,
+}
+
+impl Request {
+    /// Bytes this request is charged: content plus [`PER_FILE_OVERHEAD`] a file.
+    pub fn charge(&self) -> u64 {
+        self.bytes.saturating_add(self.files.saturating_mul(PER_FILE_OVERHEAD))
+    }
+}
+
+/// A reservation as kept on disk.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reservation {
+    /// The invocation it belongs to.
+    pub invocation_id: String,
+    /// Why.
+    pub purpose: Purpose,
+    /// Bytes of content requested.
+    pub bytes: u64,
+    /// Files requested.
+    pub files: u64,
+    /// Bytes counted against the pool.
+    pub charged: u64,
+    /// The process holding it; `None` for a durable reservation kept by a
+    /// prepared call that waits for dispatch.
+    pub owner: Option<ProcessIdentity>,
+}
+
+impl Reservation {
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a reservation serializes")
+    }
+
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Reservation, Refusal> {
+        serde_json::from_slice(bytes)
+            .map_err(|e| Refusal::new(ReasonCode::Internal, format!("unreadable staging reservation: {e}")))
+    }
+
+    /// Whether its holder is gone: an owner that is no longer alive. A
+    /// durable reservation is never stale by itself.
+    pub fn stale(&self) -> bool {
+        self.owner.is_some_and(|o| !o.alive())
+    }
+}

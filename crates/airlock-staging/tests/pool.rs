@@ -1,0 +1,231 @@
+//! The pool on real directories: admission by count and bytes, release
+//! that cannot happen twice, durable reservations, and reaping that never
+//! follows a link, also while a racer swaps the directory being removed.
+
+use airlock_core::{ReasonCode, StagingLimits};
+use airlock_hostfs::{HostAuthority, PrivateDir};
+use airlock_staging::{Pool, ProcessIdentity, Purpose, Request, Reservation, PER_FILE_OVERHEAD};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+struct Fixture {
+    tmp: tempfile::TempDir,
+    state: PrivateDir,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = PrivateDir::open_or_create(&HostAuthority::ambient(), &tmp.path().join("state")).unwrap();
+        Fixture { tmp, state }
+    }
+
+    fn pool(&self, max_snapshots: u32, max_bytes: u64) -> Pool {
+        Pool::open(&self.state, StagingLimits { max_snapshots, max_bytes }).unwrap()
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.tmp.path().join(rel)
+    }
+}
+
+fn request(id: &str, bytes: u64, files: u64) -> Request {
+    Request { invocation_id: id.into(), purpose: Purpose::Call, bytes, files }
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+/// The identity of a process that has exited.
+fn dead_identity() -> ProcessIdentity {
+    let mut child = std::process::Command::new("sleep").arg("0.05").spawn().unwrap();
+    let id = ProcessIdentity::of(child.id()).unwrap();
+    child.wait().unwrap();
+    assert!(!id.alive());
+    id
+}
+
+/// What a holder that died leaves: its record and a data directory with files.
+fn leave_dead_reservation(f: &Fixture, id: &str) {
+    let record = Reservation {
+        invocation_id: id.into(),
+        purpose: Purpose::Call,
+        bytes: 10,
+        files: 2,
+        charged: 10 + 2 * PER_FILE_OVERHEAD,
+        owner: Some(dead_identity()),
+    };
+    std::fs::write(f.path(&format!("state/staging/leases/{id}")), serde_json::to_vec(&record).unwrap()).unwrap();
+    std::fs::create_dir_all(f.path(&format!("state/staging/data/{id}/inputs"))).unwrap();
+    std::fs::write(f.path(&format!("state/staging/data/{id}/inputs/0")), "copy").unwrap();
+    std::fs::write(f.path(&format!("state/staging/data/{id}/output")), "out").unwrap();
+}
+
+#[test]
+fn admission_charges_content_and_overhead_and_refuses_by_count_and_by_bytes() {
+    let f = Fixture::new();
+    let pool = f.pool(2, 3 * PER_FILE_OVERHEAD + 100);
+    let a = pool.admit(&request("a", 100, 1)).unwrap();
+    assert_eq!(a.charged(), 100 + PER_FILE_OVERHEAD);
+    // One byte too many.
+    let err = pool.admit(&request("b", 1, 2)).unwrap_err();
+    assert_eq!(err.code, ReasonCode::StagingExhausted);
+    assert_eq!(err.code.exit_code(), 75);
+    assert!(!f.path("state/staging/data/b").exists() && !f.path("state/staging/leases/b").exists());
+    // Exactly the rest fits.
+    let b = pool.admit(&request("b", 0, 2)).unwrap();
+    let status = pool.status().unwrap();
+    assert_eq!((status.reserved_snapshots, status.reserved_bytes), (2, 3 * PER_FILE_OVERHEAD + 100));
+    // The count is full even for an empty request.
+    assert_eq!(pool.admit(&request("c", 0, 0)).unwrap_err().code, ReasonCode::StagingExhausted);
+    // One id, one reservation.
+    drop(b);
+    assert_eq!(pool.admit(&request("a", 0, 0)).unwrap_err().code, ReasonCode::InvocationDuplicate);
+    a.release().unwrap();
+    let status = pool.status().unwrap();
+    assert_eq!((status.reserved_snapshots, status.reserved_bytes), (0, 0));
+    assert_eq!(names(&f.path("state/staging/data")), Vec::<String>::new());
+}
+
+#[test]
+fn a_reservation_is_released_once_and_its_data_goes_first() {
+    let f = Fixture::new();
+    let pool = f.pool(4, 1 << 20);
+    let lease = pool.admit(&request("once", 10, 1)).unwrap();
+    lease.data().write_new_file("copy", b"secret bytes").unwrap();
+    // A live holder's reservation is not the operator's to release.
+    assert_eq!(pool.release("once").unwrap_err().code, ReasonCode::StagingBusy);
+    lease.release().unwrap();
+    assert!(!f.path("state/staging/data/once").exists());
+    assert_eq!(pool.release("once").unwrap_err().code, ReasonCode::StagingNotReserved);
+    assert_eq!(pool.status().unwrap().reserved_bytes, 0);
+
+    // A durable reservation released by an operator cannot then be
+    // released again by the process that adopted it.
+    let mut kept = pool.admit(&request("kept", 10, 1)).unwrap();
+    kept.persist().unwrap();
+    drop(kept);
+    let adopted = pool.adopt("kept").unwrap();
+    assert_eq!(pool.release("kept").unwrap_err().code, ReasonCode::StagingBusy);
+    std::fs::remove_file(f.path("state/staging/leases/kept")).unwrap();
+    assert_eq!(adopted.release().unwrap_err().code, ReasonCode::StagingNotReserved);
+}
+
+#[test]
+fn a_durable_reservation_survives_its_process_and_gc_until_adopted() {
+    let f = Fixture::new();
+    let pool = f.pool(4, 1 << 20);
+    let mut lease = pool.admit(&request("prep", 10, 1)).unwrap();
+    lease.data().write_new_file("snapshot", b"kept").unwrap();
+    lease.persist().unwrap();
+    drop(lease);
+    let status = pool.status().unwrap();
+    assert_eq!(status.reservations.len(), 1);
+    assert!(status.reservations[0].durable && status.reservations[0].reservation.owner.is_none());
+    assert!(pool.gc().unwrap().released.is_empty());
+    assert_eq!(std::fs::read(f.path("state/staging/data/prep/snapshot")).unwrap(), b"kept");
+    // Another process (here: a new Pool handle) adopts it and releases it.
+    let again = f.pool(4, 1 << 20);
+    let adopted = again.adopt("prep").unwrap();
+    assert_eq!(adopted.data().entries().unwrap(), vec!["snapshot".to_owned()]);
+    assert_eq!(pool.adopt("prep").unwrap_err().code, ReasonCode::StagingBusy);
+    adopted.release().unwrap();
+    assert_eq!(pool.status().unwrap().reserved_snapshots, 0);
+}
+
+#[test]
+fn the_next_admission_reaps_what_a_dead_holder_left_and_orphans() {
+    let f = Fixture::new();
+    let pool = f.pool(1, 1 << 20);
+    leave_dead_reservation(&f, "dead");
+    std::fs::create_dir_all(f.path("state/staging/data/orphan/x")).unwrap();
+    std::fs::write(f.path("state/staging/leases/garbage"), "not json").unwrap();
+    let status = pool.status().unwrap();
+    assert_eq!(status.reserved_snapshots, 1);
+    assert!(!status.reservations[0].live);
+    assert_eq!(status.orphans, vec!["leases/garbage".to_owned(), "data/orphan".to_owned()]);
+    // The pool of one is full until the dead holder's data is removed.
+    let lease = pool.admit(&request("new", 1, 1)).unwrap();
+    assert_eq!(names(&f.path("state/staging/data")), vec!["new".to_owned()]);
+    assert_eq!(names(&f.path("state/staging/leases")), vec!["new".to_owned()]);
+    drop(lease);
+    assert_eq!(pool.status().unwrap().reserved_snapshots, 0);
+}
+
+#[test]
+fn gc_unlinks_a_data_directory_swapped_for_a_symlink_and_never_enters_it() {
+    let f = Fixture::new();
+    let pool = f.pool(4, 1 << 20);
+    leave_dead_reservation(&f, "swapped");
+    std::fs::create_dir_all(f.path("canary/deep")).unwrap();
+    std::fs::write(f.path("canary/deep/file"), "CANARY").unwrap();
+    std::fs::remove_dir_all(f.path("state/staging/data/swapped")).unwrap();
+    std::os::unix::fs::symlink(f.path("canary"), f.path("state/staging/data/swapped")).unwrap();
+    let report = pool.gc().unwrap();
+    assert_eq!(report.released, vec!["swapped".to_owned()]);
+    assert_eq!(std::fs::read_to_string(f.path("canary/deep/file")).unwrap(), "CANARY");
+    assert_eq!(names(&f.path("state/staging/data")), Vec::<String>::new());
+}
+
+/// A racer flips the dead holder's data directory between the real one and
+/// a symlink to a canary directory while gc runs again and again: the canary
+/// is never touched and the reservation is released once its data is gone.
+#[test]
+fn gc_racing_a_symlink_swap_never_touches_the_canary() {
+    let f = Arc::new(Fixture::new());
+    let pool = f.pool(4, 1 << 20);
+    leave_dead_reservation(&f, "raced");
+    for i in 0..20 {
+        std::fs::create_dir_all(f.path(&format!("canary/d{i}"))).unwrap();
+        std::fs::write(f.path(&format!("canary/d{i}/f")), "CANARY").unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let racer = {
+        let (f, stop) = (f.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (data, aside, canary) = (f.path("state/staging/data/raced"), f.path("aside"), f.path("canary"));
+            let mut swaps = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                if std::fs::rename(&data, &aside).is_ok() {
+                    let _ = std::os::unix::fs::symlink(&canary, &data);
+                    std::thread::yield_now();
+                    let _ = std::fs::remove_file(&data);
+                    let _ = std::fs::rename(&aside, &data);
+                    swaps += 1;
+                } else {
+                    // The reaper removed it: keep putting the link back.
+                    let _ = std::os::unix::fs::symlink(&canary, &data);
+                    std::thread::yield_now();
+                }
+            }
+            swaps
+        })
+    };
+    let mut released = false;
+    for _ in 0..2000 {
+        if let Ok(report) = pool.gc() {
+            released |= report.released.contains(&"raced".to_owned());
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = racer.join().unwrap();
+    // Whatever the racer left (its directory moved aside, or a link) is
+    // reaped once it stops.
+    let _ = std::fs::remove_dir_all(f.path("aside"));
+    let report = pool.gc().unwrap();
+    released |= report.released.contains(&"raced".to_owned());
+    eprintln!("{swaps} swaps; released: {released}");
+    assert!(swaps > 0);
+    assert!(released, "the reservation was never released");
+    for i in 0..20 {
+        assert_eq!(std::fs::read_to_string(f.path(&format!("canary/d{i}/f"))).unwrap(), "CANARY", "d{i}");
+    }
+    let status = pool.status().unwrap();
+    assert_eq!((status.reserved_snapshots, status.reserved_bytes), (0, 0));
+    assert_eq!(names(&f.path("state/staging/data")), Vec::<String>::new());
+}

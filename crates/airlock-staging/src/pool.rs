@@ -28,6 +28,9 @@ struct Inner {
     data: PrivateDir,
     lock: PoolLock,
     limits: StagingLimits,
+    /// This process, read once: airlock never forks without exec, so it
+    /// cannot change.
+    me: ProcessIdentity,
 }
 
 /// A reservation held by this process. Its private directory
@@ -104,7 +107,8 @@ impl Pool {
         let lock = PoolLock::open(&root)?;
         let leases = root.ensure_subdir(LEASES_DIR)?;
         let data = root.ensure_subdir(DATA_DIR)?;
-        Ok(Pool(Arc::new(Inner { leases, data, lock, limits })))
+        let me = current_identity()?;
+        Ok(Pool(Arc::new(Inner { leases, data, lock, limits, me })))
     }
 
     /// The configured size.
@@ -116,7 +120,7 @@ impl Pool {
     /// dead holders left, then admits the request if the pool has a free
     /// reservation and enough bytes, else refuses with `staging.exhausted`.
     pub fn admit(&self, request: &Request) -> Result<Lease, Refusal> {
-        let me = current_identity()?;
+        let me = self.0.me;
         let held = self.0.lock.hold()?;
         self.reap_locked(&held);
         let live = self.read_all(&held);
@@ -173,7 +177,7 @@ impl Pool {
     /// dispatch by this process: from now on it is released when this
     /// process releases it or is found dead.
     pub fn adopt(&self, invocation_id: &str) -> Result<Lease, Refusal> {
-        let me = current_identity()?;
+        let me = self.0.me;
         let held = self.0.lock.hold()?;
         let mut record = self.read_one(&held, invocation_id)?;
         if let Some(owner) = record.owner {
@@ -308,10 +312,11 @@ impl Pool {
     }
 
     /// Data first, then the record: a reservation is released only once
-    /// its private data is confirmed gone.
+    /// its private data is confirmed gone. Neither removal is synced: if a
+    /// host crash brings data back, no record names it and the next pass
+    /// removes it as an orphan.
     fn remove_locked(&self, _held: &Held<'_>, name: &str) -> Result<(), Refusal> {
         self.0.data.remove_tree(name)?;
-        self.0.data.sync()?;
         self.0.leases.remove_tree(name)?;
         Ok(())
     }
@@ -402,7 +407,7 @@ impl Lease {
             return Ok(());
         }
         self.state = LeaseState::Released;
-        let me = current_identity()?;
+        let me = self.pool.0.me;
         let held = self.pool.0.lock.hold()?;
         let record = self.pool.read_one(&held, &self.invocation_id)?;
         if record.owner != Some(me) {

@@ -33,6 +33,16 @@ pub struct PreparedCall {
 }
 
 impl PreparedCall {
+    /// Assembles a prepared call (the source pipeline builds its own).
+    pub(crate) fn from_parts(
+        record: PreparedRecord,
+        manifest: airlock_core::manifest::Manifest,
+        output: Option<HeldOutput>,
+        store: airlock_hostfs::PrivateDir,
+    ) -> PreparedCall {
+        PreparedCall { record, manifest, output, store }
+    }
+
     /// The invocation id.
     pub fn invocation_id(&self) -> &str {
         &self.record.invocation_id
@@ -118,6 +128,15 @@ impl Runtime {
         }
         let tool = self.load_tool(&request.tool)?;
         let manifest = &tool.manifest;
+        if manifest.source.is_some() {
+            return Err(Refusal::new(
+                ReasonCode::ManifestUnsupported,
+                format!(
+                    "{} is a source query: it is answered in one call (`airlock query`), not kept for dispatch",
+                    manifest.name()
+                ),
+            ));
+        }
         manifest.check_executable()?;
         let args = manifest.bind_args(&request.positional, &request.named)?;
         let argv = manifest.build_argv(&args)?;

@@ -102,7 +102,7 @@ impl Runtime {
 
     /// Asks the configured authorizer and journals a permit
     /// (`InvocationAuthorized`, with the deciding policies).
-    fn authorize_call(&self, prepared: PreparedCall, approved: bool) -> Result<AuthorizedCall, Refusal> {
+    pub(crate) fn authorize_call(&self, prepared: PreparedCall, approved: bool) -> Result<AuthorizedCall, Refusal> {
         let authorized = prepared.authorize(self.authorizer().as_ref(), approved)?;
         ledger::note(
             self.journal(),
@@ -114,6 +114,12 @@ impl Runtime {
     }
 
     fn run_journaled(&self, request: &CallRequest) -> Result<Envelope, Refusal> {
+        // A source tool is answered by the broker in-process (source.rs):
+        // no staging, no worker.
+        let tool = self.load_tool(&request.tool)?;
+        if tool.manifest.source.is_some() {
+            return self.run_source(request, tool);
+        }
         // Leftovers of callers that were killed are reaped first.
         let staging = StagingArea::open(self.state())?;
         staging.reap_stale()?;

@@ -9,6 +9,7 @@ mod harness;
 mod policy_rows;
 mod rows;
 mod run_rows;
+mod source_rows;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -20,6 +20,8 @@ pub const ALL: &[Row] = &[
     Row { name: "airlock run trivial tool vs bare command", run: crate::run_rows::run_vs_bare },
     Row { name: "journal: 7 records (one run's worth) vs the run", run: crate::run_rows::journal_share },
     Row { name: "authorize: 100 Cedar policies vs 1", run: crate::policy_rows::authorization_latency },
+    Row { name: "grep_files 8 MiB (in-process) vs rg -F --no-ignore", run: crate::source_rows::grep_vs_rg },
+    Row { name: "list_files (in-process) vs find -printf", run: crate::source_rows::list_vs_find },
 ];
 
 const SNAPSHOT_BYTES: u64 = 32 * 1024 * 1024;

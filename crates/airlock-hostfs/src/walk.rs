@@ -157,10 +157,17 @@ impl Dir {
         Ok(dir)
     }
 
-    /// Opens the regular file `entry` (just listed from this directory):
-    /// `O_PATH | O_NOFOLLOW` first, checked to be the same regular inode
-    /// with one link on the same mount, then reopened non-blocking.
-    pub fn open_child_file(&self, entry: &Entry) -> Result<RegularFile> {
+    /// The mount id of this directory (`statx` `STATX_MNT_ID`), for
+    /// [`Dir::open_child_file`].
+    pub fn mount_id(&self) -> Result<u64> {
+        mount_id(self.as_fd())
+    }
+
+    /// Opens the regular file `entry` (just listed from this directory,
+    /// whose [`Dir::mount_id`] is `dir_mount`): `O_PATH | O_NOFOLLOW`
+    /// first, checked to be the same regular inode with one link on the
+    /// same mount, then reopened non-blocking.
+    pub fn open_child_file(&self, entry: &Entry, dir_mount: u64) -> Result<RegularFile> {
         let name = name_cstr(&entry.name)?;
         let probe = rustix::fs::openat(
             self.as_fd(),
@@ -174,7 +181,7 @@ impl Dir {
             return Err(Error::new(ReasonCode::PathRace, "a file was replaced while it was listed"));
         }
         check_regular(&st)?;
-        if mount_id(probe.as_fd())? != mount_id(self.as_fd())? {
+        if mount_id(probe.as_fd())? != dir_mount {
             return Err(Error::new(ReasonCode::PathMountCrossing, "a file is on another mount"));
         }
         let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
@@ -311,17 +318,21 @@ mod tests {
         let dir = open(t.path());
         let (entries, _) = dir.read_entries(10).unwrap();
         let f = entries.iter().find(|e| e.name == b"f").unwrap();
-        let file = dir.open_child_file(f).unwrap();
+        let file = dir.open_child_file(f, dir.mount_id().unwrap()).unwrap();
         let r = file.read_range(6, 100).unwrap();
         assert_eq!(r.bytes, b"world");
         assert_eq!(r.sha256_hex, hex::encode(Sha256::digest(b"world")));
         assert_eq!(file.read_range(11, 5).unwrap().bytes, b"", "at the end");
         assert_eq!(file.read_range(0, 5).unwrap().bytes, b"hello");
         let sub_entry = entries.iter().find(|e| e.name == b"sub").unwrap();
-        assert_eq!(dir.open_child_file(sub_entry).unwrap_err().code(), ReasonCode::InputNotRegular);
+        assert_eq!(
+            dir.open_child_file(sub_entry, dir.mount_id().unwrap()).unwrap_err().code(),
+            ReasonCode::InputNotRegular
+        );
         let sub = dir.open_child_dir(sub_entry).unwrap();
         let (inner, _) = sub.read_entries(10).unwrap();
-        let code = |n: &[u8]| sub.open_child_file(inner.iter().find(|e| e.name == n).unwrap()).unwrap_err().code();
+        let mnt = sub.mount_id().unwrap();
+        let code = |n: &[u8]| sub.open_child_file(inner.iter().find(|e| e.name == n).unwrap(), mnt).unwrap_err().code();
         assert_eq!(code(b"hard"), ReasonCode::InputHardlink);
         assert_eq!(code(b"link"), ReasonCode::PathSymlink);
         assert_eq!(code(b"fifo"), ReasonCode::InputNotRegular);
@@ -338,7 +349,7 @@ mod tests {
         std::fs::remove_file(t.path().join("f")).unwrap();
         std::fs::write(t.path().join("other"), b"x").unwrap();
         std::fs::write(t.path().join("f"), b"two").unwrap();
-        assert_eq!(dir.open_child_file(&entries[0]).unwrap_err().code(), ReasonCode::PathRace);
+        assert_eq!(dir.open_child_file(&entries[0], dir.mount_id().unwrap()).unwrap_err().code(), ReasonCode::PathRace);
     }
 
     #[test]

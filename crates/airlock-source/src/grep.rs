@@ -37,7 +37,7 @@ pub(crate) fn grep(
         Ok(handle) => {
             Walk::new(tree, deadline).walk(root, handle.as_ref(), 1, tally, &mut |visit, tally| match visit {
                 Visit::Dir(_) => Flow::Go,
-                Visit::File(p, e, dir) => match dir.open_child_file(e) {
+                Visit::File(p, e, dir, mount) => match dir.open_child_file(e, mount) {
                     Ok(file) => s.file(p, &file, tally),
                     Err(err) => {
                         tally.skip(skip_for(err.code()));

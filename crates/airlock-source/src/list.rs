@@ -23,7 +23,7 @@ pub(crate) fn list(
                 dirs += 1;
                 entries.push(json!({ "path": p.as_str(), "type": "dir" }));
             }
-            Visit::File(p, e, _) => {
+            Visit::File(p, e, _, _) => {
                 files += 1;
                 entries.push(json!({ "path": p.as_str(), "type": "file", "bytes": e.size }));
             }

@@ -112,8 +112,9 @@ impl<'a> Tree<'a> {
 pub(crate) enum Visit<'a> {
     /// A directory that will be entered (or was cut by depth).
     Dir(&'a RelPath),
-    /// A regular file with one link, and the directory holding it.
-    File(&'a RelPath, &'a Entry, &'a Dir),
+    /// A regular file with one link, the directory holding it and that
+    /// directory's mount id.
+    File(&'a RelPath, &'a Entry, &'a Dir, u64),
 }
 
 /// Whether to go on.
@@ -174,6 +175,8 @@ impl<'t, 'a> Walk<'t, 'a> {
                 }
             },
         };
+        // One mount id a directory, for the files in it.
+        let mount = handle.and_then(|d| d.mount_id().ok());
         // Names in order: real entries not hidden by a ceiling, then the
         // ceilings' own names, merged.
         let mut names: BTreeMap<Vec<u8>, Option<&Entry>> = BTreeMap::new();
@@ -192,7 +195,7 @@ impl<'t, 'a> Walk<'t, 'a> {
             }
             let Some(child) = child_path(at, name, tally) else { continue };
             let flow = match entry {
-                Some(e) => self.visit_entry(&child, e, handle, depth, tally, visit)?,
+                Some(e) => self.visit_entry(&child, e, (handle, mount), depth, tally, visit)?,
                 None => {
                     let exact = std::str::from_utf8(name).ok().and_then(|n| mounts.get(n)).copied().unwrap_or(false);
                     let own = real.iter().find(|e| e.name == *name);
@@ -214,7 +217,7 @@ impl<'t, 'a> Walk<'t, 'a> {
         &mut self,
         child: &RelPath,
         e: &Entry,
-        handle: Option<&Dir>,
+        (handle, mount): (Option<&Dir>, Option<u64>),
         depth: usize,
         tally: &mut Tally,
         visit: &mut dyn FnMut(Visit<'_>, &mut Tally) -> Flow,
@@ -233,7 +236,11 @@ impl<'t, 'a> Walk<'t, 'a> {
                     return Ok(Flow::Stop);
                 }
                 self.files += 1;
-                return Ok(visit(Visit::File(child, e, dir), tally));
+                let Some(mount) = mount else {
+                    tally.skip(Skip::Unreadable);
+                    return Ok(Flow::Go);
+                };
+                return Ok(visit(Visit::File(child, e, dir, mount), tally));
             }
             EntryKind::Directory => {
                 if self.charge_path(child, tally) == Flow::Stop {

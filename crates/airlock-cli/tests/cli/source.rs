@@ -244,3 +244,64 @@ fn a_shadowing_manifest_must_itself_be_the_source_tool() {
     p.run(&["dispatch", "src-1"]).assert_refused("invocation.duplicate", 77);
     p.run(&["query", "list_files", "--invocation-id", "src-1"]).assert_refused("invocation.duplicate", 77);
 }
+
+/// ATTACKS.md 10 for source paths: a racer swaps a directory for a symlink
+/// to a canary directory in a loop while reads, listings and searches run.
+/// No answer may hold the canary, its hash, or a path that leads to it.
+#[test]
+fn directory_swap_race_never_reaches_the_canary() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let p = Arc::new(project());
+    p.write("data/dir/in.txt", "the real input\n");
+    p.write("outside/canary/in.txt", CANARY);
+    let canary_hash = format!("sha256:{}", crate::util::sha256_hex(CANARY.as_bytes()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicUsize::new(0));
+    let racer = {
+        let (p, stop, swaps) = (p.clone(), stop.clone(), swaps.clone());
+        std::thread::spawn(move || {
+            let (dir, aside, canary) = (p.path("data/dir"), p.path("data/dir.aside"), p.path("outside/canary"));
+            while !stop.load(Ordering::Relaxed) {
+                std::fs::rename(&dir, &aside).unwrap();
+                symlink(&canary, &dir).unwrap();
+                std::thread::yield_now();
+                std::fs::remove_file(&dir).unwrap();
+                std::fs::rename(&aside, &dir).unwrap();
+                swaps.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_micros(300));
+            }
+        })
+    };
+    let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
+    for i in 0..300 {
+        let args: &[&str] = match i % 3 {
+            0 => &["read_file", "path=data/dir/in.txt"],
+            1 => &["list_files", "path=data"],
+            _ => &["grep_files", "pattern=CANARY", "path=data"],
+        };
+        let run = query(&p, args);
+        assert!(!run.stdout.contains(CANARY) && !run.stderr.contains(CANARY), "{run:#?}");
+        assert!(!run.stdout.contains(&canary_hash), "canary hash returned: {run:#?}");
+        match run.status() {
+            "ok" => {
+                let c = &run.envelope["content"];
+                assert_eq!(c["matches"].as_array().map_or(0, Vec::len), 0, "{run:#?}");
+                if i % 3 == 0 {
+                    assert_eq!(c["content"], "the real input\n");
+                }
+            }
+            "refused" => {
+                let allowed = ["path.symlink", "input.missing", "path.race", "input.changed"];
+                assert!(allowed.contains(&run.reason()), "unexpected refusal: {run:#?}");
+            }
+            other => panic!("unexpected status {other}: {run:#?}"),
+        }
+        *outcomes.entry(format!("{}:{}", args[0], run.status())).or_default() += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    racer.join().unwrap();
+    eprintln!("source race: {outcomes:?}, {} swaps", swaps.load(Ordering::Relaxed));
+    assert!(swaps.load(Ordering::Relaxed) > 20, "the racer barely ran");
+    p.assert_state_free_of(CANARY);
+}

@@ -233,6 +233,13 @@ fn a_shadowing_manifest_must_itself_be_the_source_tool() {
     );
     query(&p, &["read_file", "path=data/notes.txt"]).assert_ok();
     query(&p, &["read_file", "path=data/notes.txt", "limit=3"]).assert_refused("arg.unknown", 65);
+    // A source manifest that also declares a command is refused, not run.
+    p.write(
+        "tools/both.clad.toml",
+        format!("{}\n[source]\noperation = \"list_files\"\n", crate::util::COPY_TOOL.replace("\"copy\"", "\"both\"")),
+    );
+    p.run(&["run", "both", "data/notes.txt", "results/x.txt"]).assert_refused("source.conflict", 65);
+    assert!(!p.path("results/x.txt").exists());
     // `query` runs only source operations; `run` reaches bundled ones too.
     let run = p.run(&["query", "copy"]);
     run.assert_refused("usage", 64);

@@ -164,11 +164,11 @@ fn a_cedar_forbid_on_a_path_keeps_its_content_out_of_the_result() {
 forbid(principal, action, resource) when {
   context.invocation.resolved.command_boundary.filesystem.read_paths.contains("data/private.txt")
 };
-@id("no-grep-in-secret")
+@id("no-listing-of-vault")
 forbid(principal, action, resource) when {
   context.invocation.resolved.command_boundary.filesystem has source &&
   context.invocation.resolved.command_boundary.filesystem.source.operation == "list_files" &&
-  context.invocation.resolved.command_boundary.filesystem.source.path like "secret*"
+  context.invocation.resolved.command_boundary.filesystem.source.path like "data/vault*"
 };"#,
     );
     p.write("data/ok.txt", "fine\n");
@@ -189,9 +189,14 @@ forbid(principal, action, resource) when {
     assert_eq!(ok.envelope["evidence"]["policy_ids"], serde_json::json!(["permit-all"]));
     // A listing reads no content, so a forbid on content reads does not
     // touch it; the source record is there for policies that want it.
+    p.write("data/vault/key.txt", CANARY);
     let list = query(&p, &["list_files", "path=data"]);
     list.assert_ok();
     assert!(paths(&list).contains(&"data/private.txt".to_owned()));
+    let vault = query(&p, &["list_files", "path=data/vault"]);
+    vault.assert_refused("policy.denied", 77);
+    assert!(vault.envelope["error"]["message"].as_str().unwrap().contains("no-listing-of-vault"), "{vault:#?}");
+    assert!(!vault.stdout.contains("key.txt"), "{vault:#?}");
 }
 
 #[test]

@@ -9,6 +9,7 @@ mod harness;
 mod policy_rows;
 mod rows;
 mod run_rows;
+mod source_rows;
 mod staging_rows;
 
 fn main() {

@@ -24,6 +24,8 @@ pub const ALL: &[Row] = &[
         name: "staging admission: 20 processes vs uncontended",
         run: crate::staging_rows::admission_under_contention,
     },
+    Row { name: "grep_files 8 MiB (in-process) vs rg -F --no-ignore", run: crate::source_rows::grep_vs_rg },
+    Row { name: "list_files (in-process) vs find -printf", run: crate::source_rows::list_vs_find },
 ];
 
 const SNAPSHOT_BYTES: u64 = 32 * 1024 * 1024;

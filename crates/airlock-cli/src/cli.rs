@@ -48,6 +48,9 @@ pub enum Command {
     /// Validate a call, snapshot its inputs, hold its output parent and print
     /// the descriptor; keep the prepared call for a later dispatch.
     Prepare(CallArgs),
+    /// Answer a bounded source query (read_file, list_files, grep_files)
+    /// beneath the configured ceilings, in-process, with no worker.
+    Query(QueryArgs),
     /// List, validate or describe tools.
     #[command(subcommand)]
     Tools(ToolsCommand),
@@ -105,6 +108,20 @@ pub struct CallArgs {
     /// A named argument value (repeatable).
     #[arg(long = "arg", value_name = "NAME=VALUE")]
     pub named: Vec<String>,
+    /// Use this invocation id instead of a fresh one (1-64 of A-Z a-z 0-9 . _ -).
+    #[arg(long, value_name = "ID")]
+    pub invocation_id: Option<String>,
+}
+
+/// A source operation and its arguments.
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    /// read_file, list_files or grep_files.
+    pub operation: String,
+    /// Arguments as NAME=VALUE (read_file: path, offset, limit; list_files:
+    /// path; grep_files: pattern, path).
+    #[arg(value_name = "NAME=VALUE")]
+    pub pairs: Vec<String>,
     /// Use this invocation id instead of a fresh one (1-64 of A-Z a-z 0-9 . _ -).
     #[arg(long, value_name = "ID")]
     pub invocation_id: Option<String>,

@@ -64,6 +64,10 @@ pub struct FilesystemBoundary {
     pub read_sha256: Vec<String>,
     /// Flat set of create paths.
     pub create_paths: Vec<String>,
+    /// The evidence of a source query (absent for a command tool, so a
+    /// command tool's descriptor and digest are unchanged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<crate::source::SourceBoundary>,
 }
 
 impl FilesystemBoundary {
@@ -85,6 +89,7 @@ impl FilesystemBoundary {
             input_snapshots: true,
             overwrite: false,
             output_parent,
+            source: None,
         }
     }
 }

@@ -9,6 +9,7 @@
 //! - [`Config`]: `airlock.toml`, with its ceilings;
 //! - [`manifest`]: ToolClad-format manifests, argument validation and argv
 //!   construction;
+//! - [`source`]: the fixed source operations, their limits and evidence;
 //! - [`Descriptor`]: the canonical (RFC 8785) description of a resolved call
 //!   and its digest.
 //!
@@ -29,6 +30,7 @@ pub mod manifest;
 pub mod output;
 pub mod path;
 pub mod reason;
+pub mod source;
 
 pub use config::{Ceiling, CeilingMode, Config, ResolverChoice, Tier};
 pub use descriptor::{
@@ -38,3 +40,4 @@ pub use envelope::{CreatedFile, Envelope, ErrorBody, Evidence};
 pub use limits::{Limits, StagingLimits};
 pub use path::{PathEntry, RelPath};
 pub use reason::{exit, HasReason, ReasonCode, Refusal, Status};
+pub use source::{SourceBoundary, SourceLimits, SourceOp, SourceRange};

@@ -262,6 +262,13 @@ reason_codes! {
     InvocationIdInvalid => "invocation.id_invalid", Refused, USAGE;
     /// No prepared invocation with that id.
     InvocationNotFound => "invocation.not_found", Refused, NO_INPUT;
+    // ---- source queries ----
+    /// `[source] operation` names no known operation.
+    SourceOperationUnknown => "source.operation_unknown", Refused, DATA;
+    /// A source manifest also declares a binary, command, `[filesystem]`, another backend, a mode other than oneshot or non-JSON output.
+    SourceConflict => "source.conflict", Refused, DATA;
+    /// A manifest in the tools directory has the name of a bundled source operation but is not a source manifest for it.
+    SourceShadowed => "source.shadowed", Refused, DATA;
     // ---- general ----
     /// Command-line usage error.
     Usage => "usage", Refused, USAGE;

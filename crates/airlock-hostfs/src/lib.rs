@@ -12,6 +12,9 @@
 //!   bounded snapshot, hashing while it reads;
 //! - [`HeldOutput`]: holds an output's parent directory open and records its
 //!   `(dev, ino)`; refuses an existing output of any kind;
+//! - [`Dir::read_entries`], [`Dir::open_child_file`], [`RegularFile`]:
+//!   enumeration and bounded range reads for the source broker, with the
+//!   same no-follow, one-link, regular-file rules;
 //! - [`PrivateDir`]: the state directory, `0700`, worked on through handles,
 //!   with a removal that never follows links.
 //!
@@ -50,6 +53,7 @@ mod output;
 mod private;
 mod publish;
 mod resolve;
+mod walk;
 
 pub use authority::HostAuthority;
 pub use dir::Dir;
@@ -59,3 +63,4 @@ pub use output::HeldOutput;
 pub use private::{random_suffix, PrivateDir};
 pub use publish::{Candidate, EntryIdentity, Published, CANDIDATE_PREFIX};
 pub use resolve::{Resolver, ResolverKind};
+pub use walk::{Entry, EntryKind, RangeRead, RegularFile};

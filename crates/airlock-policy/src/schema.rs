@@ -20,7 +20,8 @@ pub(crate) const TOOL: &str = "Airlock::Tool";
 const ACTION: &str = "Airlock::Action";
 
 /// Names declared in the `Airlock` namespace (entity and common types).
-const AIRLOCK_NAMES: &[&str] = &["Agent", "Tool", "Read", "DirIdentity", "Filesystem", "CommandBoundary"];
+const AIRLOCK_NAMES: &[&str] =
+    &["Agent", "Tool", "Read", "DirIdentity", "SourceRange", "SourceLimits", "Source", "Filesystem", "CommandBoundary"];
 /// Names a resource type may not take, because the schema's own type
 /// expressions would read them as built-in types.
 const BUILTIN_NAMES: &[&str] = &["String", "Long", "Bool", "Boolean", "Set", "Record", "Entity", "Extension"];
@@ -72,6 +73,41 @@ fn dir_identity_ty() -> Ty {
     Ty::Record(vec![req("dev", Ty::Str), req("ino", Ty::Str)])
 }
 
+fn source_range_ty() -> Ty {
+    Ty::Record(vec![req("path", Ty::Str), req("offset", Ty::Long), req("bytes", Ty::Long), req("sha256", Ty::Str)])
+}
+
+fn source_limits_ty() -> Ty {
+    let names = [
+        "read_bytes",
+        "max_offset",
+        "max_file_bytes",
+        "max_total_bytes",
+        "max_matches",
+        "max_excerpt_bytes",
+        "max_entries",
+        "max_files",
+        "max_depth",
+        "max_path_bytes",
+    ];
+    Ty::Record(names.iter().map(|n| req(n, Ty::Long)).collect())
+}
+
+/// `command_boundary.filesystem.source`: the evidence of a source query
+/// (absent for command tools).
+fn source_ty() -> Ty {
+    Ty::Record(vec![
+        req("broker", Ty::Str),
+        req("broker_sha256", Ty::Str),
+        req("operation", Ty::Str),
+        req("path", Ty::Str),
+        req("limits", Ty::Named("SourceLimits", Box::new(source_limits_ty()))),
+        req("ranges", set(Ty::Named("SourceRange", Box::new(source_range_ty())))),
+        req("result_sha256", Ty::Str),
+        req("partial", Ty::Bool),
+    ])
+}
+
 fn filesystem_ty() -> Ty {
     Ty::Record(vec![
         req("reads", set(Ty::Named("Read", Box::new(read_ty())))),
@@ -83,6 +119,7 @@ fn filesystem_ty() -> Ty {
         req("read_paths", set(Ty::Str)),
         req("read_sha256", set(Ty::Str)),
         req("create_paths", set(Ty::Str)),
+        opt("source", Ty::Named("Source", Box::new(source_ty()))),
     ])
 }
 
@@ -95,6 +132,9 @@ fn common_types() -> Vec<(&'static str, Ty)> {
     vec![
         ("Read", read_ty()),
         ("DirIdentity", dir_identity_ty()),
+        ("SourceRange", source_range_ty()),
+        ("SourceLimits", source_limits_ty()),
+        ("Source", source_ty()),
         ("Filesystem", filesystem_ty()),
         ("CommandBoundary", command_boundary_ty()),
     ]

@@ -33,6 +33,7 @@ mod policy_files;
 mod prepare;
 pub mod recovery;
 mod run;
+mod source;
 pub mod store;
 pub mod tools;
 
@@ -42,6 +43,7 @@ pub use authorize::{AuthorizedCall, Authorizer, CedarPolicy, Decision, DefaultPo
 pub use ceilings::Protected;
 pub use id::{check_invocation_id, new_invocation_id};
 pub use prepare::{CallRequest, PreparedCall};
+pub use source::SOURCE_TRANSPORT;
 
 use airlock_core::{Config, ReasonCode, Refusal, ResolverChoice};
 use airlock_hostfs::{HostAuthority, PrivateDir, Resolver};
@@ -117,10 +119,12 @@ impl Runtime {
         &self.resolver
     }
 
-    /// Loads a tool by manifest path or name.
+    /// Loads a tool by manifest path or name; the bundled source tools
+    /// answer for their names when the tools directory has no manifest of
+    /// that name.
     pub fn load_tool(&self, tool: &str) -> Result<tools::LoadedTool, Refusal> {
         let path = tools::locate(tool, &self.config.tools_dir)?;
-        tools::load(&self.authority, &path)
+        source::load(&self.authority, tool, &path)
     }
 
     /// Sets the executable the native tier re-executes as its sandbox init

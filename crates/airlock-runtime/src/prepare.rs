@@ -31,13 +31,24 @@ pub struct PreparedCall {
     output: Option<HeldOutput>,
     store: airlock_hostfs::PrivateDir,
     /// The call's private staging data (snapshots, and later its output).
-    staged: airlock_hostfs::PrivateDir,
+    /// `None` for a source query, which stages nothing.
+    staged: Option<airlock_hostfs::PrivateDir>,
     /// The reservation this process holds for `staged`; `None` for a call
     /// loaded for dispatch until it adopts the durable one.
     lease: Option<airlock_staging::Lease>,
 }
 
 impl PreparedCall {
+    /// Assembles a prepared call (the source pipeline builds its own).
+    pub(crate) fn from_parts(
+        record: PreparedRecord,
+        manifest: airlock_core::manifest::Manifest,
+        output: Option<HeldOutput>,
+        store: airlock_hostfs::PrivateDir,
+    ) -> PreparedCall {
+        PreparedCall { record, manifest, output, store, staged: None, lease: None }
+    }
+
     /// The invocation id.
     pub fn invocation_id(&self) -> &str {
         &self.record.invocation_id
@@ -67,13 +78,13 @@ impl PreparedCall {
     pub fn open_snapshot(&self, index: usize) -> Result<std::fs::File, Refusal> {
         let name =
             &self.record.inputs.get(index).ok_or_else(|| Refusal::new(ReasonCode::Internal, "no such input"))?.snapshot;
-        let inputs = self.staged.open_subdir(crate::store::INPUTS_DIR)?;
+        let inputs = self.staged()?.open_subdir(crate::store::INPUTS_DIR)?;
         Ok(inputs.open_file(name)?)
     }
 
     /// The call's private staging directory (in its pool reservation).
-    pub fn staged(&self) -> &airlock_hostfs::PrivateDir {
-        &self.staged
+    pub fn staged(&self) -> Result<&airlock_hostfs::PrivateDir, Refusal> {
+        self.staged.as_ref().ok_or_else(|| Refusal::new(ReasonCode::Internal, "this call stages nothing"))
     }
 
     /// Removes the staged copies and releases their reservation (best
@@ -146,6 +157,15 @@ impl Runtime {
         }
         let tool = self.load_tool(&request.tool)?;
         let manifest = &tool.manifest;
+        if manifest.source.is_some() {
+            return Err(Refusal::new(
+                ReasonCode::ManifestUnsupported,
+                format!(
+                    "{} is a source query: it is answered in one call (`airlock query`), not kept for dispatch",
+                    manifest.name()
+                ),
+            ));
+        }
         manifest.check_executable()?;
         let args = manifest.bind_args(&request.positional, &request.named)?;
         let argv = manifest.build_argv(&args)?;
@@ -253,7 +273,7 @@ impl Runtime {
             lease.persist()?;
         }
         let staged = lease.data().try_clone()?;
-        Ok(PreparedCall { record, manifest: tool.manifest, output, store, staged, lease: Some(lease) })
+        Ok(PreparedCall { record, manifest: tool.manifest, output, store, staged: Some(staged), lease: Some(lease) })
     }
 
     fn ceiling_for(&self, path: &RelPath) -> Result<(&airlock_core::Ceiling, Option<RelPath>), Refusal> {
@@ -359,6 +379,6 @@ impl Runtime {
                 Some(held)
             }
         };
-        Ok(PreparedCall { record, manifest, output, store, staged, lease: None })
+        Ok(PreparedCall { record, manifest, output, store, staged: Some(staged), lease: None })
     }
 }

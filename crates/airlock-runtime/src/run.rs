@@ -99,7 +99,7 @@ impl Runtime {
 
     /// Asks the configured authorizer and journals a permit
     /// (`InvocationAuthorized`, with the deciding policies).
-    fn authorize_call(&self, prepared: PreparedCall, approved: bool) -> Result<AuthorizedCall, Refusal> {
+    pub(crate) fn authorize_call(&self, prepared: PreparedCall, approved: bool) -> Result<AuthorizedCall, Refusal> {
         let authorized = prepared.authorize(self.authorizer().as_ref(), approved)?;
         ledger::note(
             self.journal(),
@@ -111,6 +111,12 @@ impl Runtime {
     }
 
     fn run_journaled(&self, request: &CallRequest) -> Result<Envelope, Refusal> {
+        // A source tool is answered by the broker in-process (source.rs):
+        // no staging, no worker.
+        let tool = self.load_tool(&request.tool)?;
+        if tool.manifest.source.is_some() {
+            return self.run_source(request, tool);
+        }
         // Leftovers of callers that were killed are reaped when the call is
         // admitted to the staging pool (in prepare).
         ledger::refuse_if_unconfirmed(self.state(), self.journal())?;
@@ -187,7 +193,7 @@ impl Runtime {
         let d = prepared.descriptor().clone();
         let d_id = prepared.invocation_id().to_owned();
         let fs = &d.command_boundary.filesystem;
-        let call_staging = prepared.staged();
+        let call_staging = prepared.staged()?;
 
         let mut inputs = Vec::with_capacity(prepared.record().inputs.len());
         for (index, rec) in prepared.record().inputs.iter().enumerate() {

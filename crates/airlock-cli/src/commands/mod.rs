@@ -4,6 +4,7 @@ mod doctor;
 mod init;
 mod journal;
 mod prepare;
+mod query;
 mod run;
 mod staging;
 mod tools;
@@ -73,6 +74,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         }
         Command::Approve { digest } => Envelope { content: Some(runtime.approve(&digest)?), ..Envelope::ok() }.into(),
         Command::Prepare(call) => prepare::run(&runtime, call)?.into(),
+        Command::Query(args) => query::run(&runtime, args)?.into(),
         Command::Tools(cmd) => tools::run(&runtime, cmd)?.into(),
         Command::Staging(cmd) => staging::run(&runtime, cmd)?,
         Command::Journal(crate::cli::JournalCommand::Show { json }) => journal::show(&runtime, json)?,

@@ -15,6 +15,7 @@ mod race;
 mod resolvers;
 mod run;
 mod runkit;
+mod source;
 mod staging_pool;
 mod tools;
 mod unprivileged;

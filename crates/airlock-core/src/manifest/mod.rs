@@ -45,6 +45,7 @@ mod command;
 mod filesystem;
 mod model;
 mod schema;
+mod source;
 mod template;
 mod unsupported;
 
@@ -194,7 +195,8 @@ impl Manifest {
         let mut rules = BTreeMap::new();
         for (name, def) in &raw.args {
             let fallback = raw.command.as_ref().and_then(|c| c.defaults.get(name));
-            let dash_ok = command.as_ref().is_some_and(|c| c.dash_ok(end_of_options, name));
+            // A source tool builds no argv, so a leading dash is only data.
+            let dash_ok = raw.source.is_some() || command.as_ref().is_some_and(|c| c.dash_ok(end_of_options, name));
             rules.insert(name.clone(), args::compile(name, def, fallback, dash_ok).map_err(at)?);
         }
         let filesystem = filesystem::compile(raw.filesystem.as_ref(), &raw.args).map_err(at)?;
@@ -244,7 +246,9 @@ impl Manifest {
         unsupported::features(self)
     }
 
-    /// `Ok` when airlock can run this manifest. `manifest.unsupported` lists
+    /// `Ok` when airlock can run this manifest. A source manifest follows the
+    /// source rules instead (see [`Manifest::source_operation`]).
+    /// `manifest.unsupported` lists
     /// every section or feature it does not execute (`[mcp]`, `[session]`,
     /// `[http]`, `[browser]`, `[source]`, a mode other than oneshot, callback
     /// dispatch, no `[command]`, an executor, mappings, conditionals,
@@ -253,7 +257,17 @@ impl Manifest {
     /// `scope_check`, `block_internal`, sanitizers other than `injection`);
     /// `manifest.invalid` when a default fails its argument's validation.
     pub fn check_executable(&self) -> Result<(), Refusal> {
+        if self.source.is_some() {
+            return source::check(self).map(|_| ());
+        }
         unsupported::check(self)
+    }
+
+    /// The operation of a source tool (`[source]`), after the source rules
+    /// (`source.operation_unknown`, `source.conflict`, …); `None` for a
+    /// command tool.
+    pub fn source_operation(&self) -> Option<Result<crate::source::SourceOp, Refusal>> {
+        self.source.as_ref().map(|_| source::check(self))
     }
 
     /// Binds values to arguments and validates each one.

@@ -278,7 +278,6 @@ fn each_unsupported_feature_is_refused() {
         ("[session]\nstartup_command = \"x\"", "[session]"),
         ("[http]\nmethod = \"GET\"", "[http]"),
         ("[browser]\nengine = \"cdp\"", "[browser]"),
-        ("[source]\noperation = \"read_file\"", "[source]"),
         ("[output]\nformat = \"xml\"", "format = \"xml\""),
         ("[output]\nformat = \"json\"\nparser = \"builtin:csv\"", "parser = \"builtin:csv\""),
         ("[output]\nformat = \"json\"\nparser = \"scripts/parse.py\"", "scripts/parse.py"),
@@ -292,6 +291,9 @@ fn each_unsupported_feature_is_refused() {
         ("[args.t]\ntype = \"string\"\nsanitize = [\"injection\", \"html\"]", "sanitize \"html\""),
         ("[args.t]\ntype = \"string\"\nblock_internal = true", "block_internal"),
     ];
+    // `[source]` beside a command is `source.conflict` (manifest/source.rs).
+    let both = manifest(&format!("{runnable}[source]\noperation = \"read_file\""));
+    assert_eq!(both.check_executable().unwrap_err().code, ReasonCode::SourceConflict);
     for (extra, needle) in cases {
         let (tool_extra, rest) = if extra.starts_with("[tool.") { (*extra, "") } else { ("", *extra) };
         let m = manifest(&format!("{tool_extra}\n{runnable}{rest}"));

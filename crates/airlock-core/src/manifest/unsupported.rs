@@ -18,7 +18,6 @@ pub(crate) fn features(m: &Manifest) -> Vec<String> {
         (m.session.is_some(), "[session] (session mode)"),
         (m.http.is_some(), "[http] (HTTP backend)"),
         (m.browser.is_some(), "[browser] (browser mode)"),
-        (m.source.is_some(), "[source] (source queries run through `airlock query`, not through a tool manifest yet)"),
     ] {
         if present {
             found.push(what.to_owned());

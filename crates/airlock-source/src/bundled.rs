@@ -1,0 +1,14 @@
+//! The bundled source tools (`tools/*.clad.toml` at the repository root),
+//! built into the binary so `airlock query` works in any project.
+
+/// `(operation, manifest text)` of every bundled source tool.
+pub const BUNDLED: &[(&str, &str)] = &[
+    ("read_file", include_str!("../../../tools/read_file.clad.toml")),
+    ("list_files", include_str!("../../../tools/list_files.clad.toml")),
+    ("grep_files", include_str!("../../../tools/grep_files.clad.toml")),
+];
+
+/// The bundled manifest of `name`, if there is one.
+pub fn bundled(name: &str) -> Option<&'static str> {
+    BUNDLED.iter().find(|(n, _)| *n == name).map(|(_, text)| *text)
+}

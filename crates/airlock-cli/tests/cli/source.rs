@@ -164,6 +164,10 @@ fn a_cedar_forbid_on_a_path_keeps_its_content_out_of_the_result() {
 forbid(principal, action, resource) when {
   context.invocation.resolved.command_boundary.filesystem.read_paths.contains("data/private.txt")
 };
+@id("no-reads-past-4k")
+forbid(principal, action, resource == Airlock::Tool::"read_file") when {
+  context.invocation.resolved.command_boundary.filesystem.max_file_bytes > 4096
+};
 @id("no-listing-of-vault")
 forbid(principal, action, resource) when {
   context.invocation.resolved.command_boundary.filesystem has source &&
@@ -183,7 +187,10 @@ forbid(principal, action, resource) when {
     let journal_text = std::fs::read_to_string(p.path(".airlock/journal.jsonl")).unwrap();
     assert!(!journal_text.contains(CANARY));
     assert!(journal_text.contains("InvocationRefused") && journal_text.contains("policy.denied"));
-    let ok = query(&p, &["read_file", "path=data/ok.txt"]);
+    // A policy may name the bundled tool (validated at start-up against the
+    // bundled manifests).
+    query(&p, &["read_file", "path=data/ok.txt", "limit=4097"]).assert_refused("policy.denied", 77);
+    let ok = query(&p, &["read_file", "path=data/ok.txt", "limit=4096"]);
     ok.assert_ok();
     assert_eq!(ok.envelope["content"]["content"], "fine\n");
     assert_eq!(ok.envelope["evidence"]["policy_ids"], serde_json::json!(["permit-all"]));

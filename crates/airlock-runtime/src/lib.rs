@@ -43,7 +43,7 @@ pub use authorize::{AuthorizedCall, Authorizer, CedarPolicy, Decision, DefaultPo
 pub use ceilings::Protected;
 pub use id::{check_invocation_id, new_invocation_id};
 pub use prepare::{CallRequest, PreparedCall};
-pub use source::SOURCE_TRANSPORT;
+pub use source::{bundled_missing_from, SOURCE_TRANSPORT};
 
 use airlock_core::{Config, ReasonCode, Refusal, ResolverChoice};
 use airlock_hostfs::{HostAuthority, PrivateDir, Resolver};

@@ -73,6 +73,7 @@ pub fn load(config: &Config) -> Result<Vec<(String, String)>, Refusal> {
         .filter_map(|p| {
             std::fs::read_to_string(p).ok().and_then(|t| airlock_core::manifest::Manifest::parse(&t, "").ok())
         })
+        .chain(crate::source::bundled_missing_from(&config.tools_dir))
         .filter(|m| m.check_executable().is_ok())
         .map(|m| airlock_policy::ToolSpec::from_manifest(&m))
         .collect();

@@ -82,6 +82,21 @@ pub(crate) fn load(authority: &HostAuthority, tool: &str, path: &Path) -> Result
     }
 }
 
+/// The bundled source tools whose names have no manifest in `tools_dir`:
+/// the tools `run NAME` would load from the binary. Policies are validated
+/// against them too, so a policy may name `Airlock::Action::"tool_call::read_file"`
+/// in a project that keeps no copy of the manifest.
+pub fn bundled_missing_from(tools_dir: &Path) -> Vec<Manifest> {
+    airlock_source::BUNDLED
+        .iter()
+        .filter(|(name, _)| {
+            std::fs::symlink_metadata(tools_dir.join(format!("{name}.clad.toml")))
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        })
+        .filter_map(|(name, text)| Manifest::parse(text, &format!("bundled:{name}.clad.toml")).ok())
+        .collect()
+}
+
 impl Runtime {
     /// Answers a source tool's call: prepare (bounded query, descriptor),
     /// journal, authorize, release.

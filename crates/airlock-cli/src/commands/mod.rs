@@ -50,6 +50,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
             .iter()
             .filter_map(|p| std::fs::read_to_string(p).ok())
             .filter_map(|t| airlock_core::manifest::Manifest::parse(&t, "").ok())
+            .chain(airlock_runtime::bundled_missing_from(&config.tools_dir))
             .filter(|m| m.check_executable().is_ok())
             .map(|m| airlock_policy::ToolSpec::from_manifest(&m))
             .collect();

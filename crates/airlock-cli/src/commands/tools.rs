@@ -21,8 +21,10 @@ pub fn run(runtime: &Runtime, cmd: ToolsCommand) -> Result<Envelope, Refusal> {
     }
 }
 
-fn describe(runtime: &Runtime, path: &std::path::Path) -> Value {
-    match runtime.load_tool(&path.display().to_string()) {
+/// Describes `tool` (a path, or the name of a bundled source tool, which
+/// loads with the shadowing rule); `label` is shown as its manifest.
+fn describe(runtime: &Runtime, tool: &str, label: &str) -> Value {
+    match runtime.load_tool(tool) {
         Ok(t) => {
             let m = &t.manifest;
             let runnable = m.check_executable();
@@ -31,13 +33,13 @@ fn describe(runtime: &Runtime, path: &std::path::Path) -> Value {
                 "version": m.tool.version,
                 "description": m.tool.description,
                 "risk_tier": m.tool.risk_tier.to_string(),
-                "manifest": path.display().to_string(),
+                "manifest": label,
                 "runnable": runnable.is_ok(),
                 "unsupported": runnable.err().map(|r| json!({"code": r.code, "message": r.message})),
             })
         }
         Err(r) => json!({
-            "manifest": path.display().to_string(),
+            "manifest": label,
             "error": {"code": r.code, "message": r.message},
         }),
     }
@@ -45,7 +47,24 @@ fn describe(runtime: &Runtime, path: &std::path::Path) -> Value {
 
 fn list(runtime: &Runtime) -> Result<Envelope, Refusal> {
     let found = tools::list_manifests(&runtime.config().tools_dir);
-    let items: Vec<Value> = found.iter().map(|p| describe(runtime, p)).collect();
+    let bundled_name = |p: &std::path::Path| {
+        let file = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        airlock_source::BUNDLED.iter().map(|(n, _)| *n).find(|n| file == format!("{n}.clad.toml"))
+    };
+    let mut items: Vec<Value> = found
+        .iter()
+        .map(|p| {
+            let label = p.display().to_string();
+            // A manifest named like a bundled source tool is judged as
+            // `run NAME` would load it (source.shadowed unless it is one).
+            describe(runtime, bundled_name(p).unwrap_or(&label), &label)
+        })
+        .collect();
+    for (name, _) in airlock_source::BUNDLED {
+        if !found.iter().any(|p| bundled_name(p) == Some(name)) {
+            items.push(describe(runtime, name, &format!("bundled:{name}.clad.toml")));
+        }
+    }
     Ok(Envelope {
         content: Some(json!({ "tools_dir": runtime.config().tools_dir.display().to_string(), "tools": items })),
         ..Envelope::ok()

@@ -33,7 +33,8 @@ fn every_example_tool_validates() {
     run.assert_ok();
     let list = airlock_in(dir.path(), &["tools", "list"]);
     let tools = list.envelope["content"]["tools"].as_array().unwrap();
-    assert_eq!(tools.len(), 4, "{list:#?}");
+    // Four example tools, then the three bundled source tools.
+    assert_eq!(tools.len(), 4 + 3, "{list:#?}");
     assert!(tools.iter().all(|t| t["runnable"] == true), "{list:#?}");
 }
 

@@ -162,6 +162,10 @@ fn a_cedar_forbid_on_a_path_keeps_its_content_out_of_the_result() {
 forbid(principal, action, resource) when {
   context.invocation.resolved.command_boundary.filesystem.read_paths.contains("data/private.txt")
 };
+@id("no-reads-past-4k")
+forbid(principal, action, resource == Airlock::Tool::"read_file") when {
+  context.invocation.resolved.command_boundary.filesystem.max_file_bytes > 4096
+};
 @id("no-listing-of-vault")
 forbid(principal, action, resource) when {
   context.invocation.resolved.command_boundary.filesystem has source &&
@@ -181,7 +185,10 @@ forbid(principal, action, resource) when {
     let journal_text = std::fs::read_to_string(p.path(".airlock/journal.jsonl")).unwrap();
     assert!(!journal_text.contains(CANARY));
     assert!(journal_text.contains("InvocationRefused") && journal_text.contains("policy.denied"));
-    let ok = query(&p, &["read_file", "path=data/ok.txt"]);
+    // A policy may name the bundled tool (validated at start-up against the
+    // bundled manifests).
+    query(&p, &["read_file", "path=data/ok.txt", "limit=4097"]).assert_refused("policy.denied", 77);
+    let ok = query(&p, &["read_file", "path=data/ok.txt", "limit=4096"]);
     ok.assert_ok();
     assert_eq!(ok.envelope["content"]["content"], "fine\n");
     assert_eq!(ok.envelope["evidence"]["policy_ids"], serde_json::json!(["permit-all"]));
@@ -225,9 +232,29 @@ fn nested_ceilings_hide_the_parent_and_missing_roots_are_errors() {
 #[test]
 fn a_shadowing_manifest_must_itself_be_the_source_tool() {
     let p = project();
+    // The bundled tools are listed, runnable.
+    let list = p.run(&["tools", "list"]);
+    let tools = list.envelope["content"]["tools"].as_array().unwrap().clone();
+    let find = |tools: &[Value], name: &str| tools.iter().find(|t| t["name"] == name).cloned();
+    for name in ["read_file", "list_files", "grep_files"] {
+        let t = find(&tools, name).unwrap_or_else(|| panic!("{name} not listed: {list:#?}"));
+        assert_eq!(
+            (t["runnable"].as_bool(), t["manifest"].as_str()),
+            (Some(true), Some(&*format!("bundled:{name}.clad.toml")))
+        );
+    }
     // A command tool named like a bundled source operation is refused, not run.
     p.write("tools/read_file.clad.toml", crate::util::COPY_TOOL.replace("name = \"copy\"", "name = \"read_file\""));
     query(&p, &["read_file", "path=data/notes.txt"]).assert_refused("source.shadowed", 65);
+    let list = p.run(&["tools", "list"]);
+    let shadow = list.envelope["content"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["manifest"].as_str().is_some_and(|m| m.ends_with("tools/read_file.clad.toml")))
+        .cloned()
+        .unwrap();
+    assert_eq!(shadow["error"]["code"], "source.shadowed", "{list:#?}");
     // A source manifest for the same operation may replace the bundled one.
     p.write(
         "tools/read_file.clad.toml",

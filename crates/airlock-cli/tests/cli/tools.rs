@@ -8,7 +8,9 @@ fn list_validate_and_schema() {
     let list = p.run(&["tools", "list"]);
     list.assert_ok();
     let tools = list.envelope["content"]["tools"].as_array().unwrap();
-    assert_eq!(tools.len(), 1);
+    // The tools directory's manifests, then the bundled source tools.
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["copy", "read_file", "list_files", "grep_files"]);
     assert_eq!(tools[0]["name"], "copy");
     assert_eq!(tools[0]["runnable"], true);
 

@@ -50,6 +50,7 @@ mod output;
 mod private;
 mod publish;
 mod resolve;
+mod tree;
 
 pub use authority::HostAuthority;
 pub use dir::Dir;
@@ -59,3 +60,4 @@ pub use output::HeldOutput;
 pub use private::{random_suffix, PrivateDir};
 pub use publish::{Candidate, EntryIdentity, Published, CANDIDATE_PREFIX};
 pub use resolve::{Resolver, ResolverKind};
+pub use tree::{ChildFile, EntryKind, TreeEntry};

@@ -114,5 +114,5 @@ pub use error::{OsErrno, SandboxError};
 pub use native::{NativeTier, NativeWorker};
 pub use outcome::{AppliedLimits, ExitStatusKind, OutputExport, WorkerOutcome};
 pub use probe::{probe, HostSupport};
-pub use spec::{ImageMount, StagedInput, StagedOutput, WorkerLimits, WorkerSpec};
+pub use spec::{ImageMount, StagedInput, StagedOutput, WorkerLimits, WorkerSpec, PROGRAM_PATH};
 pub use worker::{KillHandle, Tier, Worker};

@@ -72,6 +72,11 @@ pub enum Command {
     /// Report what this host supports (user namespaces, Landlock, seccomp,
     /// openat2, cgroup delegation) and which tiers can run here.
     Doctor,
+    /// A Git query (git_status, git_log, git_diff, git_staged_diff) on a
+    /// bounded snapshot, answered in a sandbox: `airlock git-query git_status path=repo`.
+    /// (Hidden until `airlock query` routes git_* here.)
+    #[command(hide = true, name = "git-query")]
+    GitQuery(crate::commands::git::GitQueryArgs),
 }
 
 /// `airlock staging …`.

@@ -33,6 +33,7 @@ pub mod reason;
 pub use config::{Ceiling, CeilingMode, Config, ResolverChoice, Tier};
 pub use descriptor::{
     canonical_json, sha256_tagged, CommandBoundary, Descriptor, DirIdentity, FilesystemBoundary, ReadGrant,
+    SnapshotBinding,
 };
 pub use envelope::{CreatedFile, Envelope, ErrorBody, Evidence};
 pub use limits::Limits;

@@ -72,6 +72,18 @@ fn dir_identity_ty() -> Ty {
     Ty::Record(vec![req("dev", Ty::Str), req("ino", Ty::Str)])
 }
 
+fn snapshot_ty() -> Ty {
+    Ty::Record(vec![
+        req("kind", Ty::Str),
+        req("files", Ty::Long),
+        req("bytes", Ty::Long),
+        req("archive_bytes", Ty::Long),
+        req("sha256", Ty::Str),
+        req("linked_files", Ty::Long),
+        req("skipped", Ty::Long),
+    ])
+}
+
 fn filesystem_ty() -> Ty {
     Ty::Record(vec![
         req("reads", set(Ty::Named("Read", Box::new(read_ty())))),
@@ -83,6 +95,7 @@ fn filesystem_ty() -> Ty {
         req("read_paths", set(Ty::Str)),
         req("read_sha256", set(Ty::Str)),
         req("create_paths", set(Ty::Str)),
+        opt("snapshot", Ty::Named("Snapshot", Box::new(snapshot_ty()))),
     ])
 }
 
@@ -95,6 +108,7 @@ fn common_types() -> Vec<(&'static str, Ty)> {
     vec![
         ("Read", read_ty()),
         ("DirIdentity", dir_identity_ty()),
+        ("Snapshot", snapshot_ty()),
         ("Filesystem", filesystem_ty()),
         ("CommandBoundary", command_boundary_ty()),
     ]

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 mod doctor;
+pub mod git;
 mod init;
 mod journal;
 mod prepare;
@@ -73,6 +74,10 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         }
         Command::Approve { digest } => Envelope { content: Some(runtime.approve(&digest)?), ..Envelope::ok() }.into(),
         Command::Prepare(call) => prepare::run(&runtime, call)?.into(),
+        Command::GitQuery(args) => {
+            runtime.set_init_program(this_executable()?, true);
+            git::run_git_query(&runtime, args)?.into()
+        }
         Command::Tools(cmd) => tools::run(&runtime, cmd)?.into(),
         Command::Staging(cmd) => staging::run(&runtime, cmd)?.into(),
         Command::Journal(crate::cli::JournalCommand::Show { json }) => journal::show(&runtime, json)?,

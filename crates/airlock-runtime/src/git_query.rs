@@ -369,8 +369,9 @@ fn judge(outcome: &airlock_sandbox::WorkerOutcome) -> Result<serde_json::Value, 
     match (outcome.exit.success(), parsed) {
         (true, Some(v)) => Ok(v),
         (false, Some(v)) if v.get("error").is_some() => {
-            let code = v["error"]["code"].as_str().unwrap_or("");
-            let code = ReasonCode::ALL.iter().copied().find(|c| c.as_str() == code).unwrap_or(ReasonCode::ToolFailed);
+            // The worker's words are untrusted: only `git.*` codes pass through.
+            let code = v["error"]["code"].as_str().filter(|c| c.starts_with("git."));
+            let code = code.and_then(ReasonCode::from_str_code).unwrap_or(ReasonCode::ToolFailed);
             Err(Refusal::new(code, v["error"]["message"].as_str().unwrap_or("").to_owned()))
         }
         _ => Err(Refusal::new(

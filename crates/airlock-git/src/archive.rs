@@ -4,8 +4,8 @@
 //! "AIRLOCK-GIT-SNAPSHOT-1\n"
 //! record*   where record = tag u8, path_len u16 BE, path
 //!             'D' directory
-//!             'F' file        size u64 BE, bytes
-//!             'X' executable  size u64 BE, bytes
+//!             'F' file        mtime i64 BE s, u32 BE ns; size u64 BE, bytes
+//!             'X' executable  the same
 //!             'L' link        target_len u16 BE, target
 //! 'E' count u64 BE            the number of records before it; then EOF
 //! ```
@@ -41,6 +41,9 @@ pub enum Entry {
         size: u64,
         /// Whether it is executable.
         executable: bool,
+        /// Modification time on the host (seconds, nanoseconds), kept so
+        /// gix can trust the index's stat data as git does on the host.
+        mtime: (i64, u32),
     },
     /// A symbolic link (recorded, never followed).
     Link {
@@ -132,9 +135,14 @@ impl<W: Write> Writer<W> {
         path: &str,
         size: u64,
         executable: bool,
+        mtime: (i64, u32),
         fill: impl FnOnce(&mut W) -> Result<u64, GitError>,
     ) -> Result<(), GitError> {
         self.header(if executable { b'X' } else { b'F' }, path)?;
+        let mut t = [0u8; 12];
+        t[..8].copy_from_slice(&mtime.0.to_be_bytes());
+        t[8..].copy_from_slice(&mtime.1.to_be_bytes());
+        self.out.write_all(&t).map_err(GitError::io("writing the snapshot"))?;
         self.out.write_all(&size.to_be_bytes()).map_err(GitError::io("writing the snapshot"))?;
         let wrote = fill(&mut self.out)?;
         if wrote != size {
@@ -271,11 +279,18 @@ impl<R: Read> Reader<R> {
                 }
                 b'F' | b'X' => {
                     let path = self.path()?;
+                    let secs = self.u64()? as i64;
+                    let mut ns = [0u8; 4];
+                    self.input.read_exact(&mut ns).map_err(|_| bad("truncated"))?;
+                    let nanos = u32::from_be_bytes(ns);
+                    if nanos >= 1_000_000_000 {
+                        return Err(bad(format!("{path:?} has a bad modification time")));
+                    }
                     let size = self.u64()?;
                     self.files += 1;
                     self.bytes = self.bytes.saturating_add(size);
                     self.limits.check(self.files, self.bytes, size, &path)?;
-                    let entry = Entry::File { path, size, executable: tag[0] == b'X' };
+                    let entry = Entry::File { path, size, executable: tag[0] == b'X', mtime: (secs, nanos) };
                     let mut take = (&mut self.input).take(size);
                     sink(&entry, Some(&mut take))?;
                     if take.limit() != 0 {
@@ -322,6 +337,7 @@ mod tests {
             v.extend_from_slice(&(p.len() as u16).to_be_bytes());
             v.extend_from_slice(p.as_bytes());
             if *tag == b'F' {
+                v.extend_from_slice(&[0u8; 12]);
                 v.extend_from_slice(&1u64.to_be_bytes());
                 v.push(b'x');
             }
@@ -335,7 +351,7 @@ mod tests {
     fn round_trip() {
         let mut w = Writer::new(Vec::new()).unwrap();
         w.dir(".git").unwrap();
-        w.file(".git/HEAD", 3, false, |o| {
+        w.file(".git/HEAD", 3, false, (1, 2), |o| {
             o.write_all(b"abc").unwrap();
             Ok(3)
         })

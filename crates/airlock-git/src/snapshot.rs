@@ -173,7 +173,12 @@ impl<W: Write> Walk<'_, W> {
         self.writer.dir(path)
     }
 
-    fn file(&mut self, dir: &Dir, entry: &TreeEntry, path: &str) -> Result<(), GitError> {
+    /// `in_work_tree`: a work-tree file keeps its modification time only
+    /// if its inode has not changed since its content did (ctime = mtime);
+    /// otherwise it gets time 0, so the driver never trusts its stat data
+    /// and hashes it (git on the host would see the ctime move). Files
+    /// under `.git` keep theirs (the index's time is what git's racy check uses).
+    fn file(&mut self, dir: &Dir, entry: &TreeEntry, path: &str, in_work_tree: bool) -> Result<(), GitError> {
         self.limits.check(self.stats.files + 1, self.stats.bytes + entry.size, entry.size, path)?;
         let file = dir.open_child_file(&entry.name, self.limits.max_file_bytes)?;
         let size = file.size();
@@ -184,7 +189,8 @@ impl<W: Write> Walk<'_, W> {
             self.stats.linked_files += 1;
         }
         let executable = file.executable();
-        self.writer.file(path, size, executable, |out| Ok(file.copy_into(out)?))
+        let mtime = if !in_work_tree || file.ctime() == file.mtime() { file.mtime() } else { (0, 0) };
+        self.writer.file(path, size, executable, mtime, |out| Ok(file.copy_into(out)?))
     }
 
     fn link(&mut self, dir: &Dir, entry: &TreeEntry, path: &str) -> Result<(), GitError> {
@@ -214,7 +220,7 @@ impl<W: Write> Walk<'_, W> {
                     self.dir(&child)?;
                     self.git_dir(&sub, &child, scope)?;
                 }
-                EntryKind::File => self.file(dir, &entry, &child)?,
+                EntryKind::File => self.file(dir, &entry, &child, false)?,
                 EntryKind::Symlink | EntryKind::Special => self.skip(child),
             }
         }
@@ -247,7 +253,7 @@ impl<W: Write> Walk<'_, W> {
                     let list = sub.list(MAX_DIR_ENTRIES)?;
                     self.work_tree(&sub, &child, list)?;
                 }
-                EntryKind::File => self.file(dir, &entry, &child)?,
+                EntryKind::File => self.file(dir, &entry, &child, true)?,
                 EntryKind::Symlink => self.link(dir, &entry, &child)?,
                 EntryKind::Special => self.skip(child),
             }

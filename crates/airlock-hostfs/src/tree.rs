@@ -193,6 +193,16 @@ impl ChildFile {
         self.stat.st_mode & 0o111 != 0
     }
 
+    /// Its modification time when opened: seconds and nanoseconds.
+    pub fn mtime(&self) -> (i64, u32) {
+        (self.stat.st_mtime, self.stat.st_mtime_nsec as u32)
+    }
+
+    /// Its status-change time when opened: seconds and nanoseconds.
+    pub fn ctime(&self) -> (i64, u32) {
+        (self.stat.st_ctime, self.stat.st_ctime_nsec as u32)
+    }
+
     /// Its hard-link count when opened.
     pub fn nlink(&self) -> u64 {
         self.stat.st_nlink

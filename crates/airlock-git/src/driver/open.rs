@@ -8,7 +8,12 @@
 //! every other setting are gone, not merely unused. gix is then opened
 //! with isolated permissions: no system, global or user configuration, no
 //! `git` binary asked for its installation's, no environment variables,
-//! no includes. gix never runs hooks; with no drivers configured it runs
+//! no includes. Two settings are the driver's own: `core.trustctime =
+//! false` and `core.checkstat = minimal`, because the unpacked copies keep
+//! the host's modification times (and sizes) but not its inode numbers or
+//! change times, so gix trusts the index's stat data as git would on the
+//! host, and hashes only files whose time or size moved (or are racy).
+//! gix never runs hooks; with no drivers configured it runs
 //! no filter either. Alternates and linked-worktree pointers are refused
 //! again here even though the snapshot never carries them.
 
@@ -23,7 +28,8 @@ const MAX_CONFIG_BYTES: u64 = 1 << 20;
 fn minimal_config(version: i64, object_format: Option<&str>) -> String {
     let mut c = format!(
         "[core]\n\trepositoryformatversion = {version}\n\tbare = false\n\tfilemode = true\n\tsymlinks = true\n\
-         \tignorecase = false\n\tprecomposeunicode = false\n\tlogallrefupdates = false\n"
+         \tignorecase = false\n\tprecomposeunicode = false\n\tlogallrefupdates = false\n\
+         \ttrustctime = false\n\tcheckstat = minimal\n"
     );
     if let Some(f) = object_format {
         c.push_str(&format!("[extensions]\n\tobjectformat = {f}\n"));

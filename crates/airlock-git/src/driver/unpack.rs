@@ -24,7 +24,7 @@ pub(crate) fn unpack(archive: &Path, into: &Path, limits: Limits) -> Result<(), 
         let at = into.join(entry.path());
         match entry {
             Entry::Dir(_) => DirBuilder::new().mode(0o755).create(&at).map_err(GitError::io("creating a directory")),
-            Entry::File { executable, .. } => {
+            Entry::File { executable, mtime, .. } => {
                 let mode = if *executable { 0o755 } else { 0o644 };
                 let mut out = OpenOptions::new()
                     .write(true)
@@ -36,6 +36,11 @@ pub(crate) fn unpack(archive: &Path, into: &Path, limits: Limits) -> Result<(), 
                 let data: &mut dyn Read =
                     data.ok_or_else(|| GitError::io("reading the snapshot")(std::io::ErrorKind::UnexpectedEof.into()))?;
                 std::io::copy(data, &mut out).map_err(GitError::io("writing a file"))?;
+                let when = std::time::UNIX_EPOCH
+                    .checked_add(std::time::Duration::new(mtime.0.max(0) as u64, mtime.1))
+                    .unwrap_or(std::time::UNIX_EPOCH);
+                out.set_times(std::fs::FileTimes::new().set_modified(when))
+                    .map_err(GitError::io("setting a file's time"))?;
                 Ok(())
             }
             Entry::Link { target, .. } => {

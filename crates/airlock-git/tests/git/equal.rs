@@ -252,6 +252,25 @@ fn a_detached_head_is_reported_as_git_does() {
 }
 
 #[test]
+fn a_same_size_change_with_its_time_put_back_is_still_seen() {
+    let r = Repo::new();
+    r.write("a.txt", "aaaa\n");
+    r.write("b.txt", "bbbb\n");
+    r.git(&["add", "-A"]);
+    r.git(&["commit", "-q", "-m", "one"]);
+    // Let the index be older than any later write (no racy entries).
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    r.git(&["update-index", "--refresh"]);
+    let before = std::fs::metadata(r.path().join("a.txt")).unwrap().modified().unwrap();
+    r.write("a.txt", "AAAA\n");
+    let f = std::fs::File::options().write(true).open(r.path().join("a.txt")).unwrap();
+    f.set_times(std::fs::FileTimes::new().set_modified(before)).unwrap();
+    assert_status_equal(&r);
+    let ours = answer(&r.path(), op("git_status")).unwrap();
+    assert_eq!(ours["entries"][0]["path"], json!("a.txt"), "{ours}");
+}
+
+#[test]
 fn an_empty_repository_answers_empty() {
     let r = Repo::new();
     assert_status_equal(&r);

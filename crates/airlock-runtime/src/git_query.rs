@@ -281,16 +281,19 @@ impl Runtime {
         let Some(sources) = &self.policy_sources else {
             return Ok(vec![crate::DEFAULT_POLICY_ID.to_owned()]);
         };
-        let spec = airlock_policy::ToolSpec {
-            name: descriptor.tool.clone(),
-            action: None,
-            resource: None,
-            args: vec![
-                ("path".into(), airlock_policy::ArgKind::String),
-                ("max_count".into(), airlock_policy::ArgKind::Long),
-            ],
-        };
-        let set = airlock_policy::PolicySet::load(sources, std::slice::from_ref(&spec))
+        // Loaded for every tool, as at start-up, so policies naming other
+        // tools' actions still validate.
+        let specs: Vec<airlock_policy::ToolSpec> = crate::tools::list_manifests(&self.config().tools_dir)
+            .iter()
+            .filter_map(|p| {
+                std::fs::read_to_string(p).ok().and_then(|t| airlock_core::manifest::Manifest::parse(&t, "").ok())
+            })
+            .filter(|m| m.check_executable().is_ok())
+            .map(|m| airlock_policy::ToolSpec::from_manifest(&m))
+            .chain(policy_specs())
+            .collect();
+        let spec = policy_spec(&descriptor.tool);
+        let set = airlock_policy::PolicySet::load(sources, &specs)
             .map_err(|e| Refusal::new(ReasonCode::PolicyInvalid, e.message().to_owned()))?;
         let value = serde_json::to_value(descriptor).map_err(|e| Refusal::new(ReasonCode::Internal, e.to_string()))?;
         let verdict = set
@@ -312,6 +315,25 @@ impl Runtime {
             ))
         }
     }
+}
+
+/// The Cedar view of one Git query: action `tool_call::OPERATION`, with
+/// arguments `path` (String) and `max_count` (Long).
+fn policy_spec(operation: &str) -> airlock_policy::ToolSpec {
+    airlock_policy::ToolSpec {
+        name: operation.to_owned(),
+        action: None,
+        resource: None,
+        args: vec![
+            ("path".into(), airlock_policy::ArgKind::String),
+            ("max_count".into(), airlock_policy::ArgKind::Long),
+        ],
+    }
+}
+
+/// Every Git query's Cedar view (policies are validated against them at start-up).
+pub(crate) fn policy_specs() -> impl Iterator<Item = airlock_policy::ToolSpec> {
+    Operation::ALL.into_iter().map(|op| policy_spec(op.as_str()))
 }
 
 /// The operation, the repository path (`None` for `.`) and the driver's request.

@@ -220,3 +220,36 @@ fn limits_and_bad_repositories_are_refused_before_anything_runs() {
     p.run(&["git-query", "git_log", "path=data/repo", "max_count=0"]).assert_refused("git.bad_argument", 65);
     p.run(&["git-query", "git_status", "path=data/repo", "max_count=3"]).assert_refused("git.bad_argument", 65);
 }
+
+#[test]
+fn cedar_sees_the_snapshot_and_can_bound_it() {
+    let p =
+        Project::with_config("[filesystem]\nroots = [\"./data:data:ro\"]\n[policy]\nfiles = [\"policy/*.cedar\"]\n");
+    p.write("policy/a.cedar", "@id(\"permit-all\")\npermit(principal, action, resource);\n");
+    // A policy about another tool must not stop Git queries from validating.
+    p.write(
+        "policy/c.cedar",
+        "@id(\"no-copy\")\nforbid(principal, action == Airlock::Action::\"tool_call::copy\", resource);\n",
+    );
+    p.write(
+        "policy/b.cedar",
+        r#"@id("small-status-only")
+forbid(principal, action == Airlock::Action::"tool_call::git_status", resource) when {
+  context.invocation.resolved.command_boundary.filesystem has snapshot &&
+  context.invocation.resolved.command_boundary.filesystem.snapshot.files > 20
+};"#,
+    );
+    let r = p.path("data/repo");
+    std::fs::create_dir_all(&r).unwrap();
+    git(&r, &["init", "-q", "-b", "main"]);
+    let ok = p.run(&["git-query", "git_status", "path=data/repo"]);
+    ok.assert_ok();
+    assert_eq!(ok.envelope["evidence"]["policy_ids"], json!(["permit-all"]));
+    for i in 0..30 {
+        std::fs::write(r.join(format!("f{i}")), "x\n").unwrap();
+    }
+    let denied = p.run(&["git-query", "git_status", "path=data/repo"]);
+    denied.assert_refused("policy.denied", 77);
+    assert!(denied.envelope["error"]["message"].as_str().unwrap().contains("small-status-only"), "{denied:#?}");
+    p.run(&["git-query", "git_log", "path=data/repo"]).assert_ok();
+}

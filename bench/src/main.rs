@@ -5,6 +5,7 @@
 //!
 //! Rows are added here by later issues; `--list` names them.
 
+mod git_rows;
 mod harness;
 mod policy_rows;
 mod rows;

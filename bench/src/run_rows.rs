@@ -38,7 +38,7 @@ struct Setup {
     counter: AtomicUsize,
 }
 
-fn sibling_binary(name: &str) -> Result<PathBuf, String> {
+pub(crate) fn sibling_binary(name: &str) -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let path = exe.parent().ok_or("no parent")?.join(name);
     if path.is_file() {

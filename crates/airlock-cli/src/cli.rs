@@ -116,10 +116,11 @@ pub struct CallArgs {
 /// A source operation and its arguments.
 #[derive(Debug, Args)]
 pub struct QueryArgs {
-    /// read_file, list_files or grep_files.
+    /// read_file, list_files, grep_files, git_status, git_log, git_diff or git_staged_diff.
     pub operation: String,
     /// Arguments as NAME=VALUE (read_file: path, offset, limit; list_files:
-    /// path; grep_files: pattern, path).
+    /// path; grep_files: pattern, path; git_*: path (the repository, default
+    /// `.`), and for git_log max_count).
     #[arg(value_name = "NAME=VALUE")]
     pub pairs: Vec<String>,
     /// Use this invocation id instead of a fresh one (1-64 of A-Z a-z 0-9 . _ -).

@@ -18,6 +18,8 @@ fn main() -> ExitCode {
     // When re-executed as the native tier's sandbox init, become it and
     // never return (this must run before anything else).
     airlock_sandbox::init::maybe_run_init();
+    // When executed inside a worker as the Git query driver, answer and exit.
+    airlock_git::driver::maybe_run_driver();
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -68,6 +68,30 @@ pub struct FilesystemBoundary {
     /// command tool's descriptor and digest are unchanged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<crate::source::SourceBoundary>,
+    /// For a source query over a repository snapshot (e.g. `git_status`):
+    /// what the one private snapshot holds. Absent for tool calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotBinding>,
+}
+
+/// What a repository snapshot holds, bound into the descriptor so policy
+/// can bound it and the evidence names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct SnapshotBinding {
+    /// `git`.
+    pub kind: String,
+    /// Regular files and links copied.
+    pub files: u64,
+    /// Bytes of file content copied.
+    pub bytes: u64,
+    /// Size of the archive the worker receives.
+    pub archive_bytes: u64,
+    /// `sha256:` digest of that archive.
+    pub sha256: String,
+    /// Files copied that had more than one hard link on the host.
+    pub linked_files: u64,
+    /// Entries left out (special files, nested `.git`, alternates, …).
+    pub skipped: u64,
 }
 
 impl FilesystemBoundary {
@@ -90,6 +114,7 @@ impl FilesystemBoundary {
             overwrite: false,
             output_parent,
             source: None,
+            snapshot: None,
         }
     }
 }

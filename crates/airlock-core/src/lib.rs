@@ -35,6 +35,7 @@ pub mod source;
 pub use config::{Ceiling, CeilingMode, Config, ResolverChoice, Tier};
 pub use descriptor::{
     canonical_json, sha256_tagged, CommandBoundary, Descriptor, DirIdentity, FilesystemBoundary, ReadGrant,
+    SnapshotBinding,
 };
 pub use envelope::{CreatedFile, Envelope, ErrorBody, Evidence};
 pub use limits::{Limits, StagingLimits};

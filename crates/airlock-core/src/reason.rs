@@ -216,6 +216,20 @@ reason_codes! {
     SandboxSetup => "sandbox.setup_failed", Error, SOFTWARE;
     /// The worker's processes could not be confirmed gone; nothing is published.
     WorkerCleanup => "worker.cleanup_unconfirmed", Error, SOFTWARE;
+    // ---- git queries ----
+    /// The directory is not a repository airlock snapshots: no `.git`
+    /// directory (a `.git` file, a linked worktree or a bare layout are refused).
+    GitNotRepository => "git.not_a_repository", Refused, NO_INPUT;
+    /// The repository snapshot would pass a limit (files, bytes, bytes a file, depth).
+    GitSnapshotTooLarge => "git.snapshot_too_large", Refused, NO_PERM;
+    /// A path in the snapshot is not acceptable (`..`, absolute, CR/LF/NUL,
+    /// duplicate, case collision, a link where a directory must be).
+    GitPathRejected => "git.path_rejected", Refused, NO_PERM;
+    /// The repository's data could not be read as Git (corrupt, missing
+    /// objects, an unsupported format); nothing outside the snapshot was consulted.
+    GitRepositoryInvalid => "git.repository_invalid", Failed, TOOL_FAILED;
+    /// The Git query's arguments are malformed (unknown operation or argument).
+    GitBadArgument => "git.bad_argument", Refused, DATA;
     // ---- approval ----
     /// The tool needs an exact-call approval of this descriptor digest first.
     ApprovalRequired => "approval.required", Refused, NO_PERM;

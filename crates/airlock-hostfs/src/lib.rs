@@ -53,6 +53,7 @@ mod output;
 mod private;
 mod publish;
 mod resolve;
+mod tree;
 mod walk;
 
 pub use authority::HostAuthority;
@@ -63,4 +64,5 @@ pub use output::HeldOutput;
 pub use private::{random_suffix, PrivateDir};
 pub use publish::{Candidate, EntryIdentity, Published, CANDIDATE_PREFIX};
 pub use resolve::{Resolver, ResolverKind};
+pub use tree::{ChildFile, TreeEntry};
 pub use walk::{Entry, EntryKind, RangeRead, RegularFile};

@@ -69,7 +69,7 @@ pub struct RangeRead {
     pub sha256_hex: String,
 }
 
-fn kind_of(st: &Stat) -> EntryKind {
+pub(crate) fn kind_of(st: &Stat) -> EntryKind {
     match FileType::from_raw_mode(st.st_mode) {
         FileType::RegularFile => EntryKind::Regular,
         FileType::Directory => EntryKind::Directory,
@@ -78,7 +78,7 @@ fn kind_of(st: &Stat) -> EntryKind {
     }
 }
 
-fn mount_id(fd: BorrowedFd<'_>) -> Result<u64> {
+pub(crate) fn mount_id(fd: BorrowedFd<'_>) -> Result<u64> {
     rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID)
         .map(|s| s.stx_mnt_id)
         .map_err(|e| Error::syscall(ReasonCode::InputUnreadable, "statx(mnt_id)", e))

@@ -108,6 +108,20 @@ fn source_ty() -> Ty {
     ])
 }
 
+/// `command_boundary.filesystem.snapshot`: what a Git query's repository
+/// snapshot holds (absent for other calls).
+fn snapshot_ty() -> Ty {
+    Ty::Record(vec![
+        req("kind", Ty::Str),
+        req("files", Ty::Long),
+        req("bytes", Ty::Long),
+        req("archive_bytes", Ty::Long),
+        req("sha256", Ty::Str),
+        req("linked_files", Ty::Long),
+        req("skipped", Ty::Long),
+    ])
+}
+
 fn filesystem_ty() -> Ty {
     Ty::Record(vec![
         req("reads", set(Ty::Named("Read", Box::new(read_ty())))),
@@ -120,6 +134,7 @@ fn filesystem_ty() -> Ty {
         req("read_sha256", set(Ty::Str)),
         req("create_paths", set(Ty::Str)),
         opt("source", Ty::Named("Source", Box::new(source_ty()))),
+        opt("snapshot", Ty::Named("Snapshot", Box::new(snapshot_ty()))),
     ])
 }
 
@@ -135,6 +150,7 @@ fn common_types() -> Vec<(&'static str, Ty)> {
         ("SourceRange", source_range_ty()),
         ("SourceLimits", source_limits_ty()),
         ("Source", source_ty()),
+        ("Snapshot", snapshot_ty()),
         ("Filesystem", filesystem_ty()),
         ("CommandBoundary", command_boundary_ty()),
     ]

@@ -27,6 +27,7 @@ pub mod approval;
 mod attest;
 mod authorize;
 mod ceilings;
+mod git_query;
 mod id;
 pub mod ledger;
 mod policy_files;

@@ -76,6 +76,7 @@ pub fn load(config: &Config) -> Result<Vec<(String, String)>, Refusal> {
         .chain(crate::source::bundled_missing_from(&config.tools_dir))
         .filter(|m| m.check_executable().is_ok())
         .map(|m| airlock_policy::ToolSpec::from_manifest(&m))
+        .chain(crate::git_query::policy_specs())
         .collect();
     airlock_policy::PolicySet::load(&sources, &specs)
         .map_err(|e| Refusal::new(ReasonCode::PolicyInvalid, e.message().to_owned()))?;

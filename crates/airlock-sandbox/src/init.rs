@@ -70,7 +70,9 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
     };
     let input_fds: Vec<OwnedFd> = spec.inputs.iter().map(|i| adopt(i.fd)).collect::<Result<_, _>>()?;
     let host_output: Option<OwnedFd> = spec.output.as_ref().map(|o| adopt(o.fd)).transpose()?;
-    for fd in input_fds.iter().chain(host_output.iter()) {
+    // Kept open (by number) for PID 1 to bind; never reaches the tool.
+    let program: Option<OwnedFd> = spec.program_fd.map(adopt).transpose()?;
+    for fd in input_fds.iter().chain(host_output.iter()).chain(program.iter()) {
         rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC)
             .map_err(|e| SandboxError::ProcessAttr { call: "fcntl(F_SETFD, FD_CLOEXEC)".into(), errno: errno(e) })?;
     }
@@ -140,6 +142,7 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
     drop(lifeline_r);
     drop(input_fds);
     drop(host_output);
+    drop(program);
     status.send(&StatusMsg::Pid1 { host_pid: pid1 });
 
     // Wait for PID 1, killing it ourselves if the caller never does.

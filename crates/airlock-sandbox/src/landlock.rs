@@ -34,6 +34,8 @@ pub(crate) enum Grant {
     Input,
     /// The output: read, write, truncate the file.
     Output,
+    /// The bound program: read and execute the file.
+    Program,
 }
 
 /// One planned rule.
@@ -54,6 +56,7 @@ pub(crate) fn plan(
     working_dir: &str,
     inputs: &[&str],
     output: Option<&str>,
+    program: bool,
 ) -> Vec<PlannedRule> {
     let mut rules = Vec::new();
     let mut push = |path: String, grant| rules.push(PlannedRule { path, grant });
@@ -73,6 +76,9 @@ pub(crate) fn plan(
     if let Some(o) = output {
         push(format!("{working_dir}/{o}"), Grant::Output);
     }
+    if program {
+        push(crate::spec::PROGRAM_PATH.to_string(), Grant::Program);
+    }
     rules
 }
 
@@ -87,6 +93,7 @@ pub(crate) fn access(grant: Grant, abi: ABI) -> BitFlags<AccessFs> {
         Grant::ListOnly => AccessFs::ReadDir.into(),
         Grant::Input => AccessFs::ReadFile.into(),
         Grant::Output => AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate,
+        Grant::Program => AccessFs::ReadFile | AccessFs::Execute,
     };
     want & all
 }
@@ -147,13 +154,15 @@ mod tests {
 
     #[test]
     fn plan_grants_each_file_its_role_only() {
-        let rules = plan(&["/usr".into()], "/workspace", &["data/in.txt"], Some("out/o.json"));
+        let rules = plan(&["/usr".into()], "/workspace", &["data/in.txt"], Some("out/o.json"), true);
         let find = |p: &str| rules.iter().find(|r| r.path == p).map(|r| r.grant);
         assert_eq!(find("/usr"), Some(Grant::Image));
         assert_eq!(find("/workspace"), Some(Grant::ListOnly));
         assert_eq!(find("/workspace/data/in.txt"), Some(Grant::Input));
         assert_eq!(find("/workspace/out/o.json"), Some(Grant::Output));
         assert_eq!(find("/tmp"), Some(Grant::Scratch));
+        assert_eq!(find("/.airlock/program"), Some(Grant::Program));
+        assert!(!plan(&[], "/workspace", &[], None, false).iter().any(|r| r.grant == Grant::Program));
         assert_eq!(find("/dev/null"), Some(Grant::Device));
         assert_eq!(find("/"), None, "the root itself is never granted");
     }

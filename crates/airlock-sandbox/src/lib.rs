@@ -78,6 +78,7 @@
 //! | nothing written late; nothing survives | `a_detached_child_does_not_write_late`, `a_timeout_kills_everything` |
 //! | bounded stdout never hangs | `stdout_is_bounded_and_drained` |
 //! | same confinement for an unprivileged caller | `unprivileged::*` (the whole suite re-run as uid 65534) |
+//! | a bound program runs, cannot be written, nothing beside it | `program::a_bound_program_runs_read_only_and_alone` |
 //!
 //! ```no_run
 //! use airlock_sandbox::{NativeTier, StagedInput, Tier, Worker, WorkerSpec};
@@ -114,5 +115,5 @@ pub use error::{OsErrno, SandboxError};
 pub use native::{NativeTier, NativeWorker};
 pub use outcome::{AppliedLimits, ExitStatusKind, OutputExport, WorkerOutcome};
 pub use probe::{probe, HostSupport};
-pub use spec::{ImageMount, StagedInput, StagedOutput, WorkerLimits, WorkerSpec};
+pub use spec::{ImageMount, StagedInput, StagedOutput, WorkerLimits, WorkerSpec, PROGRAM_PATH};
 pub use worker::{KillHandle, Tier, Worker};

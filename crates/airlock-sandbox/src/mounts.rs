@@ -295,6 +295,28 @@ pub(crate) fn build_root(spec: &InitSpec, input_fds: Vec<OwnedFd>) -> Result<Bui
         output = Some(RetainedOutput { path: format!("{}/{}", spec.working_dir, o.virtual_path), file });
     }
 
+    // The bound program. Its descriptor belongs to the caller's mount
+    // namespace, which the kernel will not bind from; so it is bound by the
+    // path the kernel reports for it in this (copied) namespace, and then the
+    // bound inode must be the descriptor's: a path swapped meanwhile is refused.
+    if let Some(fd) = spec.program_fd {
+        let path = at(crate::spec::PROGRAM_PATH);
+        let held = format!("/proc/self/fd/{fd}");
+        let want = std::fs::metadata(&held).map_err(build_err(format!("fstat({held:?})")))?;
+        let source = std::fs::read_link(&held).map_err(build_err(format!("readlink({held:?})")))?;
+        let source = source.to_str().ok_or_else(|| SandboxError::InvalidSpec("program path is not UTF-8".into()))?;
+        mkdir_p(parent_of(&path))?;
+        write_new_file(&path, 0o555, b"")?;
+        bind(source, &path, false)?;
+        readonly_recursive(&path)?;
+        let got = std::fs::symlink_metadata(&path).map_err(build_err(format!("lstat({path:?})")))?;
+        if !got.is_file() || (got.dev(), got.ino()) != (want.dev(), want.ino()) {
+            return Err(SandboxError::InvalidSpec(format!(
+                "the bound program {source:?} was replaced while it was bound"
+            )));
+        }
+    }
+
     // Into the new root; the old one is detached.
     rustix::process::chdir(root).map_err(|e| SandboxError::Chdir { path: root.into(), errno: errno(e) })?;
     rustix::process::pivot_root(".", ".")

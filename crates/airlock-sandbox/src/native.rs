@@ -39,6 +39,7 @@ pub struct NativeTier {
     cgroup_parent: Option<PathBuf>,
     cgroups: bool,
     die_with_caller: bool,
+    program: Option<Arc<std::fs::File>>,
 }
 
 impl NativeTier {
@@ -46,7 +47,7 @@ impl NativeTier {
     /// [`maybe_run_init`](crate::init::maybe_run_init) first in `main()`,
     /// usually the caller's own executable resolved once at startup.
     pub fn new(init_program: PathBuf) -> Self {
-        NativeTier { init_program, cgroup_parent: None, cgroups: true, die_with_caller: false }
+        NativeTier { init_program, cgroup_parent: None, cgroups: true, die_with_caller: false, program: None }
     }
 
     /// Kills the worker (its init, and so its whole pid namespace) when the
@@ -69,6 +70,17 @@ impl NativeTier {
     /// Whether to try cgroup limits at all. Default: `true`.
     pub fn cgroups(&mut self, yes: bool) -> &mut Self {
         self.cgroups = yes;
+        self
+    }
+
+    /// Binds `program` (an open regular file, e.g. the caller's own
+    /// executable opened once) read-only and executable at
+    /// [`PROGRAM_PATH`](crate::PROGRAM_PATH) in every worker this tier
+    /// starts, so a worker can run a fixed helper that is not in the image.
+    /// The bind is of the open file, not of a path; Landlock lets the worker
+    /// read and execute it and nothing else there. Default: none.
+    pub fn bind_program(&mut self, program: Arc<std::fs::File>) -> &mut Self {
+        self.program = Some(program);
         self
     }
 
@@ -144,6 +156,21 @@ impl Tier for NativeTier {
             }
             None => None,
         };
+        let program_fd = match &self.program {
+            Some(file) => {
+                let md = file
+                    .metadata()
+                    .map_err(|e| SandboxError::Descriptor { call: "fstat(bound program)".into(), errno: errno(e) })?;
+                if !md.is_file() {
+                    return Err(SandboxError::InvalidSpec("the bound program is not a regular file".into()));
+                }
+                let fd = dup_for_init(&**file)?;
+                let raw = fd.as_raw_fd();
+                inherited.push(fd);
+                Some(raw)
+            }
+            None => None,
+        };
         let init_spec = InitSpec {
             argv: spec.argv.clone(),
             env: spec.env.clone(),
@@ -154,6 +181,7 @@ impl Tier for NativeTier {
             limits: spec.limits.clone(),
             timeout_ms: spec.timeout.as_millis().min(u64::MAX as u128) as u64,
             status_fd: inherited[0].as_raw_fd(),
+            program_fd,
         };
         let spec_bytes =
             serde_json::to_vec(&init_spec).map_err(|e| SandboxError::Protocol(format!("encode spec: {e}")))?;

@@ -76,6 +76,7 @@ fn run_inner(
         &spec.working_dir,
         &inputs,
         spec.output.as_ref().map(|o| o.virtual_path.as_str()),
+        spec.program_fd.is_some(),
     );
     let filters = crate::seccomp::compile_worker_filters()?;
 

@@ -12,7 +12,11 @@ use crate::error::SandboxError;
 
 /// Directories the sandbox builds itself; an image or the working directory
 /// may not be placed on or under them.
-const RESERVED_DIRS: &[&str] = &["/proc", "/dev", "/tmp", "/etc"];
+const RESERVED_DIRS: &[&str] = &["/proc", "/dev", "/tmp", "/etc", "/.airlock"];
+
+/// Where a program bound with [`NativeTier::bind_program`](crate::NativeTier::bind_program)
+/// appears inside the worker: read-only, executable, nothing else beside it.
+pub const PROGRAM_PATH: &str = "/.airlock/program";
 
 /// Upper bound on a virtual path or working directory, in bytes.
 const MAX_PATH_BYTES: usize = 4096;

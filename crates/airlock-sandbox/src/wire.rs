@@ -44,6 +44,10 @@ pub(crate) struct InitSpec {
     pub timeout_ms: u64,
     /// The status pipe's write end, inherited by the init.
     pub status_fd: i32,
+    /// A program to bind read-only and executable at
+    /// [`PROGRAM_PATH`](crate::spec::PROGRAM_PATH), inherited by the init.
+    #[serde(default)]
+    pub program_fd: Option<i32>,
 }
 
 impl InitSpec {
@@ -81,6 +85,7 @@ impl InitSpec {
         let mut fds = vec![self.status_fd];
         fds.extend(self.output.iter().map(|o| o.fd));
         fds.extend(self.inputs.iter().map(|i| i.fd));
+        fds.extend(self.program_fd);
         fds
     }
 }

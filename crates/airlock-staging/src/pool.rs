@@ -380,6 +380,31 @@ impl Lease {
         &self.data
     }
 
+    /// Gives back what a bounded copy did not use: once the copy is made,
+    /// its reservation is lowered to `bytes` of content in `files` files
+    /// (never raised: a request that grows must be admitted anew).
+    pub fn shrink(&mut self, bytes: u64, files: u64) -> Result<(), Refusal> {
+        let held = self.pool.0.lock.hold()?;
+        let mut record = self.pool.read_one(&held, &self.invocation_id)?;
+        let smaller = Request { invocation_id: record.invocation_id.clone(), purpose: record.purpose, bytes, files };
+        if smaller.charge() > record.charged {
+            return Err(Refusal::new(
+                ReasonCode::Internal,
+                format!("a reservation of {} bytes cannot grow to {}", record.charged, smaller.charge()),
+            ));
+        }
+        record.bytes = bytes;
+        record.files = files;
+        record.charged = smaller.charge();
+        // Written in place under the lock, like the record at admission.
+        let f = self.pool.0.leases.open_append(&self.invocation_id)?;
+        f.set_len(0)
+            .and_then(|()| (&f).write_all(&record.to_bytes()))
+            .map_err(|e| Refusal::new(ReasonCode::Internal, format!("rewriting a staging reservation: {e}")))?;
+        self.charged = record.charged;
+        Ok(())
+    }
+
     /// Keeps the reservation after this process ends, synced: a prepared
     /// call waiting for approval or dispatch keeps its snapshots charged
     /// until [`Pool::adopt`] (dispatch) or an operator's [`Pool::release`].

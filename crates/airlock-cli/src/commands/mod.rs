@@ -75,7 +75,10 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         }
         Command::Approve { digest } => Envelope { content: Some(runtime.approve(&digest)?), ..Envelope::ok() }.into(),
         Command::Prepare(call) => prepare::run(&runtime, call)?.into(),
-        Command::Query(args) => query::run(&runtime, args)?.into(),
+        Command::Query(args) => {
+            runtime.set_init_program(this_executable()?, true);
+            query::run(&runtime, args)?.into()
+        }
         Command::Tools(cmd) => tools::run(&runtime, cmd)?.into(),
         Command::Staging(cmd) => staging::run(&runtime, cmd)?,
         Command::Journal(crate::cli::JournalCommand::Show { json }) => journal::show(&runtime, json)?,

@@ -1,6 +1,8 @@
 //! `airlock query OPERATION [NAME=VALUE]...`: a bounded source query
-//! (read_file, list_files, grep_files) answered by the fixed broker
-//! through the whole pipeline (descriptor, policy, journal).
+//! through the whole pipeline (descriptor, policy, journal): `read_file`,
+//! `list_files`, `grep_files` answered in-process by the fixed broker;
+//! `git_status`, `git_log`, `git_diff`, `git_staged_diff` answered by the
+//! Git driver in a native worker from a bounded snapshot.
 
 use crate::cli::QueryArgs;
 use airlock_core::{Envelope, Refusal, SourceOp};
@@ -17,7 +19,13 @@ pub fn run(runtime: &Runtime, args: QueryArgs) -> Result<Envelope, Refusal> {
     for pair in args.pairs {
         let (name, value) =
             pair.split_once('=').ok_or_else(|| crate::usage(format!("{pair:?}: expected NAME=VALUE")))?;
+        if named.iter().any(|(n, _)| n == name) {
+            return Err(crate::usage(format!("argument {name:?} given twice")));
+        }
         named.push((name.to_owned(), serde_json::Value::String(value.to_owned())));
+    }
+    if op.is_git() {
+        return Ok(git(runtime, op, named, args.invocation_id));
     }
     let request = CallRequest {
         tool: op.as_str().to_owned(),
@@ -40,4 +48,18 @@ pub fn run(runtime: &Runtime, args: QueryArgs) -> Result<Envelope, Refusal> {
         }
     }
     Ok(envelope)
+}
+
+/// A Git query: the snapshot, the driver and the answer (`Runtime::git_query`).
+fn git(runtime: &Runtime, op: SourceOp, named: Vec<(String, serde_json::Value)>, id: Option<String>) -> Envelope {
+    let args = named.into_iter().map(|(n, v)| (n, v.as_str().unwrap_or_default().to_owned())).collect();
+    let id = id.unwrap_or_else(new_invocation_id);
+    if std::io::stderr().is_terminal() {
+        eprintln!("airlock: {op} ({id}): snapshotting the repository, then answering in a sandbox…");
+    }
+    runtime.git_query(op.as_str(), &args, &id).unwrap_or_else(|refusal| Envelope {
+        invocation_id: Some(id.clone()),
+        tool: Some(op.as_str().to_owned()),
+        ..Envelope::from_refusal(&refusal)
+    })
 }

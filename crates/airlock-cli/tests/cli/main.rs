@@ -7,6 +7,7 @@ mod cli_ux;
 mod concurrency;
 mod crash;
 mod examples;
+mod git;
 mod journal;
 mod parser;
 mod policy;

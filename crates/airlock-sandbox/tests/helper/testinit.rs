@@ -25,6 +25,9 @@ struct Request {
 fn main() {
     airlock_sandbox::init::maybe_run_init();
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("probe-program") {
+        probe_program();
+    }
     if args.get(1).map(String::as_str) != Some("run") {
         eprintln!("usage: airlock-sandbox-testinit run < request.json");
         std::process::exit(64);
@@ -53,4 +56,15 @@ fn main() {
         Err(e) => serde_json::json!({ "error": e.to_string(), "code": e.reason_code() }),
     };
     println!("{json}");
+}
+
+/// Run as the bound program inside a worker: reports what it could do to
+/// itself and beside itself, one fact a line.
+fn probe_program() -> ! {
+    let me = airlock_sandbox::PROGRAM_PATH;
+    let write = OpenOptions::new().write(true).open(me).map(|_| "ok".to_string()).unwrap_or_else(|e| e.to_string());
+    let list = std::fs::read_dir("/.airlock").map(|_| "ok".to_string()).unwrap_or_else(|e| e.to_string());
+    let beside = File::create("/.airlock/other").map(|_| "ok".to_string()).unwrap_or_else(|e| e.to_string());
+    println!("ran as {me}\nwrite-self: {write}\nlist-dir: {list}\ncreate-beside: {beside}");
+    std::process::exit(0)
 }

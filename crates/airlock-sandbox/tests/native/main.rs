@@ -3,5 +3,6 @@
 mod confinement;
 mod files;
 mod lifecycle;
+mod program;
 mod unprivileged;
 mod util;

@@ -1,0 +1,403 @@
+//! The snapshot archive: one private file, strictly framed.
+//!
+//! ```text
+//! "AIRLOCK-GIT-SNAPSHOT-1\n"
+//! record*   where record = tag u8, path_len u16 BE, path
+//!             'D' directory
+//!             'F' file        mtime i64 BE s, u32 BE ns; size u64 BE, bytes
+//!             'X' executable  the same
+//!             'L' link        target_len u16 BE, target
+//! 'E' count u64 BE            the number of records before it; then EOF
+//! ```
+//!
+//! Paths are repository-relative, `/`-separated, and pass [`check_path`];
+//! a record's parent directory must have been recorded before it; no path
+//! appears twice, and no two differ only in ASCII case. The reader enforces
+//! every rule and every [`Limits`] bound again: it trusts nothing it reads.
+
+use crate::error::GitError;
+use crate::limits::Limits;
+use airlock_core::ReasonCode;
+use std::collections::HashSet;
+use std::io::{Read, Write};
+
+/// The archive's first bytes.
+pub const MAGIC: &[u8] = b"AIRLOCK-GIT-SNAPSHOT-1\n";
+/// The longest path or link target.
+pub const MAX_PATH_BYTES: usize = 4096;
+/// The deepest path, in components.
+pub const MAX_DEPTH: usize = 64;
+
+/// One archive record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// A directory.
+    Dir(String),
+    /// A regular file of `size` bytes (its bytes follow in the archive).
+    File {
+        /// Its path.
+        path: String,
+        /// Its size.
+        size: u64,
+        /// Whether it is executable.
+        executable: bool,
+        /// Modification time on the host (seconds, nanoseconds), kept so
+        /// gix can trust the index's stat data as git does on the host.
+        mtime: (i64, u32),
+    },
+    /// A symbolic link (recorded, never followed).
+    Link {
+        /// Its path.
+        path: String,
+        /// Its target, as bytes.
+        target: Vec<u8>,
+    },
+}
+
+impl Entry {
+    /// The entry's path.
+    pub fn path(&self) -> &str {
+        match self {
+            Entry::Dir(p) => p,
+            Entry::File { path, .. } | Entry::Link { path, .. } => path,
+        }
+    }
+}
+
+fn rejected(msg: String) -> GitError {
+    GitError::new(ReasonCode::GitPathRejected, msg)
+}
+
+/// Checks a repository-relative path: normal `/`-separated components (no
+/// empty, `.` or `..`), no leading `/`, no NUL, CR or LF byte, no backslash,
+/// components of at most 255 bytes, at most [`MAX_DEPTH`] components and
+/// [`MAX_PATH_BYTES`] bytes. `.git` (in any case) may only be the first
+/// component, spelled exactly `.git`.
+pub fn check_path(p: &str) -> Result<(), GitError> {
+    if p.is_empty() || p.len() > MAX_PATH_BYTES {
+        return Err(rejected(format!("path {p:?} is empty or longer than {MAX_PATH_BYTES} bytes")));
+    }
+    if p.bytes().any(|b| matches!(b, 0 | b'\r' | b'\n' | b'\\')) {
+        return Err(rejected(format!("path {p:?} holds a NUL, CR, LF or backslash byte")));
+    }
+    let parts: Vec<&str> = p.split('/').collect();
+    if parts.len() > MAX_DEPTH {
+        return Err(rejected(format!("path {p:?} is deeper than {MAX_DEPTH} levels")));
+    }
+    for (i, c) in parts.iter().enumerate() {
+        if c.is_empty() || *c == "." || *c == ".." || c.len() > 255 {
+            return Err(rejected(format!("path {p:?} has an empty, `.`, `..` or over-long component")));
+        }
+        if c.eq_ignore_ascii_case(".git") && (i > 0 || *c != ".git") {
+            return Err(rejected(format!("path {p:?} holds a nested or case-folded .git")));
+        }
+    }
+    Ok(())
+}
+
+/// Writes records (hashing nothing itself: the caller wraps the sink),
+/// refusing a path [`check_path`] refuses or one that repeats another
+/// but for ASCII case.
+pub struct Writer<W: Write> {
+    out: W,
+    count: u64,
+    folded: HashSet<String>,
+}
+
+impl<W: Write> Writer<W> {
+    /// Starts an archive on `out`.
+    pub fn new(mut out: W) -> Result<Self, GitError> {
+        out.write_all(MAGIC).map_err(GitError::io("writing the snapshot"))?;
+        Ok(Writer { out, count: 0, folded: HashSet::new() })
+    }
+
+    fn header(&mut self, tag: u8, path: &str) -> Result<(), GitError> {
+        check_path(path)?;
+        if !self.folded.insert(path.to_ascii_lowercase()) {
+            return Err(rejected(format!("{path:?} collides with another path that differs only in case")));
+        }
+        self.count += 1;
+        let mut h = Vec::with_capacity(3 + path.len());
+        h.push(tag);
+        h.extend_from_slice(&(path.len() as u16).to_be_bytes());
+        h.extend_from_slice(path.as_bytes());
+        self.out.write_all(&h).map_err(GitError::io("writing the snapshot"))
+    }
+
+    /// Records a directory.
+    pub fn dir(&mut self, path: &str) -> Result<(), GitError> {
+        self.header(b'D', path)
+    }
+
+    /// Records a file of `size` bytes; `fill` must write exactly that many.
+    pub fn file(
+        &mut self,
+        path: &str,
+        size: u64,
+        executable: bool,
+        mtime: (i64, u32),
+        fill: impl FnOnce(&mut W) -> Result<u64, GitError>,
+    ) -> Result<(), GitError> {
+        self.header(if executable { b'X' } else { b'F' }, path)?;
+        let mut t = [0u8; 12];
+        t[..8].copy_from_slice(&mtime.0.to_be_bytes());
+        t[8..].copy_from_slice(&mtime.1.to_be_bytes());
+        self.out.write_all(&t).map_err(GitError::io("writing the snapshot"))?;
+        self.out.write_all(&size.to_be_bytes()).map_err(GitError::io("writing the snapshot"))?;
+        let wrote = fill(&mut self.out)?;
+        if wrote != size {
+            return Err(GitError::new(ReasonCode::InputChanged, format!("{path:?} changed size while it was copied")));
+        }
+        Ok(())
+    }
+
+    /// Records a link.
+    pub fn link(&mut self, path: &str, target: &[u8]) -> Result<(), GitError> {
+        if target.is_empty() || target.len() > MAX_PATH_BYTES {
+            return Err(rejected(format!("link {path:?} has an empty or over-long target")));
+        }
+        self.header(b'L', path)?;
+        self.out.write_all(&(target.len() as u16).to_be_bytes()).map_err(GitError::io("writing the snapshot"))?;
+        self.out.write_all(target).map_err(GitError::io("writing the snapshot"))
+    }
+
+    /// Ends the archive and returns the sink.
+    pub fn finish(mut self) -> Result<W, GitError> {
+        self.out.write_all(b"E").map_err(GitError::io("writing the snapshot"))?;
+        self.out.write_all(&self.count.to_be_bytes()).map_err(GitError::io("writing the snapshot"))?;
+        self.out.flush().map_err(GitError::io("writing the snapshot"))?;
+        Ok(self.out)
+    }
+}
+
+/// Reads an archive strictly, calling `sink` for every record (with a
+/// reader of exactly the file's bytes for files), enforcing `limits`.
+pub struct Reader<R: Read> {
+    input: R,
+    limits: Limits,
+    seen: HashSet<String>,
+    folded: HashSet<String>,
+    dirs: HashSet<String>,
+    files: u64,
+    bytes: u64,
+    count: u64,
+}
+
+fn bad(msg: impl Into<String>) -> GitError {
+    GitError::new(ReasonCode::GitPathRejected, format!("malformed snapshot: {}", msg.into()))
+}
+
+impl<R: Read> Reader<R> {
+    /// Checks the magic and prepares to read.
+    pub fn new(mut input: R, limits: Limits) -> Result<Self, GitError> {
+        let mut magic = vec![0u8; MAGIC.len()];
+        input.read_exact(&mut magic).map_err(|_| bad("short header"))?;
+        if magic != MAGIC {
+            return Err(bad("wrong header"));
+        }
+        Ok(Reader {
+            input,
+            limits,
+            seen: HashSet::new(),
+            folded: HashSet::new(),
+            dirs: HashSet::new(),
+            files: 0,
+            bytes: 0,
+            count: 0,
+        })
+    }
+
+    fn u16(&mut self) -> Result<u16, GitError> {
+        let mut b = [0u8; 2];
+        self.input.read_exact(&mut b).map_err(|_| bad("truncated"))?;
+        Ok(u16::from_be_bytes(b))
+    }
+
+    fn u64(&mut self) -> Result<u64, GitError> {
+        let mut b = [0u8; 8];
+        self.input.read_exact(&mut b).map_err(|_| bad("truncated"))?;
+        Ok(u64::from_be_bytes(b))
+    }
+
+    fn bytes(&mut self, n: usize) -> Result<Vec<u8>, GitError> {
+        let mut b = vec![0u8; n];
+        self.input.read_exact(&mut b).map_err(|_| bad("truncated"))?;
+        Ok(b)
+    }
+
+    fn path(&mut self) -> Result<String, GitError> {
+        let n = self.u16()? as usize;
+        if n > MAX_PATH_BYTES {
+            return Err(rejected(format!("a path of {n} bytes")));
+        }
+        let raw = self.bytes(n)?;
+        let p = String::from_utf8(raw).map_err(|_| rejected("a path that is not UTF-8".into()))?;
+        check_path(&p)?;
+        if let Some((parent, _)) = p.rsplit_once('/') {
+            if !self.dirs.contains(parent) {
+                return Err(rejected(format!("{p:?} comes before its directory (or its parent is not a directory)")));
+            }
+        }
+        if !self.seen.insert(p.clone()) {
+            return Err(rejected(format!("{p:?} appears twice")));
+        }
+        if !self.folded.insert(p.to_ascii_lowercase()) {
+            return Err(rejected(format!("{p:?} collides with another path that differs only in case")));
+        }
+        Ok(p)
+    }
+
+    /// Reads every record. For a file, `sink` gets a reader limited to its
+    /// bytes and must consume all of them.
+    pub fn read_all(
+        mut self,
+        mut sink: impl FnMut(&Entry, Option<&mut dyn Read>) -> Result<(), GitError>,
+    ) -> Result<(), GitError> {
+        loop {
+            let mut tag = [0u8; 1];
+            self.input.read_exact(&mut tag).map_err(|_| bad("no end record"))?;
+            if tag[0] == b'E' {
+                let count = self.u64()?;
+                if count != self.count {
+                    return Err(bad(format!("end record says {count} records, read {}", self.count)));
+                }
+                let mut rest = [0u8; 1];
+                if self.input.read(&mut rest).map_err(GitError::io("reading the snapshot"))? != 0 {
+                    return Err(bad("bytes after the end record"));
+                }
+                return Ok(());
+            }
+            self.count += 1;
+            if self.count > self.limits.max_files.saturating_mul(2) {
+                return Err(GitError::new(ReasonCode::GitSnapshotTooLarge, "too many records"));
+            }
+            match tag[0] {
+                b'D' => {
+                    let p = self.path()?;
+                    self.dirs.insert(p.clone());
+                    sink(&Entry::Dir(p), None)?;
+                }
+                b'F' | b'X' => {
+                    let path = self.path()?;
+                    let secs = self.u64()? as i64;
+                    let mut ns = [0u8; 4];
+                    self.input.read_exact(&mut ns).map_err(|_| bad("truncated"))?;
+                    let nanos = u32::from_be_bytes(ns);
+                    if nanos >= 1_000_000_000 {
+                        return Err(bad(format!("{path:?} has a bad modification time")));
+                    }
+                    let size = self.u64()?;
+                    self.files += 1;
+                    self.bytes = self.bytes.saturating_add(size);
+                    self.limits.check(self.files, self.bytes, size, &path)?;
+                    let entry = Entry::File { path, size, executable: tag[0] == b'X', mtime: (secs, nanos) };
+                    let mut take = (&mut self.input).take(size);
+                    sink(&entry, Some(&mut take))?;
+                    if take.limit() != 0 {
+                        return Err(bad(format!("{:?} was not read to its end", entry.path())));
+                    }
+                }
+                b'L' => {
+                    let path = self.path()?;
+                    let n = self.u16()? as usize;
+                    if n == 0 || n > MAX_PATH_BYTES {
+                        return Err(rejected(format!("link {path:?} has an empty or over-long target")));
+                    }
+                    let target = self.bytes(n)?;
+                    self.files += 1;
+                    self.limits.check(self.files, self.bytes, 0, &path)?;
+                    sink(&Entry::Link { path, target }, None)?;
+                }
+                other => return Err(bad(format!("unknown record tag {other:#x}"))),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(bytes: &[u8]) -> Result<Vec<Entry>, GitError> {
+        let mut out = Vec::new();
+        Reader::new(bytes, Limits::default())?.read_all(|e, r| {
+            if let Some(r) = r {
+                std::io::copy(r, &mut std::io::sink()).unwrap();
+            }
+            out.push(e.clone());
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn raw(records: &[(u8, &str)]) -> Vec<u8> {
+        let mut v = MAGIC.to_vec();
+        for (tag, p) in records {
+            v.push(*tag);
+            v.extend_from_slice(&(p.len() as u16).to_be_bytes());
+            v.extend_from_slice(p.as_bytes());
+            if *tag == b'F' {
+                v.extend_from_slice(&[0u8; 12]);
+                v.extend_from_slice(&1u64.to_be_bytes());
+                v.push(b'x');
+            }
+        }
+        v.push(b'E');
+        v.extend_from_slice(&(records.len() as u64).to_be_bytes());
+        v
+    }
+
+    #[test]
+    fn round_trip() {
+        let mut w = Writer::new(Vec::new()).unwrap();
+        w.dir(".git").unwrap();
+        w.file(".git/HEAD", 3, false, (1, 2), |o| {
+            o.write_all(b"abc").unwrap();
+            Ok(3)
+        })
+        .unwrap();
+        w.link("l", b"/etc/passwd").unwrap();
+        let bytes = w.finish().unwrap();
+        let got = read(&bytes).unwrap();
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[2], Entry::Link { path: "l".into(), target: b"/etc/passwd".to_vec() });
+    }
+
+    #[test]
+    fn hostile_paths_are_rejected() {
+        for p in
+            ["../x", "a/../b", "/etc/passwd", "a//b", "./a", "a\rb", "a\nb", "a\\b", "sub/.git", ".GIT", "a/.Git/x"]
+        {
+            assert!(check_path(p).is_err(), "{p:?} accepted");
+            let e = read(&raw(&[(b'F', p)])).unwrap_err();
+            assert_eq!(e.code(), ReasonCode::GitPathRejected, "{p:?}");
+        }
+        check_path(".git/objects/ab/cdef").unwrap();
+        check_path("src/main.rs").unwrap();
+    }
+
+    #[test]
+    fn duplicates_case_collisions_and_orphans_are_rejected() {
+        assert!(read(&raw(&[(b'F', "a"), (b'F', "a")])).unwrap_err().message().contains("twice"));
+        assert!(read(&raw(&[(b'F', "README"), (b'F', "readme")])).unwrap_err().message().contains("case"));
+        assert!(read(&raw(&[(b'F', "d/x")])).unwrap_err().message().contains("before its directory"));
+        // A file is not a directory: nothing may be placed beneath it.
+        assert!(read(&raw(&[(b'F', "d"), (b'F', "d/x")])).is_err());
+        read(&raw(&[(b'D', "d"), (b'F', "d/x")])).unwrap();
+    }
+
+    #[test]
+    fn framing_is_strict() {
+        let good = raw(&[(b'F', "a")]);
+        read(&good).unwrap();
+        let mut trailing = good.clone();
+        trailing.push(0);
+        assert!(read(&trailing).is_err());
+        assert!(read(&good[..good.len() - 3]).is_err());
+        let mut count = good.clone();
+        let n = count.len();
+        count[n - 1] = 2;
+        assert!(read(&count).is_err());
+        assert!(read(b"NOT-AN-ARCHIVE").is_err());
+    }
+}

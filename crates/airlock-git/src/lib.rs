@@ -1,0 +1,43 @@
+//! airlock-git: Git queries over a bounded private snapshot.
+//!
+//! Two halves, on two sides of the sandbox:
+//!
+//! - [`snapshot::take`] (host side, in the broker): walks a repository
+//!   beneath a held directory handle with [`airlock_hostfs`] primitives,
+//!   never following a link, and writes ONE private archive
+//!   ([`archive`]) within [`Limits`] (≤ 128 MiB, ≤ 64 MiB a file,
+//!   ≤ 10,000 files), returning [`SnapshotStats`] with the archive's SHA-256.
+//!   `git_log` and `git_staged_diff` leave the work tree out; `git_log`
+//!   also the index.
+//! - [`driver`] (worker side): the `airlock` binary, bound read-only into
+//!   a native worker that sees only the archive, unpacks it with every
+//!   path checked again, replaces the repository's configuration with a
+//!   minimal one, opens it with gix isolated from system, global and
+//!   environment configuration, and prints one JSON answer ([`answer`]).
+//!
+//! gix lives here, not in the in-process broker, so a parser bug in it
+//! meets a hostile repository only inside the sandbox.
+//!
+//! ```no_run
+//! use airlock_git::{snapshot, Limits, Operation};
+//! use airlock_hostfs::{Dir, HostAuthority};
+//! let repo = Dir::open_ambient(&HostAuthority::ambient(), "/srv/repo".as_ref())?;
+//! let mut archive = Vec::new();
+//! let stats = snapshot::take(&repo, Operation::GitStatus.scope(), Limits::default(), &mut archive)?;
+//! println!("{} files, sha256:{}", stats.files, stats.sha256_hex);
+//! # Ok::<(), airlock_git::GitError>(())
+//! ```
+#![deny(missing_docs)]
+
+pub mod answer;
+pub mod archive;
+pub mod driver;
+mod error;
+mod limits;
+mod query;
+pub mod snapshot;
+
+pub use error::GitError;
+pub use limits::{Limits, MAX_FILES, MAX_FILE_BYTES, MAX_SNAPSHOT_BYTES};
+pub use query::{Operation, Request, Scope, DEFAULT_LOG_COUNT, MAX_LOG_COUNT};
+pub use snapshot::SnapshotStats;

@@ -98,10 +98,9 @@ impl<'a> Tree<'a> {
             Place::Covered(dir, None) => Ok(Some(dir)),
             Place::Covered(dir, Some(rest)) => {
                 let shown = path.map_or("", RelPath::as_str);
-                let d = dir.open_dir_beneath(self.resolver, &rest).map_err(|e| {
-                    let code = if e.code() == ReasonCode::InputMissing { ReasonCode::InputMissing } else { e.code() };
-                    Refusal::new(code, format!("{shown:?}: {}", e.message()))
-                })?;
+                let d = dir
+                    .open_dir_beneath(self.resolver, &rest)
+                    .map_err(|e| Refusal::new(e.code(), format!("{shown:?}: {}", e.message())))?;
                 Ok(Some(d))
             }
         }

@@ -8,6 +8,8 @@ mod concurrency;
 mod crash;
 mod examples;
 mod journal;
+mod mcp;
+mod mcpkit;
 mod parser;
 mod policy;
 mod prepare;

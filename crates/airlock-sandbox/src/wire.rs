@@ -44,6 +44,10 @@ pub(crate) struct InitSpec {
     pub timeout_ms: u64,
     /// The status pipe's write end, inherited by the init.
     pub status_fd: i32,
+    /// With live stdio: the read end of the caller's pipe, which becomes the
+    /// worker's standard input (otherwise it reads `/dev/null`).
+    #[serde(default)]
+    pub stdin_fd: Option<i32>,
 }
 
 impl InitSpec {
@@ -79,6 +83,7 @@ impl InitSpec {
     /// Every descriptor the init inherits on purpose.
     pub(crate) fn inherited_fds(&self) -> Vec<i32> {
         let mut fds = vec![self.status_fd];
+        fds.extend(self.stdin_fd);
         fds.extend(self.output.iter().map(|o| o.fd));
         fds.extend(self.inputs.iter().map(|i| i.fd));
         fds

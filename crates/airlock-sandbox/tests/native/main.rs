@@ -3,5 +3,6 @@
 mod confinement;
 mod files;
 mod lifecycle;
+mod live;
 mod unprivileged;
 mod util;

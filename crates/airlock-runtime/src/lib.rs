@@ -29,6 +29,7 @@ mod authorize;
 mod ceilings;
 mod id;
 pub mod ledger;
+mod mcp_worker;
 mod policy_files;
 mod prepare;
 pub mod recovery;

@@ -9,6 +9,7 @@ mod crash;
 mod examples;
 mod journal;
 mod mcp;
+mod mcp_worker;
 mod mcpkit;
 mod parser;
 mod policy;

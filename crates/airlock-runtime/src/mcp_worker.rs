@@ -48,7 +48,11 @@ impl Runtime {
         staging: &StagingArea,
     ) -> Result<Envelope, Refusal> {
         let (prepared, decision) = call.into_parts();
-        let tier = self.native_tier()?;
+        let mut tier = self.native_tier()?;
+        // MCP file servers create their output exclusively (O_EXCL), so the
+        // worker makes the file; it is exported only if it is a regular file
+        // with one link within max_file_bytes.
+        tier.worker_creates_output(true);
         let d = prepared.descriptor().clone();
         let id = prepared.invocation_id().to_owned();
         let fs = &d.command_boundary.filesystem;

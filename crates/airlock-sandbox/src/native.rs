@@ -39,6 +39,7 @@ pub struct NativeTier {
     cgroup_parent: Option<PathBuf>,
     cgroups: bool,
     die_with_caller: bool,
+    worker_creates_output: bool,
 }
 
 impl NativeTier {
@@ -46,7 +47,13 @@ impl NativeTier {
     /// [`maybe_run_init`](crate::init::maybe_run_init) first in `main()`,
     /// usually the caller's own executable resolved once at startup.
     pub fn new(init_program: PathBuf) -> Self {
-        NativeTier { init_program, cgroup_parent: None, cgroups: true, die_with_caller: false }
+        NativeTier {
+            init_program,
+            cgroup_parent: None,
+            cgroups: true,
+            die_with_caller: false,
+            worker_creates_output: false,
+        }
     }
 
     /// Kills the worker (its init, and so its whole pid namespace) when the
@@ -56,6 +63,22 @@ impl NativeTier {
     /// (a CLI's main thread). Default: `false`.
     pub fn die_with_caller(&mut self, yes: bool) -> &mut Self {
         self.die_with_caller = yes;
+        self
+    }
+
+    /// Lets the worker create its output file itself instead of finding an
+    /// empty one made for it: the output's parent directory becomes a
+    /// writable mount of the sandbox's private tmpfs in which the worker may
+    /// create regular files (Landlock: make, read, write, truncate; never
+    /// remove, rename across directories or link). After every process is
+    /// gone, the file at the output path is exported if it is a regular file
+    /// with one link, reached without following a symlink, within
+    /// `max_bytes`; a missing output is refused. For programs that insist on
+    /// exclusive creation (MCP file servers). Other files it makes there are
+    /// discarded with the sandbox. Default: `false` (PID 1 creates the file
+    /// and keeps its inode; the worker cannot replace it).
+    pub fn worker_creates_output(&mut self, yes: bool) -> &mut Self {
+        self.worker_creates_output = yes;
         self
     }
 
@@ -157,8 +180,12 @@ impl NativeTier {
         let output = match &spec.output {
             Some(o) => {
                 let fd = dup_for_init(&o.file)?;
-                let out =
-                    InitOutput { virtual_path: o.virtual_path.clone(), fd: fd.as_raw_fd(), max_bytes: o.max_bytes };
+                let out = InitOutput {
+                    virtual_path: o.virtual_path.clone(),
+                    fd: fd.as_raw_fd(),
+                    max_bytes: o.max_bytes,
+                    created_by_worker: self.worker_creates_output,
+                };
                 inherited.push(fd);
                 Some(out)
             }

@@ -29,6 +29,9 @@ pub(crate) struct InitOutput {
     pub virtual_path: String,
     pub fd: i32,
     pub max_bytes: u64,
+    /// The worker creates the file itself (see `NativeTier::worker_creates_output`).
+    #[serde(default)]
+    pub created_by_worker: bool,
 }
 
 /// The spec as sent to the init.

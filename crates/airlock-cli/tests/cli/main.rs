@@ -7,6 +7,7 @@ mod cli_ux;
 mod concurrency;
 mod crash;
 mod examples;
+mod interop;
 mod journal;
 mod mcp;
 mod mcp_worker;

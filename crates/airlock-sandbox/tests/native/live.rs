@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::time::Duration;
 
-use airlock_sandbox::{Worker, WorkerSpec};
+use airlock_sandbox::{Tier, Worker, WorkerSpec};
 
 use crate::util::{show, tier, Dir};
 
@@ -66,4 +66,57 @@ fn a_live_worker_that_never_ends_is_killed_at_its_deadline() {
     assert!(o.timed_out, "{}", show(&o));
     assert!(o.cleanup_confirmed, "{}", show(&o));
     drop(live);
+}
+
+/// A tier whose workers create their output themselves.
+fn creating_tier() -> airlock_sandbox::NativeTier {
+    let mut t = tier();
+    t.worker_creates_output(true);
+    t
+}
+
+#[test]
+fn a_worker_may_create_its_output_exclusively_and_it_is_exported() {
+    let dir = Dir::new();
+    dir.write("in.txt", b"abc");
+    // Exclusive creation (O_EXCL), as MCP file servers do; a scratch file
+    // beside it is discarded.
+    let script = "set -C; cat data/in.txt > out/made.txt && echo scratch > out/other.txt && echo done";
+    let mut spec = WorkerSpec::new(["sh", "-c", script]);
+    spec.inputs.push(dir.input("in.txt", "data/in.txt"));
+    spec.output = Some(dir.output("out.staging", "out/made.txt", 100));
+    let o = creating_tier().start(spec).and_then(|w| w.wait()).unwrap();
+    assert!(o.exit.success(), "{}", show(&o));
+    assert!(o.output.as_ref().unwrap().exported(), "{}", show(&o));
+    assert_eq!(dir.read("out.staging"), b"abc");
+}
+
+#[test]
+fn a_created_output_must_exist_be_regular_and_stay_within_bounds() {
+    let dir = Dir::new();
+    dir.write("in.txt", b"abc");
+    // Landlock grants only regular files there: a symlink, a directory, a
+    // FIFO, a hard link or a rename of the input are never made.
+    let cases = [
+        ("true", "did not create"),
+        ("ln -s /etc/passwd out/made.txt", "did not create"),
+        ("mkdir out/made.txt", "did not create"),
+        ("mkfifo out/made.txt", "did not create"),
+        ("ln data/in.txt out/made.txt", "did not create"),
+    ];
+    for (script, why) in cases {
+        let mut spec = WorkerSpec::new(["sh", "-c", script]);
+        spec.inputs.push(dir.input("in.txt", "data/in.txt"));
+        let staging = format!("out-{}.staging", why.len() + script.len());
+        spec.output = Some(dir.output(&staging, "out/made.txt", 100));
+        let o = creating_tier().start(spec).and_then(|w| w.wait()).unwrap();
+        let export = o.output.clone().unwrap();
+        assert!(!export.exported(), "{script}: {}", show(&o));
+        assert!(export.refused.as_deref().unwrap_or("").contains(why), "{script}: {export:?}");
+        assert_eq!(dir.read(&staging), b"", "{script}");
+    }
+    let mut spec = WorkerSpec::new(["sh", "-c", "head -c 200 /dev/zero > out/made.txt"]);
+    spec.output = Some(dir.output("big.staging", "out/made.txt", 100));
+    let o = creating_tier().start(spec).and_then(|w| w.wait()).unwrap();
+    assert!(o.output.unwrap().over_limit);
 }

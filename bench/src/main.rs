@@ -6,6 +6,7 @@
 //! Rows are added here by later issues; `--list` names them.
 
 mod harness;
+mod mcp_rows;
 mod policy_rows;
 mod rows;
 mod run_rows;

@@ -15,7 +15,8 @@
 //! argument is sent to the upstream tool under its `field_map` name (or its
 //! own name); `[filesystem]` entries and placeholders use the local names.
 //!
-//! Refused, each with its own code: a malformed section (`mcp.invalid`);
+//! Refused, each with its own code: a server given by name, as ToolClad's
+//! server registry does (`manifest.unsupported`); a malformed section (`mcp.invalid`);
 //! `[mcp]` beside `[command]`, a custom `[output] parser` or a non-JSON
 //! `[output] format` (`mcp.conflict`: there would be two things to run, or
 //! an MCP result that no parser reads); a `field_map` entry for an argument
@@ -64,6 +65,17 @@ impl McpSpec {
 pub(crate) fn spec(m: &Manifest) -> Result<Option<McpSpec>, Refusal> {
     let Some(table) = &m.mcp else { return Ok(None) };
     let invalid = |why: String| Refusal::new(ReasonCode::McpInvalid, format!("{}: [mcp] {why}", m.origin));
+    if let Some(name) = table.get("server").and_then(toml::Value::as_str) {
+        // ToolClad's named servers come from a registry airlock does not have.
+        return Err(Refusal::new(
+            ReasonCode::ManifestUnsupported,
+            format!(
+                "{}: [mcp] server = {name:?} names a server from a registry airlock does not have; give the \
+                 server's argv instead (server = [\"program\", \"arg\", …])",
+                m.origin
+            ),
+        ));
+    }
     let spec: McpSpec = toml::Value::Table(table.clone()).try_into().map_err(|e: toml::de::Error| {
         invalid(format!(
             "{} (expected server = [\"program\", \"arg\", …], tool = \"NAME\", optional [mcp.field_map])",

@@ -781,7 +781,7 @@ fn an_mcp_tool_runs_its_server_and_sends_arguments_under_upstream_names() {
 #[test]
 fn mcp_sections_that_make_no_sense_are_refused_with_their_own_codes() {
     let cases: &[(&str, &str, ReasonCode)] = &[
-        ("server = [\"node\", \"/srv/server.js\", \"/workspace\"]", "server = \"github\"", McpInvalid),
+        ("server = [\"node\", \"/srv/server.js\", \"/workspace\"]", "server = \"github\"", ManifestUnsupported),
         ("server = [\"node\", \"/srv/server.js\", \"/workspace\"]", "server = []", McpInvalid),
         ("tool = \"read_text_file\"", "tool = \"bad name!\"", McpInvalid),
         ("tool = \"read_text_file\"", "tool = \"x\"\nextra = 1", McpInvalid),

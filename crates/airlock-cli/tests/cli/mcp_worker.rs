@@ -211,3 +211,21 @@ fn mcp_sections_that_make_no_sense_are_refused_before_anything_runs() {
         assert_absent_path(&p, "results/out.txt");
     }
 }
+
+#[test]
+fn an_mcp_tool_is_served_by_airlock_mcp_like_any_other() {
+    let p = project();
+    let mut s = crate::mcpkit::McpSession::start(&p);
+    let list = s.request("tools/list", serde_json::json!({}));
+    let upper = list["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "upper").cloned();
+    let upper = upper.unwrap_or_else(|| panic!("upper not listed: {list}"));
+    assert_eq!(upper["annotations"]["readOnlyHint"], false);
+    let r = s.call("upper", serde_json::json!({"input": "data/in.txt", "output": "results/served.txt"}));
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(r["structuredContent"]["created_files"][0]["path"], "results/served.txt");
+    assert_eq!(std::fs::read_to_string(p.path("results/served.txt")).unwrap(), "HELLO MCP WORKER\n");
+    let r = s.call("upper", serde_json::json!({"input": "data/in.txt", "output": "results/e.txt", "mode": "error"}));
+    assert_eq!(r["isError"], true, "{r}");
+    assert_eq!(r["structuredContent"]["error"]["code"], "mcp.tool_error");
+    assert_absent_path(&p, "results/e.txt");
+}

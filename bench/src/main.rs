@@ -7,6 +7,7 @@
 
 mod git_rows;
 mod harness;
+mod mcp_rows;
 mod policy_rows;
 mod rows;
 mod run_rows;

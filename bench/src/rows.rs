@@ -27,6 +27,7 @@ pub const ALL: &[Row] = &[
     Row { name: "grep_files 8 MiB (in-process) vs rg -F --no-ignore", run: crate::source_rows::grep_vs_rg },
     Row { name: "list_files (in-process) vs find -printf", run: crate::source_rows::list_vs_find },
     Row { name: "git_status 5,000 files vs git status", run: crate::git_rows::git_status_vs_git },
+    Row { name: "mcp tools/call vs airlock run (same manifest)", run: crate::mcp_rows::mcp_vs_run },
 ];
 
 const SNAPSHOT_BYTES: u64 = 32 * 1024 * 1024;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-const TOOL: &str = r#"
+pub(crate) const TOOL: &str = r#"
 [tool]
 name = "copy"
 version = "1"
@@ -31,11 +31,11 @@ read = ["{input}"]
 create = ["{output}"]
 "#;
 
-struct Setup {
+pub(crate) struct Setup {
     _tmp: tempfile::TempDir,
-    root: PathBuf,
-    airlock: PathBuf,
-    counter: AtomicUsize,
+    pub(crate) root: PathBuf,
+    pub(crate) airlock: PathBuf,
+    pub(crate) counter: AtomicUsize,
 }
 
 pub(crate) fn sibling_binary(name: &str) -> Result<PathBuf, String> {
@@ -48,7 +48,7 @@ pub(crate) fn sibling_binary(name: &str) -> Result<PathBuf, String> {
     }
 }
 
-fn setup() -> Result<Setup, String> {
+pub(crate) fn setup() -> Result<Setup, String> {
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
     let root = tmp.path().to_path_buf();
     let w = |rel: &str, text: &str| -> Result<(), String> {
@@ -74,7 +74,7 @@ fn check(out: std::io::Result<std::process::Output>, what: &str) -> Result<(), S
 }
 
 impl Setup {
-    fn airlock_once(&self) -> Result<(), String> {
+    pub(crate) fn airlock_once(&self) -> Result<(), String> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let out = format!("results/out-{n}.txt");
         check(

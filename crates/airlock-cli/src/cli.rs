@@ -72,6 +72,13 @@ pub enum Command {
     /// Print the Cedar schema or the built-in default policy.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Serve every runnable tool to MCP clients: over stdio (default), or
+    /// streamable HTTP at http://ADDR/mcp with --http (loopback only).
+    Mcp {
+        /// Serve streamable HTTP on this loopback address (IP:PORT; port 0 picks one, printed on stderr).
+        #[arg(long, value_name = "ADDR")]
+        http: Option<String>,
+    },
     /// Report what this host supports (user namespaces, Landlock, seccomp,
     /// openat2, cgroup delegation) and which tiers can run here.
     Doctor,

@@ -230,6 +230,22 @@ reason_codes! {
     GitRepositoryInvalid => "git.repository_invalid", Failed, TOOL_FAILED;
     /// The Git query's arguments are malformed (unknown operation or argument).
     GitBadArgument => "git.bad_argument", Refused, DATA;
+    // ---- MCP workers ----
+    /// The `[mcp]` section is malformed (server, tool, unknown key).
+    McpInvalid => "mcp.invalid", Refused, DATA;
+    /// `[mcp]` is combined with something that makes no sense beside it
+    /// (`[command]`, a custom parser, a non-JSON output format).
+    McpConflict => "mcp.conflict", Refused, DATA;
+    /// `[mcp.field_map]` names an undeclared argument, or two arguments
+    /// would be sent under one upstream name.
+    McpFieldMap => "mcp.field_map", Refused, DATA;
+    /// The upstream server broke the protocol (bad message, early exit,
+    /// failed handshake, no answer), or did not exit after the call.
+    McpProtocol => "mcp.protocol", Failed, TOOL_FAILED;
+    /// The upstream server does not offer the manifest's tool.
+    McpToolMissing => "mcp.tool_missing", Failed, TOOL_FAILED;
+    /// The upstream tool answered with `isError: true`.
+    McpToolError => "mcp.tool_error", Failed, TOOL_FAILED;
     // ---- approval ----
     /// The tool needs an exact-call approval of this descriptor digest first.
     ApprovalRequired => "approval.required", Refused, NO_PERM;

@@ -188,8 +188,8 @@ mod tests {
                 prev,
                 time: &format_rfc3339(1_700_000_000 + seq * 7),
                 kind: kinds[(seq % 3) as usize],
-                invocation_id: (seq % 4 != 0).then_some(invocation.as_str()),
-                body: json!({"n": seq, "path": format!("results/out-{seq}.json"), "ok": seq % 2 == 0}),
+                invocation_id: (!seq.is_multiple_of(4)).then_some(invocation.as_str()),
+                body: json!({"n": seq, "path": format!("results/out-{seq}.json"), "ok": seq.is_multiple_of(2)}),
             },
         )
         .unwrap();

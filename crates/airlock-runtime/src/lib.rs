@@ -30,6 +30,7 @@ mod ceilings;
 mod git_query;
 mod id;
 pub mod ledger;
+mod mcp_worker;
 mod policy_files;
 mod prepare;
 pub mod recovery;

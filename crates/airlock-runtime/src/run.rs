@@ -26,11 +26,11 @@ use std::time::Duration;
 /// the envelope of a failure.
 pub const OUTPUT_KEPT: usize = 4096;
 /// Bytes of standard error read from the worker.
-const STDERR_LIMIT: usize = 64 * 1024;
+pub(crate) const STDERR_LIMIT: usize = 64 * 1024;
 /// `SIGXFSZ`: a write went past `RLIMIT_FSIZE`.
 const SIGXFSZ: i32 = 25;
 /// The output file in the call's staging data, where the worker's export lands.
-const OUTPUT_FILE: &str = "output";
+pub(crate) const OUTPUT_FILE: &str = "output";
 
 impl Runtime {
     /// Prepares, authorizes, runs and publishes one call. `Err` is a refusal
@@ -173,13 +173,16 @@ impl Runtime {
     }
 
     fn execute(&self, call: AuthorizedCall) -> Result<Envelope, Refusal> {
-        let (prepared, decision) = call.into_parts();
         if self.config().tier != Tier::Native {
             return Err(Refusal::new(
                 ReasonCode::SandboxUnavailable,
                 format!("tier {:?} is not built yet; this build runs the native tier", self.config().tier),
             ));
         }
+        if let Some(spec) = call.prepared().manifest().mcp_spec()? {
+            return self.execute_mcp(spec, call);
+        }
+        let (prepared, decision) = call.into_parts();
         let tier = self.native_tier()?;
         let parser = prepared.manifest().output.as_ref().and_then(|o| o.custom_parser()).map(str::to_owned);
         if let Some(p) = &parser {
@@ -289,7 +292,7 @@ impl Runtime {
     /// candidate, `FilePublicationPrepared`, no-replace rename and directory
     /// sync, `FilePublicationFinished`, marker removed. A crash anywhere
     /// leaves the marker, which blocks new effects until recovery.
-    fn publish(&self, prepared: &PreparedCall, staging: &PrivateDir) -> Result<Vec<CreatedFile>, Refusal> {
+    pub(crate) fn publish(&self, prepared: &PreparedCall, staging: &PrivateDir) -> Result<Vec<CreatedFile>, Refusal> {
         let (Some(held), Some(rec)) = (prepared.output(), prepared.record().output.as_ref()) else {
             return Ok(Vec::new());
         };
@@ -374,7 +377,7 @@ fn approval_required(prepared: &PreparedCall) -> Envelope {
 }
 
 /// Decides, from what the worker did, whether the call succeeded.
-fn judge(prepared: &PreparedCall, outcome: &WorkerOutcome, manifest: &Manifest) -> Result<(), Refusal> {
+pub(crate) fn judge(prepared: &PreparedCall, outcome: &WorkerOutcome, manifest: &Manifest) -> Result<(), Refusal> {
     if !outcome.cleanup_confirmed {
         return Err(Refusal::new(
             ReasonCode::WorkerCleanup,
@@ -415,7 +418,7 @@ fn judge(prepared: &PreparedCall, outcome: &WorkerOutcome, manifest: &Manifest) 
     Ok(())
 }
 
-fn worker_limits(manifest: &Manifest, max_file_bytes: u64) -> WorkerLimits {
+pub(crate) fn worker_limits(manifest: &Manifest, max_file_bytes: u64) -> WorkerLimits {
     // One byte of headroom: a tool that writes past the bound then leaves a
     // file of max+1 bytes, which the export reports as over the limit, where
     // a limit of exactly max would silently truncate to a publishable size.
@@ -443,19 +446,19 @@ fn stdout_limit(manifest: &Manifest) -> usize {
     usize::try_from(max).unwrap_or(usize::MAX)
 }
 
-fn exit_number(exit: ExitStatusKind) -> i32 {
+pub(crate) fn exit_number(exit: ExitStatusKind) -> i32 {
     match exit {
         ExitStatusKind::Exited(c) => c,
         ExitStatusKind::Signaled(s) => 128 + s,
     }
 }
 
-fn output_tail(bytes: &[u8]) -> String {
+pub(crate) fn output_tail(bytes: &[u8]) -> String {
     let start = bytes.len().saturating_sub(OUTPUT_KEPT);
     String::from_utf8_lossy(&bytes[start..]).into_owned()
 }
 
-fn sandbox_code(code: &str) -> ReasonCode {
+pub(crate) fn sandbox_code(code: &str) -> ReasonCode {
     match code {
         "sandbox.unavailable" => ReasonCode::SandboxUnavailable,
         "worker.exec_failed" => ReasonCode::ToolFailed,

@@ -36,6 +36,9 @@ pub(crate) enum Grant {
     Output,
     /// The bound program: read and execute the file.
     Program,
+    /// The directory of an output the worker creates: list, make regular
+    /// files, read, write, truncate (never remove, link or rename away).
+    OutputDir,
 }
 
 /// One planned rule.
@@ -55,7 +58,7 @@ pub(crate) fn plan(
     image_dirs: &[String],
     working_dir: &str,
     inputs: &[&str],
-    output: Option<&str>,
+    output: Option<(&str, bool)>,
     program: bool,
 ) -> Vec<PlannedRule> {
     let mut rules = Vec::new();
@@ -73,8 +76,14 @@ pub(crate) fn plan(
     for i in inputs {
         push(format!("{working_dir}/{i}"), Grant::Input);
     }
-    if let Some(o) = output {
-        push(format!("{working_dir}/{o}"), Grant::Output);
+    match output {
+        Some((o, false)) => push(format!("{working_dir}/{o}"), Grant::Output),
+        Some((o, true)) => {
+            let path = format!("{working_dir}/{o}");
+            let parent = path.rsplit_once('/').map_or(working_dir.to_string(), |(p, _)| p.to_string());
+            push(parent, Grant::OutputDir)
+        }
+        None => {}
     }
     if program {
         push(crate::spec::PROGRAM_PATH.to_string(), Grant::Program);
@@ -94,6 +103,9 @@ pub(crate) fn access(grant: Grant, abi: ABI) -> BitFlags<AccessFs> {
         Grant::Input => AccessFs::ReadFile.into(),
         Grant::Output => AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate,
         Grant::Program => AccessFs::ReadFile | AccessFs::Execute,
+        Grant::OutputDir => {
+            AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::ReadDir | AccessFs::MakeReg
+        }
     };
     want & all
 }
@@ -154,7 +166,7 @@ mod tests {
 
     #[test]
     fn plan_grants_each_file_its_role_only() {
-        let rules = plan(&["/usr".into()], "/workspace", &["data/in.txt"], Some("out/o.json"), true);
+        let rules = plan(&["/usr".into()], "/workspace", &["data/in.txt"], Some(("out/o.json", false)), true);
         let find = |p: &str| rules.iter().find(|r| r.path == p).map(|r| r.grant);
         assert_eq!(find("/usr"), Some(Grant::Image));
         assert_eq!(find("/workspace"), Some(Grant::ListOnly));

@@ -77,6 +77,7 @@
 //! | write/truncate/fallocate past `file_size` fail; over `max_bytes` not exported | `*_past_the_file_size_limit_fails`, `an_output_over_max_bytes_is_not_exported` |
 //! | nothing written late; nothing survives | `a_detached_child_does_not_write_late`, `a_timeout_kills_everything` |
 //! | bounded stdout never hangs | `stdout_is_bounded_and_drained` |
+//! | live stdio ([`NativeTier::start_live`]): answers flow while the worker runs, same files and fds, deadline holds | `live::*` |
 //! | same confinement for an unprivileged caller | `unprivileged::*` (the whole suite re-run as uid 65534) |
 //! | a bound program runs, cannot be written, nothing beside it | `program::a_bound_program_runs_read_only_and_alone` |
 //!
@@ -112,7 +113,7 @@ mod worker;
 mod worker_exec;
 
 pub use error::{OsErrno, SandboxError};
-pub use native::{NativeTier, NativeWorker};
+pub use native::{LiveStdio, NativeTier, NativeWorker};
 pub use outcome::{AppliedLimits, ExitStatusKind, OutputExport, WorkerOutcome};
 pub use probe::{probe, HostSupport};
 pub use spec::{ImageMount, StagedInput, StagedOutput, WorkerLimits, WorkerSpec, PROGRAM_PATH};

@@ -46,8 +46,9 @@ const HOSTS: &str = "127.0.0.1 localhost airlock\n::1 localhost ip6-localhost\n"
 pub(crate) struct RetainedOutput {
     /// Path inside the new root.
     pub path: String,
-    /// Read-write descriptor of the created inode.
-    pub file: File,
+    /// Read-write descriptor of the created inode; `None` when the worker
+    /// creates the file itself.
+    pub file: Option<File>,
 }
 
 /// What [`build_root`] made.
@@ -277,7 +278,16 @@ pub(crate) fn build_root(spec: &InitSpec, input_fds: Vec<OwnedFd>) -> Result<Bui
         )?;
     }
     let mut output = None;
-    if let Some(o) = &spec.output {
+    if let Some(o) = spec.output.as_ref().filter(|o| o.created_by_worker) {
+        // The parent directory gets its own (recursive: inputs inside it stay
+        // read-only binds) mount, so it stays writable when the root is made
+        // read-only; PID 1 made it as the worker's own id.
+        let path = format!("{wd}/{}", o.virtual_path);
+        let parent = parent_of(&path);
+        mkdir_p(parent)?;
+        bind(parent, parent, true)?;
+        output = Some(RetainedOutput { path: format!("{}/{}", spec.working_dir, o.virtual_path), file: None });
+    } else if let Some(o) = &spec.output {
         let path = format!("{wd}/{}", o.virtual_path);
         mkdir_p(parent_of(&path))?;
         write_new_file(&path, 0o644, b"")?;
@@ -292,7 +302,7 @@ pub(crate) fn build_root(spec: &InitSpec, input_fds: Vec<OwnedFd>) -> Result<Bui
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
             .map_err(build_err(format!("open({path:?}, O_RDWR|O_NOFOLLOW)")))?;
-        output = Some(RetainedOutput { path: format!("{}/{}", spec.working_dir, o.virtual_path), file });
+        output = Some(RetainedOutput { path: format!("{}/{}", spec.working_dir, o.virtual_path), file: Some(file) });
     }
 
     // The bound program. Its descriptor belongs to the caller's mount
@@ -357,6 +367,29 @@ fn copy_input(path: &str, src: File, bytes: u64, virtual_path: &str, fd: i32) ->
         return Err(fail(std::io::Error::from_raw_os_error(libc::EIO)));
     }
     Ok(())
+}
+
+/// The output a worker created itself, opened for export: a regular file
+/// with one link at `path`, reached without following a symlink.
+pub(crate) fn open_created(path: &str) -> Result<File, String> {
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Err("the tool did not create its output".into()),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err("the output is a symlink".into()),
+        Err(e) => return Err(format!("open({path:?}, O_NOFOLLOW): {e}")),
+    };
+    let md = file.metadata().map_err(|e| format!("fstat({path:?}): {e}"))?;
+    if !md.file_type().is_file() {
+        return Err("the output is not a regular file".into());
+    }
+    if md.nlink() != 1 {
+        return Err(format!("the output has {} links", md.nlink()));
+    }
+    Ok(file)
 }
 
 /// Why the output at `path` may not be exported, if it may not: it must

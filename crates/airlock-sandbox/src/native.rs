@@ -40,6 +40,7 @@ pub struct NativeTier {
     cgroups: bool,
     die_with_caller: bool,
     program: Option<Arc<std::fs::File>>,
+    worker_creates_output: bool,
 }
 
 impl NativeTier {
@@ -47,7 +48,14 @@ impl NativeTier {
     /// [`maybe_run_init`](crate::init::maybe_run_init) first in `main()`,
     /// usually the caller's own executable resolved once at startup.
     pub fn new(init_program: PathBuf) -> Self {
-        NativeTier { init_program, cgroup_parent: None, cgroups: true, die_with_caller: false, program: None }
+        NativeTier {
+            init_program,
+            cgroup_parent: None,
+            cgroups: true,
+            die_with_caller: false,
+            program: None,
+            worker_creates_output: false,
+        }
     }
 
     /// Kills the worker (its init, and so its whole pid namespace) when the
@@ -57,6 +65,22 @@ impl NativeTier {
     /// (a CLI's main thread). Default: `false`.
     pub fn die_with_caller(&mut self, yes: bool) -> &mut Self {
         self.die_with_caller = yes;
+        self
+    }
+
+    /// Lets the worker create its output file itself instead of finding an
+    /// empty one made for it: the output's parent directory becomes a
+    /// writable mount of the sandbox's private tmpfs in which the worker may
+    /// create regular files (Landlock: make, read, write, truncate; never
+    /// remove, rename across directories or link). After every process is
+    /// gone, the file at the output path is exported if it is a regular file
+    /// with one link, reached without following a symlink, within
+    /// `max_bytes`; a missing output is refused. For programs that insist on
+    /// exclusive creation (MCP file servers). Other files it makes there are
+    /// discarded with the sandbox. Default: `false` (PID 1 creates the file
+    /// and keeps its inode; the worker cannot replace it).
+    pub fn worker_creates_output(&mut self, yes: bool) -> &mut Self {
+        self.worker_creates_output = yes;
         self
     }
 
@@ -96,7 +120,8 @@ pub struct NativeWorker {
     pub(crate) guard: InitGuard,
     pub(crate) pidfd: Arc<OwnedFd>,
     pub(crate) killed: Arc<AtomicBool>,
-    pub(crate) stdout: OwnedFd,
+    /// `None` when the caller holds it ([`LiveStdio`]).
+    pub(crate) stdout: Option<OwnedFd>,
     pub(crate) stderr: OwnedFd,
     pub(crate) status: OwnedFd,
     pub(crate) deadline: Instant,
@@ -117,14 +142,33 @@ fn dup_for_init(fd: &impl std::os::fd::AsFd) -> Result<OwnedFd, SandboxError> {
         .map_err(|e| SandboxError::Descriptor { call: "fcntl(F_DUPFD_CLOEXEC, 3)".into(), errno: errno(e) })
 }
 
-impl Tier for NativeTier {
-    type Worker = NativeWorker;
+/// The worker's standard input and output as live pipes to the caller
+/// (for tools that speak a protocol over stdio, such as an MCP server).
+/// Standard error is still drained and bounded by [`Worker::wait`].
+#[derive(Debug)]
+pub struct LiveStdio {
+    /// Write end of the worker's standard input; dropping it gives the
+    /// worker end-of-file.
+    pub stdin: std::fs::File,
+    /// Read end of the worker's standard output. It reaches end-of-file
+    /// only when the worker and everything in its sandbox are gone.
+    pub stdout: std::fs::File,
+}
 
-    fn name(&self) -> &'static str {
-        "native"
+impl NativeTier {
+    /// Like [`Tier::start`], but the worker's stdin and stdout stay live
+    /// pipes to the caller instead of `/dev/null` and a captured buffer.
+    /// Everything else is the same: the same confinement, the same files,
+    /// the same deadline (the caller must still call [`Worker::wait`], which
+    /// then drains only stderr and the status records). The worker's
+    /// `outcome.stdout` is empty.
+    pub fn start_live(&self, spec: WorkerSpec) -> Result<(NativeWorker, LiveStdio), SandboxError> {
+        let (worker, live) = self.start_with(spec, true)?;
+        let live = live.ok_or_else(|| SandboxError::Protocol("live stdio was not set up".into()))?;
+        Ok((worker, live))
     }
 
-    fn start(&self, spec: WorkerSpec) -> Result<NativeWorker, SandboxError> {
+    fn start_with(&self, spec: WorkerSpec, live: bool) -> Result<(NativeWorker, Option<LiveStdio>), SandboxError> {
         spec.validate()?;
         let started = Instant::now();
 
@@ -149,8 +193,12 @@ impl Tier for NativeTier {
         let output = match &spec.output {
             Some(o) => {
                 let fd = dup_for_init(&o.file)?;
-                let out =
-                    InitOutput { virtual_path: o.virtual_path.clone(), fd: fd.as_raw_fd(), max_bytes: o.max_bytes };
+                let out = InitOutput {
+                    virtual_path: o.virtual_path.clone(),
+                    fd: fd.as_raw_fd(),
+                    max_bytes: o.max_bytes,
+                    created_by_worker: self.worker_creates_output,
+                };
                 inherited.push(fd);
                 Some(out)
             }
@@ -171,6 +219,20 @@ impl Tier for NativeTier {
             }
             None => None,
         };
+        // Live stdio: the read end of a fresh pipe goes to the init (and on to
+        // the worker as fd 0); the caller keeps the write end.
+        let (stdin_fd, stdin_w) = if live {
+            let (r, w) = pipe()?;
+            rustix::fs::fchmod(&r, rustix::fs::Mode::from_raw_mode(0o666))
+                .map_err(|e| SandboxError::Descriptor { call: "fchmod(pipe, 0666)".into(), errno: errno(e) })?;
+            let fd = dup_for_init(&r)?;
+            drop(r);
+            let raw = fd.as_raw_fd();
+            inherited.push(fd);
+            (Some(raw), Some(w))
+        } else {
+            (None, None)
+        };
         let init_spec = InitSpec {
             argv: spec.argv.clone(),
             env: spec.env.clone(),
@@ -182,6 +244,7 @@ impl Tier for NativeTier {
             timeout_ms: spec.timeout.as_millis().min(u64::MAX as u128) as u64,
             status_fd: inherited[0].as_raw_fd(),
             program_fd,
+            stdin_fd,
         };
         let spec_bytes =
             serde_json::to_vec(&init_spec).map_err(|e| SandboxError::Protocol(format!("encode spec: {e}")))?;
@@ -270,7 +333,7 @@ impl Tier for NativeTier {
             guard: InitGuard { child: Some(child), cgroup, pidfd: Arc::clone(&pidfd) },
             pidfd,
             killed: Arc::new(AtomicBool::new(false)),
-            stdout: stdout_r,
+            stdout: None,
             stderr: stderr_r,
             status: status_r,
             deadline: started + spec.timeout,
@@ -279,10 +342,30 @@ impl Tier for NativeTier {
             has_output: spec.output.is_some(),
             limits,
         };
+        let mut worker = worker;
+        let live_stdio = match stdin_w {
+            Some(w) => Some(LiveStdio { stdin: std::fs::File::from(w), stdout: std::fs::File::from(stdout_r) }),
+            None => {
+                worker.stdout = Some(stdout_r);
+                None
+            }
+        };
         // A dead init shows up as a protocol error in wait(), not here.
         let _ = spec_w.write_all(&spec_bytes);
         drop(spec_w);
-        Ok(worker)
+        Ok((worker, live_stdio))
+    }
+}
+
+impl Tier for NativeTier {
+    type Worker = NativeWorker;
+
+    fn name(&self) -> &'static str {
+        "native"
+    }
+
+    fn start(&self, spec: WorkerSpec) -> Result<NativeWorker, SandboxError> {
+        self.start_with(spec, false).map(|(worker, _)| worker)
     }
 }
 

@@ -149,7 +149,7 @@ fn pid1_gone(host_pid: i32, init_pid: u32, until: Instant) -> bool {
 
 pub(crate) fn wait(mut w: NativeWorker) -> Result<WorkerOutcome, SandboxError> {
     let mut streams = [
-        Stream { fd: Some(w.stdout), sink: Bounded::new(w.stdout_limit) },
+        Stream { fd: w.stdout.take(), sink: Bounded::new(w.stdout_limit) },
         Stream { fd: Some(w.stderr), sink: Bounded::new(w.stderr_limit) },
         Stream { fd: Some(w.status), sink: Bounded::new(MAX_STATUS_BYTES) },
     ];

@@ -75,7 +75,7 @@ fn run_inner(
         &built.image_dirs,
         &spec.working_dir,
         &inputs,
-        spec.output.as_ref().map(|o| o.virtual_path.as_str()),
+        spec.output.as_ref().map(|o| (o.virtual_path.as_str(), o.created_by_worker)),
         spec.program_fd.is_some(),
     );
     let filters = crate::seccomp::compile_worker_filters()?;
@@ -138,14 +138,25 @@ fn exit_of(st: WaitStatus) -> Option<ExitStatusKind> {
 /// Copies the retained output to the host staging file when it is still the
 /// inode PID 1 created and holds at most `max_bytes`.
 fn export(out: &RetainedOutput, host: File, max_bytes: u64, virtual_path: &str) -> Result<OutputExport, SandboxError> {
-    if let Err(why) = verify_retained(&out.path, &out.file) {
-        return Ok(OutputExport { bytes: 0, over_limit: false, refused: Some(why) });
-    }
+    let opened;
+    let source = match &out.file {
+        Some(kept) => match verify_retained(&out.path, kept) {
+            Ok(()) => kept,
+            Err(why) => return Ok(OutputExport { bytes: 0, over_limit: false, refused: Some(why) }),
+        },
+        None => match crate::mounts::open_created(&out.path) {
+            Ok(f) => {
+                opened = f;
+                &opened
+            }
+            Err(why) => return Ok(OutputExport { bytes: 0, over_limit: false, refused: Some(why) }),
+        },
+    };
     let fail = |call: &str| {
         let call = call.to_string();
         move |e: std::io::Error| SandboxError::Export { virtual_path: virtual_path.into(), call, errno: errno(e) }
     };
-    let size = out.file.metadata().map_err(fail("fstat(retained output)"))?.len();
+    let size = source.metadata().map_err(fail("fstat(retained output)"))?.len();
     if size > max_bytes {
         return Ok(OutputExport { bytes: 0, over_limit: true, refused: None });
     }
@@ -155,7 +166,7 @@ fn export(out: &RetainedOutput, host: File, max_bytes: u64, virtual_path: &str) 
     let (mut off, limit) = (0u64, max_bytes.saturating_add(1));
     while off < limit {
         let want = buf.len().min((limit - off) as usize);
-        let n = out.file.read_at(&mut buf[..want], off).map_err(fail("pread(retained output)"))?;
+        let n = source.read_at(&mut buf[..want], off).map_err(fail("pread(retained output)"))?;
         if n == 0 {
             break;
         }

@@ -29,6 +29,9 @@ pub(crate) struct InitOutput {
     pub virtual_path: String,
     pub fd: i32,
     pub max_bytes: u64,
+    /// The worker creates the file itself (see `NativeTier::worker_creates_output`).
+    #[serde(default)]
+    pub created_by_worker: bool,
 }
 
 /// The spec as sent to the init.
@@ -48,6 +51,10 @@ pub(crate) struct InitSpec {
     /// [`PROGRAM_PATH`](crate::spec::PROGRAM_PATH), inherited by the init.
     #[serde(default)]
     pub program_fd: Option<i32>,
+    /// With live stdio: the read end of the caller's pipe, which becomes the
+    /// worker's standard input (otherwise it reads `/dev/null`).
+    #[serde(default)]
+    pub stdin_fd: Option<i32>,
 }
 
 impl InitSpec {
@@ -83,6 +90,7 @@ impl InitSpec {
     /// Every descriptor the init inherits on purpose.
     pub(crate) fn inherited_fds(&self) -> Vec<i32> {
         let mut fds = vec![self.status_fd];
+        fds.extend(self.stdin_fd);
         fds.extend(self.output.iter().map(|o| o.fd));
         fds.extend(self.inputs.iter().map(|i| i.fd));
         fds.extend(self.program_fd);

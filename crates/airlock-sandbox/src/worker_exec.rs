@@ -2,7 +2,7 @@
 //! drop everything, confine, exec.
 //!
 //! Order matters: new session and parent-death signal; default signal
-//! dispositions; stdin from `/dev/null`; every descriptor but 0, 1, 2 (and
+//! dispositions; stdin from `/dev/null` (or the caller's pipe, with live stdio); every descriptor but 0, 1, 2 (and
 //! the close-on-exec status pipe) closed; ids set to 65534; every
 //! capability dropped (bounding, ambient, effective/permitted/inheritable);
 //! no-new-privs; rlimits; Landlock; seccomp last (it forbids some of the
@@ -69,14 +69,25 @@ fn confine(
         errno: errno(e),
     })?;
 
-    let null = rustix::fs::open(
-        "/dev/null",
-        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )
-    .map_err(attr("open(\"/dev/null\", O_RDONLY)"))?;
-    rustix::stdio::dup2_stdin(&null).map_err(attr("dup2(/dev/null, 0)"))?;
-    drop(null);
+    match spec.stdin_fd {
+        // Live stdio: the caller's pipe is the tool's standard input.
+        Some(fd) => {
+            let pipe = crate::sys::adopt_inherited_fd(fd).map_err(|e| SandboxError::ProcessAttr {
+                call: format!("fcntl({fd}, F_GETFD) (live stdin)"),
+                errno: errno(e),
+            })?;
+            rustix::stdio::dup2_stdin(&pipe).map_err(attr("dup2(live stdin, 0)"))?;
+        }
+        None => {
+            let null = rustix::fs::open(
+                "/dev/null",
+                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(attr("open(\"/dev/null\", O_RDONLY)"))?;
+            rustix::stdio::dup2_stdin(&null).map_err(attr("dup2(/dev/null, 0)"))?;
+        }
+    }
     crate::sys::close_fds_except(&[status.raw()])
         .map_err(|e| SandboxError::ProcessAttr { call: "close_range(3, ~0U, 0)".into(), errno: errno(e) })?;
 

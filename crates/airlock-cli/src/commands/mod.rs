@@ -3,6 +3,7 @@
 mod doctor;
 mod init;
 mod journal;
+mod mcp;
 mod prepare;
 mod query;
 mod run;
@@ -72,6 +73,11 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
                 ..Envelope::from_refusal(&refusal)
             });
             envelope.into()
+        }
+        Command::Mcp { http } => {
+            runtime.set_init_program(this_executable()?, true);
+            mcp::run(runtime, http)?;
+            Answer::Text(String::new())
         }
         Command::Approve { digest } => Envelope { content: Some(runtime.approve(&digest)?), ..Envelope::ok() }.into(),
         Command::Prepare(call) => prepare::run(&runtime, call)?.into(),

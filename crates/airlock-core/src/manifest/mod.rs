@@ -43,6 +43,7 @@ mod args;
 mod bind;
 mod command;
 mod filesystem;
+mod mcp;
 mod model;
 mod schema;
 mod source;
@@ -56,6 +57,7 @@ pub use args::{ArgType, MAX_VALUE_BYTES, SHELL_METACHARACTERS};
 pub use bind::BoundArgs;
 pub use command::{END_OF_OPTIONS, OUTPUT_FILE_PLACEHOLDER};
 pub use filesystem::FilesystemPlan;
+pub use mcp::{McpSpec, MAX_UPSTREAM_TOOL};
 pub use model::{
     ArgDef, CedarMeta, CommandDef, ConditionalDef, Dispatch, EvidenceMeta, FilesystemDef, Mode, OutputDef,
     OutputFormat, RiskTier, SourceDef, ToolLimits, ToolMeta,
@@ -114,7 +116,7 @@ pub struct Manifest {
     pub filesystem: Option<FilesystemDef>,
     /// `[source]`.
     pub source: Option<SourceDef>,
-    /// `[mcp]`, kept as written (not executed).
+    /// `[mcp]`, kept as written; [`Manifest::mcp_spec`] checks it.
     pub mcp: Option<toml::Table>,
     /// `[session]`, kept as written (not executed).
     pub session: Option<toml::Table>,
@@ -288,13 +290,18 @@ impl Manifest {
     }
 
     /// The argv of one call: each word of `exec` or `template` with its
-    /// placeholders substituted, `--` before the first word with a
+    /// placeholders substituted (for an `[mcp]` tool, the server's fixed
+    /// argv), `--` before the first word with a
     /// placeholder when `end_of_options = true`. A word that is only absent
     /// placeholders is left out; a word that needs an absent value is
     /// refused (`arg.missing`). Refused first when
     /// [`Manifest::check_executable`] refuses.
     pub fn build_argv(&self, args: &BoundArgs) -> Result<Vec<String>, Refusal> {
         self.check_executable()?;
+        if let Some(spec) = self.mcp_spec()? {
+            // An MCP tool's worker is its server; the call goes over stdio.
+            return Ok(spec.server);
+        }
         let command = self
             .compiled
             .command
@@ -309,6 +316,13 @@ impl Manifest {
     /// (`path.duplicate`) and within the input and output counts.
     pub fn filesystem_plan(&self, args: &BoundArgs) -> Result<FilesystemPlan, Refusal> {
         self.compiled.filesystem.plan(args)
+    }
+
+    /// The checked `[mcp]` section, `None` for a tool without one. Refused
+    /// with `mcp.invalid`, `mcp.conflict` or `mcp.field_map` (see
+    /// [`McpSpec`]).
+    pub fn mcp_spec(&self) -> Result<Option<McpSpec>, Refusal> {
+        mcp::spec(self)
     }
 
     /// JSON Schema of the arguments, for MCP `inputSchema`.

@@ -264,7 +264,8 @@ fn opaque_sections_load_with_any_content() {
     assert_eq!(m.mcp.as_ref().unwrap()["server"].as_str(), Some("github"));
     assert!(m.session.is_some() && m.http.is_some() && m.browser.is_some());
     let err = m.check_executable().unwrap_err();
-    for feature in ["[mcp]", "[session]", "[http]", "[browser]", "no command"] {
+    assert_eq!(err.code, ManifestUnsupported);
+    for feature in ["[session]", "[http]", "[browser]"] {
         assert!(err.message.contains(feature), "{feature} not in {}", err.message);
     }
 }
@@ -274,7 +275,6 @@ fn each_unsupported_feature_is_refused() {
     let runnable = "[command]\nexec = [\"echo\", \"hi\"]\n";
     assert!(manifest(runnable).check_executable().is_ok());
     let cases: &[(&str, &str)] = &[
-        ("[mcp]\nserver = \"s\"", "[mcp]"),
         ("[session]\nstartup_command = \"x\"", "[session]"),
         ("[http]\nmethod = \"GET\"", "[http]"),
         ("[browser]\nengine = \"cdp\"", "[browser]"),
@@ -748,4 +748,56 @@ fn enums_display_as_written() {
     assert_eq!(Mode::Session.to_string(), "session");
     assert_eq!(Dispatch::Callback.to_string(), "callback");
     assert_eq!(OutputFormat::Jsonl.to_string(), "jsonl");
+}
+
+const MCP_TOOL: &str = r#"
+    [args.input]
+    type = "path"
+    required = true
+    [args.lines]
+    type = "integer"
+    [filesystem]
+    read = ["{input}"]
+    [mcp]
+    server = ["node", "/srv/server.js", "/workspace"]
+    tool = "read_text_file"
+    [mcp.field_map]
+    input = "path"
+    lines = "head"
+"#;
+
+#[test]
+fn an_mcp_tool_runs_its_server_and_sends_arguments_under_upstream_names() {
+    let m = manifest(MCP_TOOL);
+    m.check_executable().unwrap();
+    let spec = m.mcp_spec().unwrap().unwrap();
+    assert_eq!(spec.tool, "read_text_file");
+    let args = m.bind_args(&[], &[("input".into(), "data/in.txt".into()), ("lines".into(), 3.into())]).unwrap();
+    // Grants use the local names, before the field map renames them.
+    assert_eq!(m.filesystem_plan(&args).unwrap().reads[0].as_str(), "data/in.txt");
+    assert_eq!(m.build_argv(&args).unwrap(), ["node", "/srv/server.js", "/workspace"]);
+    let sent = serde_json::Value::Object(spec.arguments(&args));
+    assert_eq!(sent, serde_json::json!({"path": "data/in.txt", "head": 3}));
+}
+
+#[test]
+fn mcp_sections_that_make_no_sense_are_refused_with_their_own_codes() {
+    let cases: &[(&str, &str, ReasonCode)] = &[
+        ("server = [\"node\", \"/srv/server.js\", \"/workspace\"]", "server = \"github\"", ManifestUnsupported),
+        ("server = [\"node\", \"/srv/server.js\", \"/workspace\"]", "server = []", McpInvalid),
+        ("tool = \"read_text_file\"", "tool = \"bad name!\"", McpInvalid),
+        ("tool = \"read_text_file\"", "tool = \"x\"\nextra = 1", McpInvalid),
+        ("\"/srv/server.js\"", "\"{input}\"", McpInvalid),
+        ("lines = \"head\"", "missing = \"head\"", McpFieldMap),
+        ("lines = \"head\"", "lines = \"path\"", McpFieldMap),
+        ("[mcp]\n", "[command]\nexec = [\"cat\"]\n[mcp]\n", McpConflict),
+        ("[mcp]\n", "[output]\nformat = \"text\"\n[mcp]\n", McpConflict),
+        ("[mcp]\n", "[output]\nformat = \"json\"\nparser = \"/usr/bin/jq\"\n[mcp]\n", McpConflict),
+    ];
+    for (from, to, code) in cases {
+        assert!(MCP_TOOL.contains(from), "{from}");
+        let m = manifest(&MCP_TOOL.replacen(from, to, 1));
+        let err = m.check_executable().unwrap_err();
+        assert_eq!(err.code, *code, "{from} -> {to}: {}", err.message);
+    }
 }

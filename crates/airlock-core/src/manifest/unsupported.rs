@@ -14,7 +14,6 @@ use crate::reason::{ReasonCode, Refusal};
 pub(crate) fn features(m: &Manifest) -> Vec<String> {
     let mut found = Vec::new();
     for (present, what) in [
-        (m.mcp.is_some(), "[mcp] (MCP proxy backend)"),
         (m.session.is_some(), "[session] (session mode)"),
         (m.http.is_some(), "[http] (HTTP backend)"),
         (m.browser.is_some(), "[browser] (browser mode)"),
@@ -59,7 +58,10 @@ pub(crate) fn features(m: &Manifest) -> Vec<String> {
 
 fn command_features(m: &Manifest, found: &mut Vec<String>) {
     let Some(cmd) = &m.command else {
-        found.push("no command ([command] is missing, so there is nothing to run)".to_owned());
+        // An [mcp] tool runs its server (checked by `mcp::spec`).
+        if m.mcp.is_none() {
+            found.push("no command ([command] is missing, so there is nothing to run)".to_owned());
+        }
         return;
     };
     if cmd.executor.is_some() {
@@ -110,6 +112,7 @@ pub(crate) fn check(m: &Manifest) -> Result<(), Refusal> {
             format!("{}: airlock does not execute: {}", m.origin, found.join("; ")),
         ));
     }
+    super::mcp::spec(m)?;
     for (name, def) in &m.args {
         let Some(rule) = m.compiled.args.get(name) else {
             continue;

@@ -3,6 +3,7 @@
 mod confinement;
 mod files;
 mod lifecycle;
+mod live;
 mod program;
 mod unprivileged;
 mod util;

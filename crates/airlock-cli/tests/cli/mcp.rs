@@ -1,0 +1,212 @@
+//! `airlock mcp`: the shipping binary as an MCP server over stdio and
+//! streamable HTTP, driven by a minimal client (`mcpkit`).
+
+use crate::mcpkit::McpSession;
+use crate::runkit::{marker, procs_with, sh_tool, wait_until, KillOnDrop};
+use crate::util::{sha256_hex, Project, AIRLOCK, CANARY, COPY_TOOL};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn tool<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list["result"]["tools"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["name"] == name))
+        .unwrap_or_else(|| panic!("{name} not listed: {list}"))
+}
+
+#[test]
+fn every_runnable_tool_is_listed_with_its_schema_and_annotations() {
+    let p = Project::new();
+    p.tool("hello", &sh_tool("hello", "", &[], "echo hi", ""));
+    p.tool("later", &sh_tool("later", "", &[], "echo hi", "[session]\nprompt = \"$\"\n"));
+    let mut s = McpSession::start(&p);
+    let list = s.request("tools/list", json!({}));
+    let copy = tool(&list, "copy");
+    assert_eq!(copy["inputSchema"]["properties"]["input"]["type"], "string");
+    assert_eq!(copy["inputSchema"]["required"], json!(["input", "output"]));
+    assert_eq!(copy["inputSchema"]["additionalProperties"], false);
+    // A tool with a create grant changes its environment, but only by adding a new file.
+    assert_eq!(copy["annotations"]["readOnlyHint"], false);
+    assert_eq!(copy["annotations"]["destructiveHint"], false);
+    assert_eq!(copy["annotations"]["openWorldHint"], false);
+    let hello = tool(&list, "hello");
+    assert_eq!(hello["annotations"]["readOnlyHint"], true);
+    // A manifest airlock cannot run is not offered.
+    let names: Vec<&str> =
+        list["result"]["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(!names.contains(&"later"), "{names:?}");
+    assert!(s.close().success());
+}
+
+#[test]
+fn a_call_publishes_its_output_and_answers_with_created_files_and_evidence() {
+    let p = Project::new();
+    p.write("data/in.txt", "hello over mcp\n");
+    let mut s = McpSession::start(&p);
+    let r = s.call("copy", json!({"input": "data/in.txt", "output": "results/out.txt"}));
+    assert_eq!(r["isError"], false, "{r}");
+    let sc = &r["structuredContent"];
+    assert_eq!(sc["status"], "ok");
+    assert_eq!(sc["created_files"][0]["path"], "results/out.txt");
+    assert_eq!(sc["created_files"][0]["sha256"], format!("sha256:{}", sha256_hex(b"hello over mcp\n")));
+    assert!(sc["evidence"]["descriptor_sha256"].as_str().unwrap().starts_with("sha256:"), "{sc}");
+    assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "hello over mcp\n");
+    drop(s);
+    p.run(&["journal", "verify"]).assert_ok();
+}
+
+#[test]
+fn refusals_are_error_results_with_their_reason_codes() {
+    let p = Project::new();
+    p.write("data/in.txt", "x");
+    p.write("results/taken.txt", "already here");
+    let mut s = McpSession::start(&p);
+    let cases = [
+        ("copy", json!({"input": "data/in.txt", "output": "results/taken.txt"}), "output.exists"),
+        ("copy", json!({"input": "data/../outside/secret.txt", "output": "results/a.txt"}), "path.traversal"),
+        ("copy", json!({"input": "outside/secret.txt", "output": "results/b.txt"}), "grant.no_ceiling"),
+        // A client names tools, never manifest paths.
+        ("tools/copy.clad.toml", json!({"input": "data/in.txt", "output": "results/c.txt"}), "manifest.not_found"),
+        ("../tools/copy", json!({}), "manifest.not_found"),
+    ];
+    for (name, args, code) in cases {
+        let r = s.call(name, args.clone());
+        assert_eq!(r["isError"], true, "{name} {args}: {r}");
+        let got = r["structuredContent"]["error"]["code"].as_str().unwrap_or("");
+        assert_eq!(got, code, "{name} {args}: {r}");
+        assert!(r["content"][0]["text"].as_str().unwrap().starts_with(got), "{r}");
+        assert!(!r.to_string().contains(CANARY));
+    }
+    assert_eq!(std::fs::read_to_string(p.path("results/taken.txt")).unwrap(), "already here");
+    for f in ["a.txt", "b.txt", "c.txt"] {
+        assert!(!p.path(&format!("results/{f}")).exists());
+    }
+}
+
+#[test]
+fn an_approval_required_call_says_what_the_operator_must_run() {
+    let p = Project::new();
+    p.write("tools/copy.clad.toml", COPY_TOOL.replace("binary = \"cp\"", "binary = \"cp\"\nrisk_tier = \"high\""));
+    p.write("data/in.txt", "approve me");
+    let mut s = McpSession::start(&p);
+    let r = s.call("copy", json!({"input": "data/in.txt", "output": "results/out.txt"}));
+    assert_eq!(r["isError"], true, "{r}");
+    let sc = &r["structuredContent"];
+    assert_eq!(sc["error"]["code"], "approval.required");
+    let digest = sc["approval"]["descriptor_sha256"].as_str().unwrap().to_owned();
+    let id = sc["approval"]["invocation_id"].as_str().unwrap().to_owned();
+    assert_eq!(sc["approval"]["run"], json!([format!("airlock approve {digest}"), format!("airlock dispatch {id}")]));
+    assert!(!p.path("results/out.txt").exists());
+    drop(s);
+    p.run(&["approve", &digest]).assert_ok();
+    p.run(&["dispatch", &id]).assert_ok();
+    assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "approve me");
+}
+
+#[test]
+fn a_slow_call_does_not_hold_up_another() {
+    let p = Project::new();
+    let mark = marker(20);
+    let _guard = KillOnDrop(mark.clone());
+    p.tool("slow", &sh_tool("slow", "timeout_seconds = 60", &[], &format!("sleep {mark}"), ""));
+    p.write("data/in.txt", "quick");
+    let mut s = McpSession::start(&p);
+    let slow = s.send_request("tools/call", json!({"name": "slow", "arguments": {}}));
+    assert!(wait_until(Duration::from_secs(10), || !procs_with(&mark).is_empty()), "the slow worker never started");
+    let fast = s.send_request(
+        "tools/call",
+        json!({"name": "copy", "arguments": {"input": "data/in.txt", "output": "results/out.txt"}}),
+    );
+    assert_eq!(s.first_answered(&[slow, fast]), fast, "the fast call waited for the slow one");
+    assert_eq!(s.response(fast)["result"]["isError"], false);
+}
+
+#[test]
+fn killing_airlock_mcp_leaves_no_worker() {
+    let p = Project::new();
+    let mark = marker(30);
+    let _guard = KillOnDrop(mark.clone());
+    p.tool("slow", &sh_tool("slow", "timeout_seconds = 60", &[], &format!("sleep {mark}"), ""));
+    let mut s = McpSession::start(&p);
+    s.send_request("tools/call", json!({"name": "slow", "arguments": {}}));
+    assert!(wait_until(Duration::from_secs(10), || !procs_with(&mark).is_empty()), "the slow worker never started");
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || procs_with(&mark).is_empty()),
+        "a worker outlived airlock mcp: {:?}",
+        procs_with(&mark)
+    );
+}
+
+/// Starts `airlock mcp --http 127.0.0.1:0` and returns it with its address.
+fn start_http(p: &Project) -> (std::process::Child, String) {
+    let mut child = Command::new(AIRLOCK)
+        .args(["mcp", "--http", "127.0.0.1:0"])
+        .current_dir(p.root())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        if err.read_line(&mut line).unwrap_or(0) == 0 {
+            break None;
+        }
+        if let Some(rest) = line.trim().strip_prefix("airlock mcp: listening on http://") {
+            break Some(rest.trim_end_matches("/mcp").to_owned());
+        }
+    };
+    match addr {
+        Some(addr) => {
+            std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+            (child, addr)
+        }
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("airlock mcp --http exited before listening");
+        }
+    }
+}
+
+#[test]
+fn streamable_http_answers_initialize_on_loopback_only() {
+    let p = Project::new();
+    let (mut child, addr) = start_http(&p);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+        "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+    .to_string();
+    let mut tcp = std::net::TcpStream::connect(&addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        tcp,
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, \
+         text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("serverInfo") {
+        match tcp.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&got);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("\"name\":\"airlock\""), "{text}");
+
+    let refused = p.run(&["mcp", "--http", "0.0.0.0:0"]);
+    refused.assert_refused("usage", 64);
+}

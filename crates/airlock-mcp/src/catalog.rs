@@ -1,0 +1,88 @@
+//! The tools an MCP client sees: every manifest in the tools directory
+//! that airlock can run, by its `[tool] name`, with its argument schema and
+//! annotations derived from what the manifest grants.
+
+use airlock_core::manifest::Manifest;
+use airlock_runtime::{tools, Runtime};
+use rmcp::model::{Tool, ToolAnnotations};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// One servable tool: what the client sees and where its manifest is.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The MCP tool (name, description, input schema, annotations).
+    pub tool: Tool,
+    /// The manifest file the call is run from.
+    pub manifest: PathBuf,
+}
+
+/// The servable tools, in manifest file order; names are unique (a second
+/// manifest with a name already served is skipped and reported).
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    /// The tools.
+    pub entries: Vec<Entry>,
+    /// Manifests not served, with why (for the operator's log).
+    pub skipped: Vec<(PathBuf, String)>,
+}
+
+impl Catalog {
+    /// Reads the tools directory of `runtime` now.
+    pub fn load(runtime: &Runtime) -> Catalog {
+        let mut catalog = Catalog::default();
+        for path in tools::list_manifests(&runtime.config().tools_dir) {
+            let loaded = match runtime.load_tool(&path.display().to_string()) {
+                Ok(t) => t,
+                Err(r) => {
+                    catalog.skipped.push((path, format!("{}: {}", r.code, r.message)));
+                    continue;
+                }
+            };
+            let m = &loaded.manifest;
+            if let Err(r) = m.check_executable() {
+                catalog.skipped.push((path, format!("{}: {}", r.code, r.message)));
+                continue;
+            }
+            if catalog.find(m.name()).is_some() {
+                catalog.skipped.push((path, format!("another manifest already serves the name {:?}", m.name())));
+                continue;
+            }
+            catalog.entries.push(Entry { tool: describe(m), manifest: path });
+        }
+        catalog
+    }
+
+    /// The entry serving `name`, if any. Only names in the catalog are ever
+    /// run: a client cannot name a manifest path.
+    pub fn find(&self, name: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.tool.name == name)
+    }
+
+    /// The MCP tools, for `tools/list`.
+    pub fn tools(&self) -> Vec<Tool> {
+        self.entries.iter().map(|e| e.tool.clone()).collect()
+    }
+}
+
+/// The MCP tool for a manifest.
+pub fn describe(m: &Manifest) -> Tool {
+    let schema = match m.input_schema() {
+        serde_json::Value::Object(o) => o,
+        _ => serde_json::Map::new(),
+    };
+    Tool::new(m.name().to_owned(), m.tool.description.clone(), Arc::new(schema)).annotate(annotations(m))
+}
+
+/// Hints derived from the manifest. `readOnlyHint`: no `[filesystem] create`
+/// entry. `destructiveHint`: always false (an output is only ever a new file;
+/// an existing one is refused, never replaced). `idempotentHint`: true for a
+/// read-only tool. `openWorldHint`: false (the worker has no network).
+pub fn annotations(m: &Manifest) -> ToolAnnotations {
+    let creates = m.filesystem.as_ref().is_some_and(|f| !f.create.is_empty());
+    ToolAnnotations::with_title(m.name().to_owned())
+        .read_only(!creates)
+        .destructive(false)
+        .idempotent(!creates)
+        .open_world(false)
+}

@@ -1,0 +1,36 @@
+//! airlock-mcp: the MCP server front of airlock.
+//!
+//! [`AirlockServer`] serves every runnable manifest of the configured tools
+//! directory as an MCP tool ([`catalog::Catalog`]): its `inputSchema` is the
+//! JSON Schema of the manifest's `[args]`, its annotations are derived from
+//! the manifest (a tool with a `create` grant is not read-only; airlock never
+//! overwrites, so no tool is destructive; the sandbox has no network, so no
+//! tool is open-world). Each `tools/call` runs through the whole pipeline
+//! ([`airlock_runtime::Runtime::run`]) on a thread of its own, so a slow call
+//! never holds up another, and answers with [`answer::to_result`]: the
+//! content, plus `structuredContent` carrying the envelope (`created_files`,
+//! evidence). A refusal is a result with `isError: true` and the reason code,
+//! never a protocol error.
+//!
+//! Transports: [`serve_stdio`] (the process's stdin/stdout) and
+//! [`serve_http`] (streamable HTTP on a loopback address, path `/mcp`).
+//!
+//! ```no_run
+//! use airlock_core::Config;
+//! use airlock_hostfs::HostAuthority;
+//! use airlock_runtime::Runtime;
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let runtime = Runtime::open(HostAuthority::ambient(), Config::embedded_default(".".as_ref()), None)?;
+//! airlock_mcp::serve_stdio(airlock_mcp::AirlockServer::new(runtime)).await?;
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod answer;
+pub mod catalog;
+mod server;
+mod transport;
+
+pub use server::AirlockServer;
+pub use transport::{serve_http, serve_stdio, ServeError, HTTP_PATH};

@@ -86,7 +86,7 @@ impl<W: Write> Write for Hashing<W> {
 }
 
 struct Walk<'a, W: Write> {
-    writer: Writer<Hashing<&'a mut W>>,
+    writer: Writer<Hashing<std::io::BufWriter<&'a mut W>>>,
     limits: Limits,
     stats: SnapshotStats,
 }
@@ -126,7 +126,7 @@ pub fn take<W: Write>(repo: &Dir, scope: Scope, limits: Limits, out: &mut W) -> 
             "its .git is a linked worktree (commondir); the common directory is never followed",
         ));
     }
-    let hashing = Hashing { inner: out, hasher: Sha256::new(), bytes: 0 };
+    let hashing = Hashing { inner: std::io::BufWriter::with_capacity(1 << 20, out), hasher: Sha256::new(), bytes: 0 };
     let mut walk = Walk {
         writer: Writer::new(hashing)?,
         limits,

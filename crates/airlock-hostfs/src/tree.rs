@@ -191,7 +191,8 @@ impl ChildFile {
     /// size or change time moves while it is read is `input.changed`.
     pub fn copy_into(mut self, dest: &mut impl Write) -> Result<u64> {
         let want = self.size();
-        let mut buf = vec![0u8; 64 * 1024];
+        // One byte more than the file, so growth is seen, and no more than 64 KiB.
+        let mut buf = vec![0u8; (want + 1).min(64 * 1024) as usize];
         let mut total = 0u64;
         loop {
             let room = (want + 1 - total).min(buf.len() as u64) as usize;

@@ -248,7 +248,7 @@ fn sigkill_of_random_callers_under_load_then_one_gc_leaves_nothing() {
                     let mut cmd = p.command(&["run", "load", "data/in.txt", &m]);
                     cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
                     let mut child = cmd.spawn().unwrap();
-                    let outcome = if seed % 4 == 0 {
+                    let outcome = if seed.is_multiple_of(4) {
                         std::thread::sleep(Duration::from_micros(seed % 60_000));
                         let _ = child.kill();
                         match child.wait().unwrap().code() {

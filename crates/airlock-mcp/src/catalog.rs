@@ -50,6 +50,13 @@ impl Catalog {
             }
             catalog.entries.push(Entry { tool: describe(m), manifest: path });
         }
+        // The bundled source tools the tools directory does not shadow are
+        // served by name (the runtime loads them from the binary).
+        for m in airlock_runtime::bundled_missing_from(&runtime.config().tools_dir) {
+            if catalog.find(m.name()).is_none() {
+                catalog.entries.push(Entry { tool: describe(&m), manifest: PathBuf::from(m.name()) });
+            }
+        }
         catalog
     }
 

@@ -40,6 +40,28 @@ fn every_runnable_tool_is_listed_with_its_schema_and_annotations() {
     assert!(s.close().success());
 }
 
+/// The bundled source tools are served too, read-only, and answer with a
+/// sealed result through the same pipeline.
+#[test]
+fn the_bundled_source_tools_are_listed_and_answer() {
+    let p = Project::new();
+    p.write("data/notes.txt", "line one\nline two\n");
+    let mut s = McpSession::start(&p);
+    let list = s.request("tools/list", json!({}));
+    for name in ["read_file", "list_files", "grep_files"] {
+        assert_eq!(tool(&list, name)["annotations"]["readOnlyHint"], true, "{name}");
+    }
+    let r = s.call("read_file", json!({"path": "data/notes.txt"}));
+    assert_eq!(r["isError"], false, "{r}");
+    let content = &r["structuredContent"]["content"];
+    assert!(content.to_string().contains("line two"), "{r}");
+    assert!(content["result_sha256"].as_str().unwrap().starts_with("sha256:"), "{r}");
+    let refused = s.call("read_file", json!({"path": "../outside/secret.txt"}));
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert!(!refused.to_string().contains(CANARY), "{refused}");
+    assert!(s.close().success());
+}
+
 #[test]
 fn a_call_publishes_its_output_and_answers_with_created_files_and_evidence() {
     let p = Project::new();

@@ -68,25 +68,7 @@ impl Runtime {
     ) -> Result<Envelope, Refusal> {
         let id = crate::id::check_invocation_id(invocation_id).ok().map(|()| invocation_id);
         let result = self.git_query_journaled(operation, args, invocation_id);
-        if let (Err(refusal), Some(id)) = (&result, id) {
-            self.reserve_refused_id(id, refusal);
-        }
-        let end = match &result {
-            Err(r) => ledger::note(
-                self.journal(),
-                kind::INVOCATION_REFUSED,
-                id,
-                json!({ "code": r.code.as_str(), "message": r.message }),
-            ),
-            Ok(e) => ledger::note(
-                self.journal(),
-                kind::INVOCATION_FINISHED,
-                id,
-                json!({ "status": e.status, "code": e.error.as_ref().map(|e| e.code.as_str()), "exit_code": e.exit_code }),
-            ),
-        };
-        end?;
-        result
+        self.journal_end(id, result)
     }
 
     fn git_query_journaled(

@@ -15,13 +15,12 @@
 mod client;
 
 use crate::authorize::AuthorizedCall;
-use crate::run::OUTPUT_FILE;
 use crate::run::{exit_number, judge, output_tail, sandbox_code, worker_limits, STDERR_LIMIT};
 use crate::{ledger, Runtime};
 use airlock_core::manifest::McpSpec;
 use airlock_core::{Envelope, ErrorBody, Evidence, ReasonCode, Refusal};
 use airlock_journal::kind;
-use airlock_sandbox::{StagedInput, StagedOutput, Worker as _, WorkerOutcome, WorkerSpec};
+use airlock_sandbox::{Worker as _, WorkerOutcome, WorkerSpec};
 use client::{Client, ClientError};
 use serde_json::{json, Value};
 use std::sync::mpsc::{channel, RecvTimeoutError};
@@ -52,18 +51,7 @@ impl Runtime {
         let id = prepared.invocation_id().to_owned();
         let fs = &d.command_boundary.filesystem;
         let call_staging = prepared.staged()?;
-        let mut inputs = Vec::with_capacity(prepared.record().inputs.len());
-        for (index, rec) in prepared.record().inputs.iter().enumerate() {
-            inputs.push(StagedInput { virtual_path: rec.path.clone(), file: prepared.open_snapshot(index)? });
-        }
-        let output = match fs.create.first() {
-            None => None,
-            Some(path) => Some(StagedOutput {
-                virtual_path: path.clone(),
-                file: call_staging.create_file(OUTPUT_FILE)?,
-                max_bytes: fs.max_file_bytes,
-            }),
-        };
+        let (inputs, output) = crate::run::staged_files(&prepared)?;
         let manifest = prepared.manifest();
         let timeout = Duration::from_secs(manifest.tool.timeout_seconds);
         let worker_spec = WorkerSpec {

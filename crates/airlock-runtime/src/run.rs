@@ -53,7 +53,7 @@ impl Runtime {
     /// of a call that ran. Neither announces an effect, so neither pays a
     /// sync of its own: the publication's records, synced before and after
     /// the rename, are what must survive a crash.
-    fn journal_end(&self, id: Option<&str>, result: Result<Envelope, Refusal>) -> Result<Envelope, Refusal> {
+    pub(crate) fn journal_end(&self, id: Option<&str>, result: Result<Envelope, Refusal>) -> Result<Envelope, Refusal> {
         if let (Err(refusal), Some(id)) = (&result, id) {
             self.reserve_refused_id(id, refusal);
         }
@@ -197,19 +197,7 @@ impl Runtime {
         let d_id = prepared.invocation_id().to_owned();
         let fs = &d.command_boundary.filesystem;
         let call_staging = prepared.staged()?;
-
-        let mut inputs = Vec::with_capacity(prepared.record().inputs.len());
-        for (index, rec) in prepared.record().inputs.iter().enumerate() {
-            inputs.push(StagedInput { virtual_path: rec.path.clone(), file: prepared.open_snapshot(index)? });
-        }
-        let output = match fs.create.first() {
-            None => None,
-            Some(path) => Some(StagedOutput {
-                virtual_path: path.clone(),
-                file: call_staging.create_file(OUTPUT_FILE)?,
-                max_bytes: fs.max_file_bytes,
-            }),
-        };
+        let (inputs, output) = staged_files(&prepared)?;
         let manifest = prepared.manifest();
         let spec = WorkerSpec {
             argv: d.argv.clone(),
@@ -351,6 +339,25 @@ impl Runtime {
             sha256: format!("sha256:{}", published.sha256_hex),
         }])
     }
+}
+
+/// The worker's files for a prepared call: its snapshots, read-only, and
+/// (if it creates one) an empty output file in its staging data.
+pub(crate) fn staged_files(prepared: &PreparedCall) -> Result<(Vec<StagedInput>, Option<StagedOutput>), Refusal> {
+    let mut inputs = Vec::with_capacity(prepared.record().inputs.len());
+    for (index, rec) in prepared.record().inputs.iter().enumerate() {
+        inputs.push(StagedInput { virtual_path: rec.path.clone(), file: prepared.open_snapshot(index)? });
+    }
+    let fs = &prepared.descriptor().command_boundary.filesystem;
+    let output = match fs.create.first() {
+        None => None,
+        Some(path) => Some(StagedOutput {
+            virtual_path: path.clone(),
+            file: prepared.staged()?.create_file(OUTPUT_FILE)?,
+            max_bytes: fs.max_file_bytes,
+        }),
+    };
+    Ok((inputs, output))
 }
 
 /// The answer for a call that stops after prepare until an operator

@@ -107,14 +107,15 @@ impl SourceOp {
 
     /// The arguments the operation takes, and whether each is required.
     /// A source manifest may declare only these (and must declare the
-    /// required ones). Git operations are listed without arguments here;
-    /// the Git engine owns theirs.
+    /// required ones). The Git engine checks the values of the Git
+    /// operations' arguments.
     pub fn parameters(self) -> &'static [(&'static str, bool)] {
         match self {
             SourceOp::ReadFile => &[("path", true), ("offset", false), ("limit", false)],
             SourceOp::ListFiles => &[("path", false)],
             SourceOp::GrepFiles => &[("pattern", true), ("path", false)],
-            SourceOp::GitStatus | SourceOp::GitLog | SourceOp::GitDiff | SourceOp::GitStagedDiff => &[],
+            SourceOp::GitLog => &[("path", false), ("max_count", false)],
+            SourceOp::GitStatus | SourceOp::GitDiff | SourceOp::GitStagedDiff => &[("path", false)],
         }
     }
 }

@@ -71,7 +71,7 @@ impl Runtime {
         self.journal_end(id, result)
     }
 
-    fn git_query_journaled(
+    pub(crate) fn git_query_journaled(
         &self,
         operation: &str,
         args: &BTreeMap<String, String>,
@@ -272,15 +272,7 @@ impl Runtime {
         };
         // Loaded for every tool, as at start-up, so policies naming other
         // tools' actions still validate.
-        let specs: Vec<airlock_policy::ToolSpec> = crate::tools::list_manifests(&self.config().tools_dir)
-            .iter()
-            .filter_map(|p| {
-                std::fs::read_to_string(p).ok().and_then(|t| airlock_core::manifest::Manifest::parse(&t, "").ok())
-            })
-            .filter(|m| m.check_executable().is_ok())
-            .map(|m| airlock_policy::ToolSpec::from_manifest(&m))
-            .chain(policy_specs())
-            .collect();
+        let specs = crate::policy_files::tool_specs(&self.config().tools_dir);
         let spec = policy_spec(&descriptor.tool);
         let set = airlock_policy::PolicySet::load(sources, &specs)
             .map_err(|e| Refusal::new(ReasonCode::PolicyInvalid, e.message().to_owned()))?;

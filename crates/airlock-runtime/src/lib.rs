@@ -44,6 +44,7 @@ pub use attest::{IN_TOTO_PAYLOAD_TYPE, PREDICATE_TYPE};
 pub use authorize::{AuthorizedCall, Authorizer, CedarPolicy, Decision, DefaultPolicy, DEFAULT_POLICY_ID};
 pub use ceilings::Protected;
 pub use id::{check_invocation_id, new_invocation_id};
+pub use policy_files::tool_specs as policy_tool_specs;
 pub use prepare::{CallRequest, PreparedCall};
 pub use source::{bundled_missing_from, SOURCE_TRANSPORT};
 

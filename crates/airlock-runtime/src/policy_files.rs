@@ -68,19 +68,28 @@ pub fn load(config: &Config) -> Result<Vec<(String, String)>, Refusal> {
         let name = path.strip_prefix(&config.base_dir).unwrap_or(&path).display().to_string();
         sources.push((name, text));
     }
-    let specs: Vec<airlock_policy::ToolSpec> = tools::list_manifests(&config.tools_dir)
+    let specs = tool_specs(&config.tools_dir);
+    airlock_policy::PolicySet::load(&sources, &specs)
+        .map_err(|e| Refusal::new(ReasonCode::PolicyInvalid, e.message().to_owned()))?;
+    Ok(sources)
+}
+
+/// Every tool a policy may name, so that policies validate whatever tool a
+/// call is for: the runnable manifests in `tools_dir`, the bundled source
+/// tools it does not shadow, and the Git queries (whose Cedar shape the
+/// Git engine defines, whatever manifest names them).
+pub fn tool_specs(tools_dir: &std::path::Path) -> Vec<airlock_policy::ToolSpec> {
+    let is_git = |m: &airlock_core::manifest::Manifest| matches!(m.source_operation(), Some(Ok(op)) if op.is_git());
+    tools::list_manifests(tools_dir)
         .iter()
         .filter_map(|p| {
             std::fs::read_to_string(p).ok().and_then(|t| airlock_core::manifest::Manifest::parse(&t, "").ok())
         })
-        .chain(crate::source::bundled_missing_from(&config.tools_dir))
-        .filter(|m| m.check_executable().is_ok())
+        .chain(crate::source::bundled_missing_from(tools_dir))
+        .filter(|m| m.check_executable().is_ok() && !is_git(m))
         .map(|m| airlock_policy::ToolSpec::from_manifest(&m))
         .chain(crate::git_query::policy_specs())
-        .collect();
-    airlock_policy::PolicySet::load(&sources, &specs)
-        .map_err(|e| Refusal::new(ReasonCode::PolicyInvalid, e.message().to_owned()))?;
-    Ok(sources)
+        .collect()
 }
 
 #[cfg(test)]

@@ -101,6 +101,13 @@ impl Runtime {
     /// Answers a source tool's call: prepare (bounded query, descriptor),
     /// journal, authorize, release.
     pub(crate) fn run_source(&self, request: &CallRequest, tool: LoadedTool) -> Result<Envelope, Refusal> {
+        // Git queries are answered from a snapshot by the driver in a worker.
+        if let Some(Ok(op)) = tool.manifest.source_operation() {
+            if op.is_git() {
+                let args = tool.manifest.bind_args(&request.positional, &request.named)?.as_strings();
+                return self.git_query_journaled(op.as_str(), &args, &request.invocation_id);
+            }
+        }
         let prepared = self.prepare_source(request, tool)?;
         // Answered by this call only: `airlock dispatch` of the id is
         // `invocation.duplicate` (nothing later needs this to survive a

@@ -6,6 +6,10 @@ pub const BUNDLED: &[(&str, &str)] = &[
     ("read_file", include_str!("../../../tools/read_file.clad.toml")),
     ("list_files", include_str!("../../../tools/list_files.clad.toml")),
     ("grep_files", include_str!("../../../tools/grep_files.clad.toml")),
+    ("git_status", include_str!("../../../tools/git_status.clad.toml")),
+    ("git_log", include_str!("../../../tools/git_log.clad.toml")),
+    ("git_diff", include_str!("../../../tools/git_diff.clad.toml")),
+    ("git_staged_diff", include_str!("../../../tools/git_staged_diff.clad.toml")),
 ];
 
 /// The bundled manifest of `name`, if there is one.

@@ -47,14 +47,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         return Ok(Answer::Text(airlock_policy::PolicySet::default_policies().to_owned()));
     }
     if let Command::Policy(crate::cli::PolicyCommand::Schema) = cli.command {
-        let specs: Vec<airlock_policy::ToolSpec> = airlock_runtime::tools::list_manifests(&config.tools_dir)
-            .iter()
-            .filter_map(|p| std::fs::read_to_string(p).ok())
-            .filter_map(|t| airlock_core::manifest::Manifest::parse(&t, "").ok())
-            .chain(airlock_runtime::bundled_missing_from(&config.tools_dir))
-            .filter(|m| m.check_executable().is_ok())
-            .map(|m| airlock_policy::ToolSpec::from_manifest(&m))
-            .collect();
+        let specs = airlock_runtime::policy_tool_specs(&config.tools_dir);
         return Ok(Answer::Text(airlock_policy::schema_text(&specs)));
     }
     let mut runtime = Runtime::open(HostAuthority::ambient(), config, settings::resolver_override()?)?;

@@ -24,9 +24,7 @@ pub fn run(runtime: &Runtime, args: QueryArgs) -> Result<Envelope, Refusal> {
         }
         named.push((name.to_owned(), serde_json::Value::String(value.to_owned())));
     }
-    if op.is_git() {
-        return Ok(git(runtime, op, named, args.invocation_id));
-    }
+
     let request = CallRequest {
         tool: op.as_str().to_owned(),
         positional: Vec::new(),
@@ -34,7 +32,12 @@ pub fn run(runtime: &Runtime, args: QueryArgs) -> Result<Envelope, Refusal> {
         invocation_id: args.invocation_id.unwrap_or_else(new_invocation_id),
     };
     let progress = std::io::stderr().is_terminal();
-    if progress {
+    if progress && op.is_git() {
+        eprintln!(
+            "airlock: {op} ({}): snapshotting the repository, then answering in a sandbox…",
+            request.invocation_id
+        );
+    } else if progress {
         eprintln!("airlock: {op} ({}): querying…", request.invocation_id);
     }
     let envelope = runtime.run(&request).unwrap_or_else(|refusal| Envelope {
@@ -48,18 +51,4 @@ pub fn run(runtime: &Runtime, args: QueryArgs) -> Result<Envelope, Refusal> {
         }
     }
     Ok(envelope)
-}
-
-/// A Git query: the snapshot, the driver and the answer (`Runtime::git_query`).
-fn git(runtime: &Runtime, op: SourceOp, named: Vec<(String, serde_json::Value)>, id: Option<String>) -> Envelope {
-    let args = named.into_iter().map(|(n, v)| (n, v.as_str().unwrap_or_default().to_owned())).collect();
-    let id = id.unwrap_or_else(new_invocation_id);
-    if std::io::stderr().is_terminal() {
-        eprintln!("airlock: {op} ({id}): snapshotting the repository, then answering in a sandbox…");
-    }
-    runtime.git_query(op.as_str(), &args, &id).unwrap_or_else(|refusal| Envelope {
-        invocation_id: Some(id.clone()),
-        tool: Some(op.as_str().to_owned()),
-        ..Envelope::from_refusal(&refusal)
-    })
 }

@@ -217,8 +217,8 @@ fn limits_and_bad_repositories_are_refused_before_anything_runs() {
     p.run(&["query", "git_status", "path=data/pointer"]).assert_refused("git.not_a_repository", 66);
     p.run(&["query", "git_status", "path=../outside"]).assert_refused("path.traversal", 77);
     p.run(&["query", "git_nope", "path=data/repo"]).assert_refused("usage", 64);
-    p.run(&["query", "git_log", "path=data/repo", "max_count=0"]).assert_refused("git.bad_argument", 65);
-    p.run(&["query", "git_status", "path=data/repo", "max_count=3"]).assert_refused("git.bad_argument", 65);
+    p.run(&["query", "git_log", "path=data/repo", "max_count=0"]).assert_refused("arg.out_of_range", 65);
+    p.run(&["query", "git_status", "path=data/repo", "max_count=3"]).assert_refused("arg.unknown", 65);
 }
 
 #[test]

@@ -59,6 +59,24 @@ fn the_bundled_source_tools_are_listed_and_answer() {
     let refused = s.call("read_file", json!({"path": "../outside/secret.txt"}));
     assert_eq!(refused["isError"], true, "{refused}");
     assert!(!refused.to_string().contains(CANARY), "{refused}");
+
+    // A Git query, answered from a snapshot in a sandboxed driver.
+    let git = |args: &[&str]| {
+        let out = Command::new("git").args(args).current_dir(p.path("data/repo")).output().unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    std::fs::create_dir_all(p.path("data/repo")).unwrap();
+    git(&["init", "-q", "-b", "main"]);
+    p.write("data/repo/a.txt", "one\n");
+    git(&["add", "a.txt"]);
+    git(&["-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "first"]);
+    p.write("data/repo/a.txt", "one\ntwo\n");
+    assert_eq!(tool(&list, "git_status")["annotations"]["readOnlyHint"], true);
+    let status = s.call("git_status", json!({"path": "data/repo"}));
+    assert_eq!(status["isError"], false, "{status}");
+    let answer = &status["structuredContent"]["content"];
+    assert_eq!(answer["head"]["branch"], "main", "{status}");
+    assert_eq!(answer["entries"], json!([{"path": "a.txt", "index": ".", "worktree": "M"}]), "{status}");
     assert!(s.close().success());
 }
 

@@ -8,9 +8,11 @@ fn list_validate_and_schema() {
     let list = p.run(&["tools", "list"]);
     list.assert_ok();
     let tools = list.envelope["content"]["tools"].as_array().unwrap();
-    // The tools directory's manifests, then the bundled source tools.
+    // The tools directory's manifests, then the bundled source and Git tools.
     let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["copy", "read_file", "list_files", "grep_files"]);
+    let bundled = ["read_file", "list_files", "grep_files", "git_status", "git_log", "git_diff", "git_staged_diff"];
+    assert_eq!(names[0], "copy");
+    assert_eq!(names[1..], bundled);
     assert_eq!(tools[0]["name"], "copy");
     assert_eq!(tools[0]["runnable"], true);
 

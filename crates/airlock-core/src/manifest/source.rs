@@ -39,12 +39,6 @@ pub(crate) fn check(m: &Manifest) -> Result<SourceOp, Refusal> {
             ),
         ));
     }
-    if op.is_git() {
-        return Err(Refusal::new(
-            ReasonCode::ManifestUnsupported,
-            format!("{}: the source operation {op} needs the Git engine, which this build does not include", m.origin),
-        ));
-    }
     if m.tool.human_approval || m.tool.risk_tier >= super::RiskTier::High {
         return Err(Refusal::new(
             ReasonCode::ManifestUnsupported,
@@ -169,8 +163,11 @@ mod tests {
     fn operations_and_arguments_are_checked() {
         let unknown = format!("{HEAD}[source]\noperation = \"write_file\"\n{OUT}");
         assert_eq!(code(&unknown), ReasonCode::SourceOperationUnknown);
-        let git = format!("{HEAD}[source]\noperation = \"git_log\"\n{OUT}");
-        assert_eq!(code(&git), ReasonCode::ManifestUnsupported);
+        let git = format!("{HEAD}[source]\noperation = \"git_log\"\n[args.max_count]\ntype = \"integer\"\n{OUT}");
+        assert!(crate::manifest::Manifest::parse(&git, "t").unwrap().check_executable().is_ok());
+        let git_extra =
+            format!("{HEAD}[source]\noperation = \"git_status\"\n[args.max_count]\ntype = \"integer\"\n{OUT}");
+        assert_eq!(code(&git_extra), ReasonCode::SourceConflict);
         let extra_arg = format!("{HEAD}[source]\noperation = \"list_files\"\n[args.depth]\ntype = \"integer\"\n{OUT}");
         assert_eq!(code(&extra_arg), ReasonCode::SourceConflict);
         let missing = format!("{HEAD}[source]\noperation = \"grep_files\"\n{OUT}");

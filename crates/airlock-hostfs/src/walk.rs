@@ -346,8 +346,9 @@ mod tests {
         std::fs::write(t.path().join("f"), b"one").unwrap();
         let dir = open(t.path());
         let (entries, _) = dir.read_entries(10).unwrap();
-        std::fs::remove_file(t.path().join("f")).unwrap();
-        std::fs::write(t.path().join("other"), b"x").unwrap();
+        // The listed file is moved aside (not removed: a freed inode number
+        // may be reused at once) and another file takes its name.
+        std::fs::rename(t.path().join("f"), t.path().join("aside")).unwrap();
         std::fs::write(t.path().join("f"), b"two").unwrap();
         assert_eq!(dir.open_child_file(&entries[0], dir.mount_id().unwrap()).unwrap_err().code(), ReasonCode::PathRace);
     }

@@ -15,7 +15,7 @@
 mod client;
 
 use crate::authorize::AuthorizedCall;
-use crate::run::{exit_number, judge, output_tail, sandbox_code, worker_limits, STDERR_LIMIT};
+use crate::run::{exit_number, judge, output_tail, sandbox_code};
 use crate::{ledger, Runtime};
 use airlock_core::manifest::McpSpec;
 use airlock_core::{Envelope, ErrorBody, Evidence, ReasonCode, Refusal};
@@ -49,23 +49,11 @@ impl Runtime {
         tier.worker_creates_output(true);
         let d = prepared.descriptor().clone();
         let id = prepared.invocation_id().to_owned();
-        let fs = &d.command_boundary.filesystem;
         let call_staging = prepared.staged()?;
-        let (inputs, output) = crate::run::staged_files(&prepared)?;
         let manifest = prepared.manifest();
-        let timeout = Duration::from_secs(manifest.tool.timeout_seconds);
-        let worker_spec = WorkerSpec {
-            argv: d.argv.clone(),
-            env: Vec::new(),
-            working_dir: self.config().working_dir.clone(),
-            inputs,
-            output,
-            image: self.image(),
-            limits: worker_limits(manifest, fs.max_file_bytes),
-            timeout,
-            stdout_limit: 0,
-            stderr_limit: STDERR_LIMIT,
-        };
+        // Standard output is the live MCP connection, not captured.
+        let worker_spec = WorkerSpec { stdout_limit: 0, ..self.worker_spec(&prepared)? };
+        let timeout = worker_spec.timeout;
         let args = manifest.bind_args(&[], &named(&d.args))?;
         let upstream_args = spec.arguments(&args);
         ledger::record(

@@ -26,7 +26,7 @@ use std::time::Duration;
 /// the envelope of a failure.
 pub const OUTPUT_KEPT: usize = 4096;
 /// Bytes of standard error read from the worker.
-pub(crate) const STDERR_LIMIT: usize = 64 * 1024;
+const STDERR_LIMIT: usize = 64 * 1024;
 /// `SIGXFSZ`: a write went past `RLIMIT_FSIZE`.
 const SIGXFSZ: i32 = 25;
 /// The output file in the call's staging data, where the worker's export lands.
@@ -195,22 +195,9 @@ impl Runtime {
         }
         let d = prepared.descriptor().clone();
         let d_id = prepared.invocation_id().to_owned();
-        let fs = &d.command_boundary.filesystem;
         let call_staging = prepared.staged()?;
-        let (inputs, output) = staged_files(&prepared)?;
         let manifest = prepared.manifest();
-        let spec = WorkerSpec {
-            argv: d.argv.clone(),
-            env: Vec::new(),
-            working_dir: self.config().working_dir.clone(),
-            inputs,
-            output,
-            image: self.image(),
-            limits: worker_limits(manifest, fs.max_file_bytes),
-            timeout: Duration::from_secs(manifest.tool.timeout_seconds),
-            stdout_limit: stdout_limit(manifest),
-            stderr_limit: STDERR_LIMIT,
-        };
+        let spec = self.worker_spec(&prepared)?;
         ledger::record(self.journal(), kind::WORKER_STARTED, Some(&d_id), json!({ "tier": "native", "argv": d.argv }))?;
         let outcome = run_worker(&tier, spec, "the tool");
         ledger::note(
@@ -341,23 +328,39 @@ impl Runtime {
     }
 }
 
-/// The worker's files for a prepared call: its snapshots, read-only, and
-/// (if it creates one) an empty output file in its staging data.
-pub(crate) fn staged_files(prepared: &PreparedCall) -> Result<(Vec<StagedInput>, Option<StagedOutput>), Refusal> {
-    let mut inputs = Vec::with_capacity(prepared.record().inputs.len());
-    for (index, rec) in prepared.record().inputs.iter().enumerate() {
-        inputs.push(StagedInput { virtual_path: rec.path.clone(), file: prepared.open_snapshot(index)? });
+impl Runtime {
+    /// The worker for a prepared call, tool or MCP server alike: its argv,
+    /// its snapshots read-only, (if it creates one) an empty output file in
+    /// its staging data, the image, its limits and its timeout.
+    pub(crate) fn worker_spec(&self, prepared: &PreparedCall) -> Result<WorkerSpec, Refusal> {
+        let mut inputs = Vec::with_capacity(prepared.record().inputs.len());
+        for (index, rec) in prepared.record().inputs.iter().enumerate() {
+            inputs.push(StagedInput { virtual_path: rec.path.clone(), file: prepared.open_snapshot(index)? });
+        }
+        let d = prepared.descriptor();
+        let fs = &d.command_boundary.filesystem;
+        let output = match fs.create.first() {
+            None => None,
+            Some(path) => Some(StagedOutput {
+                virtual_path: path.clone(),
+                file: prepared.staged()?.create_file(OUTPUT_FILE)?,
+                max_bytes: fs.max_file_bytes,
+            }),
+        };
+        let manifest = prepared.manifest();
+        Ok(WorkerSpec {
+            argv: d.argv.clone(),
+            env: Vec::new(),
+            working_dir: self.config().working_dir.clone(),
+            inputs,
+            output,
+            image: self.image(),
+            limits: worker_limits(manifest, fs.max_file_bytes),
+            timeout: Duration::from_secs(manifest.tool.timeout_seconds),
+            stdout_limit: stdout_limit(manifest),
+            stderr_limit: STDERR_LIMIT,
+        })
     }
-    let fs = &prepared.descriptor().command_boundary.filesystem;
-    let output = match fs.create.first() {
-        None => None,
-        Some(path) => Some(StagedOutput {
-            virtual_path: path.clone(),
-            file: prepared.staged()?.create_file(OUTPUT_FILE)?,
-            max_bytes: fs.max_file_bytes,
-        }),
-    };
-    Ok((inputs, output))
 }
 
 /// The answer for a call that stops after prepare until an operator
@@ -425,7 +428,7 @@ pub(crate) fn judge(prepared: &PreparedCall, outcome: &WorkerOutcome, manifest: 
     Ok(())
 }
 
-pub(crate) fn worker_limits(manifest: &Manifest, max_file_bytes: u64) -> WorkerLimits {
+fn worker_limits(manifest: &Manifest, max_file_bytes: u64) -> WorkerLimits {
     // One byte of headroom: a tool that writes past the bound then leaves a
     // file of max+1 bytes, which the export reports as over the limit, where
     // a limit of exactly max would silently truncate to a publishable size.

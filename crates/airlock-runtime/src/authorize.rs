@@ -107,20 +107,9 @@ pub struct CedarPolicy {
 impl Authorizer for CedarPolicy {
     fn authorize(&self, call: &PreparedCall, approved: bool) -> Result<Decision, Refusal> {
         let spec = airlock_policy::ToolSpec::from_manifest(call.manifest());
-        let set = airlock_policy::PolicySet::load(&self.sources, std::slice::from_ref(&spec))
-            .map_err(|e| Refusal::new(ReasonCode::PolicyInvalid, e.message().to_owned()))?;
         let d = call.descriptor();
-        let descriptor = serde_json::to_value(d).map_err(|e| Refusal::new(ReasonCode::Internal, e.to_string()))?;
-        let verdict = set
-            .authorize(&airlock_policy::Request {
-                principal: &self.principal,
-                tool: &spec,
-                risk_tier: &d.risk_tier,
-                human_approval: d.human_approval,
-                descriptor: &descriptor,
-                invocation_id: call.invocation_id(),
-            })
-            .map_err(|e| Refusal::new(ReasonCode::PolicyEval, e.message().to_owned()))?;
+        let verdict =
+            cedar_verdict(&self.sources, std::slice::from_ref(&spec), &spec, &self.principal, d, call.invocation_id())?;
         if verdict.allowed {
             let how = if approved { "permitted by policy and approved" } else { "permitted by policy" };
             Ok(Decision { policy_ids: verdict.policy_ids, reason: how.into() })
@@ -133,6 +122,30 @@ impl Authorizer for CedarPolicy {
             ))
         }
     }
+}
+
+/// Loads `sources` validated against `specs` and evaluates the call of
+/// `spec` described by `descriptor`, made by `principal`.
+pub(crate) fn cedar_verdict(
+    sources: &[(String, String)],
+    specs: &[airlock_policy::ToolSpec],
+    spec: &airlock_policy::ToolSpec,
+    principal: &str,
+    descriptor: &airlock_core::Descriptor,
+    invocation_id: &str,
+) -> Result<airlock_policy::Verdict, Refusal> {
+    let set = airlock_policy::PolicySet::load(sources, specs)
+        .map_err(|e| Refusal::new(ReasonCode::PolicyInvalid, e.message().to_owned()))?;
+    let value = serde_json::to_value(descriptor).map_err(|e| Refusal::new(ReasonCode::Internal, e.to_string()))?;
+    set.authorize(&airlock_policy::Request {
+        principal,
+        tool: spec,
+        risk_tier: &descriptor.risk_tier,
+        human_approval: descriptor.human_approval,
+        descriptor: &value,
+        invocation_id,
+    })
+    .map_err(|e| Refusal::new(ReasonCode::PolicyEval, e.message().to_owned()))
 }
 
 fn errors_suffix(errors: &[String]) -> String {

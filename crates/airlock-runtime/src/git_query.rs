@@ -274,19 +274,8 @@ impl Runtime {
         // tools' actions still validate.
         let specs = crate::policy_files::tool_specs(&self.config().tools_dir);
         let spec = policy_spec(&descriptor.tool);
-        let set = airlock_policy::PolicySet::load(sources, &specs)
-            .map_err(|e| Refusal::new(ReasonCode::PolicyInvalid, e.message().to_owned()))?;
-        let value = serde_json::to_value(descriptor).map_err(|e| Refusal::new(ReasonCode::Internal, e.to_string()))?;
-        let verdict = set
-            .authorize(&airlock_policy::Request {
-                principal: &self.principal,
-                tool: &spec,
-                risk_tier: &descriptor.risk_tier,
-                human_approval: false,
-                descriptor: &value,
-                invocation_id: id,
-            })
-            .map_err(|e| Refusal::new(ReasonCode::PolicyEval, e.message().to_owned()))?;
+        // The descriptor's human_approval is false: Git queries never wait for one.
+        let verdict = crate::authorize::cedar_verdict(sources, &specs, &spec, &self.principal, descriptor, id)?;
         if verdict.allowed {
             Ok(verdict.policy_ids)
         } else {

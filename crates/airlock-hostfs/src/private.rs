@@ -82,11 +82,6 @@ impl PrivateDir {
         &self.display
     }
 
-    /// A second handle on the same directory (`fcntl(F_DUPFD_CLOEXEC)`).
-    pub fn try_clone(&self) -> Result<PrivateDir> {
-        Ok(PrivateDir { dir: self.dir.try_clone()?, display: self.display.clone() })
-    }
-
     /// The underlying handle.
     pub fn dir(&self) -> &Dir {
         &self.dir

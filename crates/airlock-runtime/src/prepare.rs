@@ -30,11 +30,12 @@ pub struct PreparedCall {
     manifest: airlock_core::manifest::Manifest,
     output: Option<HeldOutput>,
     store: airlock_hostfs::PrivateDir,
-    /// The call's private staging data (snapshots, and later its output).
-    /// `None` for a source query, which stages nothing.
+    /// The staging data of a call loaded for dispatch, whose durable
+    /// reservation it has not adopted yet.
     staged: Option<airlock_hostfs::PrivateDir>,
-    /// The reservation this process holds for `staged`; `None` for a call
-    /// loaded for dispatch until it adopts the durable one.
+    /// The reservation this process holds; its data directory is the call's
+    /// private staging data (snapshots, and later its output). Both are
+    /// `None` for a source query, which stages nothing.
     lease: Option<airlock_staging::Lease>,
 }
 
@@ -84,7 +85,11 @@ impl PreparedCall {
 
     /// The call's private staging directory (in its pool reservation).
     pub fn staged(&self) -> Result<&airlock_hostfs::PrivateDir, Refusal> {
-        self.staged.as_ref().ok_or_else(|| Refusal::new(ReasonCode::Internal, "this call stages nothing"))
+        self.lease
+            .as_ref()
+            .map(airlock_staging::Lease::data)
+            .or(self.staged.as_ref())
+            .ok_or_else(|| Refusal::new(ReasonCode::Internal, "this call stages nothing"))
     }
 
     /// Removes the staged copies and releases their reservation (best
@@ -272,8 +277,7 @@ impl Runtime {
             inputs_dir.sync()?;
             lease.persist()?;
         }
-        let staged = lease.data().try_clone()?;
-        Ok(PreparedCall { record, manifest: tool.manifest, output, store, staged: Some(staged), lease: Some(lease) })
+        Ok(PreparedCall { record, manifest: tool.manifest, output, store, staged: None, lease: Some(lease) })
     }
 
     fn ceiling_for(&self, path: &RelPath) -> Result<(&airlock_core::Ceiling, Option<RelPath>), Refusal> {

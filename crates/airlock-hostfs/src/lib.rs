@@ -15,6 +15,8 @@
 //! - [`Dir::read_entries`], [`Dir::open_child_file`], [`RegularFile`]:
 //!   enumeration and bounded range reads for the source broker, with the
 //!   same no-follow, one-link, regular-file rules;
+//! - [`rooted`]: read, list and replace-by-rename beneath a granted root
+//!   directory, for the filesystem broker (its own error type and codes);
 //! - [`PrivateDir`]: the state directory, `0700`, worked on through handles,
 //!   with a removal that never follows links.
 //!
@@ -53,6 +55,7 @@ mod output;
 mod private;
 mod publish;
 mod resolve;
+pub mod rooted;
 mod tree;
 mod walk;
 

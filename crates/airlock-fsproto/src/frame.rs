@@ -1,0 +1,149 @@
+//! Length-prefixed frames and strict decoding.
+
+use std::io::{self, Read, Write};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::{MAX_DEPTH, MAX_FRAME};
+
+/// Why a frame or message was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtoError {
+    /// The peer announced a frame larger than allowed.
+    #[error("frame of {len} bytes exceeds the {max}-byte limit")]
+    TooLarge {
+        /// Announced length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The stream ended inside a frame.
+    #[error("the stream ended inside a frame")]
+    Truncated,
+    /// JSON nested deeper than [`MAX_DEPTH`].
+    #[error("message nests deeper than {MAX_DEPTH} levels")]
+    TooDeep,
+    /// Not UTF-8, not JSON, unknown or missing fields, wrong types.
+    #[error("malformed message: {0}")]
+    Malformed(String),
+    /// Reading or writing the stream failed.
+    #[error("i/o: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Writes one frame: the body's length as `u32` big-endian, then the body,
+/// in one `write_all` so concurrent writers on a stream never interleave
+/// inside a small frame.
+pub fn write_frame(w: &mut impl Write, body: &[u8]) -> io::Result<()> {
+    let len = u32::try_from(body.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
+    let mut buf = Vec::with_capacity(4 + body.len());
+    buf.extend_from_slice(&len.to_be_bytes());
+    buf.extend_from_slice(body);
+    w.write_all(&buf)?;
+    w.flush()
+}
+
+/// Reads one frame of at most `max` body bytes. `Ok(None)` when the stream
+/// ends cleanly before a frame starts. The length is checked before any
+/// body byte is read or buffer allocated.
+pub fn read_frame(r: &mut impl Read, max: usize) -> Result<Option<Vec<u8>>, ProtoError> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match r.read(&mut len[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(ProtoError::Truncated),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > max.min(MAX_FRAME) {
+        return Err(ProtoError::TooLarge { len, max: max.min(MAX_FRAME) });
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => ProtoError::Truncated,
+        _ => ProtoError::Io(e),
+    })?;
+    Ok(Some(body))
+}
+
+/// Decodes one message strictly: UTF-8, nesting at most [`MAX_DEPTH`]
+/// (checked on the raw bytes before parsing), then the typed shape, whose
+/// types reject unknown fields.
+pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, ProtoError> {
+    let text = std::str::from_utf8(body).map_err(|_| ProtoError::Malformed("not UTF-8".into()))?;
+    if nesting_depth(text) > MAX_DEPTH {
+        return Err(ProtoError::TooDeep);
+    }
+    serde_json::from_str(text).map_err(|e| ProtoError::Malformed(e.to_string()))
+}
+
+/// Encodes one message as compact JSON.
+pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    // Our message types hold only strings, integers, booleans and vectors of
+    // strings: serialization cannot fail.
+    serde_json::to_vec(msg).expect("protocol messages always serialize")
+}
+
+/// The deepest bracket nesting outside string literals.
+fn nesting_depth(text: &str) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for b in text.bytes() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_bound() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, b"{\"a\":1}").unwrap();
+        write_frame(&mut buf, b"{}").unwrap();
+        let mut r = &buf[..];
+        assert_eq!(read_frame(&mut r, 1024).unwrap().unwrap(), b"{\"a\":1}");
+        assert_eq!(read_frame(&mut r, 1024).unwrap().unwrap(), b"{}");
+        assert!(read_frame(&mut r, 1024).unwrap().is_none());
+
+        let mut big = Vec::new();
+        write_frame(&mut big, &[b' '; 100]).unwrap();
+        assert!(matches!(read_frame(&mut &big[..], 99), Err(ProtoError::TooLarge { len: 100, .. })));
+        // A length far past the limit is refused before allocating.
+        let huge = u32::MAX.to_be_bytes();
+        assert!(matches!(read_frame(&mut &huge[..], usize::MAX), Err(ProtoError::TooLarge { .. })));
+        assert!(matches!(read_frame(&mut &buf[..3], 1024), Err(ProtoError::Truncated)));
+        assert!(matches!(read_frame(&mut &buf[..6], 1024), Err(ProtoError::Truncated)));
+    }
+
+    #[test]
+    fn depth_ignores_brackets_in_strings() {
+        assert_eq!(nesting_depth(r#"{"a":"[[[{{{\"]]]"}"#), 1);
+        assert_eq!(nesting_depth(r#"{"a":[{"b":[]}]}"#), 4);
+        assert!(matches!(decode::<serde_json::Value>(br#"{"a":[{"b":[]}]}"#), Err(ProtoError::TooDeep)));
+        assert!(matches!(decode::<serde_json::Value>(b"\xff"), Err(ProtoError::Malformed(_))));
+    }
+}

@@ -1,0 +1,76 @@
+//! airlock-fsproto: the protocol of the named-root file broker.
+//!
+//! Three parties speak it: a worker program (through the `airlock-fs`
+//! clients), `airlock` (which checks and relays every call) and the broker
+//! (which holds one directory handle per root). Every message is a frame: a
+//! `u32` big-endian length, then that many bytes of one UTF-8 JSON object.
+//! Decoding is strict: bounded size, bounded nesting, no unknown fields, no
+//! missing or surplus fields for the operation named.
+//!
+//! - [`Request`] / [`Response`]: worker ⇄ airlock, roots by name.
+//! - [`BrokerRequest`] / [`BrokerResponse`]: airlock ⇄ broker, roots by
+//!   index, writes split into prepare / commit so airlock can save a durable
+//!   recovery record in between.
+//! - [`check_path`]: the path rules (seed 003) every party applies.
+//! - [`Rights`], [`check_root_name`]: the grant grammar.
+
+mod frame;
+mod grant;
+mod message;
+mod paths;
+
+pub use frame::{decode, encode, read_frame, write_frame, ProtoError};
+pub use grant::{check_root_name, Rights, RightsError};
+pub use message::{
+    b64_decode, b64_encode, BrokerOp, BrokerRequest, BrokerResponse, ErrorBody, Op, Request, Response, WriteIdentity,
+};
+pub use paths::{check_component, check_path, check_stage_name, PathError};
+
+/// Largest frame body accepted, in bytes: a 64 KiB write in base64 plus room
+/// for the rest of the message.
+pub const MAX_FRAME: usize = 96 * 1024;
+/// Deepest JSON nesting accepted (an object holding an array or object).
+pub const MAX_DEPTH: usize = 3;
+/// Most bytes one read or write moves.
+pub const MAX_IO_BYTES: u64 = 64 * 1024;
+/// Most names one list returns.
+pub const MAX_LIST_NAMES: u64 = 256;
+/// Most roots one submission holds.
+pub const MAX_ROOTS: usize = 64;
+/// Names starting with this (in any letter case) are the broker's staging
+/// entries; no path may name one.
+pub const STAGE_PREFIX: &str = ".airlock-stage-";
+/// The descriptor number of the socket inside the worker.
+pub const WORKER_FD: i32 = 3;
+/// The environment variable that names [`WORKER_FD`] inside the worker.
+pub const ENV_FD: &str = "AIRLOCK_FS_FD";
+
+/// Reason codes carried in [`ErrorBody::code`]. Path grammar refusals use the
+/// `path.*` codes of `airlock-core` instead (`path.traversal`, …).
+pub mod codes {
+    /// The root does not exist in this submission or lacks the right.
+    pub const DENIED: &str = "broker.denied";
+    /// A component starts with the reserved staging prefix.
+    pub const PATH_RESERVED: &str = "broker.path_reserved";
+    /// A symbolic link on the path.
+    pub const SYMLINK: &str = "broker.symlink";
+    /// The path crosses into another mount.
+    pub const MOUNT_CROSSING: &str = "broker.mount_crossing";
+    /// Nothing at the path (or a parent missing).
+    pub const NOT_FOUND: &str = "broker.not_found";
+    /// Read of a non-regular file, list of a non-directory, write over a
+    /// directory or special file.
+    pub const NOT_REGULAR: &str = "broker.not_regular";
+    /// Read of a file with more than one link.
+    pub const HARDLINK: &str = "broker.hardlink";
+    /// A read or write over 64 KiB, a list over 256 names.
+    pub const LIMIT: &str = "broker.limit";
+    /// A submission budget is spent.
+    pub const BUDGET: &str = "broker.budget";
+    /// A malformed, oversized, out-of-order or unexpected message.
+    pub const PROTOCOL: &str = "broker.protocol";
+    /// Any other I/O failure.
+    pub const IO: &str = "broker.io";
+    /// The submission already failed; no further operation is served.
+    pub const ENDED: &str = "broker.ended";
+}

@@ -1,0 +1,323 @@
+//! The messages. Every type rejects unknown fields; the `validate` methods
+//! reject fields that do not belong to the operation named, so a message
+//! has exactly one accepted shape per operation.
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+use crate::frame::ProtoError;
+
+/// Standard base64 with padding, as every party writes it.
+pub fn b64_encode(bytes: &[u8]) -> String {
+    STANDARD.encode(bytes)
+}
+
+/// Decodes standard base64 with padding; anything else is malformed.
+pub fn b64_decode(text: &str) -> Result<Vec<u8>, ProtoError> {
+    STANDARD.decode(text).map_err(|e| ProtoError::Malformed(format!("bad base64: {e}")))
+}
+
+/// A worker's operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    /// Read up to `max` bytes of a regular file.
+    Read,
+    /// Create or replace a regular file with `data`.
+    Write,
+    /// List up to `max` names of a directory.
+    List,
+}
+
+impl Op {
+    /// The lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Read => "read",
+            Op::Write => "write",
+            Op::List => "list",
+        }
+    }
+}
+
+/// Worker → airlock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    /// Strictly greater than every id before it on this connection.
+    pub id: u64,
+    /// The operation.
+    pub op: Op,
+    /// A root name granted to the submission.
+    pub root: String,
+    /// Relative to the root.
+    pub path: String,
+    /// Read and list: the most bytes or names wanted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<u64>,
+    /// Write: the content, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+}
+
+impl Request {
+    /// Checks the fields present match the operation (`max` for read and
+    /// list, `data` for write, nothing else).
+    pub fn validate(&self) -> Result<(), ProtoError> {
+        let ok = match self.op {
+            Op::Read | Op::List => self.max.is_some() && self.data.is_none(),
+            Op::Write => self.max.is_none() && self.data.is_some(),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(ProtoError::Malformed(format!("fields do not match the {} operation", self.op.as_str())))
+        }
+    }
+}
+
+/// A refusal or failure: a stable code and a message for people.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorBody {
+    /// Stable reason code (see [`crate::codes`] and the `path.*` codes).
+    pub code: String,
+    /// What happened.
+    pub message: String,
+}
+
+/// Airlock → worker. Exactly one of: `data` (read), `written` (write),
+/// `names` with `skipped` and `truncated` (list), `error`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Response {
+    /// The request's id.
+    pub id: u64,
+    /// Read: the bytes, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    /// Write: bytes written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written: Option<u64>,
+    /// List: valid names, sorted by bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub names: Option<Vec<String>>,
+    /// List: entries left out because their names break the path rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<u64>,
+    /// List: more names existed than `max`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<bool>,
+    /// The operation failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+}
+
+impl Response {
+    /// A failure answer.
+    pub fn error(id: u64, code: &str, message: impl Into<String>) -> Response {
+        Response { id, error: Some(ErrorBody { code: code.into(), message: message.into() }), ..Response::default() }
+    }
+
+    /// Checks exactly one result group (or `error`) is present.
+    pub fn validate(&self) -> Result<(), ProtoError> {
+        let list = self.names.is_some() && self.skipped.is_some() && self.truncated.is_some();
+        let list_any = self.names.is_some() || self.skipped.is_some() || self.truncated.is_some();
+        let groups = [self.data.is_some(), self.written.is_some(), list, self.error.is_some()];
+        if groups.iter().filter(|g| **g).count() == 1 && (list || !list_any) {
+            Ok(())
+        } else {
+            Err(ProtoError::Malformed("a response must hold exactly one result or an error".into()))
+        }
+    }
+}
+
+/// An airlock → broker operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BrokerOp {
+    /// Read up to `max` bytes of a regular file with one link.
+    Read,
+    /// List up to `max` names.
+    List,
+    /// Write `data` into a private unnamed file in the target's directory
+    /// and sync it; answer its identity. Nothing is named yet.
+    WritePrepare,
+    /// Link the prepared file (`prepared` = the prepare's id) under the
+    /// staging name `stage`, rename it over the target, sync the directory.
+    WriteCommit,
+    /// Drop a prepared file unnamed.
+    WriteAbort,
+}
+
+/// Airlock → broker. Roots are indices into the broker's handles.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerRequest {
+    /// Strictly increasing.
+    pub id: u64,
+    /// The operation.
+    pub op: BrokerOp,
+    /// Index of the root handle.
+    pub root: u32,
+    /// Relative to the root (`read`, `list`, `write_prepare`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// `read`, `list`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<u64>,
+    /// `write_prepare`: content, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    /// `write_commit`, `write_abort`: the prepare's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepared: Option<u64>,
+    /// `write_commit`: the staging name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+}
+
+impl BrokerRequest {
+    /// Checks the fields present match the operation.
+    pub fn validate(&self) -> Result<(), ProtoError> {
+        let (p, m, d, pr, s) = (
+            self.path.is_some(),
+            self.max.is_some(),
+            self.data.is_some(),
+            self.prepared.is_some(),
+            self.stage.is_some(),
+        );
+        let ok = match self.op {
+            BrokerOp::Read | BrokerOp::List => p && m && !d && !pr && !s,
+            BrokerOp::WritePrepare => p && !m && d && !pr && !s,
+            BrokerOp::WriteCommit => !p && !m && !d && pr && s,
+            BrokerOp::WriteAbort => !p && !m && !d && pr && !s,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(ProtoError::Malformed(format!("fields do not match the {:?} operation", self.op)))
+        }
+    }
+}
+
+/// What a prepared write made: the directory it will be named in and the
+/// unnamed file, by `(dev, ino)`, and its size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WriteIdentity {
+    /// Device of the target's directory.
+    pub dir_dev: u64,
+    /// Inode of the target's directory.
+    pub dir_ino: u64,
+    /// Device of the prepared file.
+    pub file_dev: u64,
+    /// Inode of the prepared file.
+    pub file_ino: u64,
+    /// Bytes written and synced.
+    pub bytes: u64,
+}
+
+/// Broker → airlock.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerResponse {
+    /// The request's id.
+    pub id: u64,
+    /// `read`: the bytes, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    /// `list`: valid names, sorted by bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub names: Option<Vec<String>>,
+    /// `list`: names left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<u64>,
+    /// `list`: more names existed than `max`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<bool>,
+    /// `write_prepare`: the prepared file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<WriteIdentity>,
+    /// `write_commit`: bytes now at the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written: Option<u64>,
+    /// `write_abort`: dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborted: Option<bool>,
+    /// The operation failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+}
+
+impl BrokerResponse {
+    /// A failure answer.
+    pub fn error(id: u64, code: &str, message: impl Into<String>) -> BrokerResponse {
+        BrokerResponse {
+            id,
+            error: Some(ErrorBody { code: code.into(), message: message.into() }),
+            ..BrokerResponse::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{decode, encode};
+
+    #[test]
+    fn requests_are_strict() {
+        let r: Request = decode(br#"{"id":1,"op":"read","root":"data","path":"a.txt","max":10}"#).unwrap();
+        r.validate().unwrap();
+        assert_eq!(decode::<Request>(&encode(&r)).unwrap(), r);
+        // Unknown field, unknown op, wrong type, missing field, surplus field for the op.
+        for bad in [
+            &br#"{"id":1,"op":"read","root":"d","path":"a","max":1,"x":1}"#[..],
+            br#"{"id":1,"op":"delete","root":"d","path":"a","max":1}"#,
+            br#"{"id":"1","op":"read","root":"d","path":"a","max":1}"#,
+            br#"{"id":-1,"op":"read","root":"d","path":"a","max":1}"#,
+            br#"{"op":"read","root":"d","path":"a","max":1}"#,
+            br#"{"id":1,"op":"read","root":"d","path":"a","max":1,"max":2}"#,
+        ] {
+            assert!(decode::<Request>(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+        let surplus: Request = decode(br#"{"id":1,"op":"read","root":"d","path":"a","max":1,"data":""}"#).unwrap();
+        assert!(surplus.validate().is_err());
+        let missing: Request = decode(br#"{"id":1,"op":"write","root":"d","path":"a"}"#).unwrap();
+        assert!(missing.validate().is_err());
+    }
+
+    #[test]
+    fn responses_hold_one_result() {
+        Response { id: 1, data: Some(b64_encode(b"hi")), ..Default::default() }.validate().unwrap();
+        Response::error(2, "broker.denied", "no").validate().unwrap();
+        let list =
+            Response { id: 3, names: Some(vec![]), skipped: Some(0), truncated: Some(false), ..Default::default() };
+        list.validate().unwrap();
+        assert!(Response { id: 4, ..Default::default() }.validate().is_err());
+        assert!(Response { id: 5, names: Some(vec![]), ..Default::default() }.validate().is_err());
+        let two = Response { id: 6, written: Some(1), error: Response::error(6, "x", "y").error, ..Default::default() };
+        assert!(two.validate().is_err());
+    }
+
+    #[test]
+    fn broker_requests_have_one_shape_per_op() {
+        let commit = BrokerRequest {
+            id: 2,
+            op: BrokerOp::WriteCommit,
+            root: 0,
+            path: None,
+            max: None,
+            data: None,
+            prepared: Some(1),
+            stage: Some("s".into()),
+        };
+        commit.validate().unwrap();
+        assert!(BrokerRequest { path: Some("a".into()), ..commit.clone() }.validate().is_err());
+        assert!(BrokerRequest { op: BrokerOp::WriteAbort, ..commit }.validate().is_err());
+        assert_eq!(b64_decode(&b64_encode(b"\x00\xff")).unwrap(), b"\x00\xff");
+        assert!(b64_decode("a").is_err());
+    }
+}

@@ -1,0 +1,514 @@
+//! File operations beneath a granted root, for the filesystem broker.
+//!
+//! Every function takes the root as a directory handle and the path as
+//! components that already passed the protocol's path grammar
+//! (`airlock_fsproto::check_path`); an empty slice names the root itself.
+//! Resolution never follows a link at any component and never crosses a
+//! mount: one `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+//! RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)` call, or, where the
+//! [`Resolver`] says so, a per-component `O_PATH | O_NOFOLLOW` walk that
+//! compares every step's mount id with the root's.
+//!
+//! - [`read_file`]: the final entry is opened `O_PATH` first and must be a
+//!   regular file with one link before it is reopened for reading, so a
+//!   FIFO or device is never opened for reading;
+//! - [`list_dir`]: sorted names, without names the grammar refuses;
+//! - [`prepare_write`] / [`PreparedWrite::commit`]: a write never modifies
+//!   an existing inode. The bytes go to an unnamed `O_TMPFILE` in the target's
+//!   directory; commit links it under a staging name, renames that over the
+//!   target and syncs the directory. Until commit nothing is named, so a
+//!   dropped [`PreparedWrite`] leaves nothing behind;
+//! - [`remove_stage_entry`]: removes a staging entry only if it is still
+//!   the file that was staged (for cleanup and crash recovery).
+//!
+//! # Limits
+//!
+//! The directory handles are the whole authority: whoever holds them can do
+//! anything the descriptors allow. A host process that renames directories
+//! inside a root while an operation runs can make it fail or act on the
+//! directory at its new place inside the root, never outside it. The final
+//! `stat`-then-`unlink` of [`remove_stage_entry`] is not atomic: the seed's
+//! rule "grant trees must not be rearranged by untrusted host processes"
+//! applies, and staging names are unreachable through the path grammar.
+
+use crate::resolve::{Resolver, ResolverKind};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat, StatxFlags};
+use rustix::io::Errno;
+use std::collections::BinaryHeap;
+use std::io::Read;
+
+const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
+    .union(ResolveFlags::NO_SYMLINKS)
+    .union(ResolveFlags::NO_MAGICLINKS)
+    .union(ResolveFlags::NO_XDEV);
+
+/// `openat2` may fail with `EAGAIN` when a rename elsewhere races the lookup.
+const EAGAIN_RETRIES: usize = 16;
+
+/// Why an operation beneath a root was refused or failed. Each variant has
+/// exactly one reason code ([`RootedError::code`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RootedError {
+    /// A component is a symbolic link (`broker.symlink`).
+    #[error("{path:?}: a component is a symbolic link; links are never followed")]
+    Symlink {
+        /// The path, relative to the root.
+        path: String,
+    },
+    /// A component is on another mount than the root (`broker.mount_crossing`).
+    #[error("{path:?}: a component is on another mount than the root")]
+    MountCrossing {
+        /// The path, relative to the root.
+        path: String,
+    },
+    /// A component does not exist (`broker.not_found`).
+    #[error("{path:?}: no such file or directory")]
+    NotFound {
+        /// The path, relative to the root.
+        path: String,
+    },
+    /// The entry is not of the kind the operation needs: not a regular file
+    /// for a read or write, not a directory for a listing or on the way
+    /// (`broker.not_regular`).
+    #[error("{path:?}: {what}")]
+    NotRegular {
+        /// The path, relative to the root.
+        path: String,
+        /// What it is instead, for people.
+        what: &'static str,
+    },
+    /// A file to read has more than one hard link (`broker.hardlink`).
+    #[error("{path:?}: the file has {links} hard links; only files with exactly one are read")]
+    Hardlink {
+        /// The path, relative to the root.
+        path: String,
+        /// Its link count.
+        links: u64,
+    },
+    /// A system call failed, or an entry changed while it was worked on
+    /// (`broker.io`).
+    #[error("{call}: {errno}")]
+    Io {
+        /// The call, with its arguments.
+        call: String,
+        /// The error it returned (`EAGAIN` for an entry replaced meanwhile,
+        /// `EEXIST` for a staging entry that is not the staged file).
+        errno: Errno,
+    },
+}
+
+impl RootedError {
+    /// The stable reason code: `broker.symlink`, `broker.mount_crossing`,
+    /// `broker.not_found`, `broker.not_regular`, `broker.hardlink` or
+    /// `broker.io`.
+    pub fn code(&self) -> &'static str {
+        use airlock_fsproto::codes;
+        match self {
+            RootedError::Symlink { .. } => codes::SYMLINK,
+            RootedError::MountCrossing { .. } => codes::MOUNT_CROSSING,
+            RootedError::NotFound { .. } => codes::NOT_FOUND,
+            RootedError::NotRegular { .. } => codes::NOT_REGULAR,
+            RootedError::Hardlink { .. } => codes::HARDLINK,
+            RootedError::Io { .. } => codes::IO,
+        }
+    }
+
+    fn io(call: impl Into<String>, errno: Errno) -> RootedError {
+        RootedError::Io { call: call.into(), errno }
+    }
+}
+
+/// Shorthand for this module's results.
+pub type RootedResult<T> = std::result::Result<T, RootedError>;
+
+/// `(st_dev, st_ino)` of a file or directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileId {
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+}
+
+impl FileId {
+    fn of(st: &Stat) -> FileId {
+        FileId { dev: st.st_dev, ino: st.st_ino }
+    }
+}
+
+/// A directory listing.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Listing {
+    /// Entry names (never `.` or `..`), sorted bytewise, at most the
+    /// requested maximum: the smallest names of the directory.
+    pub names: Vec<String>,
+    /// Entries left out because their name is not UTF-8 or the path grammar
+    /// refuses it (this includes staging entries).
+    pub skipped: u64,
+    /// Whether acceptable names were left out to stay within the maximum.
+    pub truncated: bool,
+}
+
+fn display(comps: &[&str]) -> String {
+    if comps.is_empty() {
+        ".".to_owned()
+    } else {
+        comps.join("/")
+    }
+}
+
+/// Components reach this module validated; this only refuses what would
+/// change the meaning of a resolution (a separator, `.`/`..`, NUL, empty).
+fn check_components(comps: &[&str]) -> RootedResult<()> {
+    for c in comps {
+        if c.is_empty() || *c == "." || *c == ".." || c.contains('/') || c.contains('\0') {
+            return Err(RootedError::io(
+                format!("resolve {:?}: invalid component {c:?}", display(comps)),
+                Errno::INVAL,
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn fstat(fd: BorrowedFd<'_>, what: &str) -> RootedResult<Stat> {
+    rustix::fs::fstat(fd).map_err(|e| RootedError::io(format!("fstat({what})"), e))
+}
+
+fn mount_id(fd: BorrowedFd<'_>, comps: &[&str]) -> RootedResult<u64> {
+    rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID)
+        .map(|s| s.stx_mnt_id)
+        .map_err(|e| RootedError::io(format!("statx(mnt_id) resolving {:?}", display(comps)), e))
+}
+
+/// Maps an errno of a lookup of `comps` to an error; `ENOTDIR` is decided by
+/// looking (without following) at the entry that caused it.
+fn classify(errno: Errno, dir: BorrowedFd<'_>, name: &str, comps: &[&str], call: &str) -> RootedError {
+    let path = display(comps);
+    match errno {
+        Errno::NOENT => RootedError::NotFound { path },
+        Errno::LOOP => RootedError::Symlink { path },
+        Errno::XDEV => RootedError::MountCrossing { path },
+        Errno::NOTDIR => match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => match FileType::from_raw_mode(st.st_mode) {
+                FileType::Symlink => RootedError::Symlink { path },
+                FileType::Directory => {
+                    RootedError::io(format!("{call}({path:?}): swapped while resolved"), Errno::AGAIN)
+                }
+                _ => RootedError::NotRegular { path, what: "a component is not a directory" },
+            },
+            Err(Errno::NOENT) => RootedError::NotFound { path },
+            Err(e) => RootedError::io(format!("fstatat({name:?}) resolving {path:?}"), e),
+        },
+        e => RootedError::io(format!("{call}(root, {path:?})"), e),
+    }
+}
+
+/// Opens `comps` beneath `root` with `flags` (plus `O_NOFOLLOW | O_CLOEXEC`).
+/// With `O_PATH` a final symlink is returned as itself; otherwise it is
+/// [`RootedError::Symlink`].
+fn open_beneath(resolver: &Resolver, root: BorrowedFd<'_>, comps: &[&str], flags: OFlags) -> RootedResult<OwnedFd> {
+    check_components(comps)?;
+    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    if comps.is_empty() {
+        return rustix::fs::openat(root, ".", flags, Mode::empty())
+            .map_err(|e| RootedError::io(format!("openat(root, \".\", {flags:?})"), e));
+    }
+    match resolver.kind() {
+        ResolverKind::Openat2 => open_openat2(root, comps, flags),
+        ResolverKind::Emulated => open_emulated(root, comps, flags),
+    }
+}
+
+fn open_openat2(root: BorrowedFd<'_>, comps: &[&str], flags: OFlags) -> RootedResult<OwnedFd> {
+    let path = comps.join("/");
+    let mut tries = 0;
+    loop {
+        match rustix::fs::openat2(root, path.as_str(), flags, Mode::empty(), RESOLVE) {
+            Ok(fd) => return Ok(fd),
+            Err(Errno::AGAIN) if tries < EAGAIN_RETRIES => tries += 1,
+            // ENOTDIR does not say which component: find it with the walk.
+            Err(Errno::NOTDIR) => {
+                return match open_emulated(root, comps, flags) {
+                    Err(e) => Err(e),
+                    Ok(_) => {
+                        Err(RootedError::io(format!("openat2(root, {path:?}): changed while resolved"), Errno::AGAIN))
+                    }
+                }
+            }
+            Err(errno) => return Err(classify(errno, root, &path, comps, "openat2")),
+        }
+    }
+}
+
+fn open_emulated(root: BorrowedFd<'_>, comps: &[&str], flags: OFlags) -> RootedResult<OwnedFd> {
+    let root_mount = mount_id(root, comps)?;
+    let mut current: Option<OwnedFd> = None;
+    for (i, name) in comps.iter().enumerate() {
+        let base = current.as_ref().map_or(root, |fd| fd.as_fd());
+        let last = i + 1 == comps.len();
+        let step = if last { flags } else { OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC };
+        let fd = rustix::fs::openat(base, *name, step, Mode::empty())
+            .map_err(|e| classify(e, base, name, &comps[..=i], "openat"))?;
+        let st = fstat(fd.as_fd(), name)?;
+        let ty = FileType::from_raw_mode(st.st_mode);
+        if !last && ty != FileType::Directory {
+            return Err(if ty == FileType::Symlink {
+                RootedError::Symlink { path: display(comps) }
+            } else {
+                RootedError::NotRegular { path: display(comps), what: "a component is not a directory" }
+            });
+        }
+        if mount_id(fd.as_fd(), comps)? != root_mount {
+            return Err(RootedError::MountCrossing { path: display(comps) });
+        }
+        current = Some(fd);
+    }
+    current.ok_or_else(|| RootedError::io("resolve(root, \"\")", Errno::INVAL))
+}
+
+/// `openat2(root, comps, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)` with no link
+/// at any component and no mount crossed; an empty `comps` opens the root
+/// itself. A non-directory is [`RootedError::NotRegular`].
+pub fn open_dir_beneath(resolver: &Resolver, root: impl AsFd, comps: &[&str]) -> RootedResult<OwnedFd> {
+    let root = root.as_fd();
+    open_beneath(resolver, root, comps, OFlags::RDONLY | OFlags::DIRECTORY).map_err(|e| match e {
+        // O_DIRECTORY on a final non-directory: say what it is.
+        RootedError::NotRegular { path, .. } => RootedError::NotRegular { path, what: "it is not a directory" },
+        other => other,
+    })
+}
+
+fn check_regular(st: &Stat, comps: &[&str]) -> RootedResult<()> {
+    let path = display(comps);
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => {}
+        FileType::Symlink => return Err(RootedError::Symlink { path }),
+        FileType::Directory => return Err(RootedError::NotRegular { path, what: "it is a directory" }),
+        _ => return Err(RootedError::NotRegular { path, what: "it is not a regular file (FIFO, socket or device)" }),
+    }
+    if st.st_nlink != 1 {
+        return Err(RootedError::Hardlink { path, links: st.st_nlink });
+    }
+    Ok(())
+}
+
+/// Reads at most `max` bytes from the start of the regular file `comps`
+/// (fewer at its end) and returns them with the file's identity.
+///
+/// The entry is opened `O_PATH | O_NOFOLLOW` first and must be a regular
+/// file with exactly one link; only then is it reopened `O_RDONLY |
+/// O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`, and the reopened inode must be the
+/// checked one (else [`RootedError::Io`] with `EAGAIN`).
+pub fn read_file(resolver: &Resolver, root: impl AsFd, comps: &[&str], max: u64) -> RootedResult<(Vec<u8>, FileId)> {
+    let root = root.as_fd();
+    if comps.is_empty() {
+        return Err(RootedError::NotRegular { path: display(comps), what: "it is a directory" });
+    }
+    let probe = open_beneath(resolver, root, comps, OFlags::PATH)?;
+    let st = fstat(probe.as_fd(), "O_PATH probe")?;
+    check_regular(&st, comps)?;
+    let fd = open_beneath(resolver, root, comps, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY)?;
+    let now = fstat(fd.as_fd(), "reopened file")?;
+    if FileId::of(&now) != FileId::of(&st) {
+        return Err(RootedError::io(format!("reopen({:?}): replaced while opened", display(comps)), Errno::AGAIN));
+    }
+    check_regular(&now, comps)?;
+    let size_hint = u64::try_from(now.st_size).unwrap_or(0).min(max);
+    let mut bytes = Vec::with_capacity(usize::try_from(size_hint).unwrap_or(0));
+    std::fs::File::from(fd).take(max).read_to_end(&mut bytes).map_err(|e| {
+        RootedError::io(format!("read({:?})", display(comps)), Errno::from_io_error(&e).unwrap_or(Errno::IO))
+    })?;
+    Ok((bytes, FileId::of(&now)))
+}
+
+/// Lists the directory `comps` (empty: the root): at most `max` names,
+/// the bytewise-smallest ones, sorted. A name that is not UTF-8 or that
+/// `airlock_fsproto::check_component` refuses is counted in
+/// [`Listing::skipped`]; names past `max` set [`Listing::truncated`]. Memory
+/// stays bounded by `max` whatever the directory holds.
+pub fn list_dir(resolver: &Resolver, root: impl AsFd, comps: &[&str], max: usize) -> RootedResult<Listing> {
+    let fd = open_dir_beneath(resolver, root, comps)?;
+    let mut stream = rustix::fs::Dir::new(fd).map_err(|e| RootedError::io("fdopendir", e))?;
+    // A max-heap of the smallest `max` names seen so far.
+    let mut kept: BinaryHeap<String> = BinaryHeap::new();
+    let mut listing = Listing::default();
+    while let Some(next) = stream.read() {
+        let entry = next.map_err(|e| RootedError::io(format!("getdents64({:?})", display(comps)), e))?;
+        let raw = entry.file_name().to_bytes();
+        if raw == b"." || raw == b".." {
+            continue;
+        }
+        let name = match std::str::from_utf8(raw) {
+            Ok(name) if airlock_fsproto::check_component(name).is_ok() => name,
+            _ => {
+                listing.skipped += 1;
+                continue;
+            }
+        };
+        if kept.len() < max {
+            kept.push(name.to_owned());
+        } else {
+            listing.truncated = true;
+            if kept.peek().is_some_and(|largest| name < largest.as_str()) {
+                kept.pop();
+                kept.push(name.to_owned());
+            }
+        }
+    }
+    listing.names = kept.into_sorted_vec();
+    Ok(listing)
+}
+
+/// A write whose bytes are synced in an unnamed file beside its target,
+/// not yet visible. Dropping it without [`PreparedWrite::commit`] leaves
+/// nothing: the file was never named.
+#[derive(Debug)]
+pub struct PreparedWrite {
+    dir: OwnedFd,
+    file: OwnedFd,
+    name: String,
+    path: String,
+    dir_id: FileId,
+    file_id: FileId,
+    bytes: u64,
+}
+
+/// Prepares replacing (or creating) the regular file `comps` with `bytes`.
+///
+/// The parent (every component but the last) is resolved like
+/// [`open_dir_beneath`]; an existing target must be a regular file (a
+/// symlink is [`RootedError::Symlink`], anything else
+/// [`RootedError::NotRegular`]; its link count does not matter, since it is
+/// never opened). The bytes are written to an `O_TMPFILE` (mode `0600`) in
+/// that directory and synced.
+pub fn prepare_write(
+    resolver: &Resolver,
+    root: impl AsFd,
+    comps: &[&str],
+    bytes: &[u8],
+) -> RootedResult<PreparedWrite> {
+    let root = root.as_fd();
+    check_components(comps)?;
+    let Some((name, parent)) = comps.split_last() else {
+        return Err(RootedError::NotRegular { path: display(comps), what: "it is a directory" });
+    };
+    let path = display(comps);
+    let dir = open_dir_beneath(resolver, root, parent)?;
+    match rustix::fs::statat(&dir, *name, AtFlags::SYMLINK_NOFOLLOW) {
+        Err(Errno::NOENT) => {}
+        Err(e) => return Err(RootedError::io(format!("fstatat({path:?}, AT_SYMLINK_NOFOLLOW)"), e)),
+        Ok(st) => match FileType::from_raw_mode(st.st_mode) {
+            FileType::RegularFile => {}
+            FileType::Symlink => return Err(RootedError::Symlink { path }),
+            FileType::Directory => return Err(RootedError::NotRegular { path, what: "it is a directory" }),
+            _ => {
+                return Err(RootedError::NotRegular { path, what: "it is not a regular file (FIFO, socket or device)" })
+            }
+        },
+    }
+    let file =
+        rustix::fs::openat(&dir, ".", OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))
+            .map_err(|e| RootedError::io(format!("openat(dir of {path:?}, \".\", O_TMPFILE|O_WRONLY, 0600)"), e))?;
+    let mut written = 0;
+    while written < bytes.len() {
+        match rustix::io::write(&file, &bytes[written..]) {
+            Ok(0) => return Err(RootedError::io(format!("write(tmpfile for {path:?})"), Errno::IO)),
+            Ok(n) => written += n,
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(RootedError::io(format!("write(tmpfile for {path:?})"), e)),
+        }
+    }
+    rustix::fs::fsync(&file).map_err(|e| RootedError::io(format!("fsync(tmpfile for {path:?})"), e))?;
+    let file_id = FileId::of(&fstat(file.as_fd(), "tmpfile")?);
+    let dir_id = FileId::of(&fstat(dir.as_fd(), "parent dir")?);
+    Ok(PreparedWrite { dir, file, name: (*name).to_owned(), path, dir_id, file_id, bytes: bytes.len() as u64 })
+}
+
+impl PreparedWrite {
+    /// `(dev, ino)` of the target's directory.
+    pub fn dir_id(&self) -> FileId {
+        self.dir_id
+    }
+
+    /// `(dev, ino)` of the unnamed file holding the bytes (the inode that
+    /// will carry the target's name).
+    pub fn file_id(&self) -> FileId {
+        self.file_id
+    }
+
+    /// How many bytes the file holds.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The target's directory handle (for [`remove_stage_entry`]).
+    pub fn dir(&self) -> BorrowedFd<'_> {
+        self.dir.as_fd()
+    }
+
+    /// Makes the bytes the target's content: `linkat(file, "", dir,
+    /// stage_name, AT_EMPTY_PATH)`, then `renameat(dir, stage_name, dir,
+    /// target)`, which replaces the name without opening the old inode,
+    /// then `fsync(dir)`. If the rename fails, the staging entry is removed
+    /// (after checking it is still this file). Returns the byte count.
+    ///
+    /// `stage_name` must be a single component that does not exist (the
+    /// caller picks it, e.g. to write a recovery record first).
+    pub fn commit(self, stage_name: &str) -> RootedResult<u64> {
+        check_components(&[stage_name])?;
+        let path = &self.path;
+        rustix::fs::linkat(&self.file, "", &self.dir, stage_name, AtFlags::EMPTY_PATH).map_err(|e| {
+            RootedError::io(format!("linkat(tmpfile, \"\", dir of {path:?}, {stage_name:?}, AT_EMPTY_PATH)"), e)
+        })?;
+        if let Err(e) = rustix::fs::renameat(&self.dir, stage_name, &self.dir, self.name.as_str()) {
+            let err = RootedError::io(format!("renameat(dir, {stage_name:?}, dir, {:?})", self.name), e);
+            // Best effort: the rename's error is the one to report.
+            let _ = remove_stage_entry(&self.dir, stage_name, self.file_id);
+            return Err(err);
+        }
+        rustix::fs::fsync(&self.dir).map_err(|e| RootedError::io(format!("fsync(dir of {path:?})"), e))?;
+        Ok(self.bytes)
+    }
+}
+
+/// Removes the staging entry `stage_name` from `dir` only if it is a
+/// regular file whose `(dev, ino)` is `expected`, then syncs `dir`.
+/// `Ok(false)` when there is no such entry. Anything else at that name is
+/// left alone and reported: [`RootedError::NotRegular`] or
+/// [`RootedError::Symlink`] for another kind, [`RootedError::Io`] with
+/// `EEXIST` for another file.
+pub fn remove_stage_entry(dir: impl AsFd, stage_name: &str, expected: FileId) -> RootedResult<bool> {
+    let dir = dir.as_fd();
+    check_components(&[stage_name])?;
+    let st = match rustix::fs::statat(dir, stage_name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::NOENT) => return Ok(false),
+        Err(e) => return Err(RootedError::io(format!("fstatat(dir, {stage_name:?}, AT_SYMLINK_NOFOLLOW)"), e)),
+    };
+    let path = stage_name.to_owned();
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile => {}
+        FileType::Symlink => return Err(RootedError::Symlink { path }),
+        _ => return Err(RootedError::NotRegular { path, what: "a staging entry that is not a regular file" }),
+    }
+    if FileId::of(&st) != expected {
+        return Err(RootedError::io(
+            format!(
+                "staging entry {stage_name:?} is ({}, {}), not the staged file ({}, {}); left in place",
+                st.st_dev, st.st_ino, expected.dev, expected.ino
+            ),
+            Errno::EXIST,
+        ));
+    }
+    match rustix::fs::unlinkat(dir, stage_name, AtFlags::empty()) {
+        Ok(()) | Err(Errno::NOENT) => {}
+        Err(e) => return Err(RootedError::io(format!("unlinkat(dir, {stage_name:?}, 0)"), e)),
+    }
+    rustix::fs::fsync(dir).map_err(|e| RootedError::io("fsync(dir)", e))?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests;

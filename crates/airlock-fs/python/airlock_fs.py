@@ -1,0 +1,240 @@
+"""airlock_fs: read, write and list the named roots airlock grants this worker.
+
+Inside an isolated worker, descriptor 3 (named by ``AIRLOCK_FS_FD``) is a
+connected socket to airlock. Every call sends one frame (a big-endian u32
+length, then one compact UTF-8 JSON object) and receives one back::
+
+    import airlock_fs
+    text = airlock_fs.read("data", "message.txt", 4096)
+    airlock_fs.write("results", "copy.txt", text)
+    names, skipped = airlock_fs.list("data", ".")
+
+A refused or failed call raises ``FsError`` with ``.code`` (``broker.denied``,
+``broker.not_found``, ``path.traversal``, ...) and ``.message``. Transport
+failures use ``broker.io`` (no socket, or it failed) and ``broker.protocol``
+(a malformed or mismatched frame, or a request too large to frame); after
+one of those the connection is unusable.
+
+Standard library only; Python 3.8 or later. Calls are made one at a time,
+and processes sharing the socket must take turns.
+"""
+
+import base64
+import binascii
+import builtins
+import json
+import os
+import socket
+import struct
+import time
+
+__all__ = ["FsError", "read", "write", "list", "list_dir", "MAX_IO_BYTES", "MAX_LIST_NAMES"]
+
+#: Most bytes of one frame body (either direction).
+MAX_FRAME = 96 * 1024
+#: Most bytes one read or write moves (airlock enforces it).
+MAX_IO_BYTES = 65536
+#: Most names one list returns (airlock enforces it).
+MAX_LIST_NAMES = 256
+#: The environment variable naming the socket's descriptor.
+ENV_FD = "AIRLOCK_FS_FD"
+
+_PROTOCOL = "broker.protocol"
+_IO = "broker.io"
+_RESPONSE_FIELDS = frozenset(["id", "data", "written", "names", "skipped", "truncated", "error"])
+
+
+class FsError(Exception):
+    """A refused or failed operation: ``code`` (stable) and ``message``."""
+
+    def __init__(self, code, message):
+        super().__init__("{}: {}".format(code, message))
+        self.code = code
+        self.message = message
+
+
+class _Connection:
+    """The socket, the last call id and whether the exchange broke."""
+
+    def __init__(self):
+        self.sock = None
+        self.last_id = 0
+        self.broken = False
+
+    def open(self):
+        if self.sock is not None:
+            return self.sock
+        raw = os.environ.get(ENV_FD)
+        if raw is None:
+            raise FsError(_IO, "{} is not set: not running in an isolated worker".format(ENV_FD))
+        if not (raw.isascii() and raw.isdigit()):
+            raise FsError(_IO, "{}={!r} is not a descriptor number".format(ENV_FD, raw))
+        try:
+            # A duplicate (not inheritable): the original number stays open
+            # for child processes such as `airlock-fs` commands.
+            self.sock = socket.socket(fileno=os.dup(int(raw)))
+        except OSError as e:
+            raise FsError(_IO, "descriptor {} from {}: {}".format(raw, ENV_FD, e)) from None
+        return self.sock
+
+    def next_id(self):
+        # Strictly increasing across every process sharing the socket:
+        # CLOCK_MONOTONIC nanoseconds, the clock the Rust client reads too.
+        self.last_id = max(self.last_id + 1, time.monotonic_ns())
+        return self.last_id
+
+    def fail(self, code, message):
+        self.broken = True
+        return FsError(code, message)
+
+    def call(self, request):
+        """Sends ``request`` (without its id) and returns the answer's fields."""
+        if self.broken:
+            raise FsError(_PROTOCOL, "the connection failed earlier and is unusable")
+        sock = self.open()
+        ident = self.next_id()
+        message = {"id": ident}
+        message.update(request)
+        # The same bytes serde_json writes: compact, keys in declaration
+        # order, non-ASCII as UTF-8, control characters as lower-case \u00xx.
+        body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        if len(body) > MAX_FRAME:
+            raise FsError(
+                _PROTOCOL,
+                "the {} request is {} bytes, over the {}-byte frame limit".format(request["op"], len(body), MAX_FRAME),
+            )
+        try:
+            sock.sendall(struct.pack(">I", len(body)) + body)
+            head = self._recv_exact(sock, 4)
+            (length,) = struct.unpack(">I", head)
+            if length > MAX_FRAME:
+                raise self.fail(_PROTOCOL, "frame of {} bytes exceeds the {}-byte limit".format(length, MAX_FRAME))
+            answer = self._recv_exact(sock, length)
+        except OSError as e:
+            raise self.fail(_IO, "exchanging call {}: {}".format(ident, e)) from None
+        response = self._decode(answer)
+        if response["id"] != ident:
+            raise self.fail(_PROTOCOL, "answer to call {} arrived for call {}".format(response["id"], ident))
+        error = response.get("error")
+        if error is not None:
+            raise FsError(error["code"], error["message"])
+        return response
+
+    def _recv_exact(self, sock, n):
+        chunks = []
+        while n > 0:
+            chunk = sock.recv(min(n, 65536))
+            if not chunk:
+                raise self.fail(_IO, "airlock closed the connection before answering")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def _decode(self, body):
+        def pairs(items):
+            seen = {}
+            for key, value in items:
+                if key in seen:
+                    raise ValueError("duplicate field {!r}".format(key))
+                seen[key] = value
+            return seen
+
+        try:
+            response = json.loads(body.decode("utf-8"), object_pairs_hook=pairs)
+        except (UnicodeDecodeError, ValueError) as e:
+            raise self.fail(_PROTOCOL, "malformed answer: {}".format(e)) from None
+        if not isinstance(response, dict) or not set(response) <= _RESPONSE_FIELDS:
+            raise self.fail(_PROTOCOL, "malformed answer: unknown fields")
+        if not _is_u64(response.get("id")):
+            raise self.fail(_PROTOCOL, "malformed answer: no id")
+        error = response.get("error")
+        groups = [
+            "data" in response,
+            "written" in response,
+            all(k in response for k in ("names", "skipped", "truncated")),
+            error is not None,
+        ]
+        list_any = any(k in response for k in ("names", "skipped", "truncated"))
+        if sum(groups) != 1 or (list_any and not groups[2]):
+            raise self.fail(_PROTOCOL, "an answer must hold exactly one result or an error")
+        if error is not None and not (
+            isinstance(error, dict)
+            and set(error) == {"code", "message"}
+            and isinstance(error["code"], str)
+            and isinstance(error["message"], str)
+        ):
+            raise self.fail(_PROTOCOL, "malformed error in the answer")
+        return response
+
+
+def _is_u64(value):
+    return type(value) is int and 0 <= value < 2**64
+
+
+_connection = _Connection()
+
+
+def _check_args(root, path):
+    if not isinstance(root, str) or not isinstance(path, str):
+        raise TypeError("root and path must be str")
+
+
+def _check_max(maximum):
+    if type(maximum) is not int or not 0 <= maximum < 2**64:
+        raise TypeError("maximum must be a non-negative int")
+
+
+def read(root, path, maximum=MAX_IO_BYTES):
+    """Reads at most ``maximum`` bytes of the regular file ``path`` in ``root``."""
+    _check_args(root, path)
+    _check_max(maximum)
+    conn = _connection
+    r = conn.call({"op": "read", "root": root, "path": path, "max": maximum})
+    if not isinstance(r.get("data"), str):
+        raise conn.fail(_PROTOCOL, "a read was answered without data")
+    try:
+        data = base64.b64decode(r["data"].encode("ascii"), validate=True)
+    except (UnicodeEncodeError, binascii.Error) as e:
+        raise conn.fail(_PROTOCOL, "bad base64: {}".format(e)) from None
+    if len(data) > maximum:
+        raise conn.fail(_PROTOCOL, "{} bytes answered a read of at most {}".format(len(data), maximum))
+    return data
+
+
+def write(root, path, data):
+    """Creates or replaces the regular file ``path`` in ``root`` with ``data`` (bytes)."""
+    _check_args(root, path)
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError("data must be bytes")
+    data = bytes(data)
+    conn = _connection
+    r = conn.call({"op": "write", "root": root, "path": path, "data": base64.b64encode(data).decode("ascii")})
+    if r.get("written") != len(data) or not _is_u64(r.get("written")):
+        raise conn.fail(_PROTOCOL, "a write of {} bytes was answered with {!r}".format(len(data), r.get("written")))
+
+
+def list_dir(root, path=".", maximum=MAX_LIST_NAMES):
+    """Lists at most ``maximum`` names of the directory ``path`` in ``root``.
+
+    Returns ``(names, skipped)``: the names sorted by bytes, and how many
+    entries were left out because their names break the path rules.
+    """
+    _check_args(root, path)
+    _check_max(maximum)
+    conn = _connection
+    r = conn.call({"op": "list", "root": root, "path": path, "max": maximum})
+    names, skipped, truncated = r.get("names"), r.get("skipped"), r.get("truncated")
+    ok = (
+        isinstance(names, builtins.list)
+        and all(isinstance(n, str) for n in names)
+        and _is_u64(skipped)
+        and isinstance(truncated, bool)
+        and len(names) <= maximum
+    )
+    if not ok:
+        raise conn.fail(_PROTOCOL, "a list was answered without valid names")
+    return names, skipped
+
+
+#: The same as ``list_dir`` (this name hides the built-in ``list`` inside the module).
+list = list_dir

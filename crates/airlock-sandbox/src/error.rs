@@ -242,14 +242,41 @@ pub enum SandboxError {
     /// init died without saying why.
     #[error("sandbox init protocol: {0}")]
     Protocol(String),
+    /// Copying or sealing a program in memory failed ([`crate::SealedProgram`]).
+    #[error("seal program: {call}: {errno}")]
+    Sealed {
+        /// The call, with its arguments.
+        call: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// A sealed program's SHA-256 is not the approved one.
+    #[error("program {program:?} has SHA-256 {actual}, not the approved {expected:?}")]
+    DigestMismatch {
+        /// The program's name.
+        program: String,
+        /// The approved digest, as given.
+        expected: String,
+        /// The digest of the sealed copy.
+        actual: String,
+    },
+    /// Starting or stopping the broker process failed.
+    #[error("broker: {call}: {errno}")]
+    Broker {
+        /// The call, with its arguments.
+        call: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
 }
 
 impl SandboxError {
     /// The stable dotted reason code of this error.
     ///
     /// `sandbox.unavailable` (the host cannot run this tier),
-    /// `sandbox.invalid_spec`, `worker.exec_failed`, `sandbox.setup_failed`
-    /// (any other step).
+    /// `sandbox.invalid_spec`, `worker.exec_failed`,
+    /// `sandbox.digest_mismatch` (a sealed program is not the approved one),
+    /// `sandbox.setup_failed` (any other step).
     pub fn reason_code(&self) -> &'static str {
         match self {
             SandboxError::InvalidSpec(_) => "sandbox.invalid_spec",
@@ -261,6 +288,7 @@ impl SandboxError {
                 "sandbox.unavailable"
             }
             SandboxError::Exec { .. } => "worker.exec_failed",
+            SandboxError::DigestMismatch { .. } => "sandbox.digest_mismatch",
             _ => "sandbox.setup_failed",
         }
     }

@@ -81,6 +81,14 @@
 //! | same confinement for an unprivileged caller | `unprivileged::*` (the whole suite re-run as uid 65534) |
 //! | a bound program runs, cannot be written, nothing beside it | `program::a_bound_program_runs_read_only_and_alone` |
 //!
+//! # The filesystem broker
+//!
+//! [`broker_jail`] starts the broker from a [`SealedProgram`] (a hashed,
+//! sealed in-memory copy: the bytes that were approved are the bytes that
+//! run) with only a socket and its root handles, and [`confine_broker`] is
+//! what the broker calls first: an empty read-only root, no capabilities,
+//! Landlock to its roots' rights and a default-deny seccomp allowlist.
+//!
 //! ```no_run
 //! use airlock_sandbox::{NativeTier, StagedInput, Tier, Worker, WorkerSpec};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -95,6 +103,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod broker_jail;
 mod cgroup;
 mod error;
 pub mod init;
@@ -105,6 +114,7 @@ mod outcome;
 mod parent;
 mod pid1;
 mod probe;
+mod sealed;
 mod seccomp;
 mod spec;
 mod sys;
@@ -112,9 +122,13 @@ mod wire;
 mod worker;
 mod worker_exec;
 
+pub use broker_jail::{
+    confine_broker, spawn_broker, spawn_broker_with, BrokerOptions, BrokerProcess, BROKER_FIRST_ROOT_FD,
+};
 pub use error::{OsErrno, SandboxError};
 pub use native::{LiveStdio, NativeTier, NativeWorker};
 pub use outcome::{AppliedLimits, ExitStatusKind, OutputExport, WorkerOutcome};
 pub use probe::{probe, HostSupport};
+pub use sealed::SealedProgram;
 pub use spec::{ImageMount, StagedInput, StagedOutput, WorkerLimits, WorkerSpec, PROGRAM_PATH};
 pub use worker::{KillHandle, Tier, Worker};

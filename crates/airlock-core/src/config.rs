@@ -130,6 +130,8 @@ struct RawConfig {
     limits: LimitOverrides,
     #[serde(default)]
     staging: StagingLimits,
+    #[serde(default)]
+    broker: crate::broker::RawBroker,
 }
 
 #[derive(Deserialize, Default)]
@@ -192,6 +194,8 @@ pub struct Config {
     pub limits: Limits,
     /// Size of the shared staging pool (`[staging]`).
     pub staging: StagingLimits,
+    /// The named-root broker (`[broker]`): root paths for manifests, budgets, helper pins.
+    pub broker: crate::broker::BrokerConfig,
 }
 
 impl Config {
@@ -242,6 +246,7 @@ impl Config {
             principal: raw.policy.principal.unwrap_or_else(|| "local".to_owned()),
             limits,
             staging: raw.staging,
+            broker: raw.broker.check(base_dir)?,
         })
     }
 

@@ -72,6 +72,10 @@ pub struct FilesystemBoundary {
     /// what the one private snapshot holds. Absent for tool calls.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<SnapshotBinding>,
+    /// For an isolated submission: its named roots, budgets and helper
+    /// digests. Absent for other calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broker: Option<crate::broker::BrokerBoundary>,
 }
 
 /// What a repository snapshot holds, bound into the descriptor so policy
@@ -115,6 +119,7 @@ impl FilesystemBoundary {
             output_parent,
             source: None,
             snapshot: None,
+            broker: None,
         }
     }
 }

@@ -22,6 +22,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod broker;
 pub mod config;
 pub mod descriptor;
 pub mod envelope;

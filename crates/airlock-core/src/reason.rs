@@ -246,6 +246,31 @@ reason_codes! {
     McpToolMissing => "mcp.tool_missing", Failed, TOOL_FAILED;
     /// The upstream tool answered with `isError: true`.
     McpToolError => "mcp.tool_error", Failed, TOOL_FAILED;
+    // ---- named-root broker (`airlock isolated`) ----
+    /// A root grant is malformed (`NAME=PATH:RIGHTS`, name grammar, rights,
+    /// more than 64 roots, a name given twice, a name with no configured path).
+    BrokerRootInvalid => "broker.root_invalid", Refused, USAGE;
+    /// A root directory cannot be granted: missing, a symlink, not a
+    /// directory, or overlapping the state directory or another root.
+    BrokerRootUnusable => "broker.root_unusable", Refused, NO_PERM;
+    /// `[broker]` combined with `[filesystem]`, `[source]` or `[mcp]`, or malformed.
+    BrokerConflict => "broker.conflict", Refused, DATA;
+    /// A helper binary's SHA-256 differs from the pinned digest.
+    BrokerDigestMismatch => "broker.digest_mismatch", Refused, NO_PERM;
+    /// The broker or a client binary could not be found, sealed or started.
+    BrokerUnavailable => "broker.unavailable", Error, CONFIG;
+    /// A file operation of the submission failed (denied, missing, over a
+    /// limit or budget, malformed); the submission ends as failed.
+    BrokerOperationFailed => "broker.operation_failed", Failed, TOOL_FAILED;
+    /// The broker died or broke the protocol during a submission.
+    BrokerFailed => "broker.failed", Error, SOFTWARE;
+    /// Leftover staging entries could not all be removed; run `airlock isolated recover`.
+    BrokerCleanupFailed => "broker.cleanup_failed", Error, SOFTWARE;
+    /// A submission to recover still has a live owner.
+    BrokerBusy => "broker.busy", Refused, TEMP_FAIL;
+    /// Recovery records name roots that were not granted to `recover`, or
+    /// whose directories changed identity.
+    BrokerRecoveryRoots => "broker.recovery_roots", Refused, NO_PERM;
     // ---- approval ----
     /// The tool needs an exact-call approval of this descriptor digest first.
     ApprovalRequired => "approval.required", Refused, NO_PERM;

@@ -20,8 +20,21 @@ pub(crate) const TOOL: &str = "Airlock::Tool";
 const ACTION: &str = "Airlock::Action";
 
 /// Names declared in the `Airlock` namespace (entity and common types).
-const AIRLOCK_NAMES: &[&str] =
-    &["Agent", "Tool", "Read", "DirIdentity", "SourceRange", "SourceLimits", "Source", "Filesystem", "CommandBoundary"];
+const AIRLOCK_NAMES: &[&str] = &[
+    "Agent",
+    "Tool",
+    "Read",
+    "DirIdentity",
+    "SourceRange",
+    "SourceLimits",
+    "Source",
+    "Snapshot",
+    "BrokerRoot",
+    "BrokerBudgets",
+    "Broker",
+    "Filesystem",
+    "CommandBoundary",
+];
 /// Names a resource type may not take, because the schema's own type
 /// expressions would read them as built-in types.
 const BUILTIN_NAMES: &[&str] = &["String", "Long", "Bool", "Boolean", "Set", "Record", "Entity", "Extension"];
@@ -122,6 +135,30 @@ fn snapshot_ty() -> Ty {
     ])
 }
 
+fn broker_root_ty() -> Ty {
+    Ty::Record(["name", "path", "rights", "dev", "ino"].iter().map(|n| req(n, Ty::Str)).collect())
+}
+
+fn broker_budgets_ty() -> Ty {
+    Ty::Record(
+        ["calls", "outstanding", "read_bytes", "write_bytes", "entries"].iter().map(|n| req(n, Ty::Long)).collect(),
+    )
+}
+
+/// `command_boundary.filesystem.broker`: an isolated submission's named
+/// roots, budgets and helper digests (absent for other calls).
+fn broker_ty() -> Ty {
+    Ty::Record(vec![
+        req("roots", set(Ty::Named("BrokerRoot", Box::new(broker_root_ty())))),
+        req("read_roots", set(Ty::Str)),
+        req("write_roots", set(Ty::Str)),
+        req("list_roots", set(Ty::Str)),
+        req("budgets", Ty::Named("BrokerBudgets", Box::new(broker_budgets_ty()))),
+        req("broker_sha256", Ty::Str),
+        req("client_sha256", Ty::Str),
+    ])
+}
+
 fn filesystem_ty() -> Ty {
     Ty::Record(vec![
         req("reads", set(Ty::Named("Read", Box::new(read_ty())))),
@@ -135,6 +172,7 @@ fn filesystem_ty() -> Ty {
         req("create_paths", set(Ty::Str)),
         opt("source", Ty::Named("Source", Box::new(source_ty()))),
         opt("snapshot", Ty::Named("Snapshot", Box::new(snapshot_ty()))),
+        opt("broker", Ty::Named("Broker", Box::new(broker_ty()))),
     ])
 }
 
@@ -151,6 +189,9 @@ fn common_types() -> Vec<(&'static str, Ty)> {
         ("SourceLimits", source_limits_ty()),
         ("Source", source_ty()),
         ("Snapshot", snapshot_ty()),
+        ("BrokerRoot", broker_root_ty()),
+        ("BrokerBudgets", broker_budgets_ty()),
+        ("Broker", broker_ty()),
         ("Filesystem", filesystem_ty()),
         ("CommandBoundary", command_boundary_ty()),
     ]

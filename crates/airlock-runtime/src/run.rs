@@ -359,6 +359,8 @@ impl Runtime {
             timeout: Duration::from_secs(manifest.tool.timeout_seconds),
             stdout_limit: stdout_limit(manifest),
             stderr_limit: STDERR_LIMIT,
+            fs_socket: None,
+            provided: Vec::new(),
         })
     }
 }
@@ -516,6 +518,8 @@ fn run_parser(
         timeout: Duration::from_secs(manifest.tool.timeout_seconds),
         stdout_limit: stdout_limit(manifest),
         stderr_limit: STDERR_LIMIT,
+        fs_socket: None,
+        provided: Vec::new(),
     };
     let outcome = run_worker(tier, spec, &format!("the parser {program}"))?;
     let failed = |why: String| Refusal::new(ReasonCode::OutputParse, format!("the parser {program} {why}"));

@@ -68,11 +68,15 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
         crate::sys::adopt_inherited_fd(fd)
             .map_err(|e| SandboxError::ProcessAttr { call: format!("fcntl({fd}, F_GETFD)"), errno: errno(e) })
     };
-    let input_fds: Vec<OwnedFd> = spec.inputs.iter().map(|i| adopt(i.fd)).collect::<Result<_, _>>()?;
-    let host_output: Option<OwnedFd> = spec.output.as_ref().map(|o| adopt(o.fd)).transpose()?;
+    let inherited = Inherited {
+        inputs: spec.inputs.iter().map(|i| adopt(i.fd)).collect::<Result<_, _>>()?,
+        output: spec.output.as_ref().map(|o| adopt(o.fd)).transpose()?,
+        provided: spec.provided.iter().map(|p| adopt(p.fd)).collect::<Result<_, _>>()?,
+        fs_socket: spec.fs_socket_fd.map(adopt).transpose()?,
+    };
     // Kept open (by number) for PID 1 to bind; never reaches the tool.
     let program: Option<OwnedFd> = spec.program_fd.map(adopt).transpose()?;
-    for fd in input_fds.iter().chain(host_output.iter()).chain(program.iter()) {
+    for fd in inherited.all().chain(program.iter()) {
         rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC)
             .map_err(|e| SandboxError::ProcessAttr { call: "fcntl(F_SETFD, FD_CLOEXEC)".into(), errno: errno(e) })?;
     }
@@ -135,13 +139,12 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
     {
         Forked::Child => {
             drop(lifeline_w);
-            crate::pid1::run(spec, status, lifeline_r, input_fds, host_output)
+            crate::pid1::run(spec, status, lifeline_r, inherited)
         }
         Forked::Parent(pid) => pid,
     };
     drop(lifeline_r);
-    drop(input_fds);
-    drop(host_output);
+    drop(inherited);
     drop(program);
     status.send(&StatusMsg::Pid1 { host_pid: pid1 });
 
@@ -175,6 +178,24 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
     };
     status.send(&StatusMsg::Pid1Exited { code, signal, deadline_kill });
     Ok(0)
+}
+
+/// The descriptors the init inherited for PID 1, owned (all close-on-exec).
+pub(crate) struct Inherited {
+    /// The staged inputs, in spec order.
+    pub inputs: Vec<OwnedFd>,
+    /// The host staging file of the output.
+    pub output: Option<OwnedFd>,
+    /// The provided files, in spec order.
+    pub provided: Vec<OwnedFd>,
+    /// The worker's end of the file-system socket.
+    pub fs_socket: Option<OwnedFd>,
+}
+
+impl Inherited {
+    fn all(&self) -> impl Iterator<Item = &OwnedFd> {
+        self.inputs.iter().chain(self.output.iter()).chain(self.provided.iter()).chain(self.fs_socket.iter())
+    }
 }
 
 /// The host uid and gid a root caller's workers run as.

@@ -28,13 +28,13 @@ pub(crate) enum Grant {
     Scratch,
     /// `/dev/null`, `/dev/zero`, `/dev/urandom`: read, write, device ioctls.
     Device,
-    /// The working directory: list only.
+    /// The working directory, a provided file's directory: list only.
     ListOnly,
-    /// An input: read the file.
+    /// An input or a provided data file: read the file.
     Input,
     /// The output: read, write, truncate the file.
     Output,
-    /// The bound program: read and execute the file.
+    /// The bound program or a provided executable: read and execute the file.
     Program,
     /// The directory of an output the worker creates: list, make regular
     /// files, read, write, truncate (never remove, link or rename away).
@@ -54,12 +54,14 @@ pub(crate) struct PlannedRule {
 ///
 /// `image_dirs` are the image entries that were bound as directories
 /// (symlinked entries need no rule: their targets are image directories).
+/// `provided` are the provided files' paths and whether each is executable.
 pub(crate) fn plan(
     image_dirs: &[String],
     working_dir: &str,
     inputs: &[&str],
     output: Option<(&str, bool)>,
     program: bool,
+    provided: &[(&str, bool)],
 ) -> Vec<PlannedRule> {
     let mut rules = Vec::new();
     let mut push = |path: String, grant| rules.push(PlannedRule { path, grant });
@@ -87,6 +89,17 @@ pub(crate) fn plan(
     }
     if program {
         push(crate::spec::PROGRAM_PATH.to_string(), Grant::Program);
+    }
+    let mut dirs: Vec<&str> = Vec::new();
+    for &(path, executable) in provided {
+        push(path.to_string(), if executable { Grant::Program } else { Grant::Input });
+        let dir = path.rsplit_once('/').map_or("/", |(d, _)| d);
+        if !dirs.contains(&dir) {
+            dirs.push(dir);
+        }
+    }
+    for dir in dirs {
+        push(dir.to_string(), Grant::ListOnly);
     }
     rules
 }
@@ -166,7 +179,9 @@ mod tests {
 
     #[test]
     fn plan_grants_each_file_its_role_only() {
-        let rules = plan(&["/usr".into()], "/workspace", &["data/in.txt"], Some(("out/o.json", false)), true);
+        let provided = [("/.airlock/bin/airlock-fs", true), ("/.airlock/bin/x", true), ("/.airlock/py/m.py", false)];
+        let rules =
+            plan(&["/usr".into()], "/workspace", &["data/in.txt"], Some(("out/o.json", false)), true, &provided);
         let find = |p: &str| rules.iter().find(|r| r.path == p).map(|r| r.grant);
         assert_eq!(find("/usr"), Some(Grant::Image));
         assert_eq!(find("/workspace"), Some(Grant::ListOnly));
@@ -174,7 +189,13 @@ mod tests {
         assert_eq!(find("/workspace/out/o.json"), Some(Grant::Output));
         assert_eq!(find("/tmp"), Some(Grant::Scratch));
         assert_eq!(find("/.airlock/program"), Some(Grant::Program));
-        assert!(!plan(&[], "/workspace", &[], None, false).iter().any(|r| r.grant == Grant::Program));
+        assert!(!plan(&[], "/workspace", &[], None, false, &[]).iter().any(|r| r.grant == Grant::Program));
+        assert_eq!(find("/.airlock/bin/airlock-fs"), Some(Grant::Program));
+        assert_eq!(find("/.airlock/py/m.py"), Some(Grant::Input));
+        assert_eq!(find("/.airlock/bin"), Some(Grant::ListOnly));
+        assert_eq!(find("/.airlock/py"), Some(Grant::ListOnly));
+        assert_eq!(rules.iter().filter(|r| r.path == "/.airlock/bin").count(), 1);
+        assert_eq!(find("/.airlock"), None, "only a provided file's own directory is listable");
         assert_eq!(find("/dev/null"), Some(Grant::Device));
         assert_eq!(find("/"), None, "the root itself is never granted");
     }

@@ -80,6 +80,8 @@
 //! | live stdio ([`NativeTier::start_live`]): answers flow while the worker runs, same files and fds, deadline holds | `live::*` |
 //! | same confinement for an unprivileged caller | `unprivileged::*` (the whole suite re-run as uid 65534) |
 //! | a bound program runs, cannot be written, nothing beside it | `program::a_bound_program_runs_read_only_and_alone` |
+//! | the fs socket is fd 3 of the worker alone (`AIRLOCK_FS_FD=3`); nothing else is added | `fs_socket::*` |
+//! | provided files are read-only copies; executables run, data does not | `provided::*` |
 //!
 //! # The filesystem broker
 //!
@@ -130,5 +132,8 @@ pub use native::{LiveStdio, NativeTier, NativeWorker};
 pub use outcome::{AppliedLimits, ExitStatusKind, OutputExport, WorkerOutcome};
 pub use probe::{probe, HostSupport};
 pub use sealed::SealedProgram;
-pub use spec::{ImageMount, StagedInput, StagedOutput, WorkerLimits, WorkerSpec, PROGRAM_PATH};
+pub use spec::{
+    ImageMount, ProvidedFile, StagedInput, StagedOutput, WorkerLimits, WorkerSpec, FS_SOCKET_ENV, FS_SOCKET_FD,
+    MAX_PROVIDED_FILES, PROGRAM_PATH, PROVIDED_DIR,
+};
 pub use worker::{KillHandle, Tier, Worker};

@@ -3,8 +3,9 @@
 //! The root is a fresh, size-bounded tmpfs. Into it go: the image
 //! directories (bind-mounted read-only; symlinked image entries recreated
 //! as symlinks), a minimal `/etc`, a fresh `/proc`, a minimal `/dev`, a
-//! private `/tmp`, and the working directory holding *copies* of the inputs
-//! (each then bind-mounted read-only onto itself) and the empty output.
+//! private `/tmp`, the working directory holding *copies* of the inputs
+//! (each then bind-mounted read-only onto itself) and the empty output, and
+//! copies of the provided files under `/.airlock` (read-only binds too).
 //! No host file or directory other than the image, three device nodes,
 //! `/etc/ld.so.cache` and `/etc/alternatives` is ever mounted. Then
 //! `pivot_root` and a detach of the old root; the root mount is made
@@ -169,14 +170,18 @@ fn pick_mountpoint(spec: &InitSpec) -> Result<&'static str, SandboxError> {
 
 /// Builds the worker's root and pivots into it. Runs in PID 1, in a mount
 /// namespace of its own (already unshared).
-pub(crate) fn build_root(spec: &InitSpec, input_fds: Vec<OwnedFd>) -> Result<BuiltRoot, SandboxError> {
+pub(crate) fn build_root(
+    spec: &InitSpec,
+    input_fds: Vec<OwnedFd>,
+    provided_fds: Vec<OwnedFd>,
+) -> Result<BuiltRoot, SandboxError> {
     rustix::mount::mount_change("/", MountPropagationFlags::REC | MountPropagationFlags::PRIVATE)
         .map_err(|e| SandboxError::MountPropagation { errno: errno(e) })?;
 
     let root = pick_mountpoint(spec)?;
-    let input_bytes: u64 = spec.inputs.iter().map(|i| i.bytes).sum();
+    let copied_bytes: u64 = spec.inputs.iter().map(|i| i.bytes).chain(spec.provided.iter().map(|p| p.bytes)).sum();
     let output_bytes = spec.output.as_ref().map_or(0, |o| o.max_bytes.max(spec.limits.file_size).saturating_add(1));
-    let size = input_bytes
+    let size = copied_bytes
         .saturating_add(output_bytes)
         .saturating_add(spec.limits.scratch_bytes)
         .saturating_add(ROOT_MARGIN_BYTES);
@@ -327,6 +332,31 @@ pub(crate) fn build_root(spec: &InitSpec, input_fds: Vec<OwnedFd>) -> Result<Bui
         }
     }
 
+    // Provided files: copies (a sealed memfd cannot be bound: the kernel
+    // refuses binds from internal mounts), each then bound read-only onto
+    // itself; only executables stay on an exec-capable mount.
+    for (p, fd) in spec.provided.iter().zip(provided_fds) {
+        let path = at(&p.path);
+        mkdir_p(parent_of(&path))?;
+        let mode = if p.executable { 0o555 } else { 0o444 };
+        copy_bytes(&path, &File::from(fd), p.bytes, mode)
+            .map_err(build_err(format!("copy {} bytes from fd {} to {path:?} (provided file)", p.bytes, p.fd)))?;
+        bind(&path, &path, false)?;
+        if p.executable {
+            remount_bind(
+                &path,
+                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+                "MS_RDONLY|MS_NOSUID|MS_NODEV",
+            )?;
+        } else {
+            remount_bind(
+                &path,
+                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+                "MS_RDONLY|MS_NOSUID|MS_NODEV|MS_NOEXEC",
+            )?;
+        }
+    }
+
     // Into the new root; the old one is detached.
     rustix::process::chdir(root).map_err(|e| SandboxError::Chdir { path: root.into(), errno: errno(e) })?;
     rustix::process::pivot_root(".", ".")
@@ -342,29 +372,37 @@ pub(crate) fn build_root(spec: &InitSpec, input_fds: Vec<OwnedFd>) -> Result<Bui
 /// Copies exactly `bytes` bytes from offset 0 of `src` into a new file at
 /// `path`, mode 0444.
 fn copy_input(path: &str, src: File, bytes: u64, virtual_path: &str, fd: i32) -> Result<(), SandboxError> {
-    let fail = |e: std::io::Error| SandboxError::StageInput { virtual_path: virtual_path.into(), fd, errno: errno(e) };
+    copy_bytes(path, &src, bytes, 0o444).map_err(|e| SandboxError::StageInput {
+        virtual_path: virtual_path.into(),
+        fd,
+        errno: errno(e),
+    })
+}
+
+/// Copies exactly `bytes` bytes from offset 0 of `src` into a new file at
+/// `path` with `mode`; `EIO` if `src` holds fewer or more bytes than that
+/// (it changed since it was measured).
+fn copy_bytes(path: &str, src: &File, bytes: u64, mode: u32) -> std::io::Result<()> {
     let mut dst = OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o444)
+        .mode(mode)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(fail)?;
+        .open(path)?;
     let mut buf = vec![0u8; 64 << 10];
     let mut off = 0u64;
     while off < bytes {
         let want = buf.len().min((bytes - off) as usize);
-        let n = src.read_at(&mut buf[..want], off).map_err(fail)?;
+        let n = src.read_at(&mut buf[..want], off)?;
         if n == 0 {
-            return Err(fail(std::io::Error::from_raw_os_error(libc::EIO))); // shrank since it was staged
+            return Err(std::io::Error::from_raw_os_error(libc::EIO)); // shrank
         }
-        dst.write_all(&buf[..n]).map_err(fail)?;
+        dst.write_all(&buf[..n])?;
         off += n as u64;
     }
-    // It must not have grown either.
     let mut probe = [0u8; 1];
-    if src.read_at(&mut probe, bytes).map_err(fail)? != 0 {
-        return Err(fail(std::io::Error::from_raw_os_error(libc::EIO)));
+    if src.read_at(&mut probe, bytes)? != 0 {
+        return Err(std::io::Error::from_raw_os_error(libc::EIO)); // grew
     }
     Ok(())
 }

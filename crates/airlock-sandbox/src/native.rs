@@ -18,8 +18,8 @@ use crate::cgroup::WorkerCgroup;
 use crate::error::{errno, SandboxError};
 use crate::init::INIT_MARKER;
 use crate::outcome::{AppliedLimits, WorkerOutcome};
-use crate::spec::WorkerSpec;
-use crate::wire::{InitInput, InitOutput, InitSpec};
+use crate::spec::{WorkerSpec, FS_SOCKET_FD};
+use crate::wire::{InitInput, InitOutput, InitProvided, InitSpec};
 use crate::worker::{KillHandle, Tier, Worker};
 
 /// The native tier.
@@ -136,10 +136,13 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
         .map_err(|e| SandboxError::Descriptor { call: "pipe2(O_CLOEXEC)".into(), errno: errno(e) })
 }
 
-/// A close-on-exec duplicate (at or above 3) of a descriptor for the init.
+/// A close-on-exec duplicate of a descriptor for the init, numbered above
+/// [`FS_SOCKET_FD`] so that number stays free for the worker's socket.
 fn dup_for_init(fd: &impl std::os::fd::AsFd) -> Result<OwnedFd, SandboxError> {
-    rustix::io::fcntl_dupfd_cloexec(fd, 3)
-        .map_err(|e| SandboxError::Descriptor { call: "fcntl(F_DUPFD_CLOEXEC, 3)".into(), errno: errno(e) })
+    rustix::io::fcntl_dupfd_cloexec(fd, FS_SOCKET_FD + 1).map_err(|e| SandboxError::Descriptor {
+        call: format!("fcntl(F_DUPFD_CLOEXEC, {})", FS_SOCKET_FD + 1),
+        errno: errno(e),
+    })
 }
 
 /// The worker's standard input and output as live pipes to the caller
@@ -168,7 +171,7 @@ impl NativeTier {
         Ok((worker, live))
     }
 
-    fn start_with(&self, spec: WorkerSpec, live: bool) -> Result<(NativeWorker, Option<LiveStdio>), SandboxError> {
+    fn start_with(&self, mut spec: WorkerSpec, live: bool) -> Result<(NativeWorker, Option<LiveStdio>), SandboxError> {
         spec.validate()?;
         let started = Instant::now();
 
@@ -219,6 +222,38 @@ impl NativeTier {
             }
             None => None,
         };
+        let mut provided = Vec::new();
+        for p in &spec.provided {
+            let md = p.file.metadata().map_err(|e| SandboxError::Descriptor {
+                call: format!("fstat(provided file {:?})", p.path),
+                errno: errno(e),
+            })?;
+            if !md.is_file() {
+                return Err(SandboxError::InvalidSpec(format!("provided file {:?} is not a regular file", p.path)));
+            }
+            let fd = dup_for_init(&p.file)?;
+            provided.push(InitProvided {
+                path: p.path.clone(),
+                fd: fd.as_raw_fd(),
+                bytes: md.len(),
+                executable: p.executable,
+            });
+            inherited.push(fd);
+        }
+        let fs_socket_fd = match &spec.fs_socket {
+            Some(sock) => {
+                let st = rustix::fs::fstat(sock)
+                    .map_err(|e| SandboxError::Descriptor { call: "fstat(fs socket)".into(), errno: errno(e) })?;
+                if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
+                    return Err(SandboxError::InvalidSpec("fs_socket is not a socket".into()));
+                }
+                let fd = dup_for_init(sock)?;
+                let raw = fd.as_raw_fd();
+                inherited.push(fd);
+                Some(raw)
+            }
+            None => None,
+        };
         // Live stdio: the read end of a fresh pipe goes to the init (and on to
         // the worker as fd 0); the caller keeps the write end.
         let (stdin_fd, stdin_w) = if live {
@@ -245,6 +280,8 @@ impl NativeTier {
             status_fd: inherited[0].as_raw_fd(),
             program_fd,
             stdin_fd,
+            provided,
+            fs_socket_fd,
         };
         let spec_bytes =
             serde_json::to_vec(&init_spec).map_err(|e| SandboxError::Protocol(format!("encode spec: {e}")))?;
@@ -292,6 +329,9 @@ impl NativeTier {
         let spawned = cmd.spawn();
         drop(cmd); // closes our copies of the child's stdio ends
         drop(inherited);
+        // The worker's end of the socket now lives only in the sandbox, so the
+        // caller's end sees end-of-file when the worker's copies are gone.
+        drop(spec.fs_socket.take());
         let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {

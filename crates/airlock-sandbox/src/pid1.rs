@@ -15,6 +15,7 @@ use rustix::event::{PollFd, PollFlags};
 use rustix::process::{WaitOptions, WaitStatus};
 
 use crate::error::{errno, SandboxError};
+use crate::init::Inherited;
 use crate::mounts::{verify_retained, RetainedOutput};
 use crate::outcome::{ExitStatusKind, OutputExport};
 use crate::sys::Forked;
@@ -24,14 +25,8 @@ use crate::wire::{InitSpec, StatusMsg, StatusWriter};
 ///
 /// `lifeline` is the read end of a pipe whose only write end the init
 /// holds: if it reads as hung up, the init is gone and PID 1 exits.
-pub(crate) fn run(
-    spec: &InitSpec,
-    status: &StatusWriter,
-    lifeline: OwnedFd,
-    input_fds: Vec<OwnedFd>,
-    host_output: Option<OwnedFd>,
-) -> ! {
-    match run_inner(spec, status, lifeline, input_fds, host_output) {
+pub(crate) fn run(spec: &InitSpec, status: &StatusWriter, lifeline: OwnedFd, inherited: Inherited) -> ! {
+    match run_inner(spec, status, lifeline, inherited) {
         Ok(()) => {
             status.send(&StatusMsg::Done);
             std::process::exit(0)
@@ -51,9 +46,9 @@ fn run_inner(
     spec: &InitSpec,
     status: &StatusWriter,
     lifeline: OwnedFd,
-    input_fds: Vec<OwnedFd>,
-    host_output: Option<OwnedFd>,
+    inherited: Inherited,
 ) -> Result<(), SandboxError> {
+    let Inherited { inputs: input_fds, output: host_output, provided: provided_fds, fs_socket } = inherited;
     // Die with the init; if it already died, stop now.
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
         .map_err(attr("prctl(PR_SET_PDEATHSIG, SIGKILL)"))?;
@@ -67,7 +62,7 @@ fn run_inner(
 
     crate::sys::unshare_namespaces(rustix::thread::UnshareFlags::NEWNS)
         .map_err(|e| SandboxError::Unshare { flags: "CLONE_NEWNS".into(), errno: errno(e) })?;
-    let built = crate::mounts::build_root(spec, input_fds)?;
+    let built = crate::mounts::build_root(spec, input_fds, provided_fds)?;
     rustix::system::sethostname(b"airlock").map_err(attr("sethostname(\"airlock\")"))?;
 
     let inputs: Vec<&str> = spec.inputs.iter().map(|i| i.virtual_path.as_str()).collect();
@@ -77,6 +72,7 @@ fn run_inner(
         &inputs,
         spec.output.as_ref().map(|o| (o.virtual_path.as_str(), o.created_by_worker)),
         spec.program_fd.is_some(),
+        &spec.provided.iter().map(|p| (p.path.as_str(), p.executable)).collect::<Vec<_>>(),
     );
     let filters = crate::seccomp::compile_worker_filters()?;
 
@@ -87,10 +83,13 @@ fn run_inner(
             drop(lifeline);
             drop(host_output);
             drop(built.output);
-            crate::worker_exec::exec_worker(spec, &rules, &filters, status)
+            crate::worker_exec::exec_worker(spec, &rules, &filters, status, fs_socket)
         }
         Forked::Parent(pid) => pid,
     };
+    // The socket is the worker's alone: PID 1 keeps no copy, so the caller
+    // sees end-of-file as soon as the worker and what it started close theirs.
+    drop(fs_socket);
 
     // Reap until the worker ends (orphans re-parented to us are reaped too).
     let exit = loop {

@@ -3,6 +3,7 @@
 //! starts.
 #![forbid(unsafe_code)]
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,6 +19,18 @@ const RESERVED_DIRS: &[&str] = &["/proc", "/dev", "/tmp", "/etc", "/.airlock"];
 /// appears inside the worker: read-only, executable, nothing else beside it.
 pub const PROGRAM_PATH: &str = "/.airlock/program";
 
+/// The directory under which [`ProvidedFile`]s live inside the worker.
+pub const PROVIDED_DIR: &str = "/.airlock";
+
+/// The descriptor number at which the tool finds [`WorkerSpec::fs_socket`].
+pub const FS_SOCKET_FD: i32 = 3;
+
+/// The environment variable that names [`FS_SOCKET_FD`] to the tool.
+pub const FS_SOCKET_ENV: &str = "AIRLOCK_FS_FD";
+
+/// The most [`ProvidedFile`]s a worker may be given.
+pub const MAX_PROVIDED_FILES: usize = 64;
+
 /// Upper bound on a virtual path or working directory, in bytes.
 const MAX_PATH_BYTES: usize = 4096;
 
@@ -29,7 +42,8 @@ pub struct WorkerSpec {
     pub argv: Vec<String>,
     /// The worker's environment is exactly this, plus `PATH`, `HOME` and
     /// `LANG` defaults (`/usr/local/bin:/usr/bin:/bin`, `/tmp`, `C.UTF-8`)
-    /// where not given.
+    /// where not given, and [`FS_SOCKET_ENV`]`=3` with an
+    /// [`fs_socket`](WorkerSpec::fs_socket) (replacing any given value).
     pub env: Vec<(String, String)>,
     /// Where the worker starts and where virtual paths live, absolute
     /// (e.g. `/workspace`).
@@ -48,6 +62,14 @@ pub struct WorkerSpec {
     pub stdout_limit: usize,
     /// Bytes of stderr kept; the rest is drained and counted.
     pub stderr_limit: usize,
+    /// One end of a connected socket (e.g. from
+    /// `socketpair(AF_UNIX, SOCK_STREAM|SOCK_CLOEXEC)`) that the tool gets as
+    /// descriptor [`FS_SOCKET_FD`], named by the environment variable
+    /// [`FS_SOCKET_ENV`]. Only the worker process (and what it starts) holds
+    /// it: the init and PID 1 close their copies once the worker is forked.
+    pub fs_socket: Option<OwnedFd>,
+    /// Files copied into the sandbox under [`PROVIDED_DIR`], read-only.
+    pub provided: Vec<ProvidedFile>,
 }
 
 impl WorkerSpec {
@@ -66,8 +88,27 @@ impl WorkerSpec {
             timeout: Duration::from_secs(60),
             stdout_limit: 1 << 20,
             stderr_limit: 1 << 20,
+            fs_socket: None,
+            provided: Vec::new(),
         }
     }
+}
+
+/// A file the sandbox provides to the tool (a helper program or a library),
+/// not one of the call's inputs: its bytes are copied into the sandbox's own
+/// tmpfs at `path` and made read-only (a read-only bind onto itself and a
+/// Landlock rule). Its directory may be listed.
+#[derive(Debug)]
+pub struct ProvidedFile {
+    /// Absolute path inside the worker, strictly beneath [`PROVIDED_DIR`]
+    /// (e.g. `/.airlock/bin/airlock-fs`), not at or beneath [`PROGRAM_PATH`].
+    pub path: String,
+    /// An open readable descriptor of the bytes, read from offset 0 to its
+    /// end (a sealed memfd will do: it is copied, never bound).
+    pub file: std::fs::File,
+    /// Mode 0555 and executable by the tool (Landlock read + execute), else
+    /// mode 0444, on a `noexec` bind, readable only.
+    pub executable: bool,
 }
 
 /// One read-only input: the worker sees a private copy of the file's bytes
@@ -186,6 +227,32 @@ pub(crate) fn check_absolute_dir(p: &str, what: &str) -> Result<(), SandboxError
     check_virtual_path(rest).map_err(|_| SandboxError::InvalidSpec(format!("{what} {p:?} is not a normal path")))
 }
 
+/// Checks the paths of provided files: absolute, normal, strictly beneath
+/// [`PROVIDED_DIR`], clear of [`PROGRAM_PATH`] and of each other.
+pub(crate) fn check_provided_paths(paths: &[&str]) -> Result<(), SandboxError> {
+    let invalid = |m: String| Err(SandboxError::InvalidSpec(m));
+    if paths.len() > MAX_PROVIDED_FILES {
+        return invalid(format!("{} provided files (at most {MAX_PROVIDED_FILES})", paths.len()));
+    }
+    for p in paths {
+        check_absolute_dir(p, "provided file")?;
+        if *p == PROVIDED_DIR || !is_within(p, PROVIDED_DIR) {
+            return invalid(format!("provided file {p:?} is not beneath {PROVIDED_DIR}"));
+        }
+        if is_within(p, PROGRAM_PATH) || is_within(PROGRAM_PATH, p) {
+            return invalid(format!("provided file {p:?} collides with {PROGRAM_PATH}"));
+        }
+    }
+    for (i, a) in paths.iter().enumerate() {
+        for b in &paths[i + 1..] {
+            if is_within(a, b) || is_within(b, a) {
+                return invalid(format!("provided files {a:?} and {b:?} collide"));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Does `path` equal `dir` or lie beneath it (by component)?
 pub(crate) fn is_within(path: &str, dir: &str) -> bool {
     path == dir || (path.starts_with(dir) && path.as_bytes().get(dir.len()) == Some(&b'/'))
@@ -198,6 +265,7 @@ pub(crate) struct SpecShape<'a> {
     pub working_dir: &'a str,
     pub image: Vec<&'a str>,
     pub files: Vec<&'a str>,
+    pub provided: Vec<&'a str>,
     pub file_size: u64,
 }
 
@@ -252,7 +320,7 @@ impl SpecShape<'_> {
                 }
             }
         }
-        Ok(())
+        check_provided_paths(&self.provided)
     }
 }
 
@@ -260,8 +328,10 @@ impl WorkerSpec {
     /// Checks the spec's shape: a non-empty argv without NUL bytes, valid
     /// environment names, an absolute normal working directory and image
     /// paths that do not overlap each other or the directories the sandbox
-    /// builds (`/proc`, `/dev`, `/tmp`, `/etc`), and relative normal virtual
-    /// paths that do not collide.
+    /// builds (`/proc`, `/dev`, `/tmp`, `/etc`, `/.airlock`), relative
+    /// normal virtual paths that do not collide, and provided files strictly
+    /// beneath `/.airlock` that collide neither with each other nor with
+    /// [`PROGRAM_PATH`].
     pub fn validate(&self) -> Result<(), SandboxError> {
         let image: Vec<&str> = self
             .image
@@ -282,6 +352,7 @@ impl WorkerSpec {
             working_dir: &self.working_dir,
             image,
             files,
+            provided: self.provided.iter().map(|p| p.path.as_str()).collect(),
             file_size: self.limits.file_size,
         }
         .check()
@@ -293,7 +364,7 @@ mod tests {
     use super::*;
 
     fn shape<'a>(wd: &'a str, image: Vec<&'a str>, files: Vec<&'a str>, argv: &'a [String]) -> SpecShape<'a> {
-        SpecShape { argv, env: &[], working_dir: wd, image, files, file_size: 1 }
+        SpecShape { argv, env: &[], working_dir: wd, image, files, provided: Vec::new(), file_size: 1 }
     }
 
     #[test]
@@ -326,5 +397,29 @@ mod tests {
         assert!(shape("/workspace", vec![], vec!["a", "a/b"], &argv).check().is_err());
         assert!(shape("/workspace", vec![], vec!["a", "a"], &argv).check().is_err());
         assert!(shape("/workspace", vec![], vec![], &[]).check().is_err());
+    }
+
+    #[test]
+    fn provided_files_live_strictly_beneath_the_airlock_dir() {
+        check_provided_paths(&["/.airlock/bin/airlock-fs", "/.airlock/python/airlock_fs.py", "/.airlock/x"]).unwrap();
+        for bad in [
+            "/.airlock",
+            "/.airlock/",
+            "/.airlockx/a",
+            "/etc/a",
+            "relative/a",
+            "/.airlock/../etc/passwd",
+            "/.airlock/./a",
+            "/.airlock//a",
+            "/.airlock/program",
+            "/.airlock/program/x",
+            "/.airlock/a\0b",
+        ] {
+            assert!(check_provided_paths(&[bad]).is_err(), "{bad:?} accepted");
+        }
+        assert!(check_provided_paths(&["/.airlock/bin", "/.airlock/bin/a"]).is_err());
+        assert!(check_provided_paths(&["/.airlock/a", "/.airlock/a"]).is_err());
+        let many: Vec<String> = (0..=MAX_PROVIDED_FILES).map(|i| format!("/.airlock/f{i}")).collect();
+        assert!(check_provided_paths(&many.iter().map(String::as_str).collect::<Vec<_>>()).is_err());
     }
 }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::SandboxError;
 use crate::outcome::{ExitStatusKind, OutputExport};
-use crate::spec::{ImageMount, SpecShape, WorkerLimits};
+use crate::spec::{ImageMount, SpecShape, WorkerLimits, FS_SOCKET_FD};
 
 /// The most spec bytes the init reads.
 pub(crate) const MAX_SPEC_BYTES: usize = 4 << 20;
@@ -34,6 +34,16 @@ pub(crate) struct InitOutput {
     pub created_by_worker: bool,
 }
 
+/// A provided file as the init sees it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct InitProvided {
+    /// Absolute path inside the worker, beneath `/.airlock`.
+    pub path: String,
+    pub fd: i32,
+    pub bytes: u64,
+    pub executable: bool,
+}
+
 /// The spec as sent to the init.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct InitSpec {
@@ -55,6 +65,13 @@ pub(crate) struct InitSpec {
     /// worker's standard input (otherwise it reads `/dev/null`).
     #[serde(default)]
     pub stdin_fd: Option<i32>,
+    /// Files to copy under `/.airlock`, inherited by the init.
+    #[serde(default)]
+    pub provided: Vec<InitProvided>,
+    /// The socket that becomes the worker's descriptor
+    /// [`FS_SOCKET_FD`](crate::spec::FS_SOCKET_FD), inherited by the init.
+    #[serde(default)]
+    pub fs_socket_fd: Option<i32>,
 }
 
 impl InitSpec {
@@ -75,12 +92,14 @@ impl InitSpec {
             working_dir: &self.working_dir,
             image,
             files,
+            provided: self.provided.iter().map(|p| p.path.as_str()).collect(),
             file_size: self.limits.file_size,
         }
         .check()?;
+        // The socket's number in the worker is kept free all the way down.
         let fds = self.inherited_fds();
         for (i, fd) in fds.iter().enumerate() {
-            if *fd < 3 || fds[i + 1..].contains(fd) {
+            if *fd <= FS_SOCKET_FD || fds[i + 1..].contains(fd) {
                 return Err(SandboxError::Protocol(format!("inherited fd {fd} is reserved or repeated")));
             }
         }
@@ -94,6 +113,8 @@ impl InitSpec {
         fds.extend(self.output.iter().map(|o| o.fd));
         fds.extend(self.inputs.iter().map(|i| i.fd));
         fds.extend(self.program_fd);
+        fds.extend(self.provided.iter().map(|p| p.fd));
+        fds.extend(self.fs_socket_fd);
         fds
     }
 }

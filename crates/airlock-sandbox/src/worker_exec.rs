@@ -2,14 +2,16 @@
 //! drop everything, confine, exec.
 //!
 //! Order matters: new session and parent-death signal; default signal
-//! dispositions; stdin from `/dev/null` (or the caller's pipe, with live stdio); every descriptor but 0, 1, 2 (and
-//! the close-on-exec status pipe) closed; ids set to 65534; every
+//! dispositions; stdin from `/dev/null` (or the caller's pipe, with live
+//! stdio); every descriptor but 0, 1, 2 (the file-system socket, moved to
+//! 3, and the close-on-exec status pipe) closed; ids set to 65534; every
 //! capability dropped (bounding, ambient, effective/permitted/inheritable);
 //! no-new-privs; rlimits; Landlock; seccomp last (it forbids some of the
 //! calls above); then `execve`.
 #![forbid(unsafe_code)]
 
 use std::ffi::CString;
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
 
 use rustix::process::{Resource, Rlimit};
 use rustix::thread::{CapabilitySet, CapabilitySets};
@@ -17,6 +19,7 @@ use seccompiler::BpfProgram;
 
 use crate::error::{errno, OsErrno, SandboxError};
 use crate::landlock::PlannedRule;
+use crate::spec::{FS_SOCKET_ENV, FS_SOCKET_FD};
 use crate::wire::{InitSpec, StatusMsg, StatusWriter};
 
 /// The worker's uid and gid inside the user namespace.
@@ -26,10 +29,17 @@ pub(crate) const WORKER_ID: u32 = 65534;
 const DEFAULT_ENV: [(&str, &str); 3] =
     [("PATH", "/usr/local/bin:/usr/bin:/bin"), ("HOME", "/tmp"), ("LANG", "C.UTF-8")];
 
-/// Confines the calling (freshly forked) process and executes the tool.
+/// Confines the calling (freshly forked) process and executes the tool,
+/// with `fs_socket` (if any) as its descriptor [`FS_SOCKET_FD`].
 /// Never returns: on failure it reports on the status pipe and exits 127.
-pub(crate) fn exec_worker(spec: &InitSpec, rules: &[PlannedRule], filters: &[BpfProgram], status: &StatusWriter) -> ! {
-    let error = confine_and_exec(spec, rules, filters, status);
+pub(crate) fn exec_worker(
+    spec: &InitSpec,
+    rules: &[PlannedRule],
+    filters: &[BpfProgram],
+    status: &StatusWriter,
+    fs_socket: Option<OwnedFd>,
+) -> ! {
+    let error = confine_and_exec(spec, rules, filters, status, fs_socket);
     status.send(&StatusMsg::SetupFailed { error });
     std::process::exit(127)
 }
@@ -43,8 +53,9 @@ fn confine_and_exec(
     rules: &[PlannedRule],
     filters: &[BpfProgram],
     status: &StatusWriter,
+    fs_socket: Option<OwnedFd>,
 ) -> SandboxError {
-    match confine(spec, rules, filters, status) {
+    match confine(spec, rules, filters, status, fs_socket) {
         Ok((program, argv, envp, path)) => exec_search(&program, &argv, &envp, &path),
         Err(e) => e,
     }
@@ -57,6 +68,7 @@ fn confine(
     rules: &[PlannedRule],
     filters: &[BpfProgram],
     status: &StatusWriter,
+    fs_socket: Option<OwnedFd>,
 ) -> Result<Prepared, SandboxError> {
     rustix::process::setsid().map_err(attr("setsid()"))?;
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
@@ -88,8 +100,13 @@ fn confine(
             rustix::stdio::dup2_stdin(&null).map_err(attr("dup2(/dev/null, 0)"))?;
         }
     }
-    crate::sys::close_fds_except(&[status.raw()])
+    let mut keep = vec![status.raw()];
+    keep.extend(fs_socket.as_ref().map(|s| s.as_raw_fd()));
+    crate::sys::close_fds_except(&keep)
         .map_err(|e| SandboxError::ProcessAttr { call: "close_range(3, ~0U, 0)".into(), errno: errno(e) })?;
+    if let Some(sock) = fs_socket {
+        move_to_fs_fd(sock)?;
+    }
 
     let id = rustix::process::Gid::from_raw(WORKER_ID);
     rustix::thread::set_thread_res_gid(id, id, id).map_err(attr("setresgid(65534, 65534, 65534)"))?;
@@ -121,6 +138,23 @@ fn confine(
     Ok((program, argv, envp, path))
 }
 
+/// Puts the socket at [`FS_SOCKET_FD`] (free: every inherited descriptor is
+/// numbered above it and everything else is closed), open across `execve`,
+/// and closes the original number.
+fn move_to_fs_fd(sock: OwnedFd) -> Result<(), SandboxError> {
+    let call = format!("fcntl(fs socket, F_DUPFD_CLOEXEC, {FS_SOCKET_FD})");
+    let moved = rustix::io::fcntl_dupfd_cloexec(&sock, FS_SOCKET_FD)
+        .map_err(|e| SandboxError::ProcessAttr { call: call.clone(), errno: errno(e) })?;
+    if moved.as_raw_fd() != FS_SOCKET_FD {
+        return Err(SandboxError::ProcessAttr { call, errno: OsErrno(libc::EBUSY) });
+    }
+    rustix::io::fcntl_setfd(&moved, rustix::io::FdFlags::empty()).map_err(attr("fcntl(3, F_SETFD, 0) (fs socket)"))?;
+    drop(sock);
+    // Owned by the tool from here: it must stay open through execve.
+    let _ = moved.into_raw_fd();
+    Ok(())
+}
+
 fn set_rlimits(spec: &InitSpec) -> Result<(), SandboxError> {
     let l = &spec.limits;
     let set = |res: Resource, name: &str, soft: u64, hard: u64| -> Result<(), SandboxError> {
@@ -147,9 +181,14 @@ fn set_rlimits(spec: &InitSpec) -> Result<(), SandboxError> {
     Ok(())
 }
 
-/// The worker's environment: the spec's variables plus the defaults.
-pub(crate) fn worker_env(env: &[(String, String)]) -> Vec<(String, String)> {
+/// The worker's environment: the spec's variables plus the defaults, and
+/// [`FS_SOCKET_ENV`] (replacing any given value) when it has the socket.
+pub(crate) fn worker_env(env: &[(String, String)], fs_socket: bool) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = env.to_vec();
+    if fs_socket {
+        out.retain(|(k, _)| k != FS_SOCKET_ENV);
+        out.push((FS_SOCKET_ENV.to_string(), FS_SOCKET_FD.to_string()));
+    }
     for (k, v) in DEFAULT_ENV {
         if !out.iter().any(|(ek, _)| ek == k) {
             out.push((k.to_string(), v.to_string()));
@@ -163,7 +202,7 @@ fn cstring(s: &str) -> Result<CString, SandboxError> {
 }
 
 fn prepare_exec(spec: &InitSpec) -> Result<Prepared, SandboxError> {
-    let env = worker_env(&spec.env);
+    let env = worker_env(&spec.env, spec.fs_socket_fd.is_some());
     let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone()).unwrap_or_default();
     let argv = spec.argv.iter().map(|a| cstring(a)).collect::<Result<Vec<_>, _>>()?;
     let envp = env.iter().map(|(k, v)| cstring(&format!("{k}={v}"))).collect::<Result<Vec<_>, _>>()?;
@@ -203,10 +242,18 @@ mod tests {
 
     #[test]
     fn env_defaults_fill_only_the_gaps() {
-        let env = worker_env(&[("HOME".into(), "/w".into()), ("X".into(), "1".into())]);
+        let env = worker_env(&[("HOME".into(), "/w".into()), ("X".into(), "1".into())], false);
         assert!(env.contains(&("HOME".into(), "/w".into())));
         assert!(env.contains(&("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into())));
         assert!(env.contains(&("LANG".into(), "C.UTF-8".into())));
         assert_eq!(env.iter().filter(|(k, _)| k == "HOME").count(), 1);
+        assert!(!env.iter().any(|(k, _)| k == FS_SOCKET_ENV));
+    }
+
+    #[test]
+    fn the_fs_socket_is_named_by_its_fixed_number() {
+        let env = worker_env(&[(FS_SOCKET_ENV.into(), "9".into())], true);
+        let named: Vec<&str> = env.iter().filter(|(k, _)| k == FS_SOCKET_ENV).map(|(_, v)| v.as_str()).collect();
+        assert_eq!(named, ["3"]);
     }
 }

@@ -63,6 +63,16 @@ pub use model::{
     OutputFormat, RiskTier, SourceDef, ToolLimits, ToolMeta,
 };
 
+/// `[broker]` (airlock extension): the command runs isolated and reaches
+/// named roots through the broker; `roots` are `NAME:RIGHTS`, the host path
+/// of each name comes from the operator's `airlock.toml` `[broker.roots]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerDef {
+    /// `NAME:RIGHTS` entries, e.g. `["data:r", "out:wl"]`.
+    pub roots: Vec<String>,
+}
+
 use crate::descriptor::sha256_tagged;
 use crate::reason::{ReasonCode, Refusal};
 use serde::Deserialize;
@@ -82,6 +92,7 @@ struct RawManifest {
     output: Option<OutputDef>,
     filesystem: Option<FilesystemDef>,
     source: Option<SourceDef>,
+    broker: Option<BrokerDef>,
     mcp: Option<toml::Table>,
     session: Option<toml::Table>,
     http: Option<toml::Table>,
@@ -116,6 +127,8 @@ pub struct Manifest {
     pub filesystem: Option<FilesystemDef>,
     /// `[source]`.
     pub source: Option<SourceDef>,
+    /// `[broker]`: named roots the command reaches through the broker.
+    pub broker: Option<BrokerDef>,
     /// `[mcp]`, kept as written; [`Manifest::mcp_spec`] checks it.
     pub mcp: Option<toml::Table>,
     /// `[session]`, kept as written (not executed).
@@ -212,6 +225,7 @@ impl Manifest {
             output: raw.output,
             filesystem: raw.filesystem,
             source: raw.source,
+            broker: raw.broker,
             mcp: raw.mcp,
             session: raw.session,
             http: raw.http,
@@ -259,6 +273,19 @@ impl Manifest {
     /// `scope_check`, `block_internal`, sanitizers other than `injection`);
     /// `manifest.invalid` when a default fails its argument's validation.
     pub fn check_executable(&self) -> Result<(), Refusal> {
+        if self.broker.is_some() {
+            let beside = [
+                (self.filesystem.is_some(), "[filesystem]"),
+                (self.source.is_some(), "[source]"),
+                (self.mcp.is_some(), "[mcp]"),
+            ];
+            if let Some((_, what)) = beside.iter().find(|(present, _)| *present) {
+                return Err(Refusal::new(
+                    ReasonCode::BrokerConflict,
+                    format!("{}: [broker] cannot be combined with {what}; an isolated tool reaches files only through its roots", self.origin),
+                ));
+            }
+        }
         if self.source.is_some() {
             return source::check(self).map(|_| ());
         }

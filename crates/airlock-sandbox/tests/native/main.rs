@@ -2,8 +2,10 @@
 //! seccomp, no mocks. One test binary (modules below).
 mod confinement;
 mod files;
+mod fs_socket;
 mod lifecycle;
 mod live;
 mod program;
+mod provided;
 mod unprivileged;
 mod util;

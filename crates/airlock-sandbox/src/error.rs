@@ -275,7 +275,9 @@ impl SandboxError {
     ///
     /// `sandbox.unavailable` (the host cannot run this tier),
     /// `sandbox.invalid_spec`, `worker.exec_failed`,
-    /// `sandbox.digest_mismatch` (a sealed program is not the approved one),
+    /// `broker.digest_mismatch` (a sealed program is not the pinned one),
+    /// `broker.unavailable` (a program could not be sealed, or the broker
+    /// not started or signalled),
     /// `sandbox.setup_failed` (any other step).
     pub fn reason_code(&self) -> &'static str {
         match self {
@@ -288,7 +290,8 @@ impl SandboxError {
                 "sandbox.unavailable"
             }
             SandboxError::Exec { .. } => "worker.exec_failed",
-            SandboxError::DigestMismatch { .. } => "sandbox.digest_mismatch",
+            SandboxError::DigestMismatch { .. } => "broker.digest_mismatch",
+            SandboxError::Sealed { .. } | SandboxError::Broker { .. } => "broker.unavailable",
             _ => "sandbox.setup_failed",
         }
     }
@@ -315,6 +318,14 @@ mod tests {
         assert!(text.starts_with("mount(\"/usr\", \"/mnt/usr\", NULL, MS_BIND|MS_REC, NULL): "), "{text}");
         assert!(text.contains("os error 1"), "{text}");
         assert_eq!(e.reason_code(), "sandbox.setup_failed");
+    }
+
+    #[test]
+    fn sealing_and_broker_errors_use_the_broker_codes() {
+        let e = SandboxError::DigestMismatch { program: "b".into(), expected: "0".into(), actual: "1".into() };
+        assert_eq!(e.reason_code(), "broker.digest_mismatch");
+        let e = SandboxError::Sealed { call: "memfd_create".into(), errno: OsErrno(libc::EMFILE) };
+        assert_eq!(e.reason_code(), "broker.unavailable");
     }
 
     #[test]

@@ -482,7 +482,9 @@ impl PreparedWrite {
 }
 
 /// Removes the staging entry `stage_name` from `dir` only if it is a
-/// regular file whose `(dev, ino)` is `expected`, then syncs `dir`.
+/// regular file whose `(dev, ino)` is `expected`, then syncs `dir` (which
+/// must therefore be open for reading, as [`open_dir_beneath`] opens it, not
+/// `O_PATH`).
 /// `Ok(false)` when there is no such entry. Anything else at that name is
 /// left alone and reported: [`RootedError::NotRegular`] or
 /// [`RootedError::Symlink`] for another kind, [`RootedError::Io`] with

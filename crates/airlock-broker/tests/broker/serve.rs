@@ -96,3 +96,25 @@ fn dropping_the_handle_kills_and_reaps_the_broker() {
     let again = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG);
     assert_eq!(again.err(), Some(rustix::io::Errno::CHILD), "the broker was killed and reaped on drop");
 }
+
+/// The jail's `RLIMIT_FSIZE` (64 KiB + 1) and the frame limit leave room
+/// for the largest read and write the protocol allows.
+#[test]
+fn the_largest_read_and_write_pass_through_the_jail() {
+    let max = airlock_fsproto::MAX_IO_BYTES as usize;
+    let roots = Roots::new(&["rw"]);
+    let big: Vec<u8> = (0..max + 100).map(|i| (i % 251) as u8).collect();
+    std::fs::write(roots.path(0).join("big"), &big).unwrap();
+    let mut b = start(MAIN, &roots);
+    let r = b.call(&BrokerRequest { max: Some(max as u64), ..read(1, 0, "big") });
+    assert_eq!(b64_decode(r.data.as_deref().unwrap()).unwrap(), big[..max]);
+    let p = b.call(&prepare(2, 0, "out", &big[..max]));
+    assert_eq!(p.identity.map(|i| i.bytes), Some(max as u64), "{p:?}");
+    let c = b.call(&BrokerRequest { prepared: Some(2), stage: Some(stage(2)), ..req(3, BrokerOp::WriteCommit, 0) });
+    assert_eq!(c.written, Some(max as u64), "{c:?}");
+    let over = b.call(&prepare(4, 0, "out2", &big[..max + 1]));
+    assert_eq!(code(&over), codes::LIMIT);
+    let (status, stderr) = b.finish();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert_eq!(std::fs::read(roots.path(0).join("out")).unwrap(), big[..max]);
+}

@@ -379,9 +379,9 @@ pub struct PreparedWrite {
 ///
 /// The parent (every component but the last) is resolved like
 /// [`open_dir_beneath`]; an existing target must be a regular file (a
-/// symlink is [`RootedError::Symlink`], anything else
-/// [`RootedError::NotRegular`]; its link count does not matter, since it is
-/// never opened). The bytes are written to an `O_TMPFILE` (mode `0600`) in
+/// symlink is [`RootedError::Symlink`], a file mounted over the name
+/// [`RootedError::MountCrossing`], anything else [`RootedError::NotRegular`];
+/// its link count does not matter, since it is never opened). The bytes are written to an `O_TMPFILE` (mode `0600`) in
 /// that directory and synced.
 pub fn prepare_write(
     resolver: &Resolver,
@@ -400,7 +400,15 @@ pub fn prepare_write(
         Err(Errno::NOENT) => {}
         Err(e) => return Err(RootedError::io(format!("fstatat({path:?}, AT_SYMLINK_NOFOLLOW)"), e)),
         Ok(st) => match FileType::from_raw_mode(st.st_mode) {
-            FileType::RegularFile => {}
+            FileType::RegularFile => {
+                // A file mounted over the name: renaming over it would fail
+                // (EBUSY) after the work; say what it is first.
+                let at = rustix::fs::statx(&dir, *name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::MNT_ID)
+                    .map_err(|e| RootedError::io(format!("statx({path:?}, AT_SYMLINK_NOFOLLOW, STATX_MNT_ID)"), e))?;
+                if at.stx_mnt_id != mount_id(dir.as_fd(), comps)? {
+                    return Err(RootedError::MountCrossing { path });
+                }
+            }
             FileType::Symlink => return Err(RootedError::Symlink { path }),
             FileType::Directory => return Err(RootedError::NotRegular { path, what: "it is a directory" }),
             _ => {
@@ -474,7 +482,9 @@ impl PreparedWrite {
 }
 
 /// Removes the staging entry `stage_name` from `dir` only if it is a
-/// regular file whose `(dev, ino)` is `expected`, then syncs `dir`.
+/// regular file whose `(dev, ino)` is `expected`, then syncs `dir` (which
+/// must therefore be open for reading, as [`open_dir_beneath`] opens it, not
+/// `O_PATH`).
 /// `Ok(false)` when there is no such entry. Anything else at that name is
 /// left alone and reported: [`RootedError::NotRegular`] or
 /// [`RootedError::Symlink`] for another kind, [`RootedError::Io`] with

@@ -242,14 +242,43 @@ pub enum SandboxError {
     /// init died without saying why.
     #[error("sandbox init protocol: {0}")]
     Protocol(String),
+    /// Copying or sealing a program in memory failed ([`crate::SealedProgram`]).
+    #[error("seal program: {call}: {errno}")]
+    Sealed {
+        /// The call, with its arguments.
+        call: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
+    /// A sealed program's SHA-256 is not the approved one.
+    #[error("program {program:?} has SHA-256 {actual}, not the approved {expected:?}")]
+    DigestMismatch {
+        /// The program's name.
+        program: String,
+        /// The approved digest, as given.
+        expected: String,
+        /// The digest of the sealed copy.
+        actual: String,
+    },
+    /// Starting or stopping the broker process failed.
+    #[error("broker: {call}: {errno}")]
+    Broker {
+        /// The call, with its arguments.
+        call: String,
+        /// The OS error.
+        errno: OsErrno,
+    },
 }
 
 impl SandboxError {
     /// The stable dotted reason code of this error.
     ///
     /// `sandbox.unavailable` (the host cannot run this tier),
-    /// `sandbox.invalid_spec`, `worker.exec_failed`, `sandbox.setup_failed`
-    /// (any other step).
+    /// `sandbox.invalid_spec`, `worker.exec_failed`,
+    /// `broker.digest_mismatch` (a sealed program is not the pinned one),
+    /// `broker.unavailable` (a program could not be sealed, or the broker
+    /// not started or signalled),
+    /// `sandbox.setup_failed` (any other step).
     pub fn reason_code(&self) -> &'static str {
         match self {
             SandboxError::InvalidSpec(_) => "sandbox.invalid_spec",
@@ -261,6 +290,8 @@ impl SandboxError {
                 "sandbox.unavailable"
             }
             SandboxError::Exec { .. } => "worker.exec_failed",
+            SandboxError::DigestMismatch { .. } => "broker.digest_mismatch",
+            SandboxError::Sealed { .. } | SandboxError::Broker { .. } => "broker.unavailable",
             _ => "sandbox.setup_failed",
         }
     }
@@ -287,6 +318,14 @@ mod tests {
         assert!(text.starts_with("mount(\"/usr\", \"/mnt/usr\", NULL, MS_BIND|MS_REC, NULL): "), "{text}");
         assert!(text.contains("os error 1"), "{text}");
         assert_eq!(e.reason_code(), "sandbox.setup_failed");
+    }
+
+    #[test]
+    fn sealing_and_broker_errors_use_the_broker_codes() {
+        let e = SandboxError::DigestMismatch { program: "b".into(), expected: "0".into(), actual: "1".into() };
+        assert_eq!(e.reason_code(), "broker.digest_mismatch");
+        let e = SandboxError::Sealed { call: "memfd_create".into(), errno: OsErrno(libc::EMFILE) };
+        assert_eq!(e.reason_code(), "broker.unavailable");
     }
 
     #[test]

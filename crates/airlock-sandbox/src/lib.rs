@@ -83,6 +83,14 @@
 //! | the fs socket is fd 3 of the worker alone (`AIRLOCK_FS_FD=3`); nothing else is added | `fs_socket::*` |
 //! | provided files are read-only copies; executables run, data does not | `provided::*` |
 //!
+//! # The filesystem broker
+//!
+//! [`broker_jail`] starts the broker from a [`SealedProgram`] (a hashed,
+//! sealed in-memory copy: the bytes that were approved are the bytes that
+//! run) with only a socket and its root handles, and [`confine_broker`] is
+//! what the broker calls first: an empty read-only root, no capabilities,
+//! Landlock to its roots' rights and a default-deny seccomp allowlist.
+//!
 //! ```no_run
 //! use airlock_sandbox::{NativeTier, StagedInput, Tier, Worker, WorkerSpec};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -97,6 +105,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod broker_jail;
 mod cgroup;
 mod error;
 pub mod init;
@@ -107,6 +116,7 @@ mod outcome;
 mod parent;
 mod pid1;
 mod probe;
+mod sealed;
 mod seccomp;
 mod spec;
 mod sys;
@@ -114,10 +124,14 @@ mod wire;
 mod worker;
 mod worker_exec;
 
+pub use broker_jail::{
+    confine_broker, spawn_broker, spawn_broker_with, BrokerOptions, BrokerProcess, BROKER_FIRST_ROOT_FD,
+};
 pub use error::{OsErrno, SandboxError};
 pub use native::{LiveStdio, NativeTier, NativeWorker};
 pub use outcome::{AppliedLimits, ExitStatusKind, OutputExport, WorkerOutcome};
 pub use probe::{probe, HostSupport};
+pub use sealed::SealedProgram;
 pub use spec::{
     ImageMount, ProvidedFile, StagedInput, StagedOutput, WorkerLimits, WorkerSpec, FS_SOCKET_ENV, FS_SOCKET_FD,
     MAX_PROVIDED_FILES, PROGRAM_PATH, PROVIDED_DIR,

@@ -270,3 +270,33 @@ pub(crate) fn adopt_inherited_fd(fd: RawFd) -> io::Result<std::os::fd::OwnedFd> 
     // adopts it exactly once.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
+
+/// Arranges for `cmd`'s child to get each `(source, target)` descriptor
+/// duplicated onto `target` (`dup2`, which leaves `target` inherited across
+/// `exec`) between fork and exec. Refused (`EINVAL`) unless every target is
+/// at least 3 and every source is above every target, so no `dup2` can
+/// overwrite a source that has yet to be moved.
+pub(crate) fn move_fds_at_exec(cmd: &mut Command, moves: Vec<(RawFd, RawFd)>) -> io::Result<()> {
+    let highest_target = moves.iter().map(|m| m.1).max().unwrap_or(2);
+    let ordered = moves.iter().all(|&(source, target)| target >= 3 && source > highest_target);
+    let mut targets: Vec<RawFd> = moves.iter().map(|m| m.1).collect();
+    targets.sort_unstable();
+    targets.dedup();
+    if !ordered || targets.len() != moves.len() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: the closure runs between fork and exec in the child; dup2 is
+    // async-signal-safe and nothing is allocated (the Vec was built before
+    // the fork).
+    unsafe {
+        cmd.pre_exec(move || {
+            for &(source, target) in &moves {
+                if libc::dup2(source, target) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}

@@ -443,6 +443,8 @@ fn mount_crossing_child() {
         assert_eq!(code(list_dir(&r, &root, &["mnt"], 10).unwrap_err()), "broker.mount_crossing");
         assert_eq!(code(open_dir_beneath(&r, &root, &["mnt"]).unwrap_err()), "broker.mount_crossing");
         assert_eq!(code(prepare_write(&r, &root, &["mnt", "y"], b"z").unwrap_err()), "broker.mount_crossing");
+        assert_eq!(code(prepare_write(&r, &root, &["file"], b"z").unwrap_err()), "broker.mount_crossing");
     }
     assert!(!other.join("y").exists());
+    assert_eq!(fs::read(t.path().join("file-src")).unwrap(), b"bound file");
 }

@@ -1,0 +1,109 @@
+//! airlock-broker: the filesystem broker of `airlock isolated`.
+//!
+//! airlock starts one broker per submission with
+//! [`airlock_sandbox::spawn_broker`]: fd 0 is a socket to airlock, fds 3, 4, …
+//! are the granted roots (directory handles), and `--rights r,wl,l` says
+//! what each root allows. [`main`] parses that strictly ([`Args`]), confines
+//! the process before it reads a byte ([`airlock_sandbox::confine_broker`]:
+//! no host path reachable, Landlock to the roots' rights, a default-deny
+//! seccomp allowlist), then [`Broker::serve`]s `airlock-fsproto` frames:
+//! read, list, and writes in two steps (prepare: synced unnamed file;
+//! commit: link under airlock's staging name, rename over the target).
+//! Every request is checked again here (root, right, path rules, limits),
+//! under airlock's own checks.
+//!
+//! Exit status: 0 when airlock closes the socket; [`EXIT_USAGE`],
+//! [`EXIT_CONFINE`], [`EXIT_PROTOCOL`], [`EXIT_IO`] otherwise. Writes
+//! prepared but not committed are never visible.
+//!
+//! The whole `airlock-broker` binary is one call:
+//!
+//! ```no_run
+//! airlock_broker::main()
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod args;
+mod serve;
+
+use std::io::{Read, Write};
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
+
+use airlock_hostfs::Resolver;
+use airlock_sandbox::{confine_broker, BROKER_FIRST_ROOT_FD};
+
+pub use args::{Args, UsageError};
+pub use serve::{Broker, Fatal, MAX_OUTSTANDING};
+
+/// The command line was refused (sysexits `EX_USAGE`).
+pub const EXIT_USAGE: i32 = 64;
+/// Confinement or the resolver could not be set up (`EX_OSERR`).
+pub const EXIT_CONFINE: i32 = 71;
+/// The socket failed (`EX_IOERR`).
+pub const EXIT_IO: i32 = 74;
+/// airlock sent something the protocol does not allow (`EX_PROTOCOL`).
+pub const EXIT_PROTOCOL: i32 = 76;
+
+/// The broker's `main`: parse, confine, serve fd 0, exit.
+pub fn main() -> ! {
+    let args = match Args::parse(std::env::args_os().skip(1)) {
+        Ok(args) => args,
+        Err(e) => fail(EXIT_USAGE, &e),
+    };
+    let (roots, resolver) = match confine(&args) {
+        Ok(done) => done,
+        Err(e) => fail(EXIT_CONFINE, &e),
+    };
+    let mut broker = Broker::new(roots.into_iter().zip(args.rights.iter().copied()).collect(), resolver);
+    match broker.serve(&mut Socket::stdin()) {
+        Ok(()) => std::process::exit(0),
+        Err(e @ Fatal::Protocol(_)) => fail(EXIT_PROTOCOL, &e),
+        Err(e @ Fatal::Io(_)) => fail(EXIT_IO, &e),
+    }
+}
+
+fn fail(code: i32, e: &dyn std::fmt::Display) -> ! {
+    eprintln!("airlock-broker: {e}");
+    std::process::exit(code)
+}
+
+/// Confines the process to the roots `args` describes (descriptors 3, 4,
+/// …) and picks the resolver; returns the roots in order. Everything
+/// [`main`] does before it serves.
+pub fn confine(args: &Args) -> Result<(Vec<OwnedFd>, Resolver), Box<dyn std::error::Error>> {
+    let spec: Vec<(RawFd, airlock_fsproto::Rights)> =
+        args.rights.iter().enumerate().map(|(i, r)| (BROKER_FIRST_ROOT_FD + i as RawFd, *r)).collect();
+    let roots = confine_broker(&spec)?;
+    // Probed inside the jail, where the answer counts.
+    let resolver = Resolver::new(args.resolver)?;
+    Ok((roots, resolver))
+}
+
+/// Descriptor 0 as a byte stream in both directions (the socket to airlock),
+/// without buffering.
+#[derive(Debug)]
+pub struct Socket(BorrowedFd<'static>);
+
+impl Socket {
+    /// Standard input, which [`airlock_sandbox::spawn_broker`] makes the socket.
+    pub fn stdin() -> Socket {
+        Socket(rustix::stdio::stdin())
+    }
+}
+
+impl Read for Socket {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        Ok(rustix::io::read(self.0, buf)?)
+    }
+}
+
+impl Write for Socket {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        Ok(rustix::io::write(self.0, buf)?)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,238 @@
+//! The serve loop: one request frame in, one response frame out, every
+//! request checked again here (root index, the right for the operation,
+//! the path rules, the size limits) under airlock's own checks.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+
+use airlock_fsproto::{
+    b64_decode, b64_encode, check_path, check_stage_name, codes, decode, encode, read_frame, write_frame, BrokerOp,
+    BrokerRequest, BrokerResponse, Rights, WriteIdentity, MAX_FRAME, MAX_IO_BYTES, MAX_LIST_NAMES,
+};
+use airlock_hostfs::rooted::{self, PreparedWrite, RootedError};
+use airlock_hostfs::Resolver;
+
+/// Most prepared writes held at once (each holds two descriptors).
+pub const MAX_OUTSTANDING: usize = 8;
+
+/// Why serving stopped before the end of the stream. The broker exits
+/// nonzero on either; airlock treats a dead broker as a failed submission.
+#[derive(Debug)]
+pub enum Fatal {
+    /// A malformed, oversized or out-of-order message.
+    Protocol(String),
+    /// Reading from or writing to the socket failed.
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for Fatal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fatal::Protocol(m) => write!(f, "protocol error: {m}"),
+            Fatal::Io(e) => write!(f, "socket: {e}"),
+        }
+    }
+}
+
+/// A request refused before any file operation.
+struct Refusal {
+    code: &'static str,
+    message: String,
+}
+
+struct Root {
+    fd: OwnedFd,
+    rights: Rights,
+}
+
+struct Pending {
+    root: u32,
+    write: PreparedWrite,
+}
+
+/// The broker's state: its roots, its resolver and the writes prepared but
+/// not yet committed or aborted (dropped, and so never visible, when the
+/// broker exits).
+pub struct Broker {
+    roots: Vec<Root>,
+    resolver: Resolver,
+    prepared: BTreeMap<u64, Pending>,
+}
+
+fn refused(id: u64, code: &str, message: impl Into<String>) -> BrokerResponse {
+    BrokerResponse::error(id, code, message)
+}
+
+fn from_rooted(id: u64, e: RootedError) -> BrokerResponse {
+    refused(id, e.code(), e.to_string())
+}
+
+impl Broker {
+    /// A broker over `roots` (root `i` is index `i` in requests).
+    pub fn new(roots: Vec<(OwnedFd, Rights)>, resolver: Resolver) -> Broker {
+        let roots = roots.into_iter().map(|(fd, rights)| Root { fd, rights }).collect();
+        Broker { roots, resolver, prepared: BTreeMap::new() }
+    }
+
+    /// Serves frames from `stream` until it ends (`Ok`) or a fatal error.
+    /// A protocol error is answered (`broker.protocol`) before it is returned.
+    pub fn serve(&mut self, stream: &mut (impl Read + Write)) -> Result<(), Fatal> {
+        loop {
+            let body = match read_frame(stream, MAX_FRAME) {
+                Ok(Some(body)) => body,
+                Ok(None) => return Ok(()),
+                Err(airlock_fsproto::ProtoError::Io(e)) => return Err(Fatal::Io(e)),
+                Err(e) => return Err(self.protocol_failure(stream, 0, e.to_string())),
+            };
+            let request: BrokerRequest = match decode(&body) {
+                Ok(r) => r,
+                Err(e) => return Err(self.protocol_failure(stream, 0, e.to_string())),
+            };
+            let response = match self.handle(&request) {
+                Ok(response) => response,
+                Err(Fatal::Protocol(m)) => return Err(self.protocol_failure(stream, request.id, m)),
+                Err(e) => return Err(e),
+            };
+            write_frame(stream, &encode(&response)).map_err(Fatal::Io)?;
+        }
+    }
+
+    fn protocol_failure(&self, stream: &mut impl Write, id: u64, message: String) -> Fatal {
+        let _ = write_frame(stream, &encode(&refused(id, codes::PROTOCOL, message.clone())));
+        Fatal::Protocol(message)
+    }
+
+    /// Answers one request. A refusal (no such root or right, a rejected
+    /// path, a limit, a file-system refusal) is a response; a request that
+    /// cannot be answered at all is [`Fatal::Protocol`].
+    pub fn handle(&mut self, req: &BrokerRequest) -> Result<BrokerResponse, Fatal> {
+        req.validate().map_err(|e| Fatal::Protocol(e.to_string()))?;
+        let id = req.id;
+        match req.op {
+            BrokerOp::Read => {
+                let (root, comps) = match self.checked(req, |r| r.read, false) {
+                    Ok(ok) => ok,
+                    Err(r) => return Ok(refused(id, r.code, r.message)),
+                };
+                let max = req.max.unwrap_or(0);
+                if max > MAX_IO_BYTES {
+                    return Ok(refused(id, codes::LIMIT, format!("a read is at most {MAX_IO_BYTES} bytes, not {max}")));
+                }
+                Ok(match rooted::read_file(&self.resolver, &root.fd, &comps, max) {
+                    Ok((bytes, _)) => BrokerResponse { id, data: Some(b64_encode(&bytes)), ..Default::default() },
+                    Err(e) => from_rooted(id, e),
+                })
+            }
+            BrokerOp::List => {
+                let (root, comps) = match self.checked(req, |r| r.list, true) {
+                    Ok(ok) => ok,
+                    Err(r) => return Ok(refused(id, r.code, r.message)),
+                };
+                let max = req.max.unwrap_or(0);
+                if max > MAX_LIST_NAMES {
+                    return Ok(refused(
+                        id,
+                        codes::LIMIT,
+                        format!("a list is at most {MAX_LIST_NAMES} names, not {max}"),
+                    ));
+                }
+                Ok(match rooted::list_dir(&self.resolver, &root.fd, &comps, max as usize) {
+                    Ok(l) => BrokerResponse {
+                        id,
+                        names: Some(l.names),
+                        skipped: Some(l.skipped),
+                        truncated: Some(l.truncated),
+                        ..Default::default()
+                    },
+                    Err(e) => from_rooted(id, e),
+                })
+            }
+            BrokerOp::WritePrepare => self.prepare(req),
+            BrokerOp::WriteCommit => {
+                let pending = self.take_pending(req)?;
+                let stage = req.stage.as_deref().unwrap_or_default();
+                check_stage_name(stage).map_err(|e| Fatal::Protocol(e.to_string()))?;
+                Ok(match pending.write.commit(stage) {
+                    Ok(bytes) => BrokerResponse { id, written: Some(bytes), ..Default::default() },
+                    Err(e) => from_rooted(id, e),
+                })
+            }
+            BrokerOp::WriteAbort => {
+                drop(self.take_pending(req)?);
+                Ok(BrokerResponse { id, aborted: Some(true), ..Default::default() })
+            }
+        }
+    }
+
+    fn prepare(&mut self, req: &BrokerRequest) -> Result<BrokerResponse, Fatal> {
+        let id = req.id;
+        if self.prepared.contains_key(&id) {
+            return Err(Fatal::Protocol(format!("request id {id} already names a prepared write")));
+        }
+        let bytes = b64_decode(req.data.as_deref().unwrap_or_default()).map_err(|e| Fatal::Protocol(e.to_string()))?;
+        let (root, comps) = match self.checked(req, |r| r.write, false) {
+            Ok(ok) => ok,
+            Err(r) => return Ok(refused(id, r.code, r.message)),
+        };
+        if bytes.len() as u64 > MAX_IO_BYTES {
+            return Ok(refused(
+                id,
+                codes::LIMIT,
+                format!("a write is at most {MAX_IO_BYTES} bytes, not {}", bytes.len()),
+            ));
+        }
+        if self.prepared.len() >= MAX_OUTSTANDING {
+            return Ok(refused(id, codes::LIMIT, format!("at most {MAX_OUTSTANDING} prepared writes at once")));
+        }
+        let write = match rooted::prepare_write(&self.resolver, &root.fd, &comps, &bytes) {
+            Ok(w) => w,
+            Err(e) => return Ok(from_rooted(id, e)),
+        };
+        let (d, f) = (write.dir_id(), write.file_id());
+        let identity =
+            WriteIdentity { dir_dev: d.dev, dir_ino: d.ino, file_dev: f.dev, file_ino: f.ino, bytes: write.bytes() };
+        self.prepared.insert(id, Pending { root: req.root, write });
+        Ok(BrokerResponse { id, identity: Some(identity), ..Default::default() })
+    }
+
+    /// The pending write a commit or abort names, which must have been
+    /// prepared on the same root.
+    fn take_pending(&mut self, req: &BrokerRequest) -> Result<Pending, Fatal> {
+        let prepared = req.prepared.unwrap_or_default();
+        match self.prepared.remove(&prepared) {
+            Some(p) if p.root == req.root => Ok(p),
+            Some(p) => {
+                let root = p.root;
+                self.prepared.insert(prepared, p);
+                Err(Fatal::Protocol(format!("write {prepared} was prepared on root {root}, not {}", req.root)))
+            }
+            None => Err(Fatal::Protocol(format!("no prepared write {prepared}"))),
+        }
+    }
+
+    /// The root a request names, if it holds the right, and the request's
+    /// path as components; otherwise the refusal to send.
+    fn checked<'a>(
+        &'a self,
+        req: &'a BrokerRequest,
+        right: fn(&Rights) -> bool,
+        allow_dot: bool,
+    ) -> Result<(&'a Root, Vec<&'a str>), Refusal> {
+        let root = match self.roots.get(req.root as usize) {
+            Some(root) if right(&root.rights) => root,
+            Some(root) => {
+                let rights = root.rights.to_string();
+                let message = format!("root {} is granted {rights:?}, not this operation", req.root);
+                return Err(Refusal { code: codes::DENIED, message });
+            }
+            None => return Err(Refusal { code: codes::DENIED, message: format!("no root {}", req.root) }),
+        };
+        let path = req.path.as_deref().unwrap_or_default();
+        let comps = check_path(path, allow_dot).map_err(|e| Refusal { code: e.code, message: e.message })?;
+        Ok((root, comps))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,237 @@
+//! The request checks and the serve loop, in process (no jail: the jail
+//! has its own tests, which run the real binary).
+
+use super::*;
+use airlock_hostfs::ResolverKind;
+use std::fs;
+use std::io::Cursor;
+use std::path::Path;
+
+fn open_root(path: &Path) -> OwnedFd {
+    use rustix::fs::{Mode, OFlags};
+    rustix::fs::open(path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).unwrap()
+}
+
+/// Roots: 0 = `r`, 1 = `l`, 2 = `w`, 3 = `rwl`, all over their own directory.
+fn broker() -> (tempfile::TempDir, Broker) {
+    let t = tempfile::tempdir().unwrap();
+    let mut roots = Vec::new();
+    for (i, rights) in ["r", "l", "w", "rwl"].iter().enumerate() {
+        let dir = t.path().join(format!("root{i}"));
+        fs::create_dir_all(dir.join("sub")).unwrap();
+        fs::write(dir.join("a.txt"), format!("root {i}")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.join("pw")).unwrap();
+        roots.push((open_root(&dir), Rights::parse(rights).unwrap()));
+    }
+    (t, Broker::new(roots, Resolver::with_kind(ResolverKind::Emulated)))
+}
+
+fn req(id: u64, op: BrokerOp, root: u32, path: Option<&str>) -> BrokerRequest {
+    BrokerRequest { id, op, root, path: path.map(str::to_owned), max: None, data: None, prepared: None, stage: None }
+}
+
+fn read(id: u64, root: u32, path: &str, max: u64) -> BrokerRequest {
+    BrokerRequest { max: Some(max), ..req(id, BrokerOp::Read, root, Some(path)) }
+}
+
+fn list(id: u64, root: u32, path: &str, max: u64) -> BrokerRequest {
+    BrokerRequest { max: Some(max), ..req(id, BrokerOp::List, root, Some(path)) }
+}
+
+fn prepare(id: u64, root: u32, path: &str, data: &[u8]) -> BrokerRequest {
+    BrokerRequest { data: Some(b64_encode(data)), ..req(id, BrokerOp::WritePrepare, root, Some(path)) }
+}
+
+fn commit(id: u64, root: u32, prepared: u64, stage: &str) -> BrokerRequest {
+    BrokerRequest { prepared: Some(prepared), stage: Some(stage.into()), ..req(id, BrokerOp::WriteCommit, root, None) }
+}
+
+fn abort(id: u64, root: u32, prepared: u64) -> BrokerRequest {
+    BrokerRequest { prepared: Some(prepared), ..req(id, BrokerOp::WriteAbort, root, None) }
+}
+
+fn stage(n: u8) -> String {
+    format!("{}{}", airlock_fsproto::STAGE_PREFIX, format!("{n:02x}").repeat(16))
+}
+
+fn code(r: &BrokerResponse) -> &str {
+    r.error.as_ref().map_or("ok", |e| e.code.as_str())
+}
+
+#[test]
+fn each_operation_needs_its_own_right() {
+    let (_t, mut b) = broker();
+    let read_ok = b.handle(&read(1, 0, "a.txt", 100)).unwrap();
+    assert_eq!(b64_decode(read_ok.data.as_deref().unwrap()).unwrap(), b"root 0");
+    assert_eq!(read_ok.id, 1);
+    assert_eq!(code(&b.handle(&read(2, 1, "a.txt", 100)).unwrap()), codes::DENIED, "l cannot read");
+    assert_eq!(code(&b.handle(&read(3, 2, "a.txt", 100)).unwrap()), codes::DENIED, "w cannot read");
+    assert_eq!(code(&b.handle(&list(4, 0, ".", 10)).unwrap()), codes::DENIED, "r cannot list");
+    let listed = b.handle(&list(5, 1, ".", 10)).unwrap();
+    assert_eq!(listed.names.unwrap(), ["a.txt", "pw", "sub"]);
+    assert_eq!((listed.skipped, listed.truncated), (Some(0), Some(false)));
+    assert_eq!(code(&b.handle(&prepare(6, 0, "n", b"x")).unwrap()), codes::DENIED, "r cannot write");
+    assert_eq!(code(&b.handle(&prepare(7, 1, "n", b"x")).unwrap()), codes::DENIED, "l cannot write");
+    assert_eq!(code(&b.handle(&read(8, 9, "a.txt", 1)).unwrap()), codes::DENIED, "no root 9");
+    assert_eq!(code(&b.handle(&read(9, u32::MAX, "a.txt", 1)).unwrap()), codes::DENIED);
+}
+
+#[test]
+fn paths_are_checked_again_here() {
+    let (t, mut b) = broker();
+    fs::write(t.path().join("root3").join(stage(1)), "staged").unwrap();
+    for (path, want) in [
+        ("../root0/a.txt", "path.traversal"),
+        ("/etc/passwd", "path.absolute"),
+        ("sub//x", "path.empty_component"),
+        (".", "path.dot_component"),
+        (".git/config", "path.control_dir"),
+        (stage(1).as_str(), codes::PATH_RESERVED),
+        ("pw", codes::SYMLINK),
+        ("missing", codes::NOT_FOUND),
+        ("sub", codes::NOT_REGULAR),
+    ] {
+        assert_eq!(code(&b.handle(&read(1, 3, path, 10)).unwrap()), want, "read {path:?}");
+    }
+    assert_eq!(b.handle(&list(2, 3, ".", 10)).unwrap().skipped, Some(1), "the staging entry is not listed");
+    assert_eq!(code(&b.handle(&list(3, 3, "pw", 10)).unwrap()), codes::SYMLINK);
+    assert_eq!(code(&b.handle(&prepare(4, 3, "pw", b"x")).unwrap()), codes::SYMLINK);
+    assert_eq!(code(&b.handle(&prepare(5, 3, ".", b"x")).unwrap()), "path.dot_component");
+    assert_eq!(code(&b.handle(&prepare(6, 3, &stage(1), b"x")).unwrap()), codes::PATH_RESERVED);
+    assert_eq!(fs::read(t.path().join("root3").join(stage(1))).unwrap(), b"staged");
+}
+
+#[test]
+fn limits_are_checked_again_here() {
+    let (t, mut b) = broker();
+    fs::write(t.path().join("root3/big"), vec![b'b'; MAX_IO_BYTES as usize + 10]).unwrap();
+    let full = b.handle(&read(1, 3, "big", MAX_IO_BYTES)).unwrap();
+    assert_eq!(b64_decode(full.data.as_deref().unwrap()).unwrap().len(), MAX_IO_BYTES as usize);
+    assert!(encode(&full).len() <= MAX_FRAME, "a full read fits in a frame");
+    assert_eq!(code(&b.handle(&read(2, 3, "big", MAX_IO_BYTES + 1)).unwrap()), codes::LIMIT);
+    assert_eq!(code(&b.handle(&list(3, 3, ".", MAX_LIST_NAMES + 1)).unwrap()), codes::LIMIT);
+    let over = vec![0u8; MAX_IO_BYTES as usize + 1];
+    assert_eq!(code(&b.handle(&prepare(4, 3, "o", &over)).unwrap()), codes::LIMIT);
+    let exact = vec![7u8; MAX_IO_BYTES as usize];
+    assert_eq!(code(&b.handle(&prepare(5, 3, "o", &exact)).unwrap()), "ok");
+    for id in 6..(6 + MAX_OUTSTANDING as u64 - 1) {
+        assert_eq!(code(&b.handle(&prepare(id, 3, "o", b"x")).unwrap()), "ok");
+    }
+    assert_eq!(code(&b.handle(&prepare(99, 3, "o", b"x")).unwrap()), codes::LIMIT, "too many outstanding");
+    assert_eq!(code(&b.handle(&abort(100, 3, 5)).unwrap()), "ok");
+    assert_eq!(code(&b.handle(&prepare(101, 3, "o", b"x")).unwrap()), "ok", "room again after an abort");
+    assert!(!t.path().join("root3/o").exists(), "nothing prepared is visible");
+}
+
+#[test]
+fn a_write_is_prepared_then_committed_or_aborted() {
+    let (t, mut b) = broker();
+    let root = t.path().join("root2");
+    let p = b.handle(&prepare(10, 2, "sub/out.txt", b"hello")).unwrap();
+    let id = p.identity.unwrap();
+    assert_eq!(id.bytes, 5);
+    use std::os::unix::fs::MetadataExt;
+    let sub = fs::metadata(root.join("sub")).unwrap();
+    assert_eq!((id.dir_dev, id.dir_ino), (sub.dev(), sub.ino()));
+    assert!(!root.join("sub/out.txt").exists());
+    let c = b.handle(&commit(11, 2, 10, &stage(2))).unwrap();
+    assert_eq!(c.written, Some(5));
+    let meta = fs::metadata(root.join("sub/out.txt")).unwrap();
+    assert_eq!((meta.dev(), meta.ino()), (id.file_dev, id.file_ino), "the prepared inode is the one published");
+    assert_eq!(fs::read(root.join("sub/out.txt")).unwrap(), b"hello");
+    b.handle(&prepare(12, 2, "a.txt", b"never")).unwrap();
+    assert_eq!(b.handle(&abort(13, 2, 12)).unwrap().aborted, Some(true));
+    assert_eq!(fs::read(root.join("a.txt")).unwrap(), b"root 2");
+    let names: Vec<_> = fs::read_dir(&root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 3, "no staging entry left: {names:?}");
+}
+
+#[test]
+fn out_of_order_writes_are_protocol_errors() {
+    let (_t, mut b) = broker();
+    let fatal = |b: &mut Broker, r: &BrokerRequest| matches!(b.handle(r), Err(Fatal::Protocol(_)));
+    assert!(fatal(&mut b, &commit(1, 3, 77, &stage(3))), "no such prepared write");
+    assert!(fatal(&mut b, &abort(2, 3, 77)));
+    b.handle(&prepare(3, 3, "x", b"1")).unwrap();
+    assert!(fatal(&mut b, &prepare(3, 3, "y", b"2")), "a reused id");
+    assert!(fatal(&mut b, &commit(4, 2, 3, &stage(3))), "committed on another root");
+    assert!(fatal(&mut b, &commit(5, 3, 3, "plain-name")), "not a staging name");
+    let mut bad_b64 = prepare(6, 3, "z", b"");
+    bad_b64.data = Some("!!".into());
+    assert!(fatal(&mut b, &bad_b64));
+    let mut surplus = read(7, 0, "a.txt", 1);
+    surplus.data = Some(String::new());
+    assert!(fatal(&mut b, &surplus), "fields that do not match the operation");
+    assert!(fatal(&mut b, &req(8, BrokerOp::Read, 0, Some("a.txt"))), "a read without max");
+}
+
+/// An in-memory socket: what the broker reads, and what it wrote.
+struct Duplex {
+    input: Cursor<Vec<u8>>,
+    output: Vec<u8>,
+}
+
+impl Read for Duplex {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.input.read(buf)
+    }
+}
+
+impl Write for Duplex {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.output.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn frames(bodies: &[Vec<u8>]) -> Duplex {
+    let mut input = Vec::new();
+    for b in bodies {
+        write_frame(&mut input, b).unwrap();
+    }
+    Duplex { input: Cursor::new(input), output: Vec::new() }
+}
+
+fn responses(d: &Duplex) -> Vec<BrokerResponse> {
+    let mut r = &d.output[..];
+    let mut out = Vec::new();
+    while let Some(body) = read_frame(&mut r, MAX_FRAME).unwrap() {
+        out.push(decode(&body).unwrap());
+    }
+    out
+}
+
+#[test]
+fn the_loop_answers_each_frame_and_ends_at_eof() {
+    let (_t, mut b) = broker();
+    let mut d = frames(&[encode(&read(1, 0, "a.txt", 3)), encode(&list(2, 1, "sub", 5))]);
+    b.serve(&mut d).unwrap();
+    let got = responses(&d);
+    assert_eq!(got.len(), 2);
+    assert_eq!(b64_decode(got[0].data.as_deref().unwrap()).unwrap(), b"roo");
+    assert_eq!(got[1].names.as_deref(), Some(&[][..]));
+}
+
+#[test]
+fn the_loop_stops_at_a_protocol_error_after_answering_it() {
+    let (_t, mut b) = broker();
+    for bad in [
+        b"not json".to_vec(),
+        br#"{"id":1,"op":"read","root":0,"path":"a.txt","max":1,"extra":1}"#.to_vec(),
+        br#"{"id":1,"op":"chmod","root":0,"path":"a.txt"}"#.to_vec(),
+        br#"{"id":1,"op":"read","root":0,"path":"a.txt","max":1,"data":"x"}"#.to_vec(),
+    ] {
+        let mut d = frames(&[bad.clone(), encode(&read(2, 0, "a.txt", 1))]);
+        assert!(matches!(b.serve(&mut d), Err(Fatal::Protocol(_))), "{}", String::from_utf8_lossy(&bad));
+        let got = responses(&d);
+        assert_eq!(got.len(), 1, "nothing after the protocol error is served");
+        assert_eq!(code(&got[0]), codes::PROTOCOL);
+    }
+    // A frame longer than the limit, and a stream cut inside a frame.
+    let mut d = Duplex { input: Cursor::new((MAX_FRAME as u32 + 1).to_be_bytes().to_vec()), output: Vec::new() };
+    assert!(matches!(b.serve(&mut d), Err(Fatal::Protocol(_))));
+    let mut d = Duplex { input: Cursor::new(vec![0, 0, 0, 9, b'{']), output: Vec::new() };
+    assert!(matches!(b.serve(&mut d), Err(Fatal::Protocol(_))));
+}

@@ -1,0 +1,120 @@
+//! The broker binary end to end: frames in, frames out, through the jail.
+
+use std::os::unix::process::ExitStatusExt;
+
+use airlock_fsproto::{b64_decode, b64_encode, codes, write_frame, BrokerOp, BrokerRequest, BrokerResponse};
+
+use crate::util::{start, Roots, MAIN};
+
+fn req(id: u64, op: BrokerOp, root: u32) -> BrokerRequest {
+    BrokerRequest { id, op, root, path: None, max: None, data: None, prepared: None, stage: None }
+}
+
+fn read(id: u64, root: u32, path: &str) -> BrokerRequest {
+    BrokerRequest { path: Some(path.into()), max: Some(4096), ..req(id, BrokerOp::Read, root) }
+}
+
+fn prepare(id: u64, root: u32, path: &str, data: &[u8]) -> BrokerRequest {
+    BrokerRequest { path: Some(path.into()), data: Some(b64_encode(data)), ..req(id, BrokerOp::WritePrepare, root) }
+}
+
+fn stage(n: u8) -> String {
+    format!("{}{}", airlock_fsproto::STAGE_PREFIX, format!("{n:02x}").repeat(16))
+}
+
+fn code(r: &BrokerResponse) -> &str {
+    r.error.as_ref().map_or("ok", |e| e.code.as_str())
+}
+
+fn names(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn reads_lists_and_writes_through_the_jail() {
+    let roots = Roots::new(&["r", "l", "wl"]);
+    std::os::unix::fs::symlink(roots.outside().join("secret"), roots.path(0).join("link")).unwrap();
+    let mut b = start(MAIN, &roots);
+    let r = b.call(&read(1, 0, "a.txt"));
+    assert_eq!(b64_decode(r.data.as_deref().unwrap()).unwrap(), b"root 0");
+    assert_eq!(code(&b.call(&read(2, 0, "link"))), codes::SYMLINK);
+    assert_eq!(code(&b.call(&read(3, 1, "a.txt"))), codes::DENIED);
+    let l = b.call(&BrokerRequest { path: Some(".".into()), max: Some(10), ..req(4, BrokerOp::List, 1) });
+    assert_eq!(l.names.unwrap(), ["a.txt", "sub"]);
+    let p = b.call(&prepare(5, 2, "a.txt", b"replaced"));
+    assert!(p.identity.is_some(), "{p:?}");
+    let c = b.call(&BrokerRequest { prepared: Some(5), stage: Some(stage(1)), ..req(6, BrokerOp::WriteCommit, 2) });
+    assert_eq!(c.written, Some(8), "{c:?}");
+    assert_eq!(std::fs::read(roots.path(2).join("a.txt")).unwrap(), b"replaced");
+    let (status, stderr) = b.finish();
+    assert_eq!(status.code(), Some(0), "EOF ends the broker cleanly: {stderr}");
+    assert_eq!(stderr, "");
+    roots.outside_untouched();
+}
+
+#[test]
+fn a_protocol_error_ends_the_broker_with_a_failure() {
+    let roots = Roots::new(&["r"]);
+    let mut b = start(MAIN, &roots);
+    write_frame(&mut b.sock, br#"{"id":7,"op":"read","root":0,"path":"a.txt"}"#).unwrap();
+    let r = b.response().expect("the protocol error is answered");
+    assert_eq!((r.id, code(&r)), (7, codes::PROTOCOL));
+    assert!(b.response().is_none(), "then the broker is gone");
+    let (status, stderr) = b.finish();
+    assert_eq!(status.code(), Some(airlock_broker::EXIT_PROTOCOL), "{stderr}");
+}
+
+#[test]
+fn writes_not_committed_vanish_with_the_broker() {
+    let roots = Roots::new(&["w", "w"]);
+    let before = (names(&roots.path(0)), names(&roots.path(1)));
+    let mut b = start(MAIN, &roots);
+    assert_eq!(code(&b.call(&prepare(1, 0, "a.txt", b"never"))), "ok");
+    assert_eq!(code(&b.call(&prepare(2, 0, "new", b"never"))), "ok");
+    let (status, _) = b.finish();
+    assert_eq!(status.code(), Some(0));
+    let mut b = start(MAIN, &roots);
+    assert_eq!(code(&b.call(&prepare(1, 1, "new", b"never"))), "ok");
+    b.process.kill().unwrap();
+    let status = b.process.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    assert_eq!((names(&roots.path(0)), names(&roots.path(1))), before, "nothing was named");
+    assert_eq!(std::fs::read(roots.path(0).join("a.txt")).unwrap(), b"root 0");
+}
+
+#[test]
+fn dropping_the_handle_kills_and_reaps_the_broker() {
+    let roots = Roots::new(&["r"]);
+    let b = start(MAIN, &roots);
+    let pid = b.process.id();
+    drop(b);
+    // Reaped: waiting for it again finds no such child.
+    let pid = rustix::process::Pid::from_raw(pid as i32).unwrap();
+    let again = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::NOHANG);
+    assert_eq!(again.err(), Some(rustix::io::Errno::CHILD), "the broker was killed and reaped on drop");
+}
+
+/// The jail's `RLIMIT_FSIZE` (64 KiB + 1) and the frame limit leave room
+/// for the largest read and write the protocol allows.
+#[test]
+fn the_largest_read_and_write_pass_through_the_jail() {
+    let max = airlock_fsproto::MAX_IO_BYTES as usize;
+    let roots = Roots::new(&["rw"]);
+    let big: Vec<u8> = (0..max + 100).map(|i| (i % 251) as u8).collect();
+    std::fs::write(roots.path(0).join("big"), &big).unwrap();
+    let mut b = start(MAIN, &roots);
+    let r = b.call(&BrokerRequest { max: Some(max as u64), ..read(1, 0, "big") });
+    assert_eq!(b64_decode(r.data.as_deref().unwrap()).unwrap(), big[..max]);
+    let p = b.call(&prepare(2, 0, "out", &big[..max]));
+    assert_eq!(p.identity.map(|i| i.bytes), Some(max as u64), "{p:?}");
+    let c = b.call(&BrokerRequest { prepared: Some(2), stage: Some(stage(2)), ..req(3, BrokerOp::WriteCommit, 0) });
+    assert_eq!(c.written, Some(max as u64), "{c:?}");
+    let over = b.call(&prepare(4, 0, "out2", &big[..max + 1]));
+    assert_eq!(code(&over), codes::LIMIT);
+    let (status, stderr) = b.finish();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert_eq!(std::fs::read(roots.path(0).join("out")).unwrap(), big[..max]);
+}

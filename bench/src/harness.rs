@@ -12,7 +12,8 @@ pub struct Summary {
     pub p99: Duration,
 }
 
-fn summarize(mut samples: Vec<Duration>) -> Summary {
+/// p50 and p99 of `samples` (at least one).
+pub fn summarize(mut samples: Vec<Duration>) -> Summary {
     samples.sort();
     let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
     Summary { p50: at(0.5), p99: at(0.99) }

@@ -5,6 +5,7 @@
 //!
 //! Rows are added here by later issues; `--list` names them.
 
+mod broker_rows;
 mod git_rows;
 mod harness;
 mod mcp_rows;

@@ -51,6 +51,9 @@ pub enum Command {
     /// Answer a bounded source query (read_file, list_files, grep_files)
     /// beneath the configured ceilings, in-process, with no worker.
     Query(QueryArgs),
+    /// Run a command that reaches named directory roots only through a
+    /// confined broker: `airlock isolated --root data=./data:r -- sh -c 'airlock-fs read data a.txt'`.
+    Isolated(IsolatedArgs),
     /// List, validate or describe tools.
     #[command(subcommand)]
     Tools(ToolsCommand),
@@ -133,6 +136,44 @@ pub struct QueryArgs {
     /// Use this invocation id instead of a fresh one (1-64 of A-Z a-z 0-9 . _ -).
     #[arg(long, value_name = "ID")]
     pub invocation_id: Option<String>,
+}
+
+/// `airlock isolated`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct IsolatedArgs {
+    /// `recover`: clean up after a crashed submission.
+    #[command(subcommand)]
+    pub action: Option<IsolatedCommand>,
+    /// A root the command may reach: NAME=PATH:RIGHTS, rights any of r
+    /// (read), w (create/replace), l (list). Repeat for more (at most 64).
+    #[arg(long = "root", value_name = "NAME=PATH:RIGHTS")]
+    pub roots: Vec<String>,
+    /// Refuse to start unless the broker executable has this SHA-256 (hex).
+    #[arg(long, value_name = "HEX")]
+    pub broker_sha256: Option<String>,
+    /// Deadline for the whole submission, in seconds (default 60).
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<u64>,
+    /// Use this invocation id instead of a fresh one (1-64 of A-Z a-z 0-9 . _ -).
+    #[arg(long, value_name = "ID")]
+    pub invocation_id: Option<String>,
+    /// The command, after `--`. Inside, `airlock-fs read|write|list ROOT PATH`
+    /// and the Python module `airlock_fs` reach the roots.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// `airlock isolated recover`.
+#[derive(Debug, Subcommand)]
+pub enum IsolatedCommand {
+    /// Remove the staging entries crashed submissions left (their records
+    /// must name only roots granted here, at the same path and identity).
+    Recover {
+        /// A root, as given to the submission: NAME=PATH:RIGHTS.
+        #[arg(long = "root", value_name = "NAME=PATH:RIGHTS", required = true)]
+        roots: Vec<String>,
+    },
 }
 
 /// `airlock tools …`.

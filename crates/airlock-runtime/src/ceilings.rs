@@ -11,7 +11,7 @@ use airlock_core::config::PROTECTED_HOST_PATHS;
 use airlock_core::path::CONTROL_DIRS;
 use airlock_core::{Ceiling, ReasonCode, Refusal};
 use airlock_hostfs::{Dir, HostAuthority};
-use rustix_path::fd_path;
+pub(crate) use rustix_path::fd_path;
 use std::path::{Path, PathBuf};
 
 mod rustix_path {

@@ -29,6 +29,7 @@ mod authorize;
 mod ceilings;
 mod git_query;
 mod id;
+mod isolated;
 pub mod ledger;
 mod mcp_worker;
 mod policy_files;
@@ -44,6 +45,9 @@ pub use attest::{IN_TOTO_PAYLOAD_TYPE, PREDICATE_TYPE};
 pub use authorize::{AuthorizedCall, Authorizer, CedarPolicy, Decision, DefaultPolicy, DEFAULT_POLICY_ID};
 pub use ceilings::Protected;
 pub use id::{check_invocation_id, new_invocation_id};
+pub use isolated::{
+    IsolatedRequest, RootGrant, ADHOC_TOOL, BROKER_OPERATIONS, BROKER_RECOVERED, BROKER_WRITE, ISOLATED_TRANSPORT,
+};
 pub use policy_files::tool_specs as policy_tool_specs;
 pub use prepare::{CallRequest, PreparedCall};
 pub use source::{bundled_missing_from, SOURCE_TRANSPORT};

@@ -89,6 +89,7 @@ pub fn tool_specs(tools_dir: &std::path::Path) -> Vec<airlock_policy::ToolSpec> 
         .filter(|m| m.check_executable().is_ok() && !is_git(m))
         .map(|m| airlock_policy::ToolSpec::from_manifest(&m))
         .chain(crate::git_query::policy_specs())
+        .chain(std::iter::once(crate::isolated::adhoc_policy_spec()))
         .collect()
 }
 

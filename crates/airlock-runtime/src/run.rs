@@ -117,6 +117,10 @@ impl Runtime {
         if tool.manifest.source.is_some() {
             return self.run_source(request, tool);
         }
+        // A [broker] tool reaches named roots through the broker.
+        if tool.manifest.broker.is_some() {
+            return self.run_isolated_tool(request, tool);
+        }
         // Leftovers of callers that were killed are reaped when the call is
         // admitted to the staging pool (in prepare).
         ledger::refuse_if_unconfirmed(self.state(), self.journal())?;

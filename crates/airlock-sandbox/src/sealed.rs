@@ -74,11 +74,20 @@ impl SealedProgram {
             out.write_all(&buf[..n]).map_err(|e| sealed_err(format!("write(memfd {name:?})"))(errno(e)))?;
             len += n as u64;
         }
-        let seals = SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL;
-        rustix::fs::fcntl_add_seals(&out, seals)
-            .map_err(|e| sealed_err(format!("fcntl(memfd {name:?}, F_ADD_SEALS, WRITE|GROW|SHRINK|SEAL)"))(errno(e)))?;
+        seal(&out, name)?;
         let file = reopen_read_only(out, name)?;
         Ok(SealedProgram { file, sha256: hasher.finalize().into(), len, name: name.to_owned() })
+    }
+
+    /// A sealed memory file holding `bytes` (e.g. a script given to a
+    /// worker). `name` is for messages and the memory file's name only.
+    pub fn from_bytes(bytes: &[u8], name: &str) -> Result<SealedProgram, SandboxError> {
+        let memfd = create_memfd(name)?;
+        let mut out = File::from(memfd);
+        out.write_all(bytes).map_err(|e| sealed_err(format!("write(memfd {name:?})"))(errno(e)))?;
+        seal(&out, name)?;
+        let file = reopen_read_only(out, name)?;
+        Ok(SealedProgram { file, sha256: Sha256::digest(bytes).into(), len: bytes.len() as u64, name: name.to_owned() })
     }
 
     /// Lowercase hex SHA-256 of the sealed bytes.
@@ -116,6 +125,25 @@ impl SealedProgram {
 impl AsFd for SealedProgram {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.file.as_fd()
+    }
+}
+
+/// Seals `file` against any change of content or size, and against new
+/// seals. `F_SEAL_WRITE` waits for page references to drop and can fail
+/// with `EBUSY` while freshly written pages still sit in another CPU's LRU
+/// batch; then `F_SEAL_FUTURE_WRITE` is used, which refuses every later
+/// write and writable mapping and is as strong here, since this memory file
+/// was never mapped.
+fn seal(file: &File, name: &str) -> Result<(), SandboxError> {
+    let rest = SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL;
+    match rustix::fs::fcntl_add_seals(file, SealFlags::WRITE | rest) {
+        Err(rustix::io::Errno::BUSY) => {
+            rustix::fs::fcntl_add_seals(file, SealFlags::FUTURE_WRITE | rest).map_err(|e| {
+                sealed_err(format!("fcntl(memfd {name:?}, F_ADD_SEALS, FUTURE_WRITE|GROW|SHRINK|SEAL)"))(errno(e))
+            })
+        }
+        other => other
+            .map_err(|e| sealed_err(format!("fcntl(memfd {name:?}, F_ADD_SEALS, WRITE|GROW|SHRINK|SEAL)"))(errno(e))),
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod doctor;
 mod init;
+mod isolated;
 mod journal;
 mod mcp;
 mod prepare;
@@ -77,6 +78,10 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         Command::Query(args) => {
             runtime.set_init_program(this_executable()?, true);
             query::run(&runtime, args)?.into()
+        }
+        Command::Isolated(args) => {
+            runtime.set_init_program(this_executable()?, true);
+            isolated::run(&runtime, args)?.into()
         }
         Command::Tools(cmd) => tools::run(&runtime, cmd)?.into(),
         Command::Staging(cmd) => staging::run(&runtime, cmd)?,

@@ -9,6 +9,7 @@ mod crash;
 mod examples;
 mod git;
 mod interop;
+mod isolated;
 mod journal;
 mod mcp;
 mod mcp_worker;

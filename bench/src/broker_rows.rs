@@ -80,7 +80,7 @@ impl Setup {
     /// One submission's per-operation times, in the worker.
     fn worker_samples(&self) -> Result<[Vec<Duration>; 3], String> {
         let envelope = self.isolated(&["python3", "-c", WORKER])?;
-        let text = envelope["content"]["output"].as_str().ok_or("no output")?;
+        let text = envelope["content"]["output"]["raw_output"].as_str().ok_or("no output")?;
         let times: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
         let get = |k: &str| -> Vec<Duration> {
             times[k].as_array().into_iter().flatten().filter_map(|v| v.as_u64()).map(Duration::from_nanos).collect()

@@ -155,3 +155,32 @@ fn errors_suffix(errors: &[String]) -> String {
         format!(" (evaluation errors: {})", errors.join("; "))
     }
 }
+
+impl crate::Runtime {
+    /// Authorizes a call that no `PreparedCall` carries (Git queries,
+    /// isolated submissions): Cedar when policies are configured, with the
+    /// call as `spec`'s action and the policy set validated against every
+    /// tool (as at start-up, so policies naming other tools still load);
+    /// else the built-in default, which permits these (callers refuse
+    /// high-risk and approval-required calls first).
+    pub(crate) fn authorize_builtin(
+        &self,
+        descriptor: &airlock_core::Descriptor,
+        spec: &airlock_policy::ToolSpec,
+        id: &str,
+    ) -> Result<Vec<String>, Refusal> {
+        let Some(sources) = &self.policy_sources else {
+            return Ok(vec![DEFAULT_POLICY_ID.to_owned()]);
+        };
+        let specs = crate::policy_files::tool_specs(&self.config().tools_dir);
+        let verdict = cedar_verdict(sources, &specs, spec, &self.principal, descriptor, id)?;
+        if verdict.allowed {
+            Ok(verdict.policy_ids)
+        } else {
+            Err(Refusal::new(
+                ReasonCode::PolicyDenied,
+                format!("{} denied by policy {:?} (default deny)", descriptor.tool, verdict.policy_ids),
+            ))
+        }
+    }
+}

@@ -119,7 +119,7 @@ impl Runtime {
         )?;
 
         // 2. Authorize.
-        let policy_ids = self.authorize_git(&prepared.descriptor, id)?;
+        let policy_ids = self.authorize_builtin(&prepared.descriptor, &policy_spec(&prepared.descriptor.tool), id)?;
         ledger::note(
             self.journal(),
             kind::INVOCATION_AUTHORIZED,
@@ -262,28 +262,6 @@ impl Runtime {
         };
         let digest = descriptor.digest();
         Prepared { descriptor, digest, stats }
-    }
-
-    /// Cedar when policies are configured (the query is its own action),
-    /// else the built-in default (these are low-risk reads).
-    fn authorize_git(&self, descriptor: &Descriptor, id: &str) -> Result<Vec<String>, Refusal> {
-        let Some(sources) = &self.policy_sources else {
-            return Ok(vec![crate::DEFAULT_POLICY_ID.to_owned()]);
-        };
-        // Loaded for every tool, as at start-up, so policies naming other
-        // tools' actions still validate.
-        let specs = crate::policy_files::tool_specs(&self.config().tools_dir);
-        let spec = policy_spec(&descriptor.tool);
-        // The descriptor's human_approval is false: Git queries never wait for one.
-        let verdict = crate::authorize::cedar_verdict(sources, &specs, &spec, &self.principal, descriptor, id)?;
-        if verdict.allowed {
-            Ok(verdict.policy_ids)
-        } else {
-            Err(Refusal::new(
-                ReasonCode::PolicyDenied,
-                format!("{} denied by policy {:?} (default deny)", descriptor.tool, verdict.policy_ids),
-            ))
-        }
     }
 }
 

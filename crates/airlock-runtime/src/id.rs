@@ -27,6 +27,19 @@ pub fn check_invocation_id(id: &str) -> Result<(), Refusal> {
     }
 }
 
+/// Refuses (`invocation.duplicate`) an id the state directory has seen: an
+/// early look, so a reused id reads no file; the id is claimed atomically
+/// when the call is committed.
+pub(crate) fn check_unused(invocations: &airlock_hostfs::PrivateDir, id: &str) -> Result<(), Refusal> {
+    if invocations.contains(id) {
+        return Err(Refusal::new(
+            ReasonCode::InvocationDuplicate,
+            format!("invocation id {id:?} has been used before"),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

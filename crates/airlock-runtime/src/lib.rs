@@ -46,7 +46,8 @@ pub use authorize::{AuthorizedCall, Authorizer, CedarPolicy, Decision, DefaultPo
 pub use ceilings::Protected;
 pub use id::{check_invocation_id, new_invocation_id};
 pub use isolated::{
-    IsolatedRequest, RootGrant, ADHOC_TOOL, BROKER_OPERATIONS, BROKER_RECOVERED, BROKER_WRITE, ISOLATED_TRANSPORT,
+    helper_report as isolated_helper_report, IsolatedRequest, RootGrant, ADHOC_TOOL, BROKER_OPERATIONS,
+    BROKER_RECOVERED, BROKER_WRITE, ISOLATED_TRANSPORT,
 };
 pub use policy_files::tool_specs as policy_tool_specs;
 pub use prepare::{CallRequest, PreparedCall};

@@ -154,12 +154,7 @@ impl Runtime {
         id::check_invocation_id(&request.invocation_id)?;
         // Checked again, atomically, when the call is committed; this early
         // look keeps a reused id from reading any file.
-        if self.invocations()?.contains(&request.invocation_id) {
-            return Err(Refusal::new(
-                ReasonCode::InvocationDuplicate,
-                format!("invocation id {:?} has been used before", request.invocation_id),
-            ));
-        }
+        id::check_unused(&self.invocations()?, &request.invocation_id)?;
         let tool = self.load_tool(&request.tool)?;
         let manifest = &tool.manifest;
         if manifest.source.is_some() {

@@ -131,12 +131,7 @@ impl Runtime {
     fn prepare_source(&self, request: &CallRequest, tool: LoadedTool) -> Result<SourcePrepared, Refusal> {
         id::check_invocation_id(&request.invocation_id)?;
         let invocations = self.invocations()?;
-        if invocations.contains(&request.invocation_id) {
-            return Err(Refusal::new(
-                ReasonCode::InvocationDuplicate,
-                format!("invocation id {:?} has been used before", request.invocation_id),
-            ));
-        }
+        id::check_unused(&invocations, &request.invocation_id)?;
         let manifest = &tool.manifest;
         let op = manifest
             .source_operation()

@@ -37,13 +37,10 @@ mod spawn;
 use std::os::fd::{OwnedFd, RawFd};
 
 use airlock_fsproto::Rights;
-use landlock::{
-    Access, AccessFs, AccessNet, BitFlags, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
-    ABI,
-};
+use landlock::{Access, AccessFs, BitFlags, PathBeneath, RulesetCreatedAttr, RulesetStatus, ABI};
 use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
 use rustix::process::{Resource, Rlimit};
-use rustix::thread::{CapabilitySet, CapabilitySets, UnshareFlags};
+use rustix::thread::UnshareFlags;
 
 use crate::error::{errno, OsErrno, SandboxError};
 
@@ -179,18 +176,7 @@ fn empty_root() -> Result<(), SandboxError> {
 }
 
 fn drop_privileges(caller: Option<rustix::process::Pid>) -> Result<(), SandboxError> {
-    crate::sys::drop_bounding_set().map_err(|e| SandboxError::ProcessAttr {
-        call: "prctl(PR_CAPBSET_DROP, 0..=cap_last_cap)".into(),
-        errno: errno(e),
-    })?;
-    rustix::thread::clear_ambient_capability_set().map_err(attr("prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)"))?;
-    let none = CapabilitySets {
-        effective: CapabilitySet::empty(),
-        permitted: CapabilitySet::empty(),
-        inheritable: CapabilitySet::empty(),
-    };
-    rustix::thread::set_capabilities(None, none).map_err(attr("capset(0, {0, 0, 0})"))?;
-    rustix::thread::set_no_new_privs(true).map_err(attr("prctl(PR_SET_NO_NEW_PRIVS, 1)"))?;
+    crate::worker_exec::drop_all_capabilities()?;
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(attr("prctl(PR_SET_DUMPABLE, 0)"))?;
     // Credential changes may clear the parent-death signal: arm it again,
@@ -220,21 +206,8 @@ fn set_rlimits(roots: u64) -> Result<(), SandboxError> {
 }
 
 fn enforce_landlock(fds: &[OwnedFd], roots: &[(RawFd, Rights)]) -> Result<(), SandboxError> {
-    let version = crate::sys::landlock_abi_version()
-        .map_err(|e| SandboxError::Landlock(format!("landlock_create_ruleset(NULL, 0, VERSION): {e}")))?;
-    let abi = crate::landlock::abi_of(version);
-    if abi == ABI::Unsupported {
-        return Err(SandboxError::Landlock(format!("kernel Landlock ABI {version} is unsupported")));
-    }
+    let (mut created, _, abi) = crate::landlock::deny_all_ruleset()?;
     let err = |what: &str, e: &dyn std::fmt::Display| SandboxError::Landlock(format!("{what}: {e}"));
-    let mut ruleset = Ruleset::default().handle_access(AccessFs::from_all(abi)).map_err(|e| err("handle fs", &e))?;
-    if version >= 4 {
-        ruleset = ruleset.handle_access(AccessNet::from_all(abi)).map_err(|e| err("handle net", &e))?;
-    }
-    if version >= 6 {
-        ruleset = ruleset.scope(Scope::from_all(abi)).map_err(|e| err("scope", &e))?;
-    }
-    let mut created = ruleset.create().map_err(|e| err("landlock_create_ruleset", &e))?;
     for (i, (fd, (_, rights))) in fds.iter().zip(roots).enumerate() {
         created = created
             .add_rule(PathBeneath::new(fd, landlock_access(*rights, abi)))

@@ -12,7 +12,7 @@
 
 use landlock::{
     Access, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, RestrictionStatus, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    RulesetCreated, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
 use crate::error::SandboxError;
@@ -142,8 +142,11 @@ pub(crate) fn abi_of(version: i32) -> ABI {
 }
 
 /// Enforces `rules` on the calling thread (inherited by its `execve`).
-/// Returns the ABI version enforced and `"fully"` or `"partially"`.
-pub(crate) fn enforce(rules: &[PlannedRule]) -> Result<(i32, &'static str), SandboxError> {
+/// A ruleset at the kernel's best ABI that handles every file-system right,
+/// TCP bind and connect (ABI 4) and scopes signals and abstract unix
+/// sockets (ABI 6), with no rule yet: whatever the caller does not grant is
+/// denied. Returns it with the kernel's ABI version and the crate's ABI.
+pub(crate) fn deny_all_ruleset() -> Result<(RulesetCreated, i32, ABI), SandboxError> {
     let version = crate::sys::landlock_abi_version()
         .map_err(|e| SandboxError::Landlock(format!("landlock_create_ruleset(NULL, 0, VERSION): {e}")))?;
     let abi = abi_of(version);
@@ -158,7 +161,14 @@ pub(crate) fn enforce(rules: &[PlannedRule]) -> Result<(i32, &'static str), Sand
     if version >= 6 {
         ruleset = ruleset.scope(Scope::from_all(abi)).map_err(|e| err("scope", &e))?;
     }
-    let mut created = ruleset.create().map_err(|e| err("landlock_create_ruleset", &e))?;
+    let created = ruleset.create().map_err(|e| err("landlock_create_ruleset", &e))?;
+    Ok((created, version, abi))
+}
+
+/// Returns the ABI version enforced and `"fully"` or `"partially"`.
+pub(crate) fn enforce(rules: &[PlannedRule]) -> Result<(i32, &'static str), SandboxError> {
+    let (mut created, version, abi) = deny_all_ruleset()?;
+    let err = |what: &str, e: &dyn std::fmt::Display| SandboxError::Landlock(format!("{what}: {e}"));
     for r in rules {
         let fd = PathFd::new(&r.path).map_err(|e| err(&format!("open({:?}, O_PATH)", r.path), &e))?;
         created = created

@@ -48,6 +48,24 @@ fn attr(call: &str) -> impl FnOnce(rustix::io::Errno) -> SandboxError + '_ {
     move |e| SandboxError::ProcessAttr { call: call.to_string(), errno: errno(e) }
 }
 
+/// Empties the bounding, ambient, effective, permitted and inheritable
+/// capability sets and sets `no_new_privs`, so nothing this process runs can
+/// regain a capability.
+pub(crate) fn drop_all_capabilities() -> Result<(), SandboxError> {
+    crate::sys::drop_bounding_set().map_err(|e| SandboxError::ProcessAttr {
+        call: "prctl(PR_CAPBSET_DROP, 0..=cap_last_cap)".into(),
+        errno: errno(e),
+    })?;
+    rustix::thread::clear_ambient_capability_set().map_err(attr("prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)"))?;
+    let none = CapabilitySets {
+        effective: CapabilitySet::empty(),
+        permitted: CapabilitySet::empty(),
+        inheritable: CapabilitySet::empty(),
+    };
+    rustix::thread::set_capabilities(None, none).map_err(attr("capset(0, {0, 0, 0})"))?;
+    rustix::thread::set_no_new_privs(true).map_err(attr("prctl(PR_SET_NO_NEW_PRIVS, 1)"))
+}
+
 fn confine_and_exec(
     spec: &InitSpec,
     rules: &[PlannedRule],
@@ -113,18 +131,7 @@ fn confine(
     let id = rustix::process::Uid::from_raw(WORKER_ID);
     rustix::thread::set_thread_res_uid(id, id, id).map_err(attr("setresuid(65534, 65534, 65534)"))?;
 
-    crate::sys::drop_bounding_set().map_err(|e| SandboxError::ProcessAttr {
-        call: "prctl(PR_CAPBSET_DROP, 0..=cap_last_cap)".into(),
-        errno: errno(e),
-    })?;
-    rustix::thread::clear_ambient_capability_set().map_err(attr("prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)"))?;
-    let none = CapabilitySets {
-        effective: CapabilitySet::empty(),
-        permitted: CapabilitySet::empty(),
-        inheritable: CapabilitySet::empty(),
-    };
-    rustix::thread::set_capabilities(None, none).map_err(attr("capset(0, {0, 0, 0})"))?;
-    rustix::thread::set_no_new_privs(true).map_err(attr("prctl(PR_SET_NO_NEW_PRIVS, 1)"))?;
+    drop_all_capabilities()?;
 
     set_rlimits(spec)?;
 

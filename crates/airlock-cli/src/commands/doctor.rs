@@ -58,6 +58,7 @@ pub fn run(config: &Config) -> Envelope {
             "docker": not_built("docker"),
             "microvm": not_built("qemu-system-x86_64"),
         },
+        "isolated": airlock_runtime::isolated_helper_report(config),
         "configured_tier": config.tier,
     });
     let envelope = Envelope { content: Some(content), ..Envelope::ok() };

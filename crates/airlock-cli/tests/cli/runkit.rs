@@ -280,8 +280,12 @@ impl Nobody {
         let dir = tempfile::Builder::new().prefix("airlock-bin-").tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let copy = dir.path().join("airlock");
-        std::fs::copy(&binary, &copy).unwrap();
-        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // The helpers `airlock isolated` finds beside the binary come along.
+        for name in ["airlock", "airlock-broker", "airlock-fs"] {
+            let to = dir.path().join(name);
+            std::fs::copy(binary.with_file_name(name), &to).unwrap();
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
         if !reachable_by_others(&copy) {
             return Err(format!("{} is not reachable by uid 65534", copy.display()));
         }

@@ -99,3 +99,20 @@ fn an_unprivileged_caller_is_refused_an_existing_output() {
     assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "precious\n");
     assert_staging_empty(&p);
 }
+
+#[test]
+fn an_unprivileged_caller_reaches_its_roots_through_the_broker() {
+    let Some(nobody) = nobody() else { return };
+    let p = Project::new();
+    p.write("data/in.txt", "unprivileged input");
+    nobody.adopt(&p);
+    let data = format!("data={}:r", p.path("data").display());
+    let out = format!("out={}:w", p.path("results").display());
+    let script = "airlock-fs read data in.txt | tr a-z A-Z | airlock-fs write out up.txt && cat /proc/self/status";
+    let run = nobody.run(p.root(), &["isolated", "--root", &data, "--root", &out, "--", "sh", "-c", script]);
+    run.assert_ok();
+    assert_eq!(std::fs::read_to_string(p.path("results/up.txt")).unwrap(), "UNPRIVILEGED INPUT");
+    assert_eq!(std::fs::metadata(p.path("results/up.txt")).unwrap().uid(), 65534, "the caller owns what it wrote");
+    let status = run.envelope["content"]["output"]["raw_output"].as_str().unwrap();
+    assert!(status.contains("CapEff:\t0000000000000000"), "{status}");
+}

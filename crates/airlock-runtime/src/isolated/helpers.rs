@@ -47,3 +47,26 @@ pub(crate) fn seal(path: &Path, pin: Option<&str>, what: &str) -> Result<SealedP
     }
     Ok(sealed)
 }
+
+/// For `airlock doctor`: where each helper is, its SHA-256 and whether it
+/// matches the operator's pin, or why it cannot be used.
+pub fn helper_report(config: &airlock_core::Config) -> serde_json::Value {
+    let b = &config.broker;
+    let one = |configured: Option<&Path>, name: &str, pin: Option<&str>| -> serde_json::Value {
+        let path = match locate(configured, name) {
+            Ok(p) => p,
+            Err(r) => return serde_json::json!({ "ok": false, "detail": r.message }),
+        };
+        match seal(&path, pin, name) {
+            Ok(sealed) => serde_json::json!({
+                "ok": true,
+                "detail": format!("{} (sha256 {}{})", path.display(), sealed.sha256_hex(), if pin.is_some() { ", pinned" } else { "" }),
+            }),
+            Err(r) => serde_json::json!({ "ok": false, "detail": format!("{}: {}", r.code.as_str(), r.message) }),
+        }
+    };
+    serde_json::json!({
+        "broker": one(b.program.as_deref(), BROKER_BIN, b.program_sha256.as_deref()),
+        "client": one(b.client.as_deref(), CLIENT_BIN, b.client_sha256.as_deref()),
+    })
+}

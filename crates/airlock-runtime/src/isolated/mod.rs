@@ -35,6 +35,7 @@ use crate::prepare::CallRequest;
 use crate::store::{PendingInvocation, PreparedRecord};
 use crate::tools::LoadedTool;
 use crate::{id, ledger, Runtime};
+pub use helpers::helper_report;
 use relay::{Relay, RelayEnd};
 pub use roots::RootGrant;
 
@@ -153,12 +154,7 @@ impl Runtime {
         ledger::refuse_if_unconfirmed(self.state(), self.journal())?;
         id::check_invocation_id(&sub.invocation_id)?;
         let invocations = self.invocations()?;
-        if invocations.contains(&sub.invocation_id) {
-            return Err(Refusal::new(
-                ReasonCode::InvocationDuplicate,
-                format!("invocation id {:?} has been used before", sub.invocation_id),
-            ));
-        }
+        id::check_unused(&invocations, &sub.invocation_id)?;
         if crate::approval::needs_approval(&sub.risk_tier, sub.human_approval) {
             return Err(Refusal::new(
                 ReasonCode::ManifestUnsupported,
@@ -224,7 +220,7 @@ impl Runtime {
                 "owner_pid": std::process::id(),
             }),
         )?;
-        let policy_ids = self.authorize_isolated(&record.descriptor, &sub.spec, id)?;
+        let policy_ids = self.authorize_builtin(&record.descriptor, &sub.spec, id)?;
         ledger::note(
             self.journal(),
             kind::INVOCATION_AUTHORIZED,
@@ -240,29 +236,6 @@ impl Runtime {
         };
         let run = Run { sub: &sub, roots: &roots, broker: &broker, client: &client, descriptor: &record.descriptor };
         self.execute_isolated(run, base)
-    }
-
-    /// Cedar when policies are configured, else the built-in default (which
-    /// permits low and medium risk).
-    fn authorize_isolated(
-        &self,
-        descriptor: &Descriptor,
-        spec: &airlock_policy::ToolSpec,
-        id: &str,
-    ) -> Result<Vec<String>, Refusal> {
-        let Some(sources) = &self.policy_sources else {
-            return Ok(vec![crate::DEFAULT_POLICY_ID.to_owned()]);
-        };
-        let specs = crate::policy_files::tool_specs(&self.config().tools_dir);
-        let verdict = crate::authorize::cedar_verdict(sources, &specs, spec, &self.principal, descriptor, id)?;
-        if verdict.allowed {
-            Ok(verdict.policy_ids)
-        } else {
-            Err(Refusal::new(
-                ReasonCode::PolicyDenied,
-                format!("{} denied by policy {:?} (default deny)", descriptor.tool, verdict.policy_ids),
-            ))
-        }
     }
 }
 

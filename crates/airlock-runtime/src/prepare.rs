@@ -166,6 +166,16 @@ impl Runtime {
                 ),
             ));
         }
+        if manifest.broker.is_some() {
+            return Err(Refusal::new(
+                ReasonCode::ManifestUnsupported,
+                format!(
+                    "{} reaches named roots through the broker: it runs in one call (`airlock run`), not kept for \
+                     dispatch",
+                    manifest.name()
+                ),
+            ));
+        }
         manifest.check_executable()?;
         let args = manifest.bind_args(&request.positional, &request.named)?;
         let argv = manifest.build_argv(&args)?;

@@ -437,6 +437,8 @@ format = "text"
     run.assert_ok();
     assert_eq!(std::fs::read_to_string(p.path("results/copy.txt")).unwrap(), "from a manifest");
     assert_eq!(run.envelope["created_files"][0]["path"], "out:copy.txt");
+    // Run once, never kept for a later dispatch (which would bypass the broker).
+    p.run(&["prepare", "mirror"]).assert_refused("manifest.unsupported", 65);
     p.write(
         "tools/bad.clad.toml",
         "[tool]\nname = \"bad\"\nversion = \"1\"\ndescription = \"x\"\n[broker]\nroots = [\"nosuch:r\"]\n[command]\nexec = [\"true\"]\n",

@@ -258,7 +258,6 @@ impl Runtime {
         let id = sub.invocation_id.as_str();
         let tier = self.native_tier()?;
         let budgets = descriptor.command_boundary.filesystem.broker.as_ref().map(|b| b.budgets).unwrap_or_default();
-        let records = records::RecordBook::create(self.state(), id)?;
 
         let (broker_here, broker_there) = UnixStream::pair().map_err(unavailable("socketpair for the broker"))?;
         let (worker_here, worker_there) = UnixStream::pair().map_err(unavailable("socketpair for the worker"))?;
@@ -275,6 +274,9 @@ impl Runtime {
             Refusal::new(crate::run::sandbox_code(e.reason_code()), format!("the isolated worker: {e}"))
         })?;
         let kill = worker.kill_handle();
+        // Made once the worker exists (an earlier failure leaves nothing to
+        // recover), and before the relay serves its first write.
+        let records = records::RecordBook::create(self.state(), id)?;
 
         let journal = self.journal();
         let mut on_write = |w: &relay::WriteReceipt, stage: &str| {

@@ -69,6 +69,9 @@ pub mod codes {
     pub const BUDGET: &str = "broker.budget";
     /// A malformed, oversized, out-of-order or unexpected message.
     pub const PROTOCOL: &str = "broker.protocol";
+    /// An entry on the path changed while it was resolved or opened (a
+    /// concurrent rename); nothing was read or written. Retrying may work.
+    pub const RACE: &str = "broker.race";
     /// Any other I/O failure.
     pub const IO: &str = "broker.io";
     /// The submission already failed; no further operation is served.

@@ -86,8 +86,8 @@ pub enum RootedError {
         /// Its link count.
         links: u64,
     },
-    /// A system call failed, or an entry changed while it was worked on
-    /// (`broker.io`).
+    /// A system call failed (`broker.io`), or an entry changed while it was
+    /// worked on (`EAGAIN`: `broker.race`).
     #[error("{call}: {errno}")]
     Io {
         /// The call, with its arguments.
@@ -100,8 +100,9 @@ pub enum RootedError {
 
 impl RootedError {
     /// The stable reason code: `broker.symlink`, `broker.mount_crossing`,
-    /// `broker.not_found`, `broker.not_regular`, `broker.hardlink` or
-    /// `broker.io`.
+    /// `broker.not_found`, `broker.not_regular`, `broker.hardlink`,
+    /// `broker.race` (an entry changed while it was resolved or opened, and
+    /// retrying did not outlast it) or `broker.io`.
     pub fn code(&self) -> &'static str {
         use airlock_fsproto::codes;
         match self {
@@ -110,6 +111,7 @@ impl RootedError {
             RootedError::NotFound { .. } => codes::NOT_FOUND,
             RootedError::NotRegular { .. } => codes::NOT_REGULAR,
             RootedError::Hardlink { .. } => codes::HARDLINK,
+            RootedError::Io { errno: Errno::AGAIN, .. } => codes::RACE,
             RootedError::Io { .. } => codes::IO,
         }
     }

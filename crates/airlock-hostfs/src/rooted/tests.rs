@@ -377,7 +377,7 @@ fn a_racing_directory_swap_never_writes_outside() {
             match result {
                 Ok(_) => ok += 1,
                 Err(e) => {
-                    assert!(matches!(e.code(), "broker.symlink" | "broker.not_found" | "broker.io"), "{e}");
+                    assert!(matches!(e.code(), "broker.symlink" | "broker.not_found" | "broker.race"), "{e}");
                     refused += 1;
                 }
             }

@@ -613,3 +613,30 @@ exec = ["sh", "-c", "airlock-fs read data \"$0\" | tr a-z A-Z | airlock-fs write
     assert_eq!(refused["structuredContent"]["error"]["code"], "broker.operation_failed", "{refused}");
     assert!(s.close().success());
 }
+
+#[test]
+fn cedar_sees_the_roots_and_can_forbid_a_write_root() {
+    let p = Project::with_config("state_dir = \".airlock\"\n[policy]\nfiles = [\"policy/*.cedar\"]\n");
+    p.write(
+        "policy/isolated.cedar",
+        r#"@id("isolated-ok")
+permit(principal, action == Airlock::Action::"tool_call::isolated", resource);
+
+@id("no-writes-to-secrets")
+forbid(principal, action, resource) when {
+  context.invocation.resolved.command_boundary.filesystem has broker &&
+  context.invocation.resolved.command_boundary.filesystem.broker.write_roots.contains("secrets")
+};
+"#,
+    );
+    p.write("data/a.txt", "a");
+    let ok = isolated(&p, &[root(&p, "data", "data", "r")], "airlock-fs read data a.txt");
+    ok.assert_ok();
+    assert_eq!(ok.envelope["evidence"]["policy_ids"], serde_json::json!(["isolated-ok"]));
+    let denied = isolated(&p, &[root(&p, "data", "data", "r"), root(&p, "secrets", "results", "w")], "echo ran");
+    denied.assert_refused("policy.denied", 77);
+    assert!(denied.envelope["error"]["message"].as_str().unwrap().contains("no-writes-to-secrets"), "{denied:#?}");
+    assert!(!denied.stdout.contains("ran"));
+    // The same root read-only is allowed.
+    isolated(&p, &[root(&p, "secrets", "results", "r")], "true").assert_ok();
+}

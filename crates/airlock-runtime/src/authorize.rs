@@ -162,25 +162,34 @@ impl crate::Runtime {
     /// call as `spec`'s action and the policy set validated against every
     /// tool (as at start-up, so policies naming other tools still load);
     /// else the built-in default, which permits these (callers refuse
-    /// high-risk and approval-required calls first).
+    /// high-risk and approval-required calls first). A permit is journaled
+    /// (`InvocationAuthorized`, with the deciding policies).
     pub(crate) fn authorize_builtin(
         &self,
         descriptor: &airlock_core::Descriptor,
         spec: &airlock_policy::ToolSpec,
         id: &str,
     ) -> Result<Vec<String>, Refusal> {
-        let Some(sources) = &self.policy_sources else {
-            return Ok(vec![DEFAULT_POLICY_ID.to_owned()]);
+        let policy_ids = match &self.policy_sources {
+            None => vec![DEFAULT_POLICY_ID.to_owned()],
+            Some(sources) => {
+                let specs = crate::policy_files::tool_specs(&self.config().tools_dir);
+                let verdict = cedar_verdict(sources, &specs, spec, &self.principal, descriptor, id)?;
+                if !verdict.allowed {
+                    return Err(Refusal::new(
+                        ReasonCode::PolicyDenied,
+                        format!("{} denied by policy {:?} (default deny)", descriptor.tool, verdict.policy_ids),
+                    ));
+                }
+                verdict.policy_ids
+            }
         };
-        let specs = crate::policy_files::tool_specs(&self.config().tools_dir);
-        let verdict = cedar_verdict(sources, &specs, spec, &self.principal, descriptor, id)?;
-        if verdict.allowed {
-            Ok(verdict.policy_ids)
-        } else {
-            Err(Refusal::new(
-                ReasonCode::PolicyDenied,
-                format!("{} denied by policy {:?} (default deny)", descriptor.tool, verdict.policy_ids),
-            ))
-        }
+        crate::ledger::note(
+            self.journal(),
+            airlock_journal::kind::INVOCATION_AUTHORIZED,
+            Some(id),
+            serde_json::json!({ "policy_ids": policy_ids, "approved": false }),
+        )?;
+        Ok(policy_ids)
     }
 }

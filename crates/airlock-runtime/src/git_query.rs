@@ -120,12 +120,6 @@ impl Runtime {
 
         // 2. Authorize.
         let policy_ids = self.authorize_builtin(&prepared.descriptor, &policy_spec(&prepared.descriptor.tool), id)?;
-        ledger::note(
-            self.journal(),
-            kind::INVOCATION_AUTHORIZED,
-            Some(id),
-            json!({ "policy_ids": policy_ids, "approved": false }),
-        )?;
 
         // 3. Run the driver on the archive alone.
         let mut tier = tier;

@@ -221,12 +221,6 @@ impl Runtime {
             }),
         )?;
         let policy_ids = self.authorize_builtin(&record.descriptor, &sub.spec, id)?;
-        ledger::note(
-            self.journal(),
-            kind::INVOCATION_AUTHORIZED,
-            Some(id),
-            json!({ "policy_ids": policy_ids, "approved": false }),
-        )?;
         let base = Envelope {
             invocation_id: Some(id.to_owned()),
             tool: Some(sub.tool.clone()),

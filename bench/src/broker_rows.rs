@@ -13,7 +13,7 @@
 //! The issue sets no target: these rows print ratios.
 
 use crate::harness::{compare, summarize, Report, Summary, Target};
-use crate::run_rows::sibling_binary;
+use crate::run_rows::{check, sibling_binary};
 use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -207,18 +207,7 @@ pub fn operations(quick: bool) -> Result<Report, String> {
 pub fn startup(quick: bool) -> Result<Report, String> {
     let s = setup()?;
     let samples = if quick { 10 } else { 40 };
-    let run = || -> Result<(), String> {
-        let out = Command::new(&s.airlock)
-            .args(["run", "nothing"])
-            .current_dir(&s.root)
-            .output()
-            .map_err(|e| e.to_string())?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!("airlock run: {}", String::from_utf8_lossy(&out.stdout)))
-        }
-    };
+    let run = || check(Command::new(&s.airlock).args(["run", "nothing"]).current_dir(&s.root).output(), "airlock run");
     let (candidate, baseline) = compare(samples, || s.isolated(&["true"]).map(|_| ()), run)?;
     Ok(Report {
         name: "airlock isolated start-up vs airlock run",

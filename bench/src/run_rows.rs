@@ -64,7 +64,8 @@ pub(crate) fn setup() -> Result<Setup, String> {
     Ok(Setup { _tmp: tmp, root, airlock: sibling_binary("airlock")?, counter: AtomicUsize::new(0) })
 }
 
-fn check(out: std::io::Result<std::process::Output>, what: &str) -> Result<(), String> {
+/// Ok when the command ran and exited 0; else what it printed.
+pub(crate) fn check(out: std::io::Result<std::process::Output>, what: &str) -> Result<(), String> {
     let out = out.map_err(|e| format!("{what}: {e}"))?;
     if out.status.success() {
         Ok(())

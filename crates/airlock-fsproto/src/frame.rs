@@ -36,12 +36,35 @@ pub enum ProtoError {
 /// in one `write_all` so concurrent writers on a stream never interleave
 /// inside a small frame.
 pub fn write_frame(w: &mut impl Write, body: &[u8]) -> io::Result<()> {
+    w.write_all(&framed(body)?)?;
+    w.flush()
+}
+
+/// `body` with its length prefix, for writers that cannot block (a
+/// non-blocking socket written as it drains).
+pub fn framed(body: &[u8]) -> io::Result<Vec<u8>> {
     let len = u32::try_from(body.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
     let mut buf = Vec::with_capacity(4 + body.len());
     buf.extend_from_slice(&len.to_be_bytes());
     buf.extend_from_slice(body);
-    w.write_all(&buf)?;
-    w.flush()
+    Ok(buf)
+}
+
+/// Takes the first whole frame out of `buf` (bytes received so far, for
+/// readers that cannot block): `Ok(None)` until one is complete. A length
+/// over `max` (and [`MAX_FRAME`]) is refused from the prefix alone.
+pub fn take_frame(buf: &mut Vec<u8>, max: usize) -> Result<Option<Vec<u8>>, ProtoError> {
+    let Some(prefix) = buf.first_chunk::<4>() else { return Ok(None) };
+    let len = u32::from_be_bytes(*prefix) as usize;
+    if len > max.min(MAX_FRAME) {
+        return Err(ProtoError::TooLarge { len, max: max.min(MAX_FRAME) });
+    }
+    if buf.len() < 4 + len {
+        return Ok(None);
+    }
+    let body = buf[4..4 + len].to_vec();
+    buf.drain(..4 + len);
+    Ok(Some(body))
 }
 
 /// Reads one frame of at most `max` body bytes. `Ok(None)` when the stream
@@ -137,6 +160,19 @@ mod tests {
         assert!(matches!(read_frame(&mut &huge[..], usize::MAX), Err(ProtoError::TooLarge { .. })));
         assert!(matches!(read_frame(&mut &buf[..3], 1024), Err(ProtoError::Truncated)));
         assert!(matches!(read_frame(&mut &buf[..6], 1024), Err(ProtoError::Truncated)));
+    }
+
+    #[test]
+    fn frames_are_taken_from_a_buffer_once_whole() {
+        let mut buf = framed(b"{}").unwrap();
+        buf.extend_from_slice(&framed(b"[1]").unwrap()[..5]);
+        assert_eq!(take_frame(&mut buf, 1024).unwrap().unwrap(), b"{}");
+        assert!(take_frame(&mut buf, 1024).unwrap().is_none(), "the second is not whole yet");
+        buf.extend_from_slice(b"1]");
+        assert_eq!(take_frame(&mut buf, 1024).unwrap().unwrap(), b"[1]");
+        assert!(buf.is_empty());
+        let mut huge = u32::MAX.to_be_bytes().to_vec();
+        assert!(matches!(take_frame(&mut huge, usize::MAX), Err(ProtoError::TooLarge { .. })));
     }
 
     #[test]

@@ -19,7 +19,7 @@ mod grant;
 mod message;
 mod paths;
 
-pub use frame::{decode, encode, read_frame, write_frame, ProtoError};
+pub use frame::{decode, encode, framed, read_frame, take_frame, write_frame, ProtoError};
 pub use grant::{check_root_name, Rights, RightsError};
 pub use message::{
     b64_decode, b64_encode, BrokerOp, BrokerRequest, BrokerResponse, ErrorBody, Op, Request, Response, WriteIdentity,

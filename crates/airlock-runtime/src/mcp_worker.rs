@@ -18,7 +18,7 @@ use crate::authorize::AuthorizedCall;
 use crate::run::{exit_number, judge, output_tail, sandbox_code};
 use crate::{ledger, Runtime};
 use airlock_core::manifest::McpSpec;
-use airlock_core::{Envelope, ErrorBody, Evidence, ReasonCode, Refusal};
+use airlock_core::{Envelope, ErrorBody, ReasonCode, Refusal};
 use airlock_journal::kind;
 use airlock_sandbox::{Worker as _, WorkerOutcome, WorkerSpec};
 use client::{Client, ClientError};
@@ -114,17 +114,7 @@ impl Runtime {
             },
         )?;
         let outcome = outcome?;
-        let base = Envelope {
-            invocation_id: Some(id.clone()),
-            tool: Some(d.tool.clone()),
-            stage: Some("finished"),
-            exit_code: Some(exit_number(outcome.exit)),
-            evidence: Some(Evidence {
-                descriptor_sha256: Some(prepared.digest().to_owned()),
-                policy_ids: decision.policy_ids.clone(),
-            }),
-            ..Envelope::ok()
-        };
+        let base = crate::run::finished_envelope(&prepared, &decision.policy_ids, outcome.exit);
         let fail = |refusal: Refusal, content: Option<Value>| Envelope {
             status: refusal.code.status(),
             error: Some(ErrorBody { code: refusal.code, message: refusal.message }),
@@ -134,7 +124,13 @@ impl Runtime {
         let envelope = match verdict {
             Verdict::Failure(refusal, content) => fail(refusal, content),
             Verdict::Success(result) => {
-                match exited_cleanly(&outcome).and_then(|()| judge(&prepared, &outcome, manifest)) {
+                match exited_cleanly(&outcome).and_then(|()| {
+                    judge(
+                        &outcome,
+                        manifest.tool.timeout_seconds,
+                        prepared.descriptor().command_boundary.filesystem.max_file_bytes,
+                    )
+                }) {
                     Err(refusal) => fail(refusal, Some(result)),
                     Ok(()) => match self.publish(&prepared, call_staging) {
                         Ok(created_files) => Envelope { content: Some(result), created_files, ..base.clone() },

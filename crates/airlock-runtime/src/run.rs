@@ -220,28 +220,22 @@ impl Runtime {
         )?;
         let outcome = outcome?;
 
-        let base = Envelope {
-            invocation_id: Some(prepared.invocation_id().to_owned()),
-            tool: Some(d.tool.clone()),
-            stage: Some("finished"),
-            exit_code: Some(exit_number(outcome.exit)),
-            evidence: Some(Evidence {
-                descriptor_sha256: Some(prepared.digest().to_owned()),
-                policy_ids: decision.policy_ids.clone(),
-            }),
-            ..Envelope::ok()
-        };
-        let content = judge(&prepared, &outcome, manifest).and_then(|()| match &parser {
-            None => {
-                let format = manifest.output.as_ref().map(|o| o.format).unwrap_or(OutputFormat::Text);
-                parse_output(format, &outcome.stdout)
-            }
-            Some(program) => {
-                let place =
-                    ParserPlace { staging: call_staging, working_dir: &self.config().working_dir, image: self.image() };
-                run_parser(&tier, program, &outcome.stdout, place, manifest)
-            }
-        });
+        let base = finished_envelope(&prepared, &decision.policy_ids, outcome.exit);
+        let content = judge(&outcome, manifest.tool.timeout_seconds, d.command_boundary.filesystem.max_file_bytes)
+            .and_then(|()| match &parser {
+                None => {
+                    let format = manifest.output.as_ref().map(|o| o.format).unwrap_or(OutputFormat::Text);
+                    parse_output(format, &outcome.stdout)
+                }
+                Some(program) => {
+                    let place = ParserPlace {
+                        staging: call_staging,
+                        working_dir: &self.config().working_dir,
+                        image: self.image(),
+                    };
+                    run_parser(&tier, program, &outcome.stdout, place, manifest)
+                }
+            });
         let envelope = match content {
             Err(refusal) => Envelope {
                 status: refusal.code.status(),
@@ -369,6 +363,22 @@ impl Runtime {
     }
 }
 
+/// The base of a finished call's answer: `ok`, its id, tool, exit code and
+/// evidence (descriptor digest, the policies that permitted it).
+pub(crate) fn finished_envelope(prepared: &PreparedCall, policy_ids: &[String], exit: ExitStatusKind) -> Envelope {
+    Envelope {
+        invocation_id: Some(prepared.invocation_id().to_owned()),
+        tool: Some(prepared.descriptor().tool.clone()),
+        stage: Some("finished"),
+        exit_code: Some(exit_number(exit)),
+        evidence: Some(Evidence {
+            descriptor_sha256: Some(prepared.digest().to_owned()),
+            policy_ids: policy_ids.to_vec(),
+        }),
+        ..Envelope::ok()
+    }
+}
+
 /// The answer for a call that stops after prepare until an operator
 /// approves its exact digest.
 fn approval_required(prepared: &PreparedCall) -> Envelope {
@@ -392,8 +402,10 @@ fn approval_required(prepared: &PreparedCall) -> Envelope {
     }
 }
 
-/// Decides, from what the worker did, whether the call succeeded.
-pub(crate) fn judge(prepared: &PreparedCall, outcome: &WorkerOutcome, manifest: &Manifest) -> Result<(), Refusal> {
+/// Decides, from what the worker did, whether the call succeeded: cleanup
+/// confirmed, within `timeout_seconds`, an exported output within
+/// `max_file` bytes and intact, exit 0, standard output within its bound.
+pub(crate) fn judge(outcome: &WorkerOutcome, timeout_seconds: u64, max_file: u64) -> Result<(), Refusal> {
     if !outcome.cleanup_confirmed {
         return Err(Refusal::new(
             ReasonCode::WorkerCleanup,
@@ -403,10 +415,9 @@ pub(crate) fn judge(prepared: &PreparedCall, outcome: &WorkerOutcome, manifest: 
     if outcome.timed_out {
         return Err(Refusal::new(
             ReasonCode::ToolTimeout,
-            format!("the tool ran past timeout_seconds = {} and was killed", manifest.tool.timeout_seconds),
+            format!("the tool ran past timeout_seconds = {timeout_seconds} and was killed"),
         ));
     }
-    let max_file = prepared.descriptor().command_boundary.filesystem.max_file_bytes;
     if let Some(export) = &outcome.output {
         if export.over_limit || outcome.exit == ExitStatusKind::Signaled(SIGXFSZ) {
             return Err(Refusal::new(

@@ -11,7 +11,6 @@
 use crate::runkit::assert_failed;
 use crate::util::{sha256_hex, Project, AIRLOCK, CANARY};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -84,32 +83,8 @@ fn the_python_sdk_lists_calls_and_sees_refusals_over_http() {
     let Some(python) = sdk_python() else { return };
     let p = Project::new();
     p.write("data/in.txt", "interop\n");
-    let mut server = Command::new(AIRLOCK)
-        .args(["mcp", "--http", "127.0.0.1:0"])
-        .current_dir(p.root())
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(server.stderr.take().unwrap());
-    let mut url = None;
-    let mut line = String::new();
-    while err.read_line(&mut line).unwrap_or(0) > 0 {
-        if let Some(u) = line.trim().strip_prefix("airlock mcp: listening on ") {
-            url = Some(u.to_owned());
-            break;
-        }
-        line.clear();
-    }
-    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
-    let Some(url) = url else {
-        let _ = server.kill();
-        let _ = server.wait();
-        panic!("airlock mcp --http never listened");
-    };
+    let (mut server, addr) = crate::mcp::start_http(&p);
+    let url = format!("http://{addr}/mcp");
     let seen = std::panic::catch_unwind(|| run_client(&python, &["http", &url, "results/http.txt"]));
     let _ = server.kill();
     let _ = server.wait();

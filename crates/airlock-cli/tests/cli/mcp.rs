@@ -182,7 +182,7 @@ fn killing_airlock_mcp_leaves_no_worker() {
 }
 
 /// Starts `airlock mcp --http 127.0.0.1:0` and returns it with its address.
-fn start_http(p: &Project) -> (std::process::Child, String) {
+pub fn start_http(p: &Project) -> (std::process::Child, String) {
     let mut child = Command::new(AIRLOCK)
         .args(["mcp", "--http", "127.0.0.1:0"])
         .current_dir(p.root())

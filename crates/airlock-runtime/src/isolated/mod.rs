@@ -451,25 +451,35 @@ fn verdict(
     }
     cleanup.map_err(|r| (r.code, r.message))?;
     broker_exit.map_err(|why| (ReasonCode::BrokerFailed, why))?;
-    judge(outcome, timeout)
+    // An isolated worker has no output file: nothing is exported.
+    crate::run::judge(outcome, timeout.as_secs(), 0).map_err(|r| (r.code, r.message))
 }
 
 /// Waits for the broker to exit by itself (it reads end-of-file once the
 /// relay is done), at most `bound`, then kills it. `Err` unless it exited 0.
 fn wait_broker(broker: &mut airlock_sandbox::BrokerProcess, bound: Duration) -> Result<(), String> {
+    // The pidfd becomes readable when the broker exits.
     let until = Instant::now() + bound;
     loop {
-        match broker.try_wait() {
-            Ok(Some(status)) if status.success() => return Ok(()),
-            Ok(Some(status)) => return Err(format!("the broker exited with {status}")),
-            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(1)),
-            Ok(None) => {
-                let _ = broker.kill();
-                let _ = broker.wait();
-                return Err(format!("the broker did not exit within {bound:?} and was killed"));
-            }
-            Err(e) => return Err(e.to_string()),
+        let left = until.saturating_duration_since(Instant::now());
+        let timeout =
+            rustix::event::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: i64::from(left.subsec_nanos()) };
+        let pidfd = broker.pidfd();
+        let mut fds = [rustix::event::PollFd::new(&pidfd, rustix::event::PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Err(rustix::io::Errno::INTR) if !left.is_zero() => continue,
+            _ => break,
         }
+    }
+    match broker.try_wait() {
+        Ok(Some(status)) if status.success() => Ok(()),
+        Ok(Some(status)) => Err(format!("the broker exited with {status}")),
+        Ok(None) => {
+            let _ = broker.kill();
+            let _ = broker.wait();
+            Err(format!("the broker did not exit within {bound:?} and was killed"))
+        }
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -481,22 +491,6 @@ fn read_bounded(r: impl std::io::Read, max: u64) -> String {
     let _ = r.by_ref().take(max).read_to_end(&mut kept);
     let _ = std::io::copy(&mut r, &mut std::io::sink());
     String::from_utf8_lossy(&kept).into_owned()
-}
-
-fn judge(outcome: &airlock_sandbox::WorkerOutcome, timeout: Duration) -> Result<(), (ReasonCode, String)> {
-    if !outcome.cleanup_confirmed {
-        return Err((ReasonCode::WorkerCleanup, "the worker's processes could not be confirmed gone".into()));
-    }
-    if outcome.timed_out {
-        return Err((ReasonCode::ToolTimeout, format!("the command ran past {timeout:?} and was killed")));
-    }
-    if !outcome.exit.success() {
-        return Err((ReasonCode::ToolFailed, format!("the command ended with {:?}", outcome.exit)));
-    }
-    if outcome.stdout_truncated {
-        return Err((ReasonCode::LimitOutputSize, "the command's standard output is larger than its bound".into()));
-    }
-    Ok(())
 }
 
 /// The Python client module as a sealed memory file.

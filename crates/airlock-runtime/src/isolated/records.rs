@@ -135,15 +135,16 @@ fn clean_records(resolver: &Resolver, dir: &PrivateDir, roots: &[OpenRoot]) -> R
     Ok(report)
 }
 
-fn read_record(dir: &PrivateDir, name: &str) -> Result<StageRecord, String> {
+/// At most `max` bytes of the file `name` in `dir`, as text.
+fn read_small(dir: &PrivateDir, name: &str, max: u64) -> Result<String, String> {
     use std::io::Read;
     let mut text = String::new();
-    dir.open_file(name)
-        .map_err(|e| e.to_string())?
-        .take(64 * 1024)
-        .read_to_string(&mut text)
-        .map_err(|e| e.to_string())?;
-    serde_json::from_str(&text).map_err(|e| e.to_string())
+    dir.open_file(name).map_err(|e| e.to_string())?.take(max).read_to_string(&mut text).map_err(|e| e.to_string())?;
+    Ok(text)
+}
+
+fn read_record(dir: &PrivateDir, name: &str) -> Result<StageRecord, String> {
+    serde_json::from_str(&read_small(dir, name, 64 * 1024)?).map_err(|e| e.to_string())
 }
 
 /// Removes one record's staging entry if it is still the file the record
@@ -233,8 +234,5 @@ pub(crate) fn recover(
 }
 
 fn read_owner(dir: &PrivateDir) -> Option<ProcessIdentity> {
-    use std::io::Read;
-    let mut text = String::new();
-    dir.open_file(OWNER).ok()?.take(64).read_to_string(&mut text).ok()?;
-    ProcessIdentity::decode(text.trim())
+    ProcessIdentity::decode(read_small(dir, OWNER, 64).ok()?.trim())
 }

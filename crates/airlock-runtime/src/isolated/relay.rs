@@ -19,8 +19,8 @@ use std::time::Instant;
 
 use airlock_core::broker::BrokerBudgets;
 use airlock_fsproto::{
-    b64_decode, b64_encode, check_path, codes, decode, encode, read_frame, write_frame, BrokerOp, BrokerRequest,
-    BrokerResponse, Op, Request, Response, MAX_FRAME, MAX_IO_BYTES, MAX_LIST_NAMES, STAGE_PREFIX,
+    b64_decode, b64_encode, check_path, codes, decode, encode, framed, read_frame, take_frame, write_frame, BrokerOp,
+    BrokerRequest, BrokerResponse, Op, Request, Response, MAX_FRAME, MAX_IO_BYTES, MAX_LIST_NAMES, STAGE_PREFIX,
 };
 use rustix::event::{PollFd, PollFlags};
 use serde::Serialize;
@@ -222,25 +222,12 @@ impl<'a> Relay<'a> {
     /// Reads what the worker has sent into whole frames. Waits for data
     /// only when `wait` (nothing queued).
     fn fill(&mut self, buf: &mut Vec<u8>, queue: &mut VecDeque<Vec<u8>>, wait: bool) -> Result<Fill, Fail> {
-        let mut first = true;
+        if wait
+            && !wait_ready(&self.worker, PollFlags::IN, self.deadline).map_err(|e| fail(codes::IO, e.to_string()))?
+        {
+            return Ok(Fill::Open);
+        }
         loop {
-            if first && wait {
-                let left = self.deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Ok(Fill::Open);
-                }
-                let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX).max(1);
-                let mut fds = [PollFd::new(&self.worker, PollFlags::IN)];
-                let timeout =
-                    rustix::event::Timespec { tv_sec: i64::from(ms / 1000), tv_nsec: i64::from(ms % 1000) * 1_000_000 };
-                match rustix::event::poll(&mut fds, Some(&timeout)) {
-                    Ok(0) => return Ok(Fill::Open),
-                    Ok(_) => {}
-                    Err(rustix::io::Errno::INTR) => return Ok(Fill::Open),
-                    Err(e) => return Err(fail(codes::IO, format!("poll: {e}"))),
-                }
-            }
-            first = false;
             let mut chunk = [0u8; 64 * 1024];
             match self.worker.read(&mut chunk) {
                 Ok(0) => {
@@ -255,16 +242,8 @@ impl<'a> Relay<'a> {
                 Err(e) if e.kind() == ErrorKind::ConnectionReset => return Ok(Fill::Eof),
                 Err(e) => return Err(fail(codes::IO, format!("reading the worker: {e}"))),
             }
-            while buf.len() >= 4 {
-                let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-                if len > MAX_FRAME {
-                    return Err(fail(codes::PROTOCOL, format!("a frame of {len} bytes exceeds {MAX_FRAME}")));
-                }
-                if buf.len() < 4 + len {
-                    break;
-                }
-                queue.push_back(buf[4..4 + len].to_vec());
-                buf.drain(..4 + len);
+            while let Some(frame) = take_frame(buf, MAX_FRAME).map_err(|e| fail(codes::PROTOCOL, e.to_string()))? {
+                queue.push_back(frame);
             }
             if queue.len() as u64 > self.budgets.outstanding {
                 return Ok(Fill::Open);
@@ -273,10 +252,7 @@ impl<'a> Relay<'a> {
     }
 
     fn send(&mut self, response: &Response) -> std::io::Result<()> {
-        let body = encode(response);
-        let mut framed = Vec::with_capacity(body.len() + 4);
-        framed.extend_from_slice(&(body.len() as u32).to_be_bytes());
-        framed.extend_from_slice(&body);
+        let framed = framed(&encode(response))?;
         let mut sent = 0;
         while sent < framed.len() {
             match self.worker.write(&framed[sent..]) {
@@ -284,16 +260,9 @@ impl<'a> Relay<'a> {
                 Ok(n) => sent += n,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    let left = self.deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
+                    if !wait_ready(&self.worker, PollFlags::OUT, self.deadline)? {
                         return Err(ErrorKind::TimedOut.into());
                     }
-                    let mut fds = [PollFd::new(&self.worker, PollFlags::OUT)];
-                    let timeout = rustix::event::Timespec {
-                        tv_sec: left.as_secs() as i64,
-                        tv_nsec: i64::from(left.subsec_nanos()),
-                    };
-                    rustix::event::poll(&mut fds, Some(&timeout)).map_err(std::io::Error::from)?;
                 }
                 Err(e) => return Err(e),
             }
@@ -513,6 +482,22 @@ impl<'a> Relay<'a> {
             sha256,
             result: "ok".into(),
         });
+    }
+}
+
+/// Waits until `socket` is ready for `flags` or `deadline` passes; whether
+/// it is ready (an interrupted wait counts as not ready, to be retried).
+fn wait_ready(socket: &UnixStream, flags: PollFlags, deadline: Instant) -> std::io::Result<bool> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Ok(false);
+    }
+    let timeout = rustix::event::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: i64::from(left.subsec_nanos()) };
+    let mut fds = [PollFd::new(socket, flags)];
+    match rustix::event::poll(&mut fds, Some(&timeout)) {
+        Ok(n) => Ok(n > 0),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 

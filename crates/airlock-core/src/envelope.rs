@@ -33,6 +33,9 @@ pub struct Evidence {
     /// Ids of the policies that permitted the call.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub policy_ids: Vec<String>,
+    /// Who made the call (`Airlock::Agent` id).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 /// One envelope.

@@ -17,7 +17,8 @@
 //! * **Action**: `[tool.cedar] action` as the id of an `Airlock::Action`
 //!   (or, written as `NS::Action::"id"`, that action), else
 //!   `Airlock::Action::"tool_call::NAME"`.
-//! * **Context**: `context.invocation.id` (the invocation id) and
+//! * **Context**: `context.invocation.id` (the invocation id),
+//!   `context.invocation.approved` (an approver approved this exact call) and
 //!   `context.invocation.resolved`, the descriptor (DESIGN.md §6), typed per
 //!   action: `args` holds each declared argument as an optional attribute
 //!   typed by [`ArgKind`]; JSON `null` leaves an attribute out; `argv` and
@@ -193,6 +194,10 @@ pub struct Request<'a> {
     pub descriptor: &'a Value,
     /// The invocation id (`context.invocation.id`).
     pub invocation_id: &'a str,
+    /// Whether an approver's signed approval of this exact call was
+    /// verified and consumed (`context.invocation.approved`), so operators
+    /// can write "high risk needs a permit and an approval".
+    pub approved: bool,
 }
 
 /// What policy decided.
@@ -338,6 +343,7 @@ impl PolicySet {
         let resolved = context::to_expr(&action.resolved, d, "descriptor").map_err(eval)?;
         let invocation = cedar::RestrictedExpression::new_record([
             ("id".to_owned(), cedar::RestrictedExpression::new_string(request.invocation_id.to_owned())),
+            ("approved".to_owned(), cedar::RestrictedExpression::new_bool(request.approved)),
             ("resolved".to_owned(), resolved),
         ])
         .map_err(|e| eval(e.to_string()))?;

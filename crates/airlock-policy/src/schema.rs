@@ -217,7 +217,10 @@ pub(crate) fn resolved_ty(args: &BTreeMap<String, ArgKind>) -> Ty {
 
 /// The context of an action whose resolved call has type `resolved`.
 fn context_ty(resolved: Ty) -> Ty {
-    Ty::Record(vec![req("invocation", Ty::Record(vec![req("id", Ty::Str), req("resolved", resolved)]))])
+    Ty::Record(vec![req(
+        "invocation",
+        Ty::Record(vec![req("id", Ty::Str), req("approved", Ty::Bool), req("resolved", resolved)]),
+    )])
 }
 
 /// How one tool appears to Cedar.

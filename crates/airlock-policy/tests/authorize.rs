@@ -433,6 +433,7 @@ fn requests_that_do_not_fit_are_errors() {
         human_approval: false,
         descriptor: &json,
         invocation_id: "i",
+        approved: false,
     };
     let e = set.authorize(&r).unwrap_err();
     assert!(e.message().contains("descriptor.command_boundary.filesystem.read_paths: missing"), "{e}");

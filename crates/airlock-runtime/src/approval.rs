@@ -8,7 +8,7 @@
 //! `HEX.used-ID` without replacing anything, so it serves exactly once.
 
 use crate::prepare::PreparedCall;
-use crate::{ledger, Runtime};
+use crate::Runtime;
 use airlock_core::{ReasonCode, Refusal};
 use airlock_hostfs::PrivateDir;
 use airlock_journal::kind;
@@ -58,9 +58,7 @@ impl Runtime {
         };
         if fresh {
             approvals.sync()?;
-            ledger::record(
-                self.journal(),
-                kind::APPROVAL_GRANTED,
+            self.record(kind::APPROVAL_GRANTED,
                 None,
                 json!({ "descriptor_sha256": digest, "invocations": waiting, "approver_uid": rustix::process::getuid().as_raw() }),
             )?;
@@ -104,11 +102,6 @@ impl Runtime {
             )
         })?;
         approvals.sync()?;
-        ledger::record(
-            self.journal(),
-            kind::APPROVAL_CONSUMED,
-            Some(call.invocation_id()),
-            json!({ "descriptor_sha256": call.digest() }),
-        )
+        self.record(kind::APPROVAL_CONSUMED, Some(call.invocation_id()), json!({ "descriptor_sha256": call.digest() }))
     }
 }

@@ -48,6 +48,7 @@ impl Runtime {
             "predicateType": PREDICATE_TYPE,
             "predicate": {
                 "invocation_id": id,
+                "principal": prepared.body[crate::caller::PRINCIPAL_FIELD],
                 "tool": prepared.body["tool"],
                 "manifest_sha256": prepared.body["manifest_sha256"],
                 "descriptor_sha256": prepared.body["descriptor_sha256"],

@@ -95,21 +95,20 @@ impl PreparedCall {
     }
 }
 
-/// Operator policies in Cedar.
+/// Operator policies in Cedar. The principal is the prepared call's
+/// ([`PreparedCall::principal`]).
 #[derive(Debug)]
 pub struct CedarPolicy {
     /// Policy sources, `(file, text)`, as loaded at start-up.
     pub sources: Vec<(String, String)>,
-    /// The principal calls are made as.
-    pub principal: String,
 }
 
 impl Authorizer for CedarPolicy {
     fn authorize(&self, call: &PreparedCall, approved: bool) -> Result<Decision, Refusal> {
         let spec = airlock_policy::ToolSpec::from_manifest(call.manifest());
         let d = call.descriptor();
-        let verdict =
-            cedar_verdict(&self.sources, std::slice::from_ref(&spec), &spec, &self.principal, d, call.invocation_id())?;
+        let asked = Asked { principal: call.principal(), invocation_id: call.invocation_id(), approved };
+        let verdict = cedar_verdict(&self.sources, std::slice::from_ref(&spec), &spec, d, asked)?;
         if verdict.allowed {
             let how = if approved { "permitted by policy and approved" } else { "permitted by policy" };
             Ok(Decision { policy_ids: verdict.policy_ids, reason: how.into() })
@@ -124,16 +123,27 @@ impl Authorizer for CedarPolicy {
     }
 }
 
+/// Who asks for a call, and whether an approver approved it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Asked<'a> {
+    /// The call's principal.
+    pub principal: &'a str,
+    /// Its invocation id.
+    pub invocation_id: &'a str,
+    /// An approver's approval of this exact call was verified and consumed.
+    pub approved: bool,
+}
+
 /// Loads `sources` validated against `specs` and evaluates the call of
-/// `spec` described by `descriptor`, made by `principal`.
+/// `spec` described by `descriptor`, as `asked`.
 pub(crate) fn cedar_verdict(
     sources: &[(String, String)],
     specs: &[airlock_policy::ToolSpec],
     spec: &airlock_policy::ToolSpec,
-    principal: &str,
     descriptor: &airlock_core::Descriptor,
-    invocation_id: &str,
+    asked: Asked<'_>,
 ) -> Result<airlock_policy::Verdict, Refusal> {
+    let Asked { principal, invocation_id, approved } = asked;
     let set = airlock_policy::PolicySet::load(sources, specs)
         .map_err(|e| Refusal::new(ReasonCode::PolicyInvalid, e.message().to_owned()))?;
     let value = serde_json::to_value(descriptor).map_err(|e| Refusal::new(ReasonCode::Internal, e.to_string()))?;
@@ -144,6 +154,7 @@ pub(crate) fn cedar_verdict(
         human_approval: descriptor.human_approval,
         descriptor: &value,
         invocation_id,
+        approved,
     })
     .map_err(|e| Refusal::new(ReasonCode::PolicyEval, e.message().to_owned()))
 }
@@ -174,7 +185,9 @@ impl crate::Runtime {
             None => vec![DEFAULT_POLICY_ID.to_owned()],
             Some(sources) => {
                 let specs = crate::policy_files::tool_specs(&self.config().tools_dir);
-                let verdict = cedar_verdict(sources, &specs, spec, &self.principal, descriptor, id)?;
+                let principal = self.record_principal(Some(id));
+                let asked = Asked { principal: &principal, invocation_id: id, approved: false };
+                let verdict = cedar_verdict(sources, &specs, spec, descriptor, asked)?;
                 if !verdict.allowed {
                     return Err(Refusal::new(
                         ReasonCode::PolicyDenied,
@@ -184,8 +197,7 @@ impl crate::Runtime {
                 verdict.policy_ids
             }
         };
-        crate::ledger::note(
-            self.journal(),
+        self.note(
             airlock_journal::kind::INVOCATION_AUTHORIZED,
             Some(id),
             serde_json::json!({ "policy_ids": policy_ids, "approved": false }),

@@ -20,7 +20,7 @@
 //! 4. **Answer**: the driver's JSON is the envelope's `content`. Nothing is
 //!    published. Every step is journaled like a tool call.
 
-use crate::{ceilings, ledger, Runtime};
+use crate::{ceilings, Runtime};
 use airlock_core::{
     CommandBoundary, Descriptor, Envelope, ErrorBody, Evidence, FilesystemBoundary, ReadGrant, ReasonCode, Refusal,
     RelPath, SnapshotBinding, Tier,
@@ -66,6 +66,7 @@ impl Runtime {
         args: &BTreeMap<String, String>,
         invocation_id: &str,
     ) -> Result<Envelope, Refusal> {
+        let _caller = self.enter_call(invocation_id, self.principal_of(None));
         let id = crate::id::check_invocation_id(invocation_id).ok().map(|()| invocation_id);
         let result = self.git_query_journaled(operation, args, invocation_id);
         self.journal_end(id, result)
@@ -105,8 +106,7 @@ impl Runtime {
         lease.shrink(stats.archive_bytes, 1)?;
         let prepared = self.describe(op, &path, args, stats);
         record.write_new_file("git_query.json", &prepared.descriptor.canonical_json())?;
-        ledger::note(
-            self.journal(),
+        self.note(
             kind::INVOCATION_PREPARED,
             Some(id),
             json!({
@@ -147,8 +147,7 @@ impl Runtime {
         spec.timeout = DRIVER_TIMEOUT;
         spec.stdout_limit = ANSWER_LIMIT;
         spec.stderr_limit = 64 << 10;
-        ledger::record(
-            self.journal(),
+        self.record(
             kind::WORKER_STARTED,
             Some(id),
             json!({ "tier": "native", "argv": [PROGRAM_PATH, "git-driver", op.as_str()] }),
@@ -157,9 +156,7 @@ impl Runtime {
             .start(spec)
             .and_then(|w| w.wait())
             .map_err(|e| Refusal::new(ReasonCode::SandboxSetup, format!("the Git driver: {e}")));
-        ledger::note(
-            self.journal(),
-            kind::WORKER_FINISHED,
+        self.note(kind::WORKER_FINISHED,
             Some(id),
             match &outcome {
                 Ok(o) => {
@@ -183,7 +180,11 @@ impl Runtime {
                 airlock_sandbox::ExitStatusKind::Signaled(s) => 128 + s,
             }),
             descriptor: Some(prepared.descriptor.clone()),
-            evidence: Some(Evidence { descriptor_sha256: Some(prepared.digest.clone()), policy_ids }),
+            evidence: Some(Evidence {
+                descriptor_sha256: Some(prepared.digest.clone()),
+                policy_ids,
+                principal: Some(self.record_principal(Some(id))),
+            }),
             ..Envelope::ok()
         };
         Ok(match judge(&outcome) {

@@ -26,6 +26,7 @@
 pub mod approval;
 mod attest;
 mod authorize;
+mod caller;
 mod ceilings;
 mod git_query;
 mod id;
@@ -43,6 +44,7 @@ pub mod tools;
 pub use airlock_staging as staging;
 pub use attest::{IN_TOTO_PAYLOAD_TYPE, PREDICATE_TYPE};
 pub use authorize::{AuthorizedCall, Authorizer, CedarPolicy, Decision, DefaultPolicy, DEFAULT_POLICY_ID};
+pub use caller::PRINCIPAL_FIELD;
 pub use ceilings::Protected;
 pub use id::{check_invocation_id, new_invocation_id};
 pub use isolated::{
@@ -62,6 +64,7 @@ pub struct Runtime {
     authority: HostAuthority,
     policy_sources: Option<Vec<(String, String)>>,
     principal: String,
+    callers: caller::Callers,
     journal: airlock_journal::Journal,
     init_program: Option<(std::path::PathBuf, bool)>,
     config: Config,
@@ -107,6 +110,7 @@ impl Runtime {
             authority,
             policy_sources,
             principal,
+            callers: caller::Callers::default(),
             journal,
             init_program: None,
             config,
@@ -151,7 +155,7 @@ impl Runtime {
     pub fn authorizer(&self) -> Box<dyn Authorizer> {
         match &self.policy_sources {
             None => Box::new(DefaultPolicy),
-            Some(sources) => Box::new(CedarPolicy { sources: sources.clone(), principal: self.principal.clone() }),
+            Some(sources) => Box::new(CedarPolicy { sources: sources.clone() }),
         }
     }
 

@@ -16,7 +16,7 @@ mod client;
 
 use crate::authorize::AuthorizedCall;
 use crate::run::{exit_number, judge, output_tail, sandbox_code};
-use crate::{ledger, Runtime};
+use crate::Runtime;
 use airlock_core::manifest::McpSpec;
 use airlock_core::{Envelope, ErrorBody, ReasonCode, Refusal};
 use airlock_journal::kind;
@@ -56,8 +56,7 @@ impl Runtime {
         let timeout = worker_spec.timeout;
         let args = manifest.bind_args(&[], &named(&d.args))?;
         let upstream_args = spec.arguments(&args);
-        ledger::record(
-            self.journal(),
+        self.record(
             kind::WORKER_STARTED,
             Some(&id),
             json!({ "tier": "native", "argv": d.argv, "mcp_tool": spec.tool }),
@@ -69,7 +68,7 @@ impl Runtime {
         let (worker, live) = match started {
             Ok(w) => w,
             Err(r) => {
-                ledger::note(self.journal(), kind::WORKER_FINISHED, Some(&id), json!({ "error": r.code.as_str() }))?;
+                self.note(kind::WORKER_FINISHED, Some(&id), json!({ "error": r.code.as_str() }))?;
                 return Err(r);
             }
         };
@@ -98,8 +97,7 @@ impl Runtime {
         let outcome =
             worker.wait().map_err(|e| Refusal::new(sandbox_code(e.reason_code()), format!("the MCP server: {e}")));
         drop(stop_tx);
-        ledger::note(
-            self.journal(),
+        self.note(
             kind::WORKER_FINISHED,
             Some(&id),
             match &outcome {

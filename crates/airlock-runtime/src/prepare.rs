@@ -20,6 +20,10 @@ pub struct CallRequest {
     pub named: Vec<(String, serde_json::Value)>,
     /// The invocation id (see [`crate::new_invocation_id`]).
     pub invocation_id: String,
+    /// Who makes the call (`Airlock::Agent` id), as a front authenticated
+    /// it; `None` is the runtime's principal (`[policy] principal` or
+    /// `--principal`). Never taken from a request body.
+    pub principal: Option<String>,
 }
 
 /// A call that passed preparation: snapshots taken, output parent held,
@@ -63,6 +67,11 @@ impl PreparedCall {
     /// `sha256:` digest of the canonical descriptor.
     pub fn digest(&self) -> &str {
         &self.record.descriptor_sha256
+    }
+
+    /// Who made the call.
+    pub fn principal(&self) -> &str {
+        &self.record.principal
     }
 
     /// The record kept in the state directory.
@@ -133,7 +142,8 @@ impl Runtime {
     /// dispatch.
     /// The outcome is journaled (`InvocationPrepared` or `InvocationRefused`).
     pub fn prepare(&self, request: &CallRequest) -> Result<PreparedCall, Refusal> {
-        let result = self.prepare_call(request, true);
+        let _caller = self.enter_call(&request.invocation_id, self.principal_of(request.principal.as_deref()));
+        let result = self.load_tool(&request.tool).and_then(|tool| self.prepare_call(request, tool, true));
         match &result {
             Ok(prepared) => self.journal_prepared(prepared, true)?,
             Err(refusal) => {
@@ -142,20 +152,26 @@ impl Runtime {
                     self.reserve_refused_id(id, refusal);
                 }
                 let body = serde_json::json!({ "code": refusal.code.as_str(), "message": refusal.message });
-                crate::ledger::record(self.journal(), airlock_journal::kind::INVOCATION_REFUSED, id, body)?;
+                self.record(airlock_journal::kind::INVOCATION_REFUSED, id, body)?;
             }
         }
         result
     }
 
-    /// [`Runtime::prepare`], syncing the kept call only when `durable`
-    /// (a call run at once in this process does not need it).
-    pub(crate) fn prepare_call(&self, request: &CallRequest, durable: bool) -> Result<PreparedCall, Refusal> {
+    /// [`Runtime::prepare`] of the manifest `tool` (read once for the
+    /// whole call: what is described, authorized and run all come from its
+    /// bytes), syncing the kept call only when `durable` (a call run at once
+    /// in this process does not need it).
+    pub(crate) fn prepare_call(
+        &self,
+        request: &CallRequest,
+        tool: crate::tools::LoadedTool,
+        durable: bool,
+    ) -> Result<PreparedCall, Refusal> {
         id::check_invocation_id(&request.invocation_id)?;
         // Checked again, atomically, when the call is committed; this early
         // look keeps a reused id from reading any file.
         id::check_unused(&self.invocations()?, &request.invocation_id)?;
-        let tool = self.load_tool(&request.tool)?;
         let manifest = &tool.manifest;
         if manifest.source.is_some() {
             return Err(Refusal::new(
@@ -262,8 +278,9 @@ impl Runtime {
             },
         };
         let record = PreparedRecord {
-            format: 1,
+            format: crate::store::RECORD_FORMAT,
             invocation_id: request.invocation_id.clone(),
+            principal: self.principal_of(request.principal.as_deref()).to_owned(),
             manifest_origin: tool.origin.display().to_string(),
             descriptor_sha256: descriptor.digest(),
             descriptor,

@@ -239,19 +239,14 @@ impl Runtime {
                 "discarded"
             }
         };
-        ledger::record(
-            self.journal(),
-            kind::RECOVERY_FINISHED,
-            Some(id),
-            json!({ "outcome": outcome, "from_state": found.state }),
-        )?;
+        self.record(kind::RECOVERY_FINISHED, Some(id), json!({ "outcome": outcome, "from_state": found.state }))?;
         ledger::clear_pending(self.state(), id)?;
         self.inspect(id)
     }
 
     fn finish(&self, id: &str, intent: &Value, result: &str) -> Result<(), Refusal> {
         let body = json!({ "publication_id": intent["publication_id"], "result": result });
-        ledger::record(self.journal(), kind::FILE_PUBLICATION_FINISHED, Some(id), body)
+        self.record(kind::FILE_PUBLICATION_FINISHED, Some(id), body)
     }
 
     /// Removes this invocation's candidate, if it is still there (and, with

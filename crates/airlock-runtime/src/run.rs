@@ -36,6 +36,7 @@ impl Runtime {
     /// Prepares, authorizes, runs and publishes one call. `Err` is a refusal
     /// before anything ran; a call that ran answers `Ok` with its status.
     pub fn run(&self, request: &CallRequest) -> Result<Envelope, Refusal> {
+        let _caller = self.enter_call(&request.invocation_id, self.principal_of(request.principal.as_deref()));
         let id = crate::id::check_invocation_id(&request.invocation_id).ok().map(|()| request.invocation_id.as_str());
         let result = self.run_journaled(request);
         self.journal_end(id, result)
@@ -45,6 +46,10 @@ impl Runtime {
     /// snapshots taken when it was prepared.
     pub fn dispatch(&self, id: &str) -> Result<Envelope, Refusal> {
         let valid = crate::id::check_invocation_id(id).ok().map(|()| id);
+        // The call stays the preparer's: its records and Cedar name the
+        // principal that asked for it, whoever dispatches it.
+        let preparer = valid.and_then(|id| self.prepared_record(id).ok()).map(|r| r.principal);
+        let _caller = self.enter_call(id, self.principal_of(preparer.as_deref()));
         let result = self.dispatch_journaled(id);
         self.journal_end(valid, result)
     }
@@ -58,14 +63,12 @@ impl Runtime {
             self.reserve_refused_id(id, refusal);
         }
         let end = match &result {
-            Err(refusal) => ledger::note(
-                self.journal(),
+            Err(refusal) => self.note(
                 kind::INVOCATION_REFUSED,
                 id,
                 json!({ "code": refusal.code.as_str(), "message": refusal.message }),
             ),
-            Ok(envelope) => ledger::note(
-                self.journal(),
+            Ok(envelope) => self.note(
                 kind::INVOCATION_FINISHED,
                 id,
                 json!({
@@ -101,18 +104,22 @@ impl Runtime {
     /// (`InvocationAuthorized`, with the deciding policies).
     pub(crate) fn authorize_call(&self, prepared: PreparedCall, approved: bool) -> Result<AuthorizedCall, Refusal> {
         let authorized = prepared.authorize(self.authorizer().as_ref(), approved)?;
-        ledger::note(
-            self.journal(),
+        self.note(
             kind::INVOCATION_AUTHORIZED,
             Some(authorized.prepared().invocation_id()),
-            json!({ "policy_ids": authorized.decision().policy_ids, "approved": approved }),
+            json!({
+                "policy_ids": authorized.decision().policy_ids,
+                "approved": approved,
+            }),
         )?;
         Ok(authorized)
     }
 
     fn run_journaled(&self, request: &CallRequest) -> Result<Envelope, Refusal> {
-        // A source tool is answered by the broker in-process (source.rs):
-        // no staging, no worker.
+        // The manifest is read once per call: whether it needs approval,
+        // what policy sees and what runs all come from these bytes (whose
+        // digest the descriptor binds). A source tool is answered by the
+        // broker in-process (source.rs): no staging, no worker.
         let tool = self.load_tool(&request.tool)?;
         if tool.manifest.source.is_some() {
             return self.run_source(request, tool);
@@ -124,13 +131,15 @@ impl Runtime {
         // Leftovers of callers that were killed are reaped when the call is
         // admitted to the staging pool (in prepare).
         ledger::refuse_if_unconfirmed(self.state(), self.journal())?;
-        let approval = {
-            let tool = self.load_tool(&request.tool)?;
-            let t = &tool.manifest.tool;
-            crate::approval::needs_approval(t.risk_tier.as_str(), t.human_approval)
-        };
         // A call that must wait for approval is kept durably, for dispatch.
-        let prepared = self.prepare_call(request, approval)?;
+        let t = &tool.manifest.tool;
+        let keep = crate::approval::needs_approval(t.risk_tier.as_str(), t.human_approval);
+        let prepared = self.prepare_call(request, tool, keep)?;
+        let d = prepared.descriptor();
+        let approval = crate::approval::needs_approval(&d.risk_tier, d.human_approval);
+        if approval != keep {
+            return Err(Refusal::new(ReasonCode::Internal, "the prepared descriptor disagrees with its manifest"));
+        }
         self.journal_prepared(&prepared, approval)?;
         if approval {
             return Ok(approval_required(&prepared));
@@ -160,9 +169,9 @@ impl Runtime {
     /// deferred within `airlock run` (the worker's start syncs it).
     pub(crate) fn journal_prepared(&self, prepared: &PreparedCall, durable: bool) -> Result<(), Refusal> {
         let d = prepared.descriptor();
-        let append = if durable { ledger::record } else { ledger::note };
+        let append = if durable { Runtime::record } else { Runtime::note };
         append(
-            self.journal(),
+            self,
             kind::INVOCATION_PREPARED,
             Some(prepared.invocation_id()),
             json!({
@@ -202,10 +211,9 @@ impl Runtime {
         let call_staging = prepared.staged()?;
         let manifest = prepared.manifest();
         let spec = self.worker_spec(&prepared)?;
-        ledger::record(self.journal(), kind::WORKER_STARTED, Some(&d_id), json!({ "tier": "native", "argv": d.argv }))?;
+        self.record(kind::WORKER_STARTED, Some(&d_id), json!({ "tier": "native", "argv": d.argv }))?;
         let outcome = run_worker(&tier, spec, "the tool");
-        ledger::note(
-            self.journal(),
+        self.note(
             kind::WORKER_FINISHED,
             Some(&d_id),
             match &outcome {
@@ -295,7 +303,7 @@ impl Runtime {
             "bytes": c.bytes,
             "sha256": format!("sha256:{}", c.sha256_hex),
         });
-        if let Err(r) = ledger::record(self.journal(), kind::FILE_PUBLICATION_PREPARED, Some(id), intent) {
+        if let Err(r) = self.record(kind::FILE_PUBLICATION_PREPARED, Some(id), intent) {
             drop(candidate);
             marker.clear()?;
             return Err(r);
@@ -314,7 +322,7 @@ impl Runtime {
         };
         // If this append fails the outcome stays unconfirmed: the marker is
         // kept and new effects wait for recovery.
-        ledger::record(self.journal(), kind::FILE_PUBLICATION_FINISHED, Some(id), finished)?;
+        self.record(kind::FILE_PUBLICATION_FINISHED, Some(id), finished)?;
         ledger::crash_point("after_finished");
         marker.clear()?;
         let published = published?;
@@ -374,6 +382,7 @@ pub(crate) fn finished_envelope(prepared: &PreparedCall, policy_ids: &[String], 
         evidence: Some(Evidence {
             descriptor_sha256: Some(prepared.digest().to_owned()),
             policy_ids: policy_ids.to_vec(),
+            principal: Some(prepared.principal().to_owned()),
         }),
         ..Envelope::ok()
     }
@@ -397,7 +406,11 @@ fn approval_required(prepared: &PreparedCall) -> Envelope {
         tool: Some(prepared.descriptor().tool.clone()),
         stage: Some("prepared"),
         descriptor: Some(prepared.descriptor().clone()),
-        evidence: Some(Evidence { descriptor_sha256: Some(digest.to_owned()), ..Evidence::default() }),
+        evidence: Some(Evidence {
+            descriptor_sha256: Some(digest.to_owned()),
+            principal: Some(prepared.principal().to_owned()),
+            ..Evidence::default()
+        }),
         ..Envelope::from_refusal(&refusal)
     }
 }

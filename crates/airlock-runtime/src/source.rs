@@ -15,7 +15,7 @@
 use crate::prepare::{CallRequest, PreparedCall};
 use crate::store::{PendingInvocation, PreparedRecord};
 use crate::tools::LoadedTool;
-use crate::{ceilings, id, ledger, Runtime};
+use crate::{ceilings, id, Runtime};
 use airlock_core::descriptor::DESCRIPTOR_VERSION;
 use airlock_core::manifest::Manifest;
 use airlock_core::source::limits;
@@ -114,6 +114,7 @@ impl Runtime {
         // crash, so it is not synced).
         prepared.store().create_file(crate::approval::DISPATCHED)?;
         let id = prepared.invocation_id().to_owned();
+        let principal = self.record_principal(Some(&id));
         let digest = prepared.digest().to_owned();
         let name = prepared.descriptor().tool.clone();
         let authorized = self.authorize_call(prepared.0, false)?;
@@ -123,7 +124,11 @@ impl Runtime {
             tool: Some(name),
             stage: Some("finished"),
             content: Some(prepared.1),
-            evidence: Some(Evidence { descriptor_sha256: Some(digest), policy_ids: decision.policy_ids }),
+            evidence: Some(Evidence {
+                descriptor_sha256: Some(digest),
+                policy_ids: decision.policy_ids,
+                principal: Some(principal),
+            }),
             ..Envelope::ok()
         })
     }
@@ -180,8 +185,9 @@ impl Runtime {
             command_boundary: CommandBoundary { filesystem },
         };
         let record = PreparedRecord {
-            format: 1,
+            format: crate::store::RECORD_FORMAT,
             invocation_id: request.invocation_id.clone(),
+            principal: self.principal_of(request.principal.as_deref()).to_owned(),
             manifest_origin: tool.origin.display().to_string(),
             descriptor_sha256: descriptor.digest(),
             descriptor,
@@ -193,8 +199,7 @@ impl Runtime {
         let prepared = PreparedCall::from_parts(record, tool.manifest, None, store);
         // Ranges can number thousands: the journal binds them by digest
         // (the full list is in the descriptor the digest covers).
-        ledger::note(
-            self.journal(),
+        self.note(
             kind::INVOCATION_PREPARED,
             Some(&request.invocation_id),
             json!({

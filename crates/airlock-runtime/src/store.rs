@@ -19,6 +19,8 @@ pub const INVOCATIONS: &str = "invocations";
 pub const PREPARED_FILE: &str = "prepared.json";
 /// File holding the manifest's bytes.
 pub const MANIFEST_FILE: &str = "manifest.clad.toml";
+/// Layout version of [`PreparedRecord`] (2: the principal is recorded).
+pub const RECORD_FORMAT: u32 = 2;
 /// Directory, in the call's staging data, holding the input snapshots.
 pub const INPUTS_DIR: &str = "inputs";
 
@@ -51,6 +53,8 @@ pub struct PreparedRecord {
     pub format: u32,
     /// The invocation id.
     pub invocation_id: String,
+    /// Who made the call (an `Airlock::Agent` id).
+    pub principal: String,
     /// Where the manifest was read from.
     pub manifest_origin: String,
     /// The resolved call.

@@ -29,6 +29,7 @@ pub fn run(runtime: &Runtime, args: IsolatedArgs) -> Result<Envelope, Refusal> {
         invocation_id: args.invocation_id.unwrap_or_else(new_invocation_id),
         timeout: args.timeout.map(Duration::from_secs),
         broker_sha256: args.broker_sha256,
+        principal: None,
     };
     if std::io::stderr().is_terminal() {
         let names: Vec<&str> = request.roots.iter().map(|r| r.name.as_str()).collect();

@@ -106,6 +106,7 @@ impl Call {
             human_approval: self.human_approval,
             descriptor: &json,
             invocation_id: "inv-1",
+            approved: false,
         })
     }
 }

@@ -70,6 +70,9 @@ pub struct IsolatedRequest {
     pub timeout: Option<Duration>,
     /// Pinned SHA-256 of the broker (overrides `[broker] program_sha256`).
     pub broker_sha256: Option<String>,
+    /// Who submits it (`None`: the runtime's principal); see
+    /// [`crate::CallRequest::principal`].
+    pub principal: Option<String>,
 }
 
 /// Everything one submission needs, from either front.
@@ -100,6 +103,7 @@ pub(crate) fn adhoc_policy_spec() -> airlock_policy::ToolSpec {
 impl Runtime {
     /// Runs one command-line submission: `airlock isolated --root … -- CMD`.
     pub fn isolated(&self, request: &IsolatedRequest) -> Result<Envelope, Refusal> {
+        let _caller = self.enter_call(&request.invocation_id, self.principal_of(request.principal.as_deref()));
         let id = id::check_invocation_id(&request.invocation_id).ok().map(|()| request.invocation_id.as_str());
         let submission = Submission {
             tool: ADHOC_TOOL.into(),
@@ -194,8 +198,9 @@ impl Runtime {
             command_boundary: CommandBoundary { filesystem },
         };
         let record = PreparedRecord {
-            format: 1,
+            format: crate::store::RECORD_FORMAT,
             invocation_id: sub.invocation_id.clone(),
+            principal: self.record_principal(Some(&sub.invocation_id)),
             manifest_origin: sub.origin.clone(),
             descriptor_sha256: descriptor.digest(),
             descriptor,
@@ -207,8 +212,7 @@ impl Runtime {
         store.create_file(crate::approval::DISPATCHED)?;
         let id = sub.invocation_id.as_str();
         let digest = record.descriptor_sha256.clone();
-        ledger::note(
-            self.journal(),
+        self.note(
             kind::INVOCATION_PREPARED,
             Some(id),
             json!({
@@ -225,7 +229,11 @@ impl Runtime {
             invocation_id: Some(id.to_owned()),
             tool: Some(sub.tool.clone()),
             stage: Some("finished"),
-            evidence: Some(Evidence { descriptor_sha256: Some(digest), policy_ids }),
+            evidence: Some(Evidence {
+                descriptor_sha256: Some(digest),
+                policy_ids,
+                principal: Some(record.principal.clone()),
+            }),
             ..Envelope::ok()
         };
         let run = Run { sub: &sub, roots: &roots, broker: &broker, client: &client, descriptor: &record.descriptor };
@@ -257,9 +265,7 @@ impl Runtime {
         let (worker_here, worker_there) = UnixStream::pair().map_err(unavailable("socketpair for the worker"))?;
         let (mut broker_proc, broker_stderr) = self.start_broker(broker, roots, OwnedFd::from(broker_there))?;
         let spec = self.isolated_worker_spec(sub, roots, client, OwnedFd::from(worker_there))?;
-        ledger::record(
-            self.journal(),
-            kind::WORKER_STARTED,
+        self.record(kind::WORKER_STARTED,
             Some(id),
             json!({ "tier": "native", "argv": sub.argv, "broker_sha256": broker.sha256_hex(), "client_sha256": client.sha256_hex() }),
         )?;
@@ -272,10 +278,8 @@ impl Runtime {
         // recover), and before the relay serves its first write.
         let records = records::RecordBook::create(self.state(), id)?;
 
-        let journal = self.journal();
         let mut on_write = |w: &relay::WriteReceipt, stage: &str| {
-            ledger::note(
-                journal,
+            self.note(
                 BROKER_WRITE,
                 Some(id),
                 json!({ "root": w.root, "path": w.path, "bytes": w.bytes, "sha256": w.sha256, "stage": stage }),
@@ -303,8 +307,7 @@ impl Runtime {
         let cleanup = records.close(self.resolver(), self.state(), id, roots);
         let outcome = outcome
             .map_err(|e| Refusal::new(crate::run::sandbox_code(e.reason_code()), format!("the isolated worker: {e}")));
-        ledger::note(
-            self.journal(),
+        self.note(
             kind::WORKER_FINISHED,
             Some(id),
             match &outcome {
@@ -321,8 +324,7 @@ impl Runtime {
             RelayEnd::Failed(f) => Some(f.clone()),
             _ => None,
         };
-        ledger::note(
-            self.journal(),
+        self.note(
             BROKER_OPERATIONS,
             Some(id),
             json!({
@@ -510,7 +512,7 @@ impl Runtime {
         let roots = self.open_roots(grants)?;
         let (done, busy) = records::recover(self.resolver(), self.state(), &roots)?;
         for d in &done {
-            ledger::record(self.journal(), BROKER_RECOVERED, Some(&d.invocation_id), json!(d.report))?;
+            self.record(BROKER_RECOVERED, Some(&d.invocation_id), json!(d.report))?;
         }
         Ok(json!({ "recovered": done, "busy": busy }))
     }

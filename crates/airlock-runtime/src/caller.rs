@@ -1,0 +1,92 @@
+//! Who makes each call: the principal of every invocation in flight.
+//!
+//! A call's principal comes from its request (`CallRequest::principal`, set
+//! by a front from an authenticated identity: the MCP transport, the
+//! command line's `--principal`) or, when the request names none, from the
+//! runtime (`[policy] principal`). It is registered for the call's
+//! invocation id while the call runs, so every journal record of that call
+//! carries it ([`Runtime::record`], [`Runtime::note`]) without each step
+//! passing it along; Cedar sees the same value.
+
+use crate::{ledger, Runtime};
+use airlock_core::Refusal;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Key of the principal in every journal record body of a call.
+pub const PRINCIPAL_FIELD: &str = "principal";
+
+/// Invocation id → principal, for the calls of one runtime in flight.
+#[derive(Debug, Default)]
+pub(crate) struct Callers(Mutex<HashMap<String, String>>);
+
+/// Registration of one call's principal; removed when dropped.
+#[derive(Debug)]
+pub(crate) struct CallerScope<'a> {
+    callers: &'a Callers,
+    id: Option<String>,
+}
+
+impl Drop for CallerScope<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.callers.lock().remove(&id);
+        }
+    }
+}
+
+impl Callers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        // A panic while the map was held leaves it consistent (one insert or
+        // remove), so a poisoned lock is still usable.
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn get(&self, id: &str) -> Option<String> {
+        self.lock().get(id).cloned()
+    }
+}
+
+impl Runtime {
+    /// The principal of `requested`, else the runtime's own.
+    pub(crate) fn principal_of<'a>(&'a self, requested: Option<&'a str>) -> &'a str {
+        requested.unwrap_or(&self.principal)
+    }
+
+    /// Registers `principal` for invocation `id` until the scope is
+    /// dropped. A second registration of an id in flight keeps the first
+    /// (the id is refused as a duplicate further on anyway).
+    pub(crate) fn enter_call(&self, id: &str, principal: &str) -> CallerScope<'_> {
+        let mut map = self.callers.lock();
+        if map.contains_key(id) {
+            return CallerScope { callers: &self.callers, id: None };
+        }
+        map.insert(id.to_owned(), principal.to_owned());
+        CallerScope { callers: &self.callers, id: Some(id.to_owned()) }
+    }
+
+    /// The principal a record of invocation `id` is written for: the call's
+    /// registered principal, else the runtime's (an operator's own action,
+    /// such as recovery, or a record of no invocation).
+    pub(crate) fn record_principal(&self, id: Option<&str>) -> String {
+        id.and_then(|id| self.callers.get(id)).unwrap_or_else(|| self.principal.clone())
+    }
+
+    /// [`ledger::record`] with the call's principal in the body.
+    pub(crate) fn record(&self, kind: &str, id: Option<&str>, body: Value) -> Result<(), Refusal> {
+        ledger::record(self.journal(), kind, id, self.stamped(id, body))
+    }
+
+    /// [`ledger::note`] with the call's principal in the body.
+    pub(crate) fn note(&self, kind: &str, id: Option<&str>, body: Value) -> Result<(), Refusal> {
+        ledger::note(self.journal(), kind, id, self.stamped(id, body))
+    }
+
+    fn stamped(&self, id: Option<&str>, mut body: Value) -> Value {
+        if let Value::Object(map) = &mut body {
+            map.entry(PRINCIPAL_FIELD).or_insert_with(|| Value::String(self.record_principal(id)));
+        }
+        body
+    }
+}

@@ -64,7 +64,12 @@ fn wordcount_csv2json_and_hostinfo_do_their_jobs() {
 #[test]
 fn misbehave_is_contained_and_publishes_nothing() {
     let dir = examples();
-    let run = airlock_in(dir.path(), &["run", "misbehave", "data/notes.txt", "results/m.txt"]);
+    // The network probe targets a listener on this host's loopback, which
+    // the worker (in its own network namespace) must not reach.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let run = airlock_in(dir.path(), &["run", "misbehave", "data/notes.txt", "results/m.txt", &port]);
     assert_eq!((run.status(), run.reason(), run.code), ("failed", "limit.output_size", 1), "{run:#?}");
     let said = run.envelope["content"]["stdout"].as_str().unwrap();
     for attempt in [
@@ -72,12 +77,16 @@ fn misbehave_is_contained_and_publishes_nothing() {
         "read a file beside the input: denied",
         "rewrite the input: denied",
         "delete the output: denied",
-        "connect to 1.1.1.1:443: denied",
+        "connect to the host's loopback listener: denied",
         "create a user namespace: denied",
     ] {
         assert!(said.contains(attempt), "{attempt:?} missing from:\n{said}");
     }
     assert!(!said.contains("no tool may read it"), "the file beside the input leaked:\n{said}");
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the host's loopback listener accepted a connection from the worker: {other:?}"),
+    }
     std::thread::sleep(std::time::Duration::from_millis(1500));
     assert!(!dir.path().join("results/m.txt").exists(), "nothing may be published, even late");
 }

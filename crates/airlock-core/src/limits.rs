@@ -22,6 +22,9 @@ pub mod hard {
     pub const MIN_FILE_BYTES: u64 = 1;
     /// `max_file_bytes` when a manifest does not say.
     pub const DEFAULT_FILE_BYTES: u64 = 8 * MIB;
+    /// Longest deadline of one call, `timeout_seconds` or `--timeout` (24 h):
+    /// a bound that every clock and `Duration` addition holds with room.
+    pub const MAX_TIMEOUT_SECONDS: u64 = 24 * 60 * 60;
 }
 
 /// Sizing of the shared staging pool (`[staging]` in `airlock.toml`).

@@ -23,6 +23,10 @@ pub fn run(runtime: &Runtime, args: IsolatedArgs) -> Result<Envelope, Refusal> {
     if args.timeout == Some(0) {
         return Err(crate::usage("--timeout must be at least 1 second"));
     }
+    let most = airlock_core::limits::hard::MAX_TIMEOUT_SECONDS;
+    if args.timeout.is_some_and(|t| t > most) {
+        return Err(crate::usage(format!("--timeout must be at most {most} seconds (24 h)")));
+    }
     let request = IsolatedRequest {
         roots: grants(&args.roots)?,
         argv: args.command,

@@ -3,6 +3,7 @@
 
 mod approval;
 mod attacks;
+mod bounds;
 mod cli_ux;
 mod concurrency;
 mod crash;

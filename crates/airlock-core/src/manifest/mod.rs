@@ -169,6 +169,13 @@ fn check_tool(tool: &ToolMeta) -> Result<(), Refusal> {
     if tool.timeout_seconds == 0 {
         return Err(invalid("[tool] timeout_seconds must be at least 1".to_owned()));
     }
+    if tool.timeout_seconds > crate::limits::hard::MAX_TIMEOUT_SECONDS {
+        return Err(invalid(format!(
+            "[tool] timeout_seconds = {} is more than the limit of {} (24 h)",
+            tool.timeout_seconds,
+            crate::limits::hard::MAX_TIMEOUT_SECONDS
+        )));
+    }
     if let Some(l) = &tool.limits {
         for (key, v) in [
             ("memory_bytes", l.memory_bytes),

@@ -199,6 +199,12 @@ fn tool_checks() {
         assert_eq!(tool(bad, "").unwrap_err().code, ManifestInvalid, "{bad:?}");
     }
     assert_eq!(tool("t", "timeout_seconds = 0").unwrap_err().code, ManifestInvalid);
+    assert!(tool("t", "timeout_seconds = 86400").is_ok());
+    for huge in ["86401", "9223372036854775807"] {
+        let err = tool("t", &format!("timeout_seconds = {huge}")).unwrap_err();
+        assert_eq!(err.code, ManifestInvalid, "{huge}");
+        assert!(err.message.contains("24 h"), "{}", err.message);
+    }
     assert_eq!(tool("t", "[tool.limits]\npids = 0").unwrap_err().code, ManifestInvalid);
     let m = tool("t", "[tool.limits]\npids = 64\nmemory_bytes = 1048576").unwrap();
     assert_eq!(m.tool.limits.unwrap().pids, Some(64));

@@ -8,6 +8,7 @@ mod concurrency;
 mod crash;
 mod examples;
 mod git;
+mod git_control;
 mod interop;
 mod isolated;
 mod journal;

@@ -30,6 +30,13 @@ pub const MAX_COMPONENTS: usize = 64;
 /// without regard to ASCII letter case).
 pub const CONTROL_DIRS: &[&str] = &[".git", ".airlock"];
 
+/// Whether the single component `name` names a control directory
+/// ([`CONTROL_DIRS`], in any letter case). The one check every walker and
+/// the grammar share.
+pub fn is_control_dir(name: &str) -> bool {
+    CONTROL_DIRS.iter().any(|d| d.eq_ignore_ascii_case(name))
+}
+
 const RESERVED_CHARS: &[char] = &['<', '>', '"', '|', '?', '*'];
 
 const DEVICE_NAMES: &[&str] = &[
@@ -231,7 +238,7 @@ fn check_component(c: &str) -> Result<(), Refusal> {
     if is_device_name(c) {
         return Err(refuse(ReasonCode::PathDeviceName, format!("the component {c:?} is a Windows device name")));
     }
-    if CONTROL_DIRS.iter().any(|d| d.eq_ignore_ascii_case(c)) {
+    if is_control_dir(c) {
         return Err(refuse(ReasonCode::PathControlDir, format!("the component {c:?} is a control directory")));
     }
     Ok(())

@@ -8,7 +8,7 @@
 //! and the open is still judged by where it really leads.
 
 use airlock_core::config::PROTECTED_HOST_PATHS;
-use airlock_core::path::CONTROL_DIRS;
+use airlock_core::path::is_control_dir;
 use airlock_core::{Ceiling, ReasonCode, Refusal};
 use airlock_hostfs::{Dir, HostAuthority};
 pub(crate) use rustix_path::fd_path;
@@ -68,10 +68,7 @@ pub fn check(real: &Path, protected: &Protected) -> Result<(), String> {
     if let Ok(below) = state.strip_prefix(real) {
         // A state directory under a control-directory name (`.airlock`) is
         // unreachable through the path grammar; any other name would be.
-        let hidden = below.components().any(|c| {
-            let c = c.as_os_str().to_string_lossy();
-            CONTROL_DIRS.iter().any(|d| d.eq_ignore_ascii_case(&c))
-        });
+        let hidden = below.components().any(|c| is_control_dir(&c.as_os_str().to_string_lossy()));
         if !hidden {
             return Err(format!(
                 "it holds the state directory {} under a name declared paths could reach (name it .airlock)",

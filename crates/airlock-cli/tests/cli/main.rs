@@ -9,6 +9,7 @@ mod concurrency;
 mod crash;
 mod examples;
 mod git;
+mod git_control;
 mod interop;
 mod isolated;
 mod journal;

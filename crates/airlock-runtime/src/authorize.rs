@@ -100,7 +100,7 @@ impl PreparedCall {
 pub struct CedarPolicy {
     /// Policy sources, `(file, text)`, as loaded at start-up.
     pub sources: Vec<(String, String)>,
-    /// The principal calls are made as.
+    /// The principal calls are made as, unless the request named one.
     pub principal: String,
 }
 
@@ -108,8 +108,9 @@ impl Authorizer for CedarPolicy {
     fn authorize(&self, call: &PreparedCall, approved: bool) -> Result<Decision, Refusal> {
         let spec = airlock_policy::ToolSpec::from_manifest(call.manifest());
         let d = call.descriptor();
+        let principal = call.requested_principal().unwrap_or(&self.principal);
         let verdict =
-            cedar_verdict(&self.sources, std::slice::from_ref(&spec), &spec, &self.principal, d, call.invocation_id())?;
+            cedar_verdict(&self.sources, std::slice::from_ref(&spec), &spec, principal, d, call.invocation_id())?;
         if verdict.allowed {
             let how = if approved { "permitted by policy and approved" } else { "permitted by policy" };
             Ok(Decision { policy_ids: verdict.policy_ids, reason: how.into() })

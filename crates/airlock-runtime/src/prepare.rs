@@ -20,6 +20,10 @@ pub struct CallRequest {
     pub named: Vec<(String, serde_json::Value)>,
     /// The invocation id (see [`crate::new_invocation_id`]).
     pub invocation_id: String,
+    /// Who makes the call (`Airlock::Agent` id), as a front authenticated
+    /// it; `None` is the runtime's principal (`[policy] principal` or
+    /// `--principal`). Never taken from a request body.
+    pub principal: Option<String>,
 }
 
 /// A call that passed preparation: snapshots taken, output parent held,
@@ -37,6 +41,9 @@ pub struct PreparedCall {
     /// private staging data (snapshots, and later its output). Both are
     /// `None` for a source query, which stages nothing.
     lease: Option<airlock_staging::Lease>,
+    /// The principal the request named (`None`: the runtime's), which the
+    /// Cedar authorizer sees.
+    principal: Option<String>,
 }
 
 impl PreparedCall {
@@ -47,7 +54,18 @@ impl PreparedCall {
         output: Option<HeldOutput>,
         store: airlock_hostfs::PrivateDir,
     ) -> PreparedCall {
-        PreparedCall { record, manifest, output, store, staged: None, lease: None }
+        PreparedCall { record, manifest, output, store, staged: None, lease: None, principal: None }
+    }
+
+    /// The call is made by `principal` (`None`: the runtime's).
+    pub(crate) fn made_by(mut self, principal: Option<String>) -> PreparedCall {
+        self.principal = principal;
+        self
+    }
+
+    /// The principal the request named, if any.
+    pub(crate) fn requested_principal(&self) -> Option<&str> {
+        self.principal.as_deref()
     }
 
     /// The invocation id.
@@ -282,7 +300,15 @@ impl Runtime {
             inputs_dir.sync()?;
             lease.persist()?;
         }
-        Ok(PreparedCall { record, manifest: tool.manifest, output, store, staged: None, lease: Some(lease) })
+        Ok(PreparedCall {
+            record,
+            manifest: tool.manifest,
+            output,
+            store,
+            staged: None,
+            lease: Some(lease),
+            principal: request.principal.clone(),
+        })
     }
 
     fn ceiling_for(&self, path: &RelPath) -> Result<(&airlock_core::Ceiling, Option<RelPath>), Refusal> {
@@ -388,6 +414,6 @@ impl Runtime {
                 Some(held)
             }
         };
-        Ok(PreparedCall { record, manifest, output, store, staged: Some(staged), lease: None })
+        Ok(PreparedCall { record, manifest, output, store, staged: Some(staged), lease: None, principal: None })
     }
 }

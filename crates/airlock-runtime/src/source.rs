@@ -190,7 +190,7 @@ impl Runtime {
         };
         let store = PendingInvocation::begin(&invocations)?.commit(&record, &tool.text, false)?;
         let digest = record.descriptor_sha256.clone();
-        let prepared = PreparedCall::from_parts(record, tool.manifest, None, store);
+        let prepared = PreparedCall::from_parts(record, tool.manifest, None, store).made_by(request.principal.clone());
         // Ranges can number thousands: the journal binds them by digest
         // (the full list is in the descriptor the digest covers).
         ledger::note(

@@ -75,12 +75,20 @@ pub enum Command {
     /// Print the Cedar schema or the built-in default policy.
     #[command(subcommand)]
     Policy(PolicyCommand),
-    /// Serve every runnable tool to MCP clients: over stdio (default), or
-    /// streamable HTTP at http://ADDR/mcp with --http (loopback only).
+    /// Serve every runnable tool to MCP clients: over stdio (default),
+    /// streamable HTTP at http://ADDR/mcp with --http (loopback only; every
+    /// request carries the bearer token), or on a Unix socket with --unix
+    /// (each peer uid mapped to a principal by [mcp.principals]).
     Mcp {
         /// Serve streamable HTTP on this loopback address (IP:PORT; port 0 picks one, printed on stderr).
-        #[arg(long, value_name = "ADDR")]
+        #[arg(long, value_name = "ADDR", conflicts_with = "unix")]
         http: Option<String>,
+        /// The bearer token file of --http (default: STATE/mcp/token; made 0600 if missing).
+        #[arg(long, value_name = "FILE", requires = "http")]
+        token_file: Option<PathBuf>,
+        /// Serve streamable HTTP on a Unix socket made at PATH (its directory must be yours).
+        #[arg(long, value_name = "PATH")]
+        unix: Option<PathBuf>,
     },
     /// Report what this host supports (user namespaces, Landlock, seccomp,
     /// openat2, cgroup delegation) and which tiers can run here.

@@ -246,6 +246,24 @@ reason_codes! {
     McpToolMissing => "mcp.tool_missing", Failed, TOOL_FAILED;
     /// The upstream tool answered with `isError: true`.
     McpToolError => "mcp.tool_error", Failed, TOOL_FAILED;
+    // ---- MCP server front (`airlock mcp --http`, `--unix`) ----
+    /// An HTTP request without the server's bearer token, or with another one.
+    McpUnauthenticated => "mcp.unauthenticated", Refused, NO_PERM;
+    /// A Unix-socket peer whose uid `[mcp] principals` does not map.
+    McpPeerUnmapped => "mcp.peer_unmapped", Refused, NO_PERM;
+    /// A request whose `Origin` is not in `[mcp] allowed_origins`.
+    McpOriginForbidden => "mcp.origin_forbidden", Refused, NO_PERM;
+    /// `[mcp] max_sessions` sessions are live; a new `initialize` waits
+    /// until one is closed or idles out. Retry later.
+    McpSessionsExhausted => "mcp.sessions_exhausted", Refused, TEMP_FAIL;
+    /// A request body over the server's limit (4 MiB).
+    McpBodyTooLarge => "mcp.body_too_large", Refused, DATA;
+    /// The bearer token file is unsafe (a link, another owner, readable by
+    /// others, not one link) or malformed.
+    McpTokenUnsafe => "mcp.token_unsafe", Error, CONFIG;
+    /// The Unix socket cannot be made safely (its directory is not the
+    /// caller's or is writable by others, or another file has its name).
+    McpSocketUnsafe => "mcp.socket_unsafe", Error, CONFIG;
     // ---- named-root broker (`airlock isolated`) ----
     /// A root grant is malformed (`NAME=PATH:RIGHTS`, name grammar, rights,
     /// more than 64 roots, a name given twice, a name with no configured path).

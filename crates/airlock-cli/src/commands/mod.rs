@@ -68,9 +68,9 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
             });
             envelope.into()
         }
-        Command::Mcp { http } => {
+        Command::Mcp { http, token_file, unix } => {
             runtime.set_init_program(this_executable()?, true);
-            mcp::run(runtime, http)?;
+            mcp::run(runtime, mcp::Front::choose(http, token_file, unix)?)?;
             Answer::Text(String::new())
         }
         Command::Approve { digest } => Envelope { content: Some(runtime.approve(&digest)?), ..Envelope::ok() }.into(),

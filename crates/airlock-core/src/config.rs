@@ -132,6 +132,8 @@ struct RawConfig {
     staging: StagingLimits,
     #[serde(default)]
     broker: crate::broker::RawBroker,
+    #[serde(default)]
+    approval: crate::approval::RawApproval,
 }
 
 #[derive(Deserialize, Default)]
@@ -196,6 +198,8 @@ pub struct Config {
     pub staging: StagingLimits,
     /// The named-root broker (`[broker]`): root paths for manifests, budgets, helper pins.
     pub broker: crate::broker::BrokerConfig,
+    /// Approvers, the wait of a prepared call and the per-principal quota (`[approval]`).
+    pub approval: crate::approval::ApprovalConfig,
 }
 
 impl Config {
@@ -247,6 +251,7 @@ impl Config {
             limits,
             staging: raw.staging,
             broker: raw.broker.check(base_dir)?,
+            approval: raw.approval.check()?,
         })
     }
 
@@ -372,6 +377,11 @@ mod tests {
                max_bytes = 0"#,
             r#"[staging]
                max_leases = 4"#,
+            r#"[approval]
+               ttl = "31d""#,
+            r#"[[approval.approvers]]
+               id = "alice"
+               public_key = "ed25519:AAAA""#,
         ];
         for text in cases {
             let err = parse(text).unwrap_err();

@@ -49,6 +49,7 @@ impl AirlockServer {
             positional: Vec::new(),
             named: arguments.into_iter().collect(),
             invocation_id: new_invocation_id(),
+            principal: None,
         };
         let runtime = Arc::clone(&self.runtime);
         let (tx, rx) = tokio::sync::oneshot::channel();

@@ -187,6 +187,9 @@ impl Runtime {
             descriptor,
             inputs: Vec::new(),
             output: None,
+            principal: None,
+            prepared_at: None,
+            expires_at: None,
         };
         let store = PendingInvocation::begin(&invocations)?.commit(&record, &tool.text, false)?;
         let digest = record.descriptor_sha256.clone();

@@ -17,6 +17,7 @@ pub fn request(call: CallArgs) -> Result<CallRequest, Refusal> {
         positional: call.values,
         named,
         invocation_id: call.invocation_id.unwrap_or_else(new_invocation_id),
+        principal: None,
     })
 }
 

@@ -30,6 +30,7 @@ pub fn run(runtime: &Runtime, args: QueryArgs) -> Result<Envelope, Refusal> {
         positional: Vec::new(),
         named,
         invocation_id: args.invocation_id.unwrap_or_else(new_invocation_id),
+        principal: None,
     };
     let progress = std::io::stderr().is_terminal();
     if progress && op.is_git() {

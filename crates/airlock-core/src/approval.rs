@@ -187,8 +187,10 @@ mod tests {
         assert_eq!(check("[approval]\nttl = \"30d\"").unwrap().ttl_seconds, MAX_TTL_SECONDS);
         assert_eq!(check("[approval]\nttl = \"90\"").unwrap().ttl_seconds, 90);
         assert_eq!(check("[approval]\nttl = \"15m\"").unwrap().ttl_seconds, 900);
-        let c = check(&format!("[approval]\nmax_pending = 3\n[[approval.approvers]]\nid = \"alice\"\npublic_key = \"{KEY}\""))
-            .unwrap();
+        let c = check(&format!(
+            "[approval]\nmax_pending = 3\n[[approval.approvers]]\nid = \"alice\"\npublic_key = \"{KEY}\""
+        ))
+        .unwrap();
         assert_eq!(c.max_pending, 3);
         assert_eq!(c.approvers, vec![Approver { id: "alice".into(), public_key: KEY.into() }]);
     }

@@ -155,13 +155,15 @@ impl Runtime {
                 let ids: Vec<&str> = waiting.iter().map(|(id, _)| id.as_str()).collect();
                 return Err(Refusal::new(
                     ReasonCode::Usage,
-                    format!("{} calls wait with the digest {digest} ({}); approve one with --invocation ID", ids.len(), ids.join(", ")),
+                    format!(
+                        "{} calls wait with the digest {digest} ({}); approve one with --invocation ID",
+                        ids.len(),
+                        ids.join(", ")
+                    ),
                 ));
             }
         };
-        let expires_at = record
-            .expires_at
-            .unwrap_or_else(|| now.saturating_add(self.config().approval.ttl_seconds));
+        let expires_at = record.expires_at.unwrap_or_else(|| now.saturating_add(self.config().approval.ttl_seconds));
         let approvals = self.approvals()?;
         if let Ok(existing) = read_approval(&approvals, &id) {
             if existing.verify(&pins, digest, &id, now).is_ok_and(|a| a.id == approver.id) {
@@ -278,7 +280,9 @@ impl Runtime {
         }
         let reason = reason.unwrap_or("");
         let uid = rustix::process::getuid().as_raw();
-        store.write_new_file(DENIED, json!({ "reason": reason, "uid": uid }).to_string().as_bytes()).map_err(|_| settled(&store))?;
+        store
+            .write_new_file(DENIED, json!({ "reason": reason, "uid": uid }).to_string().as_bytes())
+            .map_err(|_| settled(&store))?;
         // The same exclusive marker a dispatch takes: of a deny and a
         // dispatch at once, exactly one settles the call.
         if let Err(e) = store.create_file(DISPATCHED) {

@@ -262,7 +262,8 @@ impl Runtime {
         let mut total: u64 = 0;
         for (index, input) in opened.into_iter().enumerate() {
             let name = index.to_string();
-            let inputs_dir = inputs_dir.as_ref().ok_or_else(|| Refusal::new(ReasonCode::Internal, "no staging room"))?;
+            let inputs_dir =
+                inputs_dir.as_ref().ok_or_else(|| Refusal::new(ReasonCode::Internal, "no staging room"))?;
             let mut dest = inputs_dir.create_file(&name).map_err(Refusal::from)?;
             let info = input.file.snapshot_into(&mut dest, max_file_bytes)?;
             total += info.bytes;
@@ -395,11 +396,8 @@ impl Runtime {
             return Err(Refusal::new(ReasonCode::InputChanged, "the kept manifest does not match the descriptor"));
         }
         // A call that stages nothing kept no reservation while it waited.
-        let staged = if record.inputs.is_empty() && record.output.is_none() {
-            None
-        } else {
-            Some(self.pool().data_of(id)?)
-        };
+        let staged =
+            if record.inputs.is_empty() && record.output.is_none() { None } else { Some(self.pool().data_of(id)?) };
         let inputs = match &staged {
             Some(staged) if !record.inputs.is_empty() => Some(staged.open_subdir(crate::store::INPUTS_DIR)?),
             _ => None,

@@ -144,7 +144,12 @@ impl Pool {
     /// `max_bytes`). Over any of these: `approval.quota` (exit 75), nothing
     /// copied. The reservation expires at `pending.expires_at`: then the
     /// next admission or [`Pool::gc`] removes it.
-    pub fn admit_pending(&self, request: &Request, pending: &Pending, max_per_principal: u32) -> Result<Lease, Refusal> {
+    pub fn admit_pending(
+        &self,
+        request: &Request,
+        pending: &Pending,
+        max_per_principal: u32,
+    ) -> Result<Lease, Refusal> {
         self.admit_inner(request, Some((pending, max_per_principal)))
     }
 
@@ -179,7 +184,8 @@ impl Pool {
             }
             Some((terms, max_per_principal)) => {
                 let waiting: Vec<&Reservation> = live.iter().filter(|r| r.pending.is_some()).collect();
-                let mine = waiting.iter().filter(|r| r.pending.as_ref().is_some_and(|p| p.principal == terms.principal));
+                let mine =
+                    waiting.iter().filter(|r| r.pending.as_ref().is_some_and(|p| p.principal == terms.principal));
                 let mine = mine.count() as u64;
                 let bytes = waiting.iter().map(|r| r.charged).fold(0, u64::saturating_add);
                 let quota = |why: String| {

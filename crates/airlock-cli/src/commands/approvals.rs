@@ -24,7 +24,10 @@ pub fn init(config: &Config, key: Option<&Path>, id: Option<&str>) -> Result<Env
     let created = ApproverKey::create(&path, is_default, &forbidden_places(config))?;
     let public_key = created.public_key_text();
     let paste = format!("[[approval.approvers]]\nid = \"{id}\"\npublic_key = \"{public_key}\"\n");
-    eprintln!("airlock: approver key written to {}; add this to the [approval] section of airlock.toml:\n{paste}", path.display());
+    eprintln!(
+        "airlock: approver key written to {}; add this to the [approval] section of airlock.toml:\n{paste}",
+        path.display()
+    );
     Ok(Envelope {
         content: Some(json!({
             "key_file": path.display().to_string(),
@@ -38,7 +41,12 @@ pub fn init(config: &Config, key: Option<&Path>, id: Option<&str>) -> Result<Env
 }
 
 /// Signs and stores an approval of the waiting call with `digest`.
-pub fn approve(runtime: &Runtime, digest: &str, key: Option<&Path>, invocation: Option<&str>) -> Result<Envelope, Refusal> {
+pub fn approve(
+    runtime: &Runtime,
+    digest: &str,
+    key: Option<&Path>,
+    invocation: Option<&str>,
+) -> Result<Envelope, Refusal> {
     if let Some(id) = invocation {
         airlock_runtime::check_invocation_id(id)?;
     }

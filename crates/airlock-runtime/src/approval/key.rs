@@ -28,10 +28,9 @@ fn unusable(path: &Path, why: impl std::fmt::Display) -> Refusal {
 /// `$XDG_CONFIG_HOME/airlock/approver.key` (if that is absolute), else
 /// `$HOME/.config/airlock/approver.key`; `None` when neither is set.
 pub fn default_key_path() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute()).map(|h| h.join(".config")))?;
+    let base = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from).filter(|p| p.is_absolute()).or_else(|| {
+        std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute()).map(|h| h.join(".config"))
+    })?;
     Some(base.join("airlock").join(DEFAULT_KEY_FILE))
 }
 
@@ -105,7 +104,10 @@ fn check_directory(key: &Path) -> Result<(), Refusal> {
     if m.mode() & 0o022 != 0 {
         return Err(unusable(
             key,
-            format_args!("its directory is writable by other users (mode {:o}); use a 0700 directory", m.mode() & 0o7777),
+            format_args!(
+                "its directory is writable by other users (mode {:o}); use a 0700 directory",
+                m.mode() & 0o7777
+            ),
         ));
     }
     Ok(())
@@ -189,7 +191,10 @@ impl ApproverKey {
             return Err(unusable(path, format_args!("it is owned by uid {}, not by uid {euid}", st.st_uid)));
         }
         if st.st_mode & 0o077 != 0 {
-            return Err(unusable(path, format_args!("it is open to other users (mode {:o}); it must be 0600", st.st_mode & 0o7777)));
+            return Err(unusable(
+                path,
+                format_args!("it is open to other users (mode {:o}); it must be 0600", st.st_mode & 0o7777),
+            ));
         }
         if st.st_nlink != 1 {
             return Err(unusable(path, format_args!("it has {} links; it must have exactly one", st.st_nlink)));

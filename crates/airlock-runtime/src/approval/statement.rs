@@ -98,11 +98,7 @@ impl SignedApproval {
     /// Signs `statement` with `key`.
     pub fn sign(statement: Statement, key: &SigningKey) -> SignedApproval {
         let signature = key.sign(&canonical_json(&statement));
-        SignedApproval {
-            key_id: key_id(&key.verifying_key()),
-            signature: hex::encode(signature.to_bytes()),
-            statement,
-        }
+        SignedApproval { key_id: key_id(&key.verifying_key()), signature: hex::encode(signature.to_bytes()), statement }
     }
 
     /// Parses an approval file's bytes strictly (`approval.invalid` otherwise).

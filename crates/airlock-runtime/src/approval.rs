@@ -140,7 +140,7 @@ impl Runtime {
         let mut waiting: Vec<(String, PreparedRecord)> = self
             .waiting_records()?
             .into_iter()
-            .filter(|(_, r)| r.descriptor_sha256 == digest && r.expires_at.is_none_or(|e| now < e))
+            .filter(|(_, r)| r.descriptor_sha256 == digest && r.expires_at.is_some_and(|e| now < e))
             .filter(|(id, _)| invocation.is_none_or(|want| want == id))
             .collect();
         let (id, record) = match waiting.len() {
@@ -208,8 +208,11 @@ impl Runtime {
             if dir.contains(DISPATCHED) || !dir.contains(crate::store::PREPARED_FILE) {
                 continue;
             }
-            if let Ok(record) = self.prepared_record(&id) {
-                out.push((id, record));
+            // Only calls kept for a later dispatch have an expiry; a call
+            // run at once left its record behind and waits for nothing.
+            match self.prepared_record(&id) {
+                Ok(record) if record.expires_at.is_some() => out.push((id, record)),
+                _ => {}
             }
         }
         out.sort_by(|a, b| a.1.prepared_at.cmp(&b.1.prepared_at).then_with(|| a.0.cmp(&b.0)));
@@ -268,6 +271,12 @@ impl Runtime {
         crate::id::check_invocation_id(id)?;
         let store = self.prepared_store(id)?;
         let record = self.prepared_record(id)?;
+        if record.expires_at.is_none() {
+            return Err(Refusal::new(
+                ReasonCode::InvocationNotFound,
+                format!("{id} was not kept for a later dispatch; there is nothing to deny"),
+            ));
+        }
         let settled = |store: &PrivateDir| {
             if store.contains(DENIED) {
                 Refusal::new(ReasonCode::ApprovalDenied, format!("{id} has already been denied"))

@@ -395,9 +395,11 @@ impl Runtime {
         if manifest.sha256() != record.descriptor.manifest_sha256 {
             return Err(Refusal::new(ReasonCode::InputChanged, "the kept manifest does not match the descriptor"));
         }
-        // A call that stages nothing kept no reservation while it waited.
-        let staged =
-            if record.inputs.is_empty() && record.output.is_none() { None } else { Some(self.pool().data_of(id)?) };
+        // A kept call that stages nothing held no reservation while it
+        // waited. (A call run at once has no expiry and released its
+        // reservation: it is refused here, never run again.)
+        let unstaged = record.expires_at.is_some() && record.inputs.is_empty() && record.output.is_none();
+        let staged = if unstaged { None } else { Some(self.pool().data_of(id)?) };
         let inputs = match &staged {
             Some(staged) if !record.inputs.is_empty() => Some(staged.open_subdir(crate::store::INPUTS_DIR)?),
             _ => None,

@@ -407,3 +407,33 @@ impl ErrorRun for Run {
         assert!(self.stderr.contains(reason), "{self:#?}");
     }
 }
+
+/// A kept call with nothing to stage holds no room while it waits, and is
+/// admitted when it is dispatched; a call that ran at once and staged
+/// nothing is never run again by a dispatch of its id.
+#[test]
+fn a_call_that_stages_nothing_holds_no_slot_and_runs_once() {
+    let (p, alice) = gated_project("[approval]\nmax_pending = 1\n");
+    p.tool("hello", &sh_tool("hello", "risk_tier = \"high\"", &[], "echo hi", ""));
+    p.tool("plain", &sh_tool("plain", "", &[], "echo plain", ""));
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        waiting.push(digest_and_id(&p.run(&["run", "hello"])));
+    }
+    let status = p.run(&["staging", "status", "--json"]).envelope["content"].clone();
+    assert_eq!((status["pending_reservations"].clone(), status["reserved_snapshots"].clone()), (json!(0), json!(0)));
+    // The one pending slot is still free for a call that stages something.
+    digest_and_id(&p.run(&["run", "gated", "data/in.txt", "results/out.txt"]));
+    let (digest, id) = &waiting[1];
+    alice.approve(&p, digest, &["--invocation", id]).assert_ok();
+    let ran = p.run(&["dispatch", id]);
+    ran.assert_ok();
+    assert_eq!(ran.envelope["content"]["raw_output"], "hi\n");
+    p.run(&["dispatch", id]).assert_refused("invocation.duplicate", 77);
+    assert_eq!(records_of(&p, "WorkerStarted", id).len(), 1);
+
+    p.run(&["run", "plain", "--invocation-id", "plain-1"]).assert_ok();
+    p.run(&["dispatch", "plain-1"]).assert_refused("staging.not_reserved", 66);
+    assert_eq!(records_of(&p, "WorkerStarted", "plain-1").len(), 1);
+    p.run(&["approvals", "deny", "plain-1"]).assert_refused("invocation.not_found", 66);
+}

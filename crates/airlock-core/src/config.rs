@@ -134,6 +134,7 @@ struct RawConfig {
     broker: crate::broker::RawBroker,
     #[serde(default)]
     mcp: crate::mcp_server::RawMcpServer,
+    approval: crate::approval::RawApproval,
 }
 
 #[derive(Deserialize, Default)]
@@ -201,6 +202,8 @@ pub struct Config {
     /// The MCP server front (`[mcp]`): token principal, Unix-socket peers,
     /// origins, session cap.
     pub mcp: crate::mcp_server::McpServerConfig,
+    /// Approvers, the wait of a prepared call and the per-principal quota (`[approval]`).
+    pub approval: crate::approval::ApprovalConfig,
 }
 
 impl Config {
@@ -253,6 +256,7 @@ impl Config {
             staging: raw.staging,
             broker: raw.broker.check(base_dir)?,
             mcp: raw.mcp.check()?,
+            approval: raw.approval.check()?,
         })
     }
 
@@ -378,6 +382,11 @@ mod tests {
                max_bytes = 0"#,
             r#"[staging]
                max_leases = 4"#,
+            r#"[approval]
+               ttl = "31d""#,
+            r#"[[approval.approvers]]
+               id = "alice"
+               public_key = "ed25519:AAAA""#,
         ];
         for text in cases {
             let err = parse(text).unwrap_err();

@@ -22,6 +22,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod approval;
 pub mod broker;
 pub mod config;
 pub mod descriptor;

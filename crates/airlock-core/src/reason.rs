@@ -294,6 +294,24 @@ reason_codes! {
     ApprovalRequired => "approval.required", Refused, NO_PERM;
     /// No prepared call awaits approval with that digest.
     ApprovalUnknown => "approval.unknown", Refused, NO_INPUT;
+    /// The approval names an approver, or was signed by a key, that
+    /// `[approval] approvers` does not pin.
+    ApprovalUnknownApprover => "approval.unknown_approver", Refused, NO_PERM;
+    /// The approval is malformed, its signature does not verify, or it is
+    /// for another call (digest or invocation id).
+    ApprovalInvalid => "approval.invalid", Refused, NO_PERM;
+    /// The prepared call, or its approval, is past its expiry (`[approval] ttl`).
+    ApprovalExpired => "approval.expired", Refused, NO_PERM;
+    /// An approver denied the call; it is settled and never runs.
+    ApprovalDenied => "approval.denied", Refused, NO_PERM;
+    /// The principal already has `[approval] max_pending` calls waiting (or
+    /// the pending budget is full); nothing was copied. Retry later.
+    ApprovalQuota => "approval.quota", Refused, TEMP_FAIL;
+    /// No `[approval] approvers` are configured, so no call can be approved.
+    ApprovalNoApprovers => "approval.no_approvers", Refused, CONFIG;
+    /// An approver key file is missing, unsafe (owner, mode, links, size)
+    /// or placed where calls can reach it (a ceiling, a broker root, the state dir).
+    ApprovalKeyUnusable => "approval.key_unusable", Error, CONFIG;
     // ---- journal and recovery ----
     /// A publication's outcome is unconfirmed; new effects wait for `airlock invocation recover`.
     JournalUnconfirmed => "journal.unconfirmed", Refused, NO_PERM;

@@ -101,6 +101,7 @@ impl Runtime {
             }
         }
         check_image(&config, &protected)?;
+        approval::pinned(&config.approval.approvers)?;
         let key = airlock_journal::JournalKey::open_or_create(&state).map_err(ledger::journal_refusal)?;
         let journal = airlock_journal::Journal::open(&state, key).map_err(ledger::journal_refusal)?;
         let pool = airlock_staging::Pool::open(&state, config.staging)?;

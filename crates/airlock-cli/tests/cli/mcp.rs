@@ -126,8 +126,10 @@ fn refusals_are_error_results_with_their_reason_codes() {
 }
 
 #[test]
-fn an_approval_required_call_says_what_the_operator_must_run() {
-    let p = Project::new();
+fn an_approval_required_call_names_the_call_and_gives_the_agent_no_command() {
+    let (p, alice) = crate::approvers::approved_project(
+        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n",
+    );
     p.write("tools/copy.clad.toml", COPY_TOOL.replace("binary = \"cp\"", "binary = \"cp\"\nrisk_tier = \"high\""));
     p.write("data/in.txt", "approve me");
     let mut s = McpSession::start(&p);
@@ -137,10 +139,12 @@ fn an_approval_required_call_says_what_the_operator_must_run() {
     assert_eq!(sc["error"]["code"], "approval.required");
     let digest = sc["approval"]["descriptor_sha256"].as_str().unwrap().to_owned();
     let id = sc["approval"]["invocation_id"].as_str().unwrap().to_owned();
-    assert_eq!(sc["approval"]["run"], json!([format!("airlock approve {digest}"), format!("airlock dispatch {id}")]));
+    assert_eq!(sc["approval"]["waiting_for"], "approver");
+    assert!(sc["approval"].get("run").is_none(), "{r}");
+    assert!(!r.to_string().contains("airlock approve"), "the agent is told no command: {r}");
     assert!(!p.path("results/out.txt").exists());
     drop(s);
-    p.run(&["approve", &digest]).assert_ok();
+    alice.approve(&p, &digest, &[]).assert_ok();
     p.run(&["dispatch", &id]).assert_ok();
     assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "approve me");
 }

@@ -134,6 +134,7 @@ struct RawConfig {
     broker: crate::broker::RawBroker,
     #[serde(default)]
     mcp: crate::mcp_server::RawMcpServer,
+    #[serde(default)]
     approval: crate::approval::RawApproval,
 }
 

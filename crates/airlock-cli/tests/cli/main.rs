@@ -5,6 +5,7 @@ mod approval;
 mod attacks;
 mod cli_ux;
 mod concurrency;
+mod control_plane;
 mod crash;
 mod examples;
 mod git;

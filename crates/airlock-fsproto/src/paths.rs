@@ -58,9 +58,9 @@ pub fn check_stage_name(name: &str) -> Result<(), PathError> {
 }
 
 /// The staging prefix in any letter case, compared by the grammar's
-/// Unicode-aware [`fold_key`] (`.airlock-ſtage-` with a long s, `.AIRLOC`
-/// + KELVIN SIGN `-stage-` …), since a case-insensitive file system may
-/// open the staging entry by such a name.
+/// Unicode-aware [`fold_key`] (`.airlock-ſtage-` with a long s, or a
+/// KELVIN SIGN for the `k`), since a case-insensitive file system may open
+/// the staging entry by such a name.
 fn check_reserved(component: &str) -> Result<(), PathError> {
     let reserved = fold_key(component).starts_with(STAGE_PREFIX);
     if reserved {

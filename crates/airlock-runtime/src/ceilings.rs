@@ -139,7 +139,7 @@ pub fn check(dir: &Dir, real: &Path, protected: &Protected) -> Result<(), (Reaso
         // A state directory under a control-directory name (`.airlock`) is
         // unreachable through the path grammar from any directory above
         // that name; under any other name a tool could read or write it.
-        if !protected.state_hidden_at.is_some_and(|hidden| hidden < at) {
+        if protected.state_hidden_at.is_none_or(|hidden| hidden >= at) {
             return Err((
                 ReasonCode::ControlFileExposed,
                 format!(

@@ -272,3 +272,21 @@ fn a_kelvin_sign_spelling_of_the_control_directory_is_refused() {
     let run = p.run(&["isolated", "--root", &data, "--", "sh", "-c", "airlock-fs read data \u{017F}ecret.txt"]);
     run.assert_ok();
 }
+
+/// `airlock init` under a permissive umask still makes control files that
+/// pass the ownership and mode rules, and ceilings that hold none.
+#[test]
+fn airlock_init_makes_a_project_that_passes_the_control_file_rules() {
+    let dir = tempfile::Builder::new().prefix("airlock-init-").tempdir().unwrap();
+    let init = Command::new("sh")
+        .args(["-c", "umask 000 && exec \"$0\" init"])
+        .arg(crate::util::AIRLOCK)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{init:?}");
+    let mode = |rel: &str| std::fs::metadata(dir.path().join(rel)).unwrap().permissions().mode() & 0o777;
+    assert_eq!((mode("airlock.toml"), mode("tools"), mode("tools/wordcount.clad.toml")), (0o644, 0o755, 0o644));
+    let run = crate::runkit::airlock_in(dir.path(), &["run", "wordcount", "data/example.txt", "results/count.json"]);
+    run.assert_ok();
+}

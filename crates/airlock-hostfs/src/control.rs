@@ -103,14 +103,25 @@ pub struct Ancestor {
 }
 
 impl Dir {
-    /// This directory and every directory above it, nearest first, each
+    /// This directory and every directory above it, nearest first, with
+    /// names (see [`Ancestor::name`]; [`Dir::ancestor_ids`] skips them). Each
     /// found by opening `..` beneath the handle before it (`O_PATH`), up to
     /// the root this process sees. `..` at a mount's root leads to the
     /// directory the mount sits on, so the walk crosses mounts upwards.
     pub fn ancestry(&self) -> Result<Vec<Ancestor>> {
         let mut out = Vec::new();
-        walk_up(self.as_fd(), self.dev_ino(), |id, name| {
+        walk_up(self.as_fd(), self.dev_ino(), true, |id, name| {
             out.push(Ancestor { id, name: name.map(Into::into) });
+            true
+        })?;
+        Ok(out)
+    }
+
+    /// The identities of [`Dir::ancestry`], without looking names up.
+    pub fn ancestor_ids(&self) -> Result<Vec<(u64, u64)>> {
+        let mut out = Vec::new();
+        walk_up(self.as_fd(), self.dev_ino(), false, |id, _| {
+            out.push(id);
             true
         })?;
         Ok(out)
@@ -131,17 +142,18 @@ pub fn holders(_authority: &HostAuthority, path: &Path) -> HashSet<(u64, u64)> {
         };
         let Ok(st) = rustix::fs::fstat(&fd) else { continue };
         // Stop at the first directory already collected: all above it are too.
-        let _ = walk_up(fd.as_fd(), (st.st_dev, st.st_ino), |id, _| seen.insert(id));
+        let _ = walk_up(fd.as_fd(), (st.st_dev, st.st_ino), false, |id, _| seen.insert(id));
     }
     seen
 }
 
 /// Calls `visit(id, name)` for the directory `fd` (whose identity is `id`)
 /// and each one above it, until `visit` answers `false` or the root is
-/// reached. Names are looked up only for callers that keep them.
+/// reached. Names are looked up only when `names` is set.
 fn walk_up(
     fd: BorrowedFd<'_>,
     id: (u64, u64),
+    names: bool,
     mut visit: impl FnMut((u64, u64), Option<PathBuf>) -> bool,
 ) -> Result<()> {
     let dotdot = |fd: BorrowedFd<'_>| {
@@ -156,7 +168,7 @@ fn walk_up(
         let pst = rustix::fs::fstat(&parent).map_err(|e| Error::syscall(ReasonCode::Internal, "fstat(..)", e))?;
         let pid = (pst.st_dev, pst.st_ino);
         let at_root = pid == id;
-        let name = if at_root { None } else { confirmed_name(here, &parent, id) };
+        let name = if at_root || !names { None } else { confirmed_name(here, &parent, id) };
         if !visit(id, name) || at_root {
             return Ok(());
         }

@@ -127,8 +127,8 @@ pub fn check(dir: &Dir, real: &Path, protected: &Protected) -> Result<(), (Reaso
         return Err((ReasonCode::ConfigCeiling, why));
     }
     let state = protected.state_ancestry.first().map(|a| a.id);
-    let above = dir.ancestry().map_err(|e| (ReasonCode::ConfigCeiling, e.message().to_owned()))?;
-    if above.iter().any(|a| Some(a.id) == state) {
+    let above = dir.ancestor_ids().map_err(|e| (ReasonCode::ConfigCeiling, e.message().to_owned()))?;
+    if above.iter().any(|id| Some(*id) == state) {
         return Err((
             ReasonCode::ConfigCeiling,
             format!("it is inside the state directory {}", protected.state_dir.display()),

@@ -344,6 +344,15 @@ reason_codes! {
     ConfigCeiling => "config.ceiling", Error, CONFIG;
     /// The state directory is unsafe or unusable.
     ConfigStateDir => "config.state_dir", Error, CONFIG;
+    /// A ceiling or broker root holds one of airlock's control files
+    /// (the configuration, the tools directory, a policy file's directory,
+    /// the state directory where declared paths could reach it), judged by
+    /// `(dev, ino)`: a tool granted it could change what later calls may do.
+    ControlFileExposed => "config.control_file_exposed", Refused, CONFIG;
+    /// A control file (configuration, manifest, policy) or its directory is
+    /// owned by someone other than the caller or root, is writable by group
+    /// or others, is a symbolic link, or is not a regular file.
+    ControlFileUnsafe => "config.control_file_unsafe", Refused, CONFIG;
     /// The host lacks a facility the configuration needs.
     HostUnsupported => "host.unsupported", Error, CONFIG;
     // ---- invocations ----
@@ -428,6 +437,16 @@ mod tests {
         for code in ReasonCode::ALL {
             assert_ne!(code.exit_code(), exit::OK, "{code}");
             assert_ne!(code.status(), Status::Ok, "{code}");
+        }
+    }
+
+    #[test]
+    fn control_file_codes_refuse_the_configuration() {
+        for (code, s) in [
+            (ReasonCode::ControlFileExposed, "config.control_file_exposed"),
+            (ReasonCode::ControlFileUnsafe, "config.control_file_unsafe"),
+        ] {
+            assert_eq!((code.as_str(), code.status(), code.exit_code()), (s, Status::Refused, exit::CONFIG));
         }
     }
 }

@@ -26,7 +26,7 @@ use crate::archive::Writer;
 use crate::error::GitError;
 use crate::limits::Limits;
 use crate::query::Scope;
-use airlock_core::path::is_control_dir;
+use airlock_core::path::is_control_name;
 use airlock_core::ReasonCode;
 use airlock_hostfs::{Dir, EntryKind, TreeEntry};
 use sha2::{Digest, Sha256};
@@ -397,7 +397,7 @@ impl<W: Write> Walk<'_, W> {
                 }
                 continue;
             }
-            if is_control_dir(&name) {
+            if is_control_name(&name) {
                 self.skip(Skip::ControlDir, Some(child));
                 continue;
             }
@@ -426,7 +426,7 @@ impl<W: Write> Walk<'_, W> {
             if path.is_empty() && name == ".git" {
                 continue; // the repository itself, copied by `git_dir`
             }
-            if is_control_dir(&name) {
+            if is_control_name(&name) {
                 self.skip(Skip::ControlDir, Some(child));
                 continue;
             }

@@ -15,7 +15,7 @@
 //! deny it (`airlock approvals deny`), which settles it and releases its
 //! staging room.
 
-mod key;
+pub(crate) mod key;
 mod statement;
 
 pub use key::{check_placement, default_key_path, forbidden_places, key_path, ApproverKey, DEFAULT_KEY_FILE};

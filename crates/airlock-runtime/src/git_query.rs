@@ -207,14 +207,15 @@ impl Runtime {
     }
 
     /// The identities a snapshot never enters: the state directory (from
-    /// its held handle), `tools_dir` and the config file (when they exist).
+    /// its held handle) and every control file and directory that exists
+    /// (config file, `tools_dir`, policy directories, the default approver
+    /// key).
     fn control_ids(&self) -> ControlIds {
         use std::os::unix::fs::MetadataExt;
         let mut ids = ControlIds::new();
         ids.insert(self.state().dir().dev_ino());
-        let config = self.protected().config_file.as_deref();
-        for path in [Some(self.config().tools_dir.as_path()), config].into_iter().flatten() {
-            if let Ok(m) = std::fs::metadata(path) {
+        for control in crate::control::ControlFiles::of(self.config()).0 {
+            if let Ok(m) = std::fs::symlink_metadata(&control.path) {
                 ids.insert((m.dev(), m.ino()));
             }
         }

@@ -7,6 +7,7 @@ mod attacks;
 mod bounds;
 mod cli_ux;
 mod concurrency;
+mod control_plane;
 mod crash;
 mod examples;
 mod git;

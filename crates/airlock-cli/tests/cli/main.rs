@@ -30,3 +30,4 @@ mod tools;
 mod unprivileged;
 mod util;
 mod worker;
+mod worker_surface;

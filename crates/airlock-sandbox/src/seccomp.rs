@@ -155,7 +155,6 @@ pub(crate) fn worker_filter_rules() -> WorkerFilterRules {
         libc::SYS_syslog,            // the kernel log
         libc::SYS_vhangup,           // hang up the terminal
         libc::SYS_kcmp,              // compares kernel objects of two processes (leaks kernel pointer order)
-        libc::SYS_pidfd_getfd,       // takes a descriptor out of another process
         libc::SYS_process_madvise,   // advises (e.g. pages out) another process's memory
         libc::SYS_process_mrelease,  // reaps another (dying) process's memory
         libc::SYS_quotactl_fd,       // disk quota control, by descriptor
@@ -169,8 +168,10 @@ pub(crate) fn worker_filter_rules() -> WorkerFilterRules {
         nr::LSM_LIST_MODULES,        // which security modules the host runs
         nr::OPEN_TREE_ATTR,          // new mount API: clone a mount tree with new attributes
     ];
-    // Allowed on purpose, although recent: landlock_* and seccomp (they only
-    // restrict the caller), mseal and map_shadow_stack (the caller's own
+    // Allowed on purpose, although recent: pidfd_getfd (it needs ptrace
+    // access to the target, so it reaches only the tool's own processes, not
+    // the non-dumpable PID 1; the airlock-fs client duplicates its own fd 3
+    // with it), landlock_* and seccomp (they only restrict the caller), mseal and map_shadow_stack (the caller's own
     // memory), memfd_secret (private memory), {set,get,list,remove}xattrat
     // and file_{get,set}attr (the *xattr calls and FS_IOC_FS[GS]ETXATTR
     // with a directory descriptor), futex_* and fchmodat2.
@@ -378,7 +379,6 @@ mod tests {
             libc::SYS_quotactl,
             libc::SYS_lookup_dcookie,
             libc::SYS_kcmp,
-            libc::SYS_pidfd_getfd,
             libc::SYS_process_madvise,
             libc::SYS_process_mrelease,
             libc::SYS_quotactl_fd,
@@ -401,7 +401,8 @@ mod tests {
         for rules in r.eafnosupport.values() {
             assert_eq!(rules.len(), 1, "one rule: the family is none of the allowed ones");
         }
-        let allowed_new: [i64; 12] = [
+        let allowed_new: [i64; 13] = [
+            libc::SYS_pidfd_getfd, // the airlock-fs client takes its own fd 3 with it
             libc::SYS_landlock_create_ruleset,
             libc::SYS_landlock_add_rule,
             libc::SYS_landlock_restrict_self,
@@ -521,8 +522,8 @@ mod tests {
             libc::SYS_mount_setattr,
             libc::SYS_fsconfig,
             libc::SYS_move_mount,
-            libc::SYS_pidfd_getfd,
             libc::SYS_process_madvise,
+            libc::SYS_kcmp,
         ] {
             assert_eq!(verdict(nr, [0; 6]), EPERM, "syscall {nr}");
         }

@@ -35,3 +35,4 @@ mod tools;
 mod unprivileged;
 mod util;
 mod worker;
+mod worker_surface;

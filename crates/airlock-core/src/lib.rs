@@ -38,7 +38,7 @@ pub use descriptor::{
     canonical_json, sha256_tagged, CommandBoundary, Descriptor, DirIdentity, FilesystemBoundary, ReadGrant,
     SnapshotBinding,
 };
-pub use envelope::{CreatedFile, Envelope, ErrorBody, Evidence};
+pub use envelope::{CreatedFile, Envelope, ErrorBody, Evidence, LimitsEvidence};
 pub use limits::{Limits, StagingLimits};
 pub use path::{PathEntry, RelPath};
 pub use reason::{exit, HasReason, ReasonCode, Refusal, Status};

@@ -146,6 +146,9 @@ struct RawSandbox {
     #[serde(default)]
     parsers: Vec<String>,
     image: Option<Vec<String>>,
+    #[serde(default)]
+    require_cgroup: bool,
+    cgroup_parent: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -185,6 +188,15 @@ pub struct Config {
     /// Host directories bound read-only into every worker at the same path;
     /// `None` is the tier's default (`/usr`, `/bin`, `/sbin`, `/lib*`).
     pub image: Option<Vec<String>>,
+    /// Refuse to start a worker (`sandbox.limits_unavailable`) unless a
+    /// delegated cgroup v2 holds its memory and process limits
+    /// (`[sandbox] require_cgroup`, default `false`: rlimits alone, reported
+    /// in the answer's `evidence.limits`).
+    pub require_cgroup: bool,
+    /// A delegated cgroup v2 directory under which each worker gets its own
+    /// cgroup (`[sandbox] cgroup_parent`, relative to the config file's
+    /// directory); `None`: airlock's own cgroup.
+    pub cgroup_parent: Option<PathBuf>,
     /// Ceilings, at most [`MAX_CEILINGS`], with distinct virtual destinations.
     pub ceilings: Vec<Ceiling>,
     /// Resolver choice (`[filesystem] resolver`).
@@ -249,6 +261,8 @@ impl Config {
             working_dir,
             parsers: raw.sandbox.parsers,
             image: raw.sandbox.image.map(|dirs| dirs.into_iter().map(|d| check_image_dir(&d)).collect()).transpose()?,
+            require_cgroup: raw.sandbox.require_cgroup,
+            cgroup_parent: raw.sandbox.cgroup_parent.map(|d| base_dir.join(d)),
             ceilings,
             resolver: raw.filesystem.resolver.unwrap_or_default(),
             policy_files: raw.policy.files,

@@ -36,6 +36,33 @@ pub struct Evidence {
     /// Who made the call (`Airlock::Agent` id).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
+    /// How the worker's resources were bounded, for every call that ran one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitsEvidence>,
+}
+
+/// `evidence.limits`: how the sandbox bounded a worker's resources, as it
+/// reported them after the run (DESIGN.md §6, "Resource limits").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LimitsEvidence {
+    /// `cgroup` (`memory.max` over every process of the sandbox, shared
+    /// memory included) or `rlimit` (`RLIMIT_AS`, each process's address
+    /// space only).
+    pub memory: &'static str,
+    /// `cgroup` (`pids.max`) or `rlimit` (`RLIMIT_NPROC`).
+    pub pids: &'static str,
+    /// System V IPC and POSIX message queues: `seccomp-denied`.
+    pub ipc: &'static str,
+    /// `cgroup` (charged to `memory.max`) or `file-size` (each memfd at most
+    /// `RLIMIT_FSIZE`; their sum is not bounded by the memory limit).
+    pub memfd: &'static str,
+    /// Isolated submissions: how the broker is bounded together with the
+    /// worker, `cgroup` (one cgroup for both) or `rlimit` (each its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broker: Option<&'static str>,
+    /// Why no cgroup held the limits, when none did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup_unavailable: Option<String>,
 }
 
 /// One envelope.

@@ -40,7 +40,7 @@ pub use descriptor::{
     canonical_json, sha256_tagged, CommandBoundary, Descriptor, DirIdentity, FilesystemBoundary, ReadGrant,
     SnapshotBinding,
 };
-pub use envelope::{CreatedFile, Envelope, ErrorBody, Evidence};
+pub use envelope::{CreatedFile, Envelope, ErrorBody, Evidence, LimitsEvidence};
 pub use limits::{Limits, StagingLimits};
 pub use mcp_server::McpServerConfig;
 pub use path::{PathEntry, RelPath};

@@ -212,6 +212,9 @@ reason_codes! {
     PolicyEval => "policy.eval", Error, SOFTWARE;
     /// The selected worker tier cannot run on this host.
     SandboxUnavailable => "sandbox.unavailable", Error, CONFIG;
+    /// `[sandbox] require_cgroup = true` and no delegated cgroup v2 can hold
+    /// the worker's memory and process limits; nothing was started.
+    SandboxLimitsUnavailable => "sandbox.limits_unavailable", Refused, CONFIG;
     /// Setting up the worker failed.
     SandboxSetup => "sandbox.setup_failed", Error, SOFTWARE;
     /// The worker's processes could not be confirmed gone; nothing is published.

@@ -161,7 +161,7 @@ impl Runtime {
         let outcome = tier
             .start(spec)
             .and_then(|w| w.wait())
-            .map_err(|e| Refusal::new(ReasonCode::SandboxSetup, format!("the Git driver: {e}")));
+            .map_err(|e| Refusal::new(crate::run::sandbox_code(e.reason_code()), format!("the Git driver: {e}")));
         self.note(kind::WORKER_FINISHED,
             Some(id),
             match &outcome {
@@ -190,6 +190,7 @@ impl Runtime {
                 descriptor_sha256: Some(prepared.digest.clone()),
                 policy_ids,
                 principal: Some(self.record_principal(Some(id))),
+                limits: Some(crate::run::limits_evidence(&outcome.limits, None)),
             }),
             ..Envelope::ok()
         };

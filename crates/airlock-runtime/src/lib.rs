@@ -159,8 +159,28 @@ impl Runtime {
         let (program, die_with_caller) = self.init_program.clone().ok_or_else(|| {
             Refusal::new(ReasonCode::SandboxUnavailable, "no sandbox init program was configured for the native tier")
         })?;
+        // Refused here, before a worker (or a broker) is started, when the
+        // operator requires real limits and the host delegates no cgroup;
+        // the tier checks again when it starts each worker.
+        let parent = self.config.cgroup_parent.as_deref();
+        if self.config.require_cgroup {
+            airlock_sandbox::cgroup_limits_available(parent).map_err(|why| {
+                Refusal::new(
+                    ReasonCode::SandboxLimitsUnavailable,
+                    format!(
+                        "[sandbox] require_cgroup = true, but no cgroup can hold the worker's memory and process \
+                         limits here: {why}. Delegate a cgroup v2 directory with the memory and pids controllers \
+                         enabled in its cgroup.subtree_control and writable by the user airlock runs as, and name \
+                         it in [sandbox] cgroup_parent; or set require_cgroup = false to accept per-process rlimits"
+                    ),
+                )
+            })?;
+        }
         let mut tier = airlock_sandbox::NativeTier::new(program);
-        tier.die_with_caller(die_with_caller);
+        tier.die_with_caller(die_with_caller).require_cgroup(self.config.require_cgroup);
+        if let Some(dir) = parent {
+            tier.cgroup_parent(dir.to_path_buf());
+        }
         Ok(tier)
     }
 

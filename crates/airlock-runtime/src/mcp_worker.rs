@@ -112,7 +112,7 @@ impl Runtime {
             },
         )?;
         let outcome = outcome?;
-        let base = crate::run::finished_envelope(&prepared, &decision.policy_ids, outcome.exit);
+        let base = crate::run::finished_envelope(&prepared, &decision.policy_ids, &outcome);
         let fail = |refusal: Refusal, content: Option<Value>| Envelope {
             status: refusal.code.status(),
             error: Some(ErrorBody { code: refusal.code, message: refusal.message }),

@@ -11,13 +11,13 @@ use crate::prepare::{CallRequest, PreparedCall};
 use crate::{ledger, Runtime};
 use airlock_core::manifest::{Manifest, OutputFormat};
 use airlock_core::output::{parse_output, DEFAULT_MAX_OUTPUT_BYTES};
-use airlock_core::{CreatedFile, Envelope, Evidence, ReasonCode, Refusal, Tier};
+use airlock_core::{CreatedFile, Envelope, Evidence, LimitsEvidence, ReasonCode, Refusal, Tier};
 use airlock_hostfs::PrivateDir;
 use airlock_journal::kind;
 use airlock_sandbox::NativeTier;
 use airlock_sandbox::{
-    ExitStatusKind, ImageMount, StagedInput, StagedOutput, Tier as _, Worker as _, WorkerLimits, WorkerOutcome,
-    WorkerSpec,
+    AppliedLimits, ExitStatusKind, ImageMount, StagedInput, StagedOutput, Tier as _, Worker as _, WorkerLimits,
+    WorkerOutcome, WorkerSpec,
 };
 use serde_json::json;
 use std::time::Duration;
@@ -238,7 +238,7 @@ impl Runtime {
         )?;
         let outcome = outcome?;
 
-        let base = finished_envelope(&prepared, &decision.policy_ids, outcome.exit);
+        let base = finished_envelope(&prepared, &decision.policy_ids, &outcome);
         let content = judge(&outcome, manifest.tool.timeout_seconds, d.command_boundary.filesystem.max_file_bytes)
             .and_then(|()| match &parser {
                 None => {
@@ -382,19 +382,34 @@ impl Runtime {
 }
 
 /// The base of a finished call's answer: `ok`, its id, tool, exit code and
-/// evidence (descriptor digest, the policies that permitted it).
-pub(crate) fn finished_envelope(prepared: &PreparedCall, policy_ids: &[String], exit: ExitStatusKind) -> Envelope {
+/// evidence (descriptor digest, the policies that permitted it, how the
+/// worker's resources were bounded).
+pub(crate) fn finished_envelope(prepared: &PreparedCall, policy_ids: &[String], outcome: &WorkerOutcome) -> Envelope {
     Envelope {
         invocation_id: Some(prepared.invocation_id().to_owned()),
         tool: Some(prepared.descriptor().tool.clone()),
         stage: Some("finished"),
-        exit_code: Some(exit_number(exit)),
+        exit_code: Some(exit_number(outcome.exit)),
         evidence: Some(Evidence {
             descriptor_sha256: Some(prepared.digest().to_owned()),
             policy_ids: policy_ids.to_vec(),
             principal: Some(prepared.principal().to_owned()),
+            limits: Some(limits_evidence(&outcome.limits, None)),
         }),
         ..Envelope::ok()
+    }
+}
+
+/// `evidence.limits`: what the sandbox reported it applied to the worker
+/// (and, for an isolated submission, how its broker was bounded).
+pub(crate) fn limits_evidence(applied: &AppliedLimits, broker: Option<&'static str>) -> LimitsEvidence {
+    LimitsEvidence {
+        memory: applied.memory().as_str(),
+        pids: applied.pids().as_str(),
+        ipc: applied.ipc(),
+        memfd: applied.memfd(),
+        broker,
+        cgroup_unavailable: if applied.cgroup_limits_applied { None } else { applied.cgroup_skipped.clone() },
     }
 }
 
@@ -519,6 +534,7 @@ pub(crate) fn sandbox_code(code: &str) -> ReasonCode {
     match code {
         "sandbox.unavailable" => ReasonCode::SandboxUnavailable,
         "worker.exec_failed" => ReasonCode::ToolFailed,
+        "sandbox.limits_unavailable" => ReasonCode::SandboxLimitsUnavailable,
         _ => ReasonCode::SandboxSetup,
     }
 }

@@ -128,6 +128,7 @@ impl Runtime {
                 descriptor_sha256: Some(digest),
                 policy_ids: decision.policy_ids,
                 principal: Some(principal),
+                limits: None,
             }),
             ..Envelope::ok()
         })

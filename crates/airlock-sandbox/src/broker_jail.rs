@@ -13,7 +13,7 @@
 //! 4. drops privileges: no capabilities (bounding, ambient, effective,
 //!    permitted, inheritable), no new privileges, not dumpable, rlimits
 //!    (`RLIMIT_NOFILE` 64 + roots, `RLIMIT_NPROC` 0, `RLIMIT_FSIZE` 64 KiB +
-//!    1, `RLIMIT_CORE` 0);
+//!    1, `RLIMIT_AS` 256 MiB, `RLIMIT_CORE` 0);
 //! 5. Landlock at the kernel's ABI, handling every file-system right, TCP
 //!    bind/connect (denied: no rule) and, from ABI 6, signal and abstract
 //!    socket scoping; one rule per root: `r` → read files, `l` → list,
@@ -27,8 +27,10 @@
 //!
 //! The broker runs as the caller's uid (it must create files the operator
 //! owns): Landlock, not the uid, keeps it to its roots. It shares the host
-//! kernel. Memory and CPU are not bounded here (the caller's cgroup does
-//! that).
+//! kernel. Its memory is bounded by `RLIMIT_AS` and, where a cgroup is
+//! delegated, by the cgroup it shares with the worker of its submission
+//! (the caller adopts it into a [`SharedCgroup`](crate::SharedCgroup));
+//! its CPU time only by the submission's deadline.
 #![forbid(unsafe_code)]
 
 mod filter;
@@ -50,6 +52,9 @@ pub use spawn::{
 
 /// Descriptors the broker may hold beyond its roots.
 const NOFILE_BASE: u64 = 64;
+/// The broker's address space: it handles one request of at most 64 KiB at
+/// a time, so this is generous for it and still bounds a broker gone wrong.
+const AS_LIMIT: u64 = 256 << 20;
 /// Largest file the broker may write: one 64 KiB write, plus one byte so a
 /// write of exactly 64 KiB never meets the limit.
 const FSIZE_LIMIT: u64 = 64 * 1024 + 1;
@@ -202,6 +207,7 @@ fn set_rlimits(roots: u64) -> Result<(), SandboxError> {
     set(Resource::Nofile, "RLIMIT_NOFILE", NOFILE_BASE + roots)?;
     set(Resource::Nproc, "RLIMIT_NPROC", 0)?;
     set(Resource::Fsize, "RLIMIT_FSIZE", FSIZE_LIMIT)?;
+    set(Resource::As, "RLIMIT_AS", AS_LIMIT)?;
     set(Resource::Core, "RLIMIT_CORE", 0)
 }
 

@@ -72,6 +72,87 @@ pub(crate) fn delegation(parent: Option<&Path>) -> Result<(PathBuf, bool, bool),
     Ok((dir, memory, pids))
 }
 
+/// What a delegated cgroup v2 directory offers workers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CgroupDelegation {
+    /// The directory worker cgroups are made under.
+    pub dir: PathBuf,
+    /// `memory` is enabled for its children.
+    pub memory: bool,
+    /// `pids` is enabled for its children.
+    pub pids: bool,
+}
+
+/// What the cgroup under which workers would be made (`parent`, or the
+/// caller's own cgroup) delegates; `Err` says why it delegates nothing.
+/// Changes nothing.
+pub fn cgroup_delegation(parent: Option<&Path>) -> Result<CgroupDelegation, String> {
+    delegation(parent).map(|(dir, memory, pids)| CgroupDelegation { dir, memory, pids })
+}
+
+/// Where a worker started now would get *both* real limits: `Ok` with the
+/// delegated cgroup v2 directory (under `parent`, or the caller's own
+/// cgroup) when it delegates `memory` and `pids` and is writable; otherwise
+/// why not. Changes nothing.
+pub fn cgroup_limits_available(parent: Option<&Path>) -> Result<PathBuf, String> {
+    let (dir, memory, pids) = delegation(parent)?;
+    match (memory, pids) {
+        (true, true) => Ok(dir),
+        (m, _) => Err(format!(
+            "cgroup {} delegates {} but not {}",
+            dir.display(),
+            if m { "memory" } else { "pids" },
+            if m { "pids" } else { "memory" }
+        )),
+    }
+}
+
+/// One cgroup v2 for several processes of one call, so their memory and
+/// processes are bounded together: an isolated submission's broker is
+/// adopted into it, and a [`NativeTier`](crate::NativeTier) given it with
+/// [`in_cgroup`](crate::NativeTier::in_cgroup) puts its worker there instead
+/// of making a cgroup of its own. Whatever is left in it is killed and the
+/// cgroup removed when it is dropped (after the processes were waited for).
+#[derive(Debug)]
+pub struct SharedCgroup {
+    cgroup: WorkerCgroup,
+}
+
+impl SharedCgroup {
+    /// Makes the cgroup under `parent` (or the caller's own cgroup) with
+    /// `memory.max` = `memory` and `pids.max` = `pids`; `Err` says why no
+    /// cgroup can be had here.
+    pub fn create(parent: Option<&Path>, memory: Option<u64>, pids: Option<u64>) -> Result<Self, String> {
+        WorkerCgroup::create(parent, memory, pids).map(|cgroup| SharedCgroup { cgroup })
+    }
+
+    /// Moves process `pid` into the cgroup.
+    pub fn adopt(&self, pid: u32) -> Result<(), String> {
+        self.cgroup.adopt(pid)
+    }
+
+    /// The cgroup's directory.
+    pub fn path(&self) -> &Path {
+        &self.cgroup.dir
+    }
+
+    /// Whether `memory.max` was written.
+    pub fn memory(&self) -> bool {
+        self.cgroup.memory
+    }
+
+    /// Whether `pids.max` was written.
+    pub fn pids(&self) -> bool {
+        self.cgroup.pids
+    }
+}
+
+impl Drop for SharedCgroup {
+    fn drop(&mut self) {
+        self.cgroup.remove();
+    }
+}
+
 impl WorkerCgroup {
     /// Makes `airlock-<random>` under the delegated parent and writes the
     /// limits. `Err` says why no cgroup limit applies.
@@ -154,5 +235,19 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let err = delegation(Some(d.path())).unwrap_err();
         assert!(err.contains("does not delegate"), "{err}");
+        let err = cgroup_limits_available(Some(d.path())).unwrap_err();
+        assert!(err.contains("does not delegate"), "{err}");
+    }
+
+    #[test]
+    fn both_limits_are_needed_for_real_limits() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("cgroup.subtree_control"), "cpu memory\n").unwrap();
+        std::fs::write(d.path().join("cgroup.procs"), "").unwrap();
+        assert!(delegation(Some(d.path())).is_ok());
+        let err = cgroup_limits_available(Some(d.path())).unwrap_err();
+        assert!(err.contains("delegates memory but not pids"), "{err}");
+        std::fs::write(d.path().join("cgroup.subtree_control"), "memory pids\n").unwrap();
+        assert_eq!(cgroup_limits_available(Some(d.path())).unwrap(), d.path());
     }
 }

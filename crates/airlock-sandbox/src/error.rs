@@ -58,6 +58,11 @@ pub enum SandboxError {
     /// The host lacks something the tier needs (user namespaces, Landlock, …).
     #[error("sandbox unavailable on this host: {0}")]
     Unavailable(String),
+    /// Real memory and process limits (a delegated cgroup v2) were required
+    /// ([`NativeTier::require_cgroup`](crate::NativeTier::require_cgroup))
+    /// and cannot be had; nothing was started.
+    #[error("memory and process limits through a cgroup were required and are not available: {0}")]
+    LimitsUnavailable(String),
     /// Creating a pipe or duplicating a descriptor in the caller failed.
     #[error("{call}: {errno}")]
     Descriptor {
@@ -274,6 +279,7 @@ impl SandboxError {
     /// The stable dotted reason code of this error.
     ///
     /// `sandbox.unavailable` (the host cannot run this tier),
+    /// `sandbox.limits_unavailable` (a cgroup was required and is not delegated),
     /// `sandbox.invalid_spec`, `worker.exec_failed`,
     /// `broker.digest_mismatch` (a sealed program is not the pinned one),
     /// `broker.unavailable` (a program could not be sealed, or the broker
@@ -283,6 +289,7 @@ impl SandboxError {
         match self {
             SandboxError::InvalidSpec(_) => "sandbox.invalid_spec",
             SandboxError::Unavailable(_) => "sandbox.unavailable",
+            SandboxError::LimitsUnavailable(_) => "sandbox.limits_unavailable",
             // A refused user namespace is the host saying no, not a bug.
             SandboxError::Unshare { errno, .. } | SandboxError::UidMap { errno, .. }
                 if matches!(errno.0, libc::EPERM | libc::EACCES | libc::ENOSPC | libc::EINVAL | libc::ENOSYS) =>

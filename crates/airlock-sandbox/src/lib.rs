@@ -41,9 +41,11 @@
 //!   boot id, memory and disk statistics hidden.
 //! - `RLIMIT_FSIZE` stops any file (write, truncate, fallocate) growing past
 //!   `file_size`; `RLIMIT_NPROC`, `RLIMIT_AS`, `RLIMIT_NOFILE`, `RLIMIT_CPU`
-//!   apply as given; a delegated cgroup v2 adds `memory.max`/`pids.max`. The
-//!   stdout/stderr pipes are drained so the worker never blocks on them; only
-//!   the first N bytes are kept.
+//!   apply as given; a delegated cgroup v2 adds `memory.max`/`pids.max`
+//!   ([`NativeTier::require_cgroup`] refuses to run without one). System V
+//!   IPC and POSIX message queues are denied (their memory is counted by no
+//!   rlimit). The stdout/stderr pipes are drained so the worker never blocks
+//!   on them; only the first N bytes are kept.
 //! - Nothing outlives the call: when the tool exits, PID 1 kills and reaps
 //!   everything left in the namespace before it exports; on timeout or kill
 //!   the init dies and the kernel tears the namespace down.
@@ -65,6 +67,11 @@
 //! - There is no loopback interface: the worker has no network at all.
 //! - A descendant that writes to the output in the microseconds between the
 //!   tool's exit and PID 1's `kill(-1)` is not distinguished from the tool.
+//! - Without a delegated cgroup, memory is bounded per process
+//!   (`RLIMIT_AS`) and processes per user (`RLIMIT_NPROC`): memfd contents
+//!   (each at most `RLIMIT_FSIZE`, as many as `RLIMIT_NOFILE` allows), pipe
+//!   and socket buffers and kernel memory are not bounded by `memory_bytes`.
+//!   [`AppliedLimits::memory`] and [`AppliedLimits::memfd`] say which held.
 //! - CPU time is bounded only when `cpu_seconds` is set; disk and I/O
 //!   bandwidth are not bounded (the tmpfs sizes bound space).
 //! - The caller must call [`init::maybe_run_init`] first in `main()`. If the
@@ -86,6 +93,7 @@
 //! | write/truncate/fallocate past `file_size` fail; over `max_bytes` not exported | `*_past_the_file_size_limit_fails`, `an_output_over_max_bytes_is_not_exported` |
 //! | nothing written late; nothing survives | `a_detached_child_does_not_write_late`, `a_timeout_kills_everything` |
 //! | bounded stdout never hangs | `stdout_is_bounded_and_drained` |
+//! | System V IPC and POSIX queues denied; a memfd stops at `file_size`; a required cgroup refuses | `limits::*` |
 //! | live stdio ([`NativeTier::start_live`]): answers flow while the worker runs, same files and fds, deadline holds | `live::*` |
 //! | same confinement for an unprivileged caller | `unprivileged::*` (the whole suite re-run as uid 65534) |
 //! | a bound program runs, cannot be written, nothing beside it | `program::a_bound_program_runs_read_only_and_alone` |
@@ -118,6 +126,7 @@ pub mod broker_jail;
 mod cgroup;
 mod error;
 pub mod init;
+mod ipc;
 mod landlock;
 mod mounts;
 pub mod native;
@@ -137,9 +146,11 @@ mod worker_exec;
 pub use broker_jail::{
     confine_broker, spawn_broker, spawn_broker_with, BrokerOptions, BrokerProcess, BROKER_FIRST_ROOT_FD,
 };
+pub use cgroup::{cgroup_delegation, cgroup_limits_available, CgroupDelegation, SharedCgroup};
 pub use error::{OsErrno, SandboxError};
+pub use ipc::IPC_ENFORCEMENT;
 pub use native::{LiveStdio, NativeTier, NativeWorker};
-pub use outcome::{AppliedLimits, ExitStatusKind, OutputExport, WorkerOutcome};
+pub use outcome::{AppliedLimits, Enforcement, ExitStatusKind, OutputExport, WorkerOutcome};
 pub use probe::{probe, HostSupport};
 pub use sealed::SealedProgram;
 pub use spec::{

@@ -14,7 +14,7 @@ use std::time::Instant;
 use rustix::pipe::PipeFlags;
 use rustix::process::{Pid, PidfdFlags, Signal};
 
-use crate::cgroup::WorkerCgroup;
+use crate::cgroup::{SharedCgroup, WorkerCgroup};
 use crate::error::{errno, SandboxError};
 use crate::init::INIT_MARKER;
 use crate::outcome::{AppliedLimits, WorkerOutcome};
@@ -38,6 +38,8 @@ pub struct NativeTier {
     init_program: PathBuf,
     cgroup_parent: Option<PathBuf>,
     cgroups: bool,
+    require_cgroup: bool,
+    shared_cgroup: Option<Arc<SharedCgroup>>,
     die_with_caller: bool,
     program: Option<Arc<std::fs::File>>,
     worker_creates_output: bool,
@@ -52,6 +54,8 @@ impl NativeTier {
             init_program,
             cgroup_parent: None,
             cgroups: true,
+            require_cgroup: false,
+            shared_cgroup: None,
             die_with_caller: false,
             program: None,
             worker_creates_output: false,
@@ -94,6 +98,24 @@ impl NativeTier {
     /// Whether to try cgroup limits at all. Default: `true`.
     pub fn cgroups(&mut self, yes: bool) -> &mut Self {
         self.cgroups = yes;
+        self
+    }
+
+    /// Refuses to start a worker ([`SandboxError::LimitsUnavailable`])
+    /// unless a cgroup holds both its memory and its process limits; without
+    /// this, a host that delegates no cgroup gets the rlimits alone and the
+    /// outcome's [`AppliedLimits`] says so. Default: `false`.
+    pub fn require_cgroup(&mut self, yes: bool) -> &mut Self {
+        self.require_cgroup = yes;
+        self
+    }
+
+    /// Puts every worker this tier starts into `cgroup` (shared with other
+    /// processes of the same call, e.g. a broker) instead of a cgroup of its
+    /// own; the caller removes it (by dropping it) once all are gone.
+    /// Default: none (one cgroup a worker, where delegated).
+    pub fn in_cgroup(&mut self, cgroup: Arc<SharedCgroup>) -> &mut Self {
+        self.shared_cgroup = Some(cgroup);
         self
     }
 
@@ -300,7 +322,12 @@ impl NativeTier {
 
         // Limits the host can hold for us.
         let mut limits = AppliedLimits::default();
-        let cgroup = if self.cgroups {
+        let cgroup = if !self.cgroups {
+            limits.cgroup_skipped = Some("cgroups disabled by configuration".into());
+            None
+        } else if self.shared_cgroup.is_some() {
+            None
+        } else {
             match WorkerCgroup::create(self.cgroup_parent.as_deref(), spec.limits.memory_bytes, spec.limits.pids) {
                 Ok(cg) => Some(cg),
                 Err(why) => {
@@ -308,10 +335,25 @@ impl NativeTier {
                     None
                 }
             }
-        } else {
-            limits.cgroup_skipped = Some("cgroups disabled by configuration".into());
-            None
         };
+        // Refused before anything is spawned when the cgroup cannot hold both limits.
+        if self.require_cgroup {
+            let held = match (&cgroup, &self.shared_cgroup) {
+                (Some(cg), _) => cg.memory && cg.pids,
+                (None, Some(shared)) if self.cgroups => shared.memory() && shared.pids(),
+                _ => false,
+            };
+            if !held {
+                if let Some(cg) = &cgroup {
+                    cg.remove();
+                }
+                let why = limits
+                    .cgroup_skipped
+                    .clone()
+                    .unwrap_or_else(|| "the cgroup does not delegate both memory and pids".into());
+                return Err(SandboxError::LimitsUnavailable(why));
+            }
+        }
 
         let mut cmd = Command::new(&self.init_program);
         // A neutral argv[0]: PID 1's command line is visible inside.
@@ -358,16 +400,33 @@ impl NativeTier {
         };
 
         // Into the cgroup before the init reads its spec (so before it forks).
-        if let Some(cg) = &cgroup {
-            match cg.adopt(child.id()) {
-                Ok(()) => {
-                    limits.cgroup_limits_applied = true;
-                    limits.cgroup_path = Some(cg.dir.clone());
-                    limits.cgroup_memory = cg.memory;
-                    limits.cgroup_pids = cg.pids;
-                }
-                Err(why) => limits.cgroup_skipped = Some(why),
+        let adopted = match (&cgroup, self.shared_cgroup.as_deref().filter(|_| self.cgroups)) {
+            (Some(cg), _) => Some(cg.adopt(child.id()).map(|()| (cg.dir.clone(), cg.memory, cg.pids, false))),
+            (None, Some(shared)) => Some(
+                shared.adopt(child.id()).map(|()| (shared.path().to_path_buf(), shared.memory(), shared.pids(), true)),
+            ),
+            (None, None) => None,
+        };
+        match adopted {
+            Some(Ok((path, memory, pids, shared))) => {
+                limits.cgroup_limits_applied = true;
+                limits.cgroup_path = Some(path);
+                limits.cgroup_memory = memory;
+                limits.cgroup_pids = pids;
+                limits.cgroup_shared = shared;
             }
+            Some(Err(why)) => limits.cgroup_skipped = Some(why),
+            None => {}
+        }
+        if self.require_cgroup && !limits.cgroup_limits_applied {
+            // The init has not read its spec: it never forks anything.
+            let _ = kill_init(&pidfd);
+            let _ = child.wait();
+            if let Some(cg) = &cgroup {
+                cg.remove();
+            }
+            let why = limits.cgroup_skipped.unwrap_or_else(|| "the init could not join the cgroup".into());
+            return Err(SandboxError::LimitsUnavailable(why));
         }
         let worker = NativeWorker {
             guard: InitGuard { child: Some(child), cgroup, pidfd: Arc::clone(&pidfd) },

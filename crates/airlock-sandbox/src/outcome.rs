@@ -58,6 +58,71 @@ pub struct AppliedLimits {
     pub landlock_abi: i32,
     /// `fully` or `partially` (the kernel lacks some rights the crate knows).
     pub landlock_status: String,
+    /// The cgroup was shared with other processes of the same call (the
+    /// broker of an isolated submission), so its limits bound them together.
+    #[serde(default)]
+    pub cgroup_shared: bool,
+}
+
+/// How one resource of a worker was bounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Enforcement {
+    /// A cgroup v2 limit (`memory.max`, `pids.max`): every process of the
+    /// sandbox together, shared memory and kernel buffers included.
+    Cgroup,
+    /// An rlimit of each process (`RLIMIT_AS`, `RLIMIT_NPROC`): address
+    /// space only, process by process; memfd contents, pipe and socket
+    /// buffers are not counted.
+    Rlimit,
+}
+
+impl Enforcement {
+    /// `cgroup` or `rlimit`, as the evidence names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Enforcement::Cgroup => "cgroup",
+            Enforcement::Rlimit => "rlimit",
+        }
+    }
+}
+
+impl AppliedLimits {
+    /// How memory was bounded: [`Enforcement::Cgroup`] only when the worker
+    /// ran in a cgroup whose `memory.max` was written.
+    pub fn memory(&self) -> Enforcement {
+        if self.cgroup_limits_applied && self.cgroup_memory {
+            Enforcement::Cgroup
+        } else {
+            Enforcement::Rlimit
+        }
+    }
+
+    /// How the number of processes was bounded.
+    pub fn pids(&self) -> Enforcement {
+        if self.cgroup_limits_applied && self.cgroup_pids {
+            Enforcement::Cgroup
+        } else {
+            Enforcement::Rlimit
+        }
+    }
+
+    /// How System V IPC and POSIX message queues were bounded: denied by
+    /// the seccomp filter for every worker (see the `ipc` module).
+    pub fn ipc(&self) -> &'static str {
+        crate::ipc::IPC_ENFORCEMENT
+    }
+
+    /// How memfd contents were bounded: `cgroup` (charged to `memory.max`)
+    /// or `file-size` (each memfd stops at `RLIMIT_FSIZE`, like any file
+    /// the worker writes; their number only by `RLIMIT_NOFILE`, so their sum
+    /// is *not* bounded by the memory limit).
+    pub fn memfd(&self) -> &'static str {
+        match self.memory() {
+            Enforcement::Cgroup => "cgroup",
+            Enforcement::Rlimit => "file-size",
+        }
+    }
 }
 
 /// The result of one finished worker run.

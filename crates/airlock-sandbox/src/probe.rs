@@ -19,6 +19,10 @@ pub struct HostSupport {
     pub openat2: bool,
     /// A writable cgroup v2 that delegates memory or pids; else why not.
     pub cgroup_delegation: Result<PathBuf, String>,
+    /// A writable cgroup v2 that delegates both memory and pids (what
+    /// [`NativeTier::require_cgroup`](crate::NativeTier::require_cgroup)
+    /// needs); else why not.
+    pub cgroup_limits: Result<PathBuf, String>,
 }
 
 impl HostSupport {
@@ -53,6 +57,7 @@ pub fn probe() -> HostSupport {
         seccomp: crate::sys::seccomp_mode().is_some(),
         openat2: probe_openat2(),
         cgroup_delegation: crate::cgroup::delegation(None).map(|(dir, _, _)| dir),
+        cgroup_limits: crate::cgroup::cgroup_limits_available(None),
     }
 }
 

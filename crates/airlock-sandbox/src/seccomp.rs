@@ -178,6 +178,10 @@ pub(crate) fn worker_filter_rules() -> WorkerFilterRules {
     for nr in always {
         eperm.insert(*nr, Vec::new());
     }
+    // System V IPC and POSIX message queues hold memory no rlimit counts (ipc.rs).
+    for (nr, _) in crate::ipc::DENIED_CALLS {
+        eperm.insert(*nr, Vec::new());
+    }
     #[cfg(target_arch = "x86_64")]
     {
         eperm.insert(libc::SYS_iopl, Vec::new()); // raise the I/O privilege level

@@ -62,6 +62,7 @@ pub fn run(config: &Config) -> Envelope {
         Ok(dir) => check(true, format!("memory/pids limits through {}", dir.display())),
         Err(why) => check(false, format!("{why}; memory and process limits fall back to RLIMIT_AS and RLIMIT_NPROC")),
     };
+    let limits = limits_report(config);
     let not_built = |program: &str| {
         let found = on_path(program).map_or_else(|| format!("{program} not found"), |p| format!("{program} at {p}"));
         json!({ "ready": false, "detail": format!("not built in this version of airlock ({found})") })
@@ -78,6 +79,7 @@ pub fn run(config: &Config) -> Envelope {
             }),
             "cgroup_delegation": cgroups,
         },
+        "limits": limits,
         "tiers": {
             "native": match &native {
                 Ok(()) => json!({ "ready": true, "detail": "namespaces, Landlock and seccomp are available" }),
@@ -92,8 +94,26 @@ pub fn run(config: &Config) -> Envelope {
         "configured_tier": config.tier,
     });
     let envelope = Envelope { content: Some(content), ..Envelope::ok() };
+    let required = if config.require_cgroup {
+        airlock_sandbox::cgroup_limits_available(config.cgroup_parent.as_deref()).err()
+    } else {
+        None
+    };
     match (config.tier, native) {
-        (Tier::Native, Ok(())) => envelope,
+        (Tier::Native, Ok(())) => match required {
+            None => envelope,
+            Some(why) => Envelope {
+                content: envelope.content,
+                ..Envelope::from_refusal(&Refusal::new(
+                    ReasonCode::SandboxLimitsUnavailable,
+                    format!(
+                        "[sandbox] require_cgroup = true and no cgroup can hold memory and process limits here \
+                         ({why}): every worker call will be refused. Delegate a cgroup v2 with memory and pids and \
+                         name it in [sandbox] cgroup_parent, or set require_cgroup = false"
+                    ),
+                ))
+            },
+        },
         (Tier::Native, Err(why)) => Envelope {
             content: envelope.content,
             ..Envelope::from_refusal(&Refusal::new(
@@ -109,4 +129,38 @@ pub fn run(config: &Config) -> Envelope {
             ))
         },
     }
+}
+
+/// Which enforcement a worker started now would get: `memory` and `pids`
+/// (`cgroup` or `rlimit`), `ipc` and `memfd` as in an answer's
+/// `evidence.limits`, whether a cgroup is required, and why none is used.
+fn limits_report(config: &Config) -> Value {
+    let delegated = airlock_sandbox::cgroup_delegation(config.cgroup_parent.as_deref());
+    let (memory, pids) = match &delegated {
+        Ok(d) => (d.memory, d.pids),
+        Err(_) => (false, false),
+    };
+    let by = |cgroup: bool| if cgroup { "cgroup" } else { "rlimit" };
+    let detail = match &delegated {
+        Ok(d) if memory && pids => {
+            format!("each worker gets a cgroup under {} (memory.max, pids.max)", d.dir.display())
+        }
+        Ok(d) => format!(
+            "{} delegates only {}; the rest falls back to rlimits",
+            d.dir.display(),
+            if memory { "memory" } else { "pids" }
+        ),
+        Err(why) => format!(
+            "{why}: memory is bounded per process (RLIMIT_AS: memfd contents, pipe and socket buffers are not \
+             counted) and processes per user (RLIMIT_NPROC)"
+        ),
+    };
+    json!({
+        "memory": by(memory),
+        "pids": by(pids),
+        "ipc": airlock_sandbox::IPC_ENFORCEMENT,
+        "memfd": if memory { "cgroup" } else { "file-size" },
+        "require_cgroup": config.require_cgroup,
+        "detail": detail,
+    })
 }

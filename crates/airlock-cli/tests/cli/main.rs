@@ -27,6 +27,7 @@ mod prepare;
 mod principals;
 mod race;
 mod resolvers;
+mod resource_limits;
 mod run;
 mod runkit;
 mod source;

@@ -18,6 +18,7 @@ mod roots;
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_core::broker::BrokerBoundary;
@@ -28,7 +29,7 @@ use airlock_core::{
     CommandBoundary, CreatedFile, Descriptor, Envelope, ErrorBody, Evidence, FilesystemBoundary, ReasonCode, Refusal,
 };
 use airlock_journal::kind;
-use airlock_sandbox::{ProvidedFile, Tier as _, Worker as _, WorkerSpec};
+use airlock_sandbox::{ProvidedFile, SharedCgroup, Tier as _, Worker as _, WorkerLimits, WorkerSpec};
 use serde_json::json;
 
 use crate::prepare::CallRequest;
@@ -235,6 +236,7 @@ impl Runtime {
                 descriptor_sha256: Some(digest),
                 policy_ids,
                 principal: Some(record.principal.clone()),
+                limits: None,
             }),
             ..Envelope::ok()
         };
@@ -260,13 +262,29 @@ impl Runtime {
     fn execute_isolated(&self, run: Run<'_>, base: Envelope) -> Result<Envelope, Refusal> {
         let Run { sub, roots, broker, client, descriptor } = run;
         let id = sub.invocation_id.as_str();
-        let tier = self.native_tier()?;
+        let mut tier = self.native_tier()?;
         let budgets = descriptor.command_boundary.filesystem.broker.as_ref().map(|b| b.budgets).unwrap_or_default();
 
         let (broker_here, broker_there) = UnixStream::pair().map_err(unavailable("socketpair for the broker"))?;
         let (worker_here, worker_there) = UnixStream::pair().map_err(unavailable("socketpair for the worker"))?;
-        let (mut broker_proc, broker_stderr) = self.start_broker(broker, roots, OwnedFd::from(broker_there))?;
         let spec = self.isolated_worker_spec(sub, roots, client, OwnedFd::from(worker_there))?;
+        // One budget for the pair where a cgroup is delegated: the broker is
+        // adopted into it as soon as it exists, the worker's init before it
+        // forks. Dropped (whatever is left killed, the cgroup removed) when
+        // this function returns, after both were waited for.
+        let shared = self.shared_cgroup(&spec.limits);
+        let (mut broker_proc, broker_stderr) = self.start_broker(broker, roots, OwnedFd::from(broker_there))?;
+        let broker_bound = match &shared {
+            Some(cg) => {
+                tier.in_cgroup(Arc::clone(cg));
+                if cg.adopt(broker_proc.id()).is_ok() {
+                    "cgroup"
+                } else {
+                    "rlimit"
+                }
+            }
+            None => "rlimit",
+        };
         self.record(kind::WORKER_STARTED,
             Some(id),
             json!({ "tier": "native", "argv": sub.argv, "broker_sha256": broker.sha256_hex(), "client_sha256": client.sha256_hex() }),
@@ -355,7 +373,14 @@ impl Runtime {
             "stdout": crate::run::output_tail(&outcome.stdout),
             "stderr": crate::run::output_tail(&outcome.stderr),
         });
-        let base = Envelope { exit_code: Some(crate::run::exit_number(outcome.exit)), created_files, ..base };
+        let mut evidence = base.evidence.clone().unwrap_or_default();
+        evidence.limits = Some(crate::run::limits_evidence(&outcome.limits, Some(broker_bound)));
+        let base = Envelope {
+            exit_code: Some(crate::run::exit_number(outcome.exit)),
+            created_files,
+            evidence: Some(evidence),
+            ..base
+        };
         let failed = |code: ReasonCode, message: String, detail: serde_json::Value| Envelope {
             status: code.status(),
             error: Some(ErrorBody { code, message }),
@@ -374,6 +399,16 @@ impl Runtime {
 }
 
 impl Runtime {
+    /// A cgroup for a submission's broker and worker together, where one is
+    /// delegated: the worker's memory limit bounds both, and one more task
+    /// than the worker's is allowed for the broker. `None`: each is bounded
+    /// by its own rlimits (the worker's `RLIMIT_AS`/`RLIMIT_NPROC`, the
+    /// broker's `RLIMIT_AS` 256 MiB and `RLIMIT_NPROC` 0).
+    fn shared_cgroup(&self, limits: &WorkerLimits) -> Option<Arc<SharedCgroup>> {
+        let pids = limits.pids.map(|p| p.saturating_add(1));
+        SharedCgroup::create(self.config().cgroup_parent.as_deref(), limits.memory_bytes, pids).ok().map(Arc::new)
+    }
+
     /// Starts the broker from its sealed copy with one duplicate handle per
     /// root, the resolver this runtime uses, and its standard error read
     /// (bounded) on a thread.

@@ -4,6 +4,7 @@ mod confinement;
 mod files;
 mod fs_socket;
 mod lifecycle;
+mod limits;
 mod live;
 mod program;
 mod provided;

@@ -124,7 +124,9 @@ import airlock_fs
 data = airlock_fs.read("data", "in.txt", 100)
 airlock_fs.write("out", "copy.txt", data.upper())
 names, skipped = airlock_fs.list("out", ".", 10)
-print(",".join(names), skipped)
+# Flushed now: the refused read below ends the submission, and the worker
+# may be killed before Python would flush at exit.
+print(",".join(names), skipped, flush=True)
 try:
     airlock_fs.read("out", "copy.txt", 10)
 except airlock_fs.FsError as e:

@@ -19,6 +19,7 @@ mod mcpkit;
 mod parser;
 mod policy;
 mod prepare;
+mod publish_race;
 mod principals;
 mod race;
 mod resolvers;

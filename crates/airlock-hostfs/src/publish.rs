@@ -185,12 +185,20 @@ impl HeldOutput {
     fn open_candidate(&self, tag: &str, mode: CandidateMode) -> Result<(OwnedFd, Option<String>)> {
         let mode_0600 = Mode::from_raw_mode(0o600);
         if mode == CandidateMode::Tmpfile {
-            match rustix::fs::openat(self.parent.as_fd(), ".", OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC, mode_0600)
-            {
+            match rustix::fs::openat(
+                self.parent.as_fd(),
+                ".",
+                OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
+                mode_0600,
+            ) {
                 Ok(fd) => return Ok((fd, None)),
                 Err(e) if tmpfile_unsupported(e) => {}
                 Err(e) => {
-                    return Err(Error::syscall(ReasonCode::Internal, "openat(parent, \".\", O_TMPFILE|O_RDWR, 0600)", e))
+                    return Err(Error::syscall(
+                        ReasonCode::Internal,
+                        "openat(parent, \".\", O_TMPFILE|O_RDWR, 0600)",
+                        e,
+                    ))
                 }
             }
         }
@@ -332,7 +340,9 @@ fn link_open_file(held: &HeldOutput, file: &std::fs::File) -> Result<()> {
                     )
                 })
         }
-        Err(e) => Err(Error::syscall(code(e), format_args!("linkat(candidate, \"\", parent, {name:?}, AT_EMPTY_PATH)"), e)),
+        Err(e) => {
+            Err(Error::syscall(code(e), format_args!("linkat(candidate, \"\", parent, {name:?}, AT_EMPTY_PATH)"), e))
+        }
     }
 }
 
@@ -397,3 +407,6 @@ impl Drop for Candidate<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

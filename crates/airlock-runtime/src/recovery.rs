@@ -170,7 +170,8 @@ impl Runtime {
     /// size and hash (read through a descriptor checked to be that inode).
     fn same_bytes(&self, t: &Target, intent: &Value, dev_ino: (u64, u64)) -> Result<(), String> {
         let (bytes, sha) = t.held.hash_entry(t.held.name(), dev_ino).map_err(|e| e.to_string())?;
-        if Some(bytes) == intent["bytes"].as_u64() && Some(format!("sha256:{sha}").as_str()) == intent["sha256"].as_str()
+        if Some(bytes) == intent["bytes"].as_u64()
+            && Some(format!("sha256:{sha}").as_str()) == intent["sha256"].as_str()
         {
             Ok(())
         } else {
@@ -199,7 +200,10 @@ impl Runtime {
         Ok(match t.held.entry(&t.candidate)? {
             Some(e) if !e.regular || e.owner != rustix::process::geteuid().as_raw() => (
                 PublicationState::NoPublication,
-                format!("the file under this invocation's candidate name for {} is not airlock's; left alone", output.path),
+                format!(
+                    "the file under this invocation's candidate name for {} is not airlock's; left alone",
+                    output.path
+                ),
             ),
             Some(_) => (
                 PublicationState::Unannounced,

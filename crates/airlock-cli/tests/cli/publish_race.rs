@@ -103,8 +103,7 @@ fn publication_records(p: &Project) -> (HashMap<String, Value>, HashMap<String, 
 
 /// Runs the story with named candidates or not; returns (published, refused by code).
 fn race(named: bool) -> Option<(usize, HashMap<String, usize>)> {
-    if !crate::util::is_root() || !Command::new("setpriv").arg("--version").output().is_ok_and(|o| o.status.success())
-    {
+    if !crate::util::is_root() || !Command::new("setpriv").arg("--version").output().is_ok_and(|o| o.status.success()) {
         eprintln!("skipped: needs root and setpriv to run the racer as uid 65534");
         return None;
     }

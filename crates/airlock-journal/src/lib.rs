@@ -74,4 +74,5 @@ pub use error::JournalError;
 pub use journal::{Appended, Journal, JOURNAL_FILE};
 pub use key::{JournalKey, PublicKey, KEY_FILE, PUBLIC_KEY_FILE};
 pub use record::{kind, Record, GENESIS_PREV, MAX_JOURNAL_BYTES, MAX_RECORD_BYTES};
+pub use time::format_rfc3339;
 pub use verify::{verify, BadRecord, VerifyReport};

@@ -2,18 +2,23 @@
 //! directories. One test binary, many modules (links once).
 
 mod approval;
+mod approvers;
 mod attacks;
 mod bounds;
 mod cli_ux;
 mod concurrency;
+mod control_plane;
 mod crash;
 mod examples;
 mod git;
+mod git_control;
+mod httpkit;
 mod interop;
 mod isolated;
 mod journal;
 mod manifest_once;
 mod mcp;
+mod mcp_auth;
 mod mcp_worker;
 mod mcpkit;
 mod parser;

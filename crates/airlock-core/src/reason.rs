@@ -155,6 +155,9 @@ reason_codes! {
     OutputParentMissing => "output.parent_missing", Refused, NO_INPUT;
     /// The output's parent directory is not the one that was prepared.
     OutputParentChanged => "output.parent_changed", Refused, NO_PERM;
+    /// What publication put under the output's name is not the candidate
+    /// airlock wrote (another user swapped it); left in place, not vouched for.
+    OutputIdentityMismatch => "output.identity_mismatch", Refused, NO_PERM;
     // ---- limits ----
     /// More inputs than allowed.
     LimitInputs => "limit.inputs", Refused, NO_PERM;

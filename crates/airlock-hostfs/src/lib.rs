@@ -11,7 +11,9 @@
 //!   with one link and within bounds, then reopens it non-blocking and reads a
 //!   bounded snapshot, hashing while it reads;
 //! - [`HeldOutput`]: holds an output's parent directory open and records its
-//!   `(dev, ino)`; refuses an existing output of any kind;
+//!   `(dev, ino)`; refuses an existing output of any kind; publishes a
+//!   [`Candidate`] by identity (an `O_TMPFILE` linked from its descriptor,
+//!   or a checked no-replace rename);
 //! - [`Dir::read_entries`], [`Dir::open_child_file`], [`RegularFile`]:
 //!   enumeration and bounded range reads for the source broker, with the
 //!   same no-follow, one-link, regular-file rules;
@@ -70,7 +72,7 @@ pub use error::{Error, Result};
 pub use input::{InputFile, SnapshotInfo};
 pub use output::HeldOutput;
 pub use private::{random_suffix, PrivateDir};
-pub use publish::{Candidate, EntryIdentity, Published, CANDIDATE_PREFIX};
+pub use publish::{Candidate, CandidateMode, EntryIdentity, Published, CANDIDATE_PREFIX};
 pub use resolve::{Resolver, ResolverKind};
 pub use tree::{ChildFile, TreeEntry};
 pub use walk::{Entry, EntryKind, RangeRead, RegularFile};

@@ -1,15 +1,24 @@
 //! Publishing an output through its held parent, in steps a journal can
-//! announce: write and sync a private candidate, then rename it into place
-//! without replacing anything, then sync the directory.
+//! announce: write and sync a private candidate, then give it the output's
+//! name without replacing anything, then sync the directory.
+//!
+//! Publication is by identity, not by name: the candidate is an unnamed
+//! `O_TMPFILE` linked from its open descriptor, so another user who can
+//! write to a shared output directory has nothing to swap; where the file
+//! system has no `O_TMPFILE`, a named candidate is renamed and the output's
+//! `(dev, ino)` is then compared with the open candidate's. The hash a
+//! receipt states is read back through that descriptor. Nothing is unlinked
+//! by name unless the name is still the candidate's inode.
 
 use crate::error::{Error, Result};
 use crate::output::HeldOutput;
 use airlock_core::ReasonCode;
-use rustix::fd::AsFd;
+use rustix::fd::{AsFd, AsRawFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 use std::io::{Read, Seek, Write};
+use std::os::unix::fs::FileExt;
 
 /// Prefix of publication candidates in a destination directory.
 pub const CANDIDATE_PREFIX: &str = ".airlock-candidate-";
@@ -25,13 +34,40 @@ pub struct Published {
     pub dev_ino: (u64, u64),
 }
 
-/// A synced candidate beside the destination, not yet published. Dropping
-/// it without [`Candidate::publish`] removes it.
+/// How a candidate is kept between being written and being published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CandidateMode {
+    /// An unnamed `O_TMPFILE` in the held parent, published by linking the
+    /// open file under the output's name: nobody can swap what has no name,
+    /// and `linkat` refuses a name that exists.
+    Tmpfile,
+    /// A named `0600` file [`CANDIDATE_PREFIX`]`TAG`, published with
+    /// `renameat2(RENAME_NOREPLACE)` and then checked by `(dev, ino)`; for
+    /// file systems without `O_TMPFILE`.
+    Named,
+}
+
+impl CandidateMode {
+    /// `"tmpfile"` or `"named"`, as journaled.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CandidateMode::Tmpfile => "tmpfile",
+            CandidateMode::Named => "named",
+        }
+    }
+}
+
+/// A synced candidate beside the destination, not yet published, held open.
+/// Dropping it without [`Candidate::publish`] leaves nothing: an unnamed
+/// candidate ends with its descriptor, a named one is unlinked only while
+/// its name is still this file.
 #[derive(Debug)]
 pub struct Candidate<'a> {
     held: &'a HeldOutput,
-    name: String,
-    file: Published,
+    file: std::fs::File,
+    /// `None` for an unnamed (`O_TMPFILE`) candidate.
+    name: Option<String>,
+    info: Published,
     done: bool,
 }
 
@@ -44,40 +80,70 @@ pub struct EntryIdentity {
     pub bytes: u64,
     /// Whether it is a regular file.
     pub regular: bool,
+    /// Its owner's uid.
+    pub owner: u32,
 }
 
-fn copy_hashed(source: &mut std::fs::File, out: &mut std::fs::File, max_bytes: u64) -> Result<(u64, String)> {
+/// Copies `source` from its start into `out`, refusing more than `max_bytes`.
+fn copy_bounded(source: &mut std::fs::File, out: &mut std::fs::File, max_bytes: u64) -> Result<u64> {
     source.rewind().map_err(|e| Error::new(ReasonCode::Internal, format!("rewinding output: {e}")))?;
-    let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 256 * 1024];
     let mut total = 0u64;
     loop {
         let n = source.read(&mut buf).map_err(|e| Error::new(ReasonCode::Internal, format!("reading output: {e}")))?;
         if n == 0 {
-            return Ok((total, hex::encode(hasher.finalize())));
+            return Ok(total);
         }
         total += n as u64;
         if total > max_bytes {
             return Err(Error::new(ReasonCode::LimitOutputSize, format!("output is larger than {max_bytes} bytes")));
         }
-        hasher.update(&buf[..n]);
         out.write_all(&buf[..n]).map_err(|e| Error::new(ReasonCode::Internal, format!("writing candidate: {e}")))?;
     }
+}
+
+/// Size and SHA-256 of the bytes the open file holds, read back through the
+/// descriptor: what a link of this file publishes.
+fn hash_open(file: &std::fs::File) -> Result<(u64, String)> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut offset = 0u64;
+    loop {
+        let n = file
+            .read_at(&mut buf, offset)
+            .map_err(|e| Error::new(ReasonCode::Internal, format!("reading the candidate back: {e}")))?;
+        if n == 0 {
+            return Ok((offset, hex::encode(hasher.finalize())));
+        }
+        hasher.update(&buf[..n]);
+        offset += n as u64;
+    }
+}
+
+/// `errno`s of an `O_TMPFILE` open that mean "not supported here" (file
+/// system or kernel), so the named candidate is used instead.
+fn tmpfile_unsupported(e: Errno) -> bool {
+    matches!(e, Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL)
 }
 
 impl HeldOutput {
     /// Step 1: checks the parent is still `expected_parent` and the name is
     /// still free, then copies `source` (at most `max_bytes`) into a new
-    /// `0600` candidate beside the destination and syncs it.
-    /// The candidate is named [`CANDIDATE_PREFIX`] + `tag` (a single safe
-    /// component, such as the invocation id), so recovery can find it even
-    /// when a crash came before any record named it.
+    /// `0600` candidate in the held parent, syncs it, and hashes what the
+    /// candidate holds by reading it back through its descriptor.
+    ///
+    /// With [`CandidateMode::Tmpfile`] the candidate is an unnamed
+    /// `O_TMPFILE`; where the file system does not support one (or with
+    /// [`CandidateMode::Named`]) it is named [`CANDIDATE_PREFIX`] + `tag` (a
+    /// single safe component, such as the invocation id), so recovery can
+    /// find it even when a crash came before any record named it.
     pub fn write_candidate(
         &self,
         source: &mut std::fs::File,
         max_bytes: u64,
         expected_parent: (u64, u64),
         tag: &str,
+        mode: CandidateMode,
     ) -> Result<Candidate<'_>> {
         let now = rustix::fs::fstat(self.parent.as_fd())
             .map_err(|e| Error::syscall(ReasonCode::Internal, "fstat(parent)", e))?;
@@ -91,28 +157,62 @@ impl HeldOutput {
         if tag.is_empty() || tag.contains('/') || tag.contains('\0') || tag.len() > 128 {
             return Err(Error::new(ReasonCode::Internal, format!("invalid candidate tag {tag:?}")));
         }
+        let (fd, name) = self.open_candidate(tag, mode)?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| Error::syscall(ReasonCode::Internal, "fstat(candidate)", e))?;
+        let mut candidate = Candidate {
+            held: self,
+            file: std::fs::File::from(fd),
+            name,
+            info: Published { bytes: 0, sha256_hex: String::new(), dev_ino: (st.st_dev, st.st_ino) },
+            done: false,
+        };
+        let copied = copy_bounded(source, &mut candidate.file, max_bytes)?;
+        candidate.file.sync_all().map_err(|e| Error::new(ReasonCode::Internal, format!("syncing candidate: {e}")))?;
+        let (bytes, sha256_hex) = hash_open(&candidate.file)?;
+        if bytes != copied {
+            return Err(Error::new(
+                ReasonCode::OutputIdentityMismatch,
+                format!("the candidate holds {bytes} bytes after {copied} were written: it changed meanwhile"),
+            ));
+        }
+        candidate.info.bytes = bytes;
+        candidate.info.sha256_hex = sha256_hex;
+        Ok(candidate)
+    }
+
+    /// Opens a new `0600` candidate for reading and writing: unnamed when
+    /// `mode` asks for it and the file system allows it, else named.
+    fn open_candidate(&self, tag: &str, mode: CandidateMode) -> Result<(OwnedFd, Option<String>)> {
+        let mode_0600 = Mode::from_raw_mode(0o600);
+        if mode == CandidateMode::Tmpfile {
+            match rustix::fs::openat(
+                self.parent.as_fd(),
+                ".",
+                OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
+                mode_0600,
+            ) {
+                Ok(fd) => return Ok((fd, None)),
+                Err(e) if tmpfile_unsupported(e) => {}
+                Err(e) => {
+                    return Err(Error::syscall(
+                        ReasonCode::Internal,
+                        "openat(parent, \".\", O_TMPFILE|O_RDWR, 0600)",
+                        e,
+                    ))
+                }
+            }
+        }
         let name = format!("{CANDIDATE_PREFIX}{tag}");
         let fd = rustix::fs::openat(
             self.parent.as_fd(),
             name.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
+            OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            mode_0600,
         )
         .map_err(|e| {
             Error::syscall(ReasonCode::Internal, format_args!("openat(parent, {name:?}, O_CREAT|O_EXCL)"), e)
         })?;
-        let mut candidate = Candidate {
-            held: self,
-            name,
-            file: Published { bytes: 0, sha256_hex: String::new(), dev_ino: (0, 0) },
-            done: false,
-        };
-        let mut out = std::fs::File::from(fd);
-        let (bytes, sha256_hex) = copy_hashed(source, &mut out, max_bytes)?;
-        out.sync_all().map_err(|e| Error::new(ReasonCode::Internal, format!("syncing candidate: {e}")))?;
-        let st = rustix::fs::fstat(&out).map_err(|e| Error::syscall(ReasonCode::Internal, "fstat(candidate)", e))?;
-        candidate.file = Published { bytes, sha256_hex, dev_ino: (st.st_dev, st.st_ino) };
-        Ok(candidate)
+        Ok((fd, Some(name)))
     }
 
     /// What is at `name` in the held parent, if anything (no link followed).
@@ -122,6 +222,7 @@ impl HeldOutput {
                 dev_ino: (st.st_dev, st.st_ino),
                 bytes: st.st_size as u64,
                 regular: FileType::from_raw_mode(st.st_mode) == FileType::RegularFile,
+                owner: st.st_uid,
             })),
             Err(Errno::NOENT) => Ok(None),
             Err(e) => Err(Error::syscall(ReasonCode::Internal, format_args!("fstatat(parent, {name:?})"), e)),
@@ -150,14 +251,16 @@ impl HeldOutput {
     }
 
     /// Renames the existing candidate `name` (which must be the inode
-    /// `dev_ino`) to the output's name without replacing anything, then
-    /// syncs the directory. For recovery.
+    /// `dev_ino`) to the output's name without replacing anything, checks
+    /// that the output's name now is that inode, then syncs the directory.
+    /// For recovery.
     pub fn publish_candidate_named(&self, name: &str, dev_ino: (u64, u64)) -> Result<()> {
         match self.entry(name)? {
             Some(e) if e.dev_ino == dev_ino && e.regular => {}
             _ => return Err(Error::new(ReasonCode::PathRace, format!("{name:?} is not the recorded candidate"))),
         }
         rename_noreplace(self, name)?;
+        self.check_published(dev_ino)?;
         self.parent.sync()
     }
 
@@ -173,6 +276,29 @@ impl HeldOutput {
             None => Ok(()),
         }
     }
+
+    /// Refuses (`output.identity_mismatch`) unless the output's name now
+    /// is the inode `dev_ino`. Whatever is there is left in place.
+    fn check_published(&self, dev_ino: (u64, u64)) -> Result<()> {
+        match self.entry(&self.name)? {
+            Some(e) if e.dev_ino == dev_ino && e.regular => Ok(()),
+            found => Err(Error::new(
+                ReasonCode::OutputIdentityMismatch,
+                format!(
+                    "after the rename, {:?} is {}, not the candidate airlock wrote (dev {}, ino {}): another user \
+                     replaced the candidate in the output directory; the file is left in place and nothing is \
+                     vouched for. Use an output directory only you can write to",
+                    self.path.as_str(),
+                    match found {
+                        Some(e) => format!("dev {}, ino {}", e.dev_ino.0, e.dev_ino.1),
+                        None => "gone".to_owned(),
+                    },
+                    dev_ino.0,
+                    dev_ino.1,
+                ),
+            )),
+        }
+    }
 }
 
 fn rename_noreplace(held: &HeldOutput, candidate: &str) -> Result<()> {
@@ -184,37 +310,103 @@ fn rename_noreplace(held: &HeldOutput, candidate: &str) -> Result<()> {
         RenameFlags::NOREPLACE,
     )
     .map_err(|e| {
-        let code = if e == Errno::EXIST { ReasonCode::OutputExists } else { ReasonCode::Internal };
+        let code = match e {
+            Errno::EXIST => ReasonCode::OutputExists,
+            // The candidate was moved away: the same swap, caught earlier.
+            Errno::NOENT => ReasonCode::OutputIdentityMismatch,
+            _ => ReasonCode::Internal,
+        };
         Error::syscall(code, format_args!("renameat2({candidate:?}, {:?}, RENAME_NOREPLACE)", held.name), e)
     })
 }
 
+/// `linkat(file, "", parent, name, AT_EMPTY_PATH)`: gives the open file the
+/// output's name, failing with `EEXIST` if the name exists. Kernels before
+/// 6.10 allow `AT_EMPTY_PATH` only with `CAP_DAC_READ_SEARCH`; there the
+/// same link goes through `/proc/self/fd/N` with `AT_SYMLINK_FOLLOW`.
+fn link_open_file(held: &HeldOutput, file: &std::fs::File) -> Result<()> {
+    let name = held.name.as_str();
+    let code = |e: Errno| if e == Errno::EXIST { ReasonCode::OutputExists } else { ReasonCode::Internal };
+    match rustix::fs::linkat(file, "", held.parent.as_fd(), name, AtFlags::EMPTY_PATH) {
+        Ok(()) => Ok(()),
+        Err(e @ (Errno::NOENT | Errno::PERM)) => {
+            let proc = format!("/proc/self/fd/{}", file.as_raw_fd());
+            rustix::fs::linkat(rustix::fs::CWD, proc.as_str(), held.parent.as_fd(), name, AtFlags::SYMLINK_FOLLOW)
+                .map_err(|e2| {
+                    Error::syscall(
+                        code(e2),
+                        format_args!("linkat({proc:?}, parent, {name:?}, AT_SYMLINK_FOLLOW) after AT_EMPTY_PATH: {e}"),
+                        e2,
+                    )
+                })
+        }
+        Err(e) => {
+            Err(Error::syscall(code(e), format_args!("linkat(candidate, \"\", parent, {name:?}, AT_EMPTY_PATH)"), e))
+        }
+    }
+}
+
 impl Candidate<'_> {
-    /// The candidate's file name in the destination directory.
-    pub fn name(&self) -> &str {
-        &self.name
+    /// The candidate's file name in the destination directory; `None` for
+    /// an unnamed (`O_TMPFILE`) candidate.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
     }
 
-    /// Size, hash and inode of what was written.
+    /// How the candidate is kept.
+    pub fn mode(&self) -> CandidateMode {
+        if self.name.is_some() {
+            CandidateMode::Named
+        } else {
+            CandidateMode::Tmpfile
+        }
+    }
+
+    /// Size, hash (of the bytes read back through the open file) and inode.
     pub fn file(&self) -> &Published {
-        &self.file
+        &self.info
     }
 
-    /// Step 2: renames the candidate into place with `RENAME_NOREPLACE` (an
-    /// output that appeared meanwhile wins and this is `output.exists`),
-    /// then syncs the directory. On failure the candidate is removed.
+    /// Step 2: publishes the open candidate under the output's name without
+    /// replacing anything (an output that appeared meanwhile wins and this
+    /// is `output.exists`), then syncs the directory.
+    ///
+    /// An unnamed candidate is linked from its descriptor, so the inode
+    /// published is the one written and hashed. A named one is renamed with
+    /// `RENAME_NOREPLACE`, then the output's name must be its `(dev, ino)`:
+    /// otherwise another user swapped it, and this is
+    /// `output.identity_mismatch` with the foreign file left in place.
     pub fn publish(mut self) -> Result<Published> {
-        rename_noreplace(self.held, &self.name)?;
+        match &self.name {
+            None => link_open_file(self.held, &self.file)?,
+            Some(name) => {
+                rename_noreplace(self.held, name)?;
+                // Whatever the check finds, the candidate's name is no
+                // longer this file's to remove.
+                self.done = true;
+                self.held.check_published(self.info.dev_ino)?;
+            }
+        }
         self.done = true;
         self.held.parent.sync()?;
-        Ok(self.file.clone())
+        Ok(self.info.clone())
     }
 }
 
 impl Drop for Candidate<'_> {
     fn drop(&mut self) {
-        if !self.done {
-            let _ = rustix::fs::unlinkat(self.held.parent.as_fd(), self.name.as_str(), AtFlags::empty());
+        if self.done {
+            return;
+        }
+        if let Some(name) = &self.name {
+            // Only while the name is still this file: another user's file
+            // under it is never removed.
+            if matches!(self.held.entry(name), Ok(Some(e)) if e.dev_ino == self.info.dev_ino) {
+                let _ = rustix::fs::unlinkat(self.held.parent.as_fd(), name.as_str(), AtFlags::empty());
+            }
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -16,8 +16,9 @@
 //! - [`prepare_write`] / [`PreparedWrite::commit`]: a write never modifies
 //!   an existing inode. The bytes go to an unnamed `O_TMPFILE` in the target's
 //!   directory; commit links it under a staging name, renames that over the
-//!   target and syncs the directory. Until commit nothing is named, so a
-//!   dropped [`PreparedWrite`] leaves nothing behind;
+//!   target, syncs the directory and checks the target is now that inode.
+//!   Until commit nothing is named, so a dropped [`PreparedWrite`] leaves
+//!   nothing behind;
 //! - [`remove_stage_entry`]: removes a staging entry only if it is still
 //!   the file that was staged (for cleanup and crash recovery).
 //!
@@ -86,6 +87,22 @@ pub enum RootedError {
         /// Its link count.
         links: u64,
     },
+    /// After a commit's rename the target is not the prepared file: the
+    /// staging entry was swapped between its link and the rename
+    /// (`broker.race`). What is at the target is left in place.
+    #[error(
+        "{path:?}: after the rename the target is (dev {}, ino {}), not the prepared file (dev {}, ino {}); the \
+         staging entry was replaced by another process, the file is left in place and the write did not land",
+        found.dev, found.ino, expected.dev, expected.ino
+    )]
+    Replaced {
+        /// The path, relative to the root.
+        path: String,
+        /// What the target is now.
+        found: FileId,
+        /// The prepared file.
+        expected: FileId,
+    },
     /// A system call failed (`broker.io`), or an entry changed while it was
     /// worked on (`EAGAIN`: `broker.race`).
     #[error("{call}: {errno}")]
@@ -102,7 +119,8 @@ impl RootedError {
     /// The stable reason code: `broker.symlink`, `broker.mount_crossing`,
     /// `broker.not_found`, `broker.not_regular`, `broker.hardlink`,
     /// `broker.race` (an entry changed while it was resolved or opened, and
-    /// retrying did not outlast it) or `broker.io`.
+    /// retrying did not outlast it, or a committed target is not the
+    /// prepared file) or `broker.io`.
     pub fn code(&self) -> &'static str {
         use airlock_fsproto::codes;
         match self {
@@ -111,7 +129,7 @@ impl RootedError {
             RootedError::NotFound { .. } => codes::NOT_FOUND,
             RootedError::NotRegular { .. } => codes::NOT_REGULAR,
             RootedError::Hardlink { .. } => codes::HARDLINK,
-            RootedError::Io { errno: Errno::AGAIN, .. } => codes::RACE,
+            RootedError::Io { errno: Errno::AGAIN, .. } | RootedError::Replaced { .. } => codes::RACE,
             RootedError::Io { .. } => codes::IO,
         }
     }
@@ -462,7 +480,10 @@ impl PreparedWrite {
     /// stage_name, AT_EMPTY_PATH)`, then `renameat(dir, stage_name, dir,
     /// target)`, which replaces the name without opening the old inode,
     /// then `fsync(dir)`. If the rename fails, the staging entry is removed
-    /// (after checking it is still this file). Returns the byte count.
+    /// (after checking it is still this file). After the rename the target
+    /// must be the prepared file's `(dev, ino)`: a staging entry swapped by
+    /// another process in between is [`RootedError::Replaced`], never a
+    /// write reported as landed. Returns the byte count.
     ///
     /// `stage_name` must be a single component that does not exist (the
     /// caller picks it, e.g. to write a recovery record first).
@@ -479,6 +500,11 @@ impl PreparedWrite {
             return Err(err);
         }
         rustix::fs::fsync(&self.dir).map_err(|e| RootedError::io(format!("fsync(dir of {path:?})"), e))?;
+        let now = rustix::fs::statat(&self.dir, self.name.as_str(), AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| RootedError::io(format!("fstatat(dir, {:?}, AT_SYMLINK_NOFOLLOW)", self.name), e))?;
+        if FileId::of(&now) != self.file_id {
+            return Err(RootedError::Replaced { path: path.clone(), found: FileId::of(&now), expected: self.file_id });
+        }
         Ok(self.bytes)
     }
 }

@@ -138,10 +138,26 @@ pub fn refuse_if_unconfirmed(state: &PrivateDir, journal: &Journal) -> Result<()
 /// (tests); release builds ignore it.
 pub const CRASH_ENV: &str = "AIRLOCK_TEST_CRASH_AT";
 
+/// Environment variable that, in debug builds (tests) only, makes
+/// publication use a named candidate as on a file system without
+/// `O_TMPFILE`; release builds ignore it.
+pub const NAMED_CANDIDATE_ENV: &str = "AIRLOCK_TEST_NAMED_CANDIDATE";
+
+/// How publication keeps its candidate: unnamed (`O_TMPFILE`, with a named
+/// fallback where the file system lacks it), or named when a debug build
+/// is told so by [`NAMED_CANDIDATE_ENV`].
+pub fn candidate_mode() -> airlock_hostfs::CandidateMode {
+    if cfg!(debug_assertions) && std::env::var_os(NAMED_CANDIDATE_ENV).is_some_and(|v| v == "1") {
+        airlock_hostfs::CandidateMode::Named
+    } else {
+        airlock_hostfs::CandidateMode::Tmpfile
+    }
+}
+
 /// Kills this process with SIGKILL at the named point, in debug builds when
 /// [`CRASH_ENV`] names it. Points: `before_candidate`, `before_prepared`
-/// (the candidate is synced), `after_prepared`, `after_rename`,
-/// `after_finished`.
+/// (the candidate is synced), `after_prepared`, `after_publish` (linked or
+/// renamed into place), `after_finished`.
 pub fn crash_point(name: &str) {
     if cfg!(debug_assertions) && std::env::var(CRASH_ENV).is_ok_and(|v| v == name) {
         let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);

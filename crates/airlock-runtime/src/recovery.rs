@@ -6,7 +6,7 @@
 use crate::ledger;
 use crate::Runtime;
 use airlock_core::{ReasonCode, Refusal, RelPath};
-use airlock_hostfs::{HeldOutput, CANDIDATE_PREFIX};
+use airlock_hostfs::{CandidateMode, HeldOutput, CANDIDATE_PREFIX};
 use airlock_journal::{kind, Record};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -19,10 +19,15 @@ pub enum PublicationState {
     Settled,
     /// The call creates no file, or never reached publication.
     NoPublication,
-    /// A synced candidate matches the intent and the destination is free.
+    /// A synced named candidate matches the intent and the destination is free.
     ReadyToPublish,
-    /// The destination is the recorded candidate: the rename happened.
+    /// The destination is the recorded candidate, with the recorded bytes:
+    /// the link or rename happened.
     Published,
+    /// The recorded candidate was unnamed (`O_TMPFILE`) and the destination
+    /// is free: it ended with its process before it was linked, so nothing
+    /// was published.
+    NeverLinked,
     /// A candidate exists that no intent announced (crash before the record).
     Unannounced,
     /// Neither the candidate nor a published file is there.
@@ -50,7 +55,14 @@ pub struct Inspection {
 
 struct Target {
     held: HeldOutput,
+    /// The name a named candidate of this invocation has.
     candidate: String,
+}
+
+/// Whether an intent's candidate was named (intents written before unnamed
+/// candidates existed have no mode and were named).
+fn named(intent: &Value) -> bool {
+    intent["candidate_mode"].as_str() != Some(CandidateMode::Tmpfile.as_str())
 }
 
 fn body_of<'r>(records: &'r [Record], k: &str) -> Option<&'r Value> {
@@ -127,20 +139,44 @@ impl Runtime {
             }
         };
         let recorded = dev_ino(&intent["candidate"]);
-        let candidate = t.held.entry(&t.candidate)?;
+        let named = named(intent);
+        // An unnamed candidate has no name to look at; whatever is at this
+        // invocation's candidate name then is not its candidate.
+        let candidate = if named { t.held.entry(&t.candidate)? } else { None };
         let dest = t.held.entry(t.held.name())?;
         Ok(match (candidate, dest) {
-            (_, Some(d)) if Some(d.dev_ino) == recorded => {
-                (Published, format!("{path} is the recorded candidate; the rename happened"))
-            }
+            (_, Some(d)) if Some(d.dev_ino) == recorded => match self.same_bytes(&t, intent, d.dev_ino) {
+                Ok(()) => (Published, format!("{path} is the recorded candidate with the recorded bytes")),
+                Err(why) => (Conflict, format!("{path} is the recorded inode but {why}")),
+            },
             (Some(c), None) if Some(c.dev_ino) == recorded => {
                 (ReadyToPublish, format!("the synced candidate for {path} is ready"))
             }
+            (None, None) if !named => (
+                NeverLinked,
+                format!(
+                    "the candidate was an unnamed file and {path} is free: the candidate ended with its process \
+                     before it was linked (or the published file was moved away since)"
+                ),
+            ),
             (Some(_), Some(_)) => (Conflict, format!("{path} exists and is not the recorded candidate")),
             (None, Some(_)) => (Conflict, format!("{path} exists but is not what this invocation wrote")),
             (Some(_), None) => (Conflict, "the candidate is not the recorded inode".to_owned()),
             (None, None) => (Missing, format!("neither the candidate nor {path} is there")),
         })
+    }
+
+    /// Whether the file `dev_ino` at the output's name holds the intent's
+    /// size and hash (read through a descriptor checked to be that inode).
+    fn same_bytes(&self, t: &Target, intent: &Value, dev_ino: (u64, u64)) -> Result<(), String> {
+        let (bytes, sha) = t.held.hash_entry(t.held.name(), dev_ino).map_err(|e| e.to_string())?;
+        if Some(bytes) == intent["bytes"].as_u64()
+            && Some(format!("sha256:{sha}").as_str()) == intent["sha256"].as_str()
+        {
+            Ok(())
+        } else {
+            Err("its bytes are not the recorded size and hash".to_owned())
+        }
     }
 
     fn judge_unannounced(&self, id: &str) -> Result<(PublicationState, String), Refusal> {
@@ -162,6 +198,13 @@ impl Runtime {
             Err(r) => return Ok((PublicationState::NoPublication, format!("nothing to look at: {}", r.message))),
         };
         Ok(match t.held.entry(&t.candidate)? {
+            Some(e) if !e.regular || e.owner != rustix::process::geteuid().as_raw() => (
+                PublicationState::NoPublication,
+                format!(
+                    "the file under this invocation's candidate name for {} is not airlock's; left alone",
+                    output.path
+                ),
+            ),
             Some(_) => (
                 PublicationState::Unannounced,
                 format!("a candidate for {} exists that no intent announced", output.path),
@@ -218,6 +261,11 @@ impl Runtime {
                 self.finish(id, intent, "confirmed_by_recovery")?;
                 "published"
             }
+            NeverLinked => {
+                let intent = found.intent.as_ref().expect("never linked implies an intent");
+                self.finish(id, intent, "not_published_by_recovery")?;
+                "nothing_published"
+            }
             Unannounced => {
                 self.discard_candidate(id, None)?;
                 "discarded_unannounced_candidate"
@@ -249,9 +297,14 @@ impl Runtime {
         self.record(kind::FILE_PUBLICATION_FINISHED, Some(id), body)
     }
 
-    /// Removes this invocation's candidate, if it is still there (and, with
-    /// an intent, still the recorded inode).
+    /// Removes this invocation's named candidate, if it is still there and
+    /// still the recorded inode (without an intent: a regular file owned by
+    /// this process's user, the only identity known before the intent).
     fn discard_candidate(&self, id: &str, intent: Option<&Value>) -> Result<(), Refusal> {
+        if intent.is_some_and(|i| !named(i)) {
+            // An unnamed candidate left nothing to remove.
+            return Ok(());
+        }
         let (path, parent) = match intent {
             Some(i) => (i["path"].as_str().unwrap_or_default().to_owned(), i["parent"].clone()),
             None => {
@@ -266,10 +319,10 @@ impl Runtime {
         let Some(entry) = t.held.entry(&t.candidate)? else {
             return Ok(());
         };
-        if let Some(recorded) = intent.and_then(|i| dev_ino(&i["candidate"])) {
-            if entry.dev_ino != recorded {
-                return Ok(());
-            }
+        match intent {
+            Some(i) if dev_ino(&i["candidate"]) != Some(entry.dev_ino) => return Ok(()),
+            None if !entry.regular || entry.owner != rustix::process::geteuid().as_raw() => return Ok(()),
+            _ => {}
         }
         Ok(t.held.remove_candidate_named(&t.candidate, entry.dev_ino)?)
     }

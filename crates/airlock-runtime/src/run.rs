@@ -280,9 +280,11 @@ impl Runtime {
     }
 
     /// Publishes the one output in journaled steps: pending marker, synced
-    /// candidate, `FilePublicationPrepared`, no-replace rename and directory
-    /// sync, `FilePublicationFinished`, marker removed. A crash anywhere
-    /// leaves the marker, which blocks new effects until recovery.
+    /// candidate (an unnamed `O_TMPFILE` where the file system allows it),
+    /// `FilePublicationPrepared` (the candidate's mode, identity, size and
+    /// hash), a no-replace link or rename checked by identity and a
+    /// directory sync, `FilePublicationFinished`, marker removed. A crash
+    /// anywhere leaves the marker, which blocks new effects until recovery.
     pub(crate) fn publish(&self, prepared: &PreparedCall, staging: &PrivateDir) -> Result<Vec<CreatedFile>, Refusal> {
         let (Some(held), Some(rec)) = (prepared.output(), prepared.record().output.as_ref()) else {
             return Ok(Vec::new());
@@ -294,7 +296,7 @@ impl Runtime {
         let max = prepared.descriptor().command_boundary.filesystem.max_file_bytes;
         let marker = ledger::mark_pending(self.state(), id)?;
         ledger::crash_point("before_candidate");
-        let candidate = match held.write_candidate(&mut file, max, expected, id) {
+        let candidate = match held.write_candidate(&mut file, max, expected, id, ledger::candidate_mode()) {
             Ok(c) => c,
             Err(e) => {
                 marker.clear()?;
@@ -307,6 +309,7 @@ impl Runtime {
             "publication_id": publication_id,
             "path": rec.path,
             "destination_name": held.name(),
+            "candidate_mode": candidate.mode().as_str(),
             "candidate_name": candidate.name(),
             "parent": rec.parent,
             "candidate": { "dev": c.dev_ino.0.to_string(), "ino": c.dev_ino.1.to_string() },
@@ -320,7 +323,7 @@ impl Runtime {
         }
         ledger::crash_point("after_prepared");
         let published = candidate.publish();
-        ledger::crash_point("after_rename");
+        ledger::crash_point("after_publish");
         let finished = match &published {
             Ok(_) => json!({ "publication_id": publication_id, "result": "confirmed" }),
             Err(e) => json!({

@@ -113,13 +113,22 @@ fn one_flipped_byte_fails_at_that_record_and_a_torn_tail_is_reported() {
     assert!(!p.path("results/late.txt").exists());
 }
 
+/// How the crashed run keeps its candidate: unnamed (`O_TMPFILE`, the
+/// default here) or named (as on a file system without `O_TMPFILE`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Candidate {
+    Unnamed,
+    Named,
+}
+
 /// Runs `airlock run` with the test-only crash point `point`; it must die of SIGKILL.
-fn crash_at(p: &Project, point: &str, id: &str) {
-    let out = p
-        .command(&["run", "copy", "data/in.txt", "results/out.txt", "--invocation-id", id])
-        .env("AIRLOCK_TEST_CRASH_AT", point)
-        .output()
-        .unwrap();
+fn crash_at(p: &Project, point: &str, id: &str, mode: Candidate) {
+    let mut cmd = p.command(&["run", "copy", "data/in.txt", "results/out.txt", "--invocation-id", id]);
+    cmd.env("AIRLOCK_TEST_CRASH_AT", point);
+    if mode == Candidate::Named {
+        cmd.env("AIRLOCK_TEST_NAMED_CANDIDATE", "1");
+    }
+    let out = cmd.output().unwrap();
     assert_eq!(out.status.signal(), Some(9), "{point}: airlock should have been SIGKILLed: {out:?}");
 }
 
@@ -133,21 +142,43 @@ fn candidates(p: &Project) -> Vec<String> {
     crate::runkit::names(&p.path("results")).into_iter().filter(|n| n.starts_with(".airlock-candidate-")).collect()
 }
 
+/// With an unnamed candidate, a crash before the link leaves nothing named:
+/// the candidate died with the process and recovery settles on "nothing
+/// published" by itself; after the link the published file's identity and
+/// hash decide.
 #[test]
 fn sigkill_at_each_publication_step_then_inspect_and_recover_converge() {
     // (point, state after the crash, published after recovery)
     let cases = [
         ("before_candidate", "no_publication", false),
-        ("before_prepared", "unannounced", false),
-        ("after_prepared", "ready_to_publish", true),
-        ("after_rename", "published", true),
+        ("before_prepared", "no_publication", false),
+        ("after_prepared", "never_linked", false),
+        ("after_publish", "published", true),
         ("after_finished", "settled", true),
     ];
-    for (point, want_state, published) in cases {
+    crash_story(Candidate::Unnamed, &cases);
+}
+
+/// The same with a named candidate (file systems without `O_TMPFILE`): the
+/// synced candidate survives the crash and recovery publishes it.
+#[test]
+fn sigkill_at_each_publication_step_with_a_named_candidate_then_recover_converges() {
+    let cases = [
+        ("before_candidate", "no_publication", false),
+        ("before_prepared", "unannounced", false),
+        ("after_prepared", "ready_to_publish", true),
+        ("after_publish", "published", true),
+        ("after_finished", "settled", true),
+    ];
+    crash_story(Candidate::Named, &cases);
+}
+
+fn crash_story(mode: Candidate, cases: &[(&str, &str, bool)]) {
+    for &(point, want_state, published) in cases {
         let p = project();
         let id = format!("crash-{}", point.replace('_', "-"));
-        crash_at(&p, point, &id);
-        assert_eq!(state(&p, &id), want_state, "{point}");
+        crash_at(&p, point, &id, mode);
+        assert_eq!(state(&p, &id), want_state, "{mode:?} {point}");
         if point != "after_finished" {
             // Fail-stop: another call's effect waits for the operator.
             let blocked = p.run(&["run", "copy", "data/in.txt", "results/other.txt"]);
@@ -171,6 +202,10 @@ fn sigkill_at_each_publication_step_then_inspect_and_recover_converge() {
                 .unwrap()
                 .clone();
             assert_eq!(intent["body"]["sha256"], format!("sha256:{}", sha256_hex(&bytes)), "{point}");
+            let want_mode = if mode == Candidate::Named { "named" } else { "tmpfile" };
+            assert_eq!(intent["body"]["candidate_mode"], want_mode, "{point}");
+            let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p.path("results/out.txt")).unwrap());
+            assert_eq!(intent["body"]["candidate"]["ino"], ino.to_string(), "{point}: the published inode");
         }
         // A second recovery is a no-op; a retry with the same id is refused;
         // the journal verifies; new effects go again.
@@ -182,10 +217,38 @@ fn sigkill_at_each_publication_step_then_inspect_and_recover_converge() {
     }
 }
 
+/// After a crash past the link, the published file's identity and bytes
+/// decide: the recorded inode with other bytes is a conflict, not a
+/// confirmation.
+#[test]
+fn a_published_file_whose_bytes_changed_is_not_confirmed_by_recovery() {
+    let p = project();
+    crash_at(&p, "after_publish", "changed", Candidate::Unnamed);
+    assert_eq!(state(&p, "changed"), "published");
+    // Same inode, other bytes.
+    std::fs::write(p.path("results/out.txt"), "publish ME\n").unwrap();
+    assert_eq!(state(&p, "changed"), "conflict");
+    let rec = p.run(&["invocation", "recover", "changed"]);
+    assert_eq!(rec.reason(), "recovery.conflict", "{rec:#?}");
+    let rec = p.run(&["invocation", "recover", "changed", "--discard"]);
+    rec.assert_ok();
+    assert_eq!(std::fs::read(p.path("results/out.txt")).unwrap(), b"publish ME\n", "nothing is removed");
+    let records = p.run(&["journal", "show", "--json"]).envelope["content"]["records"].clone();
+    let finished: Vec<_> = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "FilePublicationFinished" && r["invocation_id"] == "changed")
+        .map(|r| r["body"]["result"].clone())
+        .collect();
+    assert_eq!(finished, ["discarded_by_recovery"]);
+    p.run(&["journal", "verify"]).assert_ok();
+}
+
 #[test]
 fn two_recoveries_at_once_publish_exactly_once() {
     let p = project();
-    crash_at(&p, "after_prepared", "twice");
+    crash_at(&p, "after_prepared", "twice", Candidate::Named);
     let spawn = || {
         p.command(&["invocation", "recover", "twice"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
     };

@@ -25,6 +25,7 @@ mod parser;
 mod policy;
 mod prepare;
 mod principals;
+mod publish_race;
 mod race;
 mod resolvers;
 mod resource_limits;

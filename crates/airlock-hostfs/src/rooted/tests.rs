@@ -396,6 +396,77 @@ fn a_racing_directory_swap_never_writes_outside() {
     }
 }
 
+/// ATTACKS.md 28 for broker writes: a racer that polls the directory renames
+/// every staging entry away and hard-links its own file under the staging
+/// name, so the commit's rename would put the racer's bytes at the target.
+/// Over 400 commits, a commit that reports success always left the
+/// prepared inode, with its bytes, at the target; a swap it lost is
+/// `broker.race`.
+#[test]
+fn a_swapped_stage_entry_is_never_reported_as_written() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let r = Resolver::with_kind(ResolverKind::Emulated);
+    let t = tempfile::tempdir().unwrap();
+    let root_path = t.path().join("root");
+    fs::create_dir_all(&root_path).unwrap();
+    let evil = t.path().join("root/evil");
+    fs::write(&evil, "racer's bytes").unwrap();
+    let root = open_root(&root_path);
+    let stop = Arc::new(AtomicBool::new(false));
+    let racer = {
+        let (stop, root_path, evil) = (stop.clone(), root_path.clone(), evil.clone());
+        std::thread::spawn(move || {
+            let mut swaps = 0u64;
+            let mut planted = std::collections::HashSet::new();
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(entries) = fs::read_dir(&root_path) else { continue };
+                for e in entries.flatten() {
+                    let name = e.file_name();
+                    if !name.as_bytes().starts_with(b".airlock-stage-") || !planted.insert(name.clone()) {
+                        continue;
+                    }
+                    let stage = root_path.join(&name);
+                    if fs::rename(&stage, root_path.join(format!("moved-{swaps}"))).is_ok()
+                        && fs::hard_link(&evil, &stage).is_ok()
+                    {
+                        swaps += 1;
+                    }
+                }
+            }
+            swaps
+        })
+    };
+    let (mut ok, mut replaced, mut other) = (0, 0, 0);
+    for i in 0..400 {
+        let bytes = format!("write {i}");
+        let prepared = prepare_write(&r, &root, &["target"], bytes.as_bytes()).unwrap();
+        let id = prepared.file_id();
+        match prepared.commit(&format!(".airlock-stage-{i}")) {
+            Ok(_) => {
+                let meta = fs::symlink_metadata(root_path.join("target")).unwrap();
+                assert_eq!(FileId { dev: meta.dev(), ino: meta.ino() }, id, "write {i} reported but not in place");
+                assert_eq!(fs::read(root_path.join("target")).unwrap(), bytes.as_bytes());
+                ok += 1;
+            }
+            Err(e @ RootedError::Replaced { .. }) => {
+                assert_eq!(e.code(), "broker.race");
+                replaced += 1;
+            }
+            // The racer took the entry before the rename (ENOENT) or
+            // planted one before the link (EEXIST).
+            Err(e) => {
+                assert!(matches!(&e, RootedError::Io { errno: Errno::NOENT | Errno::EXIST, .. }), "{e}");
+                other += 1;
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = racer.join().unwrap();
+    eprintln!("stage swap: {ok} written, {replaced} replaced, {other} refused otherwise, {swaps} swaps");
+    assert!(ok > 0, "some writes landed");
+}
+
 /// Set by [`a_mount_inside_the_root_is_refused`] in the child it runs under
 /// `unshare -m`.
 const MOUNT_CHILD_ENV: &str = "AIRLOCK_ROOTED_MOUNT_CHILD";

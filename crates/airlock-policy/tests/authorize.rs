@@ -247,6 +247,7 @@ fn default_forbids_a_snapshot_that_found_hard_links() {
                 human_approval: false,
                 descriptor: &descriptor,
                 invocation_id: "inv-1",
+                approved: false,
             })
             .unwrap();
         assert_eq!(v.allowed, expect, "linked_files={linked}: {v:?}");

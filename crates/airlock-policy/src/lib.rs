@@ -80,8 +80,12 @@ const DEFAULT_POLICIES: &str = include_str!("default.cedar");
 /// File name under which the built-in default is loaded (it opens messages).
 pub const DEFAULT_POLICY_FILE: &str = "<airlock-default>";
 
-/// Id of the built-in default's permit.
+/// Id of the built-in default's permit of low and medium risk.
 pub const DEFAULT_PERMIT_ID: &str = "airlock.default.permit-low-medium";
+
+/// Id of the built-in default's permit of a call an approver approved
+/// (`context.invocation.approved`).
+pub const DEFAULT_PERMIT_APPROVED_ID: &str = "airlock.default.permit-approved";
 
 /// Id of the built-in default's forbid: a Git snapshot that found files
 /// with more than one hard link (`snapshot.linked_files > 0`).

@@ -5,7 +5,8 @@ mod common;
 
 use airlock_core::descriptor::sha256_tagged;
 use airlock_policy::{
-    schema_text, ArgKind, PolicyError, PolicySet, Request, ToolSpec, DEFAULT_FORBID_LINKED_ID, DEFAULT_PERMIT_ID,
+    schema_text, ArgKind, PolicyError, PolicySet, Request, ToolSpec, DEFAULT_FORBID_LINKED_ID,
+    DEFAULT_PERMIT_APPROVED_ID, DEFAULT_PERMIT_ID,
 };
 use common::*;
 
@@ -203,7 +204,7 @@ fn principal_and_invocation_id_are_visible() {
 #[test]
 fn default_permits_low_and_medium_only() {
     let set = PolicySet::builtin(&[copy_tool()]).unwrap();
-    assert_eq!(set.policy_ids(), [DEFAULT_PERMIT_ID, DEFAULT_FORBID_LINKED_ID]);
+    assert_eq!(set.policy_ids(), [DEFAULT_PERMIT_ID, DEFAULT_PERMIT_APPROVED_ID, DEFAULT_FORBID_LINKED_ID]);
     assert!(PolicySet::default_policies().contains(DEFAULT_PERMIT_ID));
     for (tier, approval, expect) in [
         ("low", false, true),
@@ -220,6 +221,21 @@ fn default_permits_low_and_medium_only() {
         assert_eq!(v.allowed, expect, "{tier} approval={approval}: {v:?}");
         let ids: &[&str] = if expect { &[DEFAULT_PERMIT_ID] } else { &[] };
         assert_eq!(v.policy_ids, ids);
+        // Approved, every tier is permitted (by the approval's own permit).
+        let json = call.json();
+        let approved = set
+            .authorize(&airlock_policy::Request {
+                principal: "agent-1",
+                tool: &copy_tool(),
+                risk_tier: tier,
+                human_approval: approval,
+                descriptor: &json,
+                invocation_id: "inv-1",
+                approved: true,
+            })
+            .unwrap();
+        assert!(approved.allowed, "{tier} approved: {approved:?}");
+        assert!(approved.policy_ids.contains(&DEFAULT_PERMIT_APPROVED_ID.to_owned()), "{approved:?}");
     }
 }
 

@@ -102,7 +102,9 @@ impl Runtime {
         }
         check_image(&config, &protected)?;
         let key = airlock_journal::JournalKey::open_or_create(&state).map_err(ledger::journal_refusal)?;
-        let journal = airlock_journal::Journal::open(&state, key).map_err(ledger::journal_refusal)?;
+        let journal = airlock_journal::Journal::open(&state, key)
+            .map_err(ledger::journal_refusal)?
+            .with_segment_bytes(config.journal.segment_bytes);
         let pool = airlock_staging::Pool::open(&state, config.staging)?;
         let policy_sources = if config.policy_files.is_empty() { None } else { Some(policy_files::load(&config)?) };
         let principal = config.principal.clone();

@@ -56,6 +56,12 @@ pub use prepare::{CallRequest, PreparedCall};
 pub use source::{bundled_missing_from, SOURCE_TRANSPORT};
 
 use airlock_core::{Config, ReasonCode, Refusal, ResolverChoice};
+
+// `[journal] segment_bytes` is checked against the journal's own bounds.
+const _: () = assert!(
+    airlock_core::JournalSettings::MIN_SEGMENT_BYTES == airlock_journal::MIN_SEGMENT_BYTES
+        && airlock_core::JournalSettings::MAX_SEGMENT_BYTES == airlock_journal::MAX_SEGMENT_BYTES
+);
 use airlock_hostfs::{HostAuthority, PrivateDir, Resolver};
 
 /// One process's view of the host: configuration, resolver, state directory.

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 /// One `airlock mcp` session, driven synchronously (one request at a time).
-struct Session {
+pub(crate) struct Session {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
@@ -23,7 +23,7 @@ struct Session {
 }
 
 impl Session {
-    fn start(s: &Setup) -> Result<Session, String> {
+    pub(crate) fn start(s: &Setup) -> Result<Session, String> {
         let mut child = Command::new(&s.airlock)
             .arg("mcp")
             .current_dir(&s.root)
@@ -47,7 +47,7 @@ impl Session {
         writeln!(self.stdin, "{msg}").and_then(|()| self.stdin.flush()).map_err(|e| e.to_string())
     }
 
-    fn request(&mut self, method: &str, params: Value) -> Result<Value, String> {
+    pub(crate) fn request(&mut self, method: &str, params: Value) -> Result<Value, String> {
         let id = self.next_id;
         self.next_id += 1;
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;

@@ -62,6 +62,7 @@ pub fn authorization_latency(quick: bool) -> Result<Report, String> {
         human_approval: false,
         descriptor: &descriptor,
         invocation_id: "inv-bench",
+        approved: false,
     };
     let check = |set: &PolicySet| -> Result<(), String> {
         let v = set.authorize(&request).map_err(|e| e.to_string())?;

@@ -35,11 +35,24 @@ pub enum Command {
     Init,
     /// Run one tool call: prepare, authorize, run in the sandbox, publish.
     Run(CallArgs),
-    /// Approve exactly one prepared call, by its descriptor digest.
+    /// Approve exactly one prepared call, by its descriptor digest: sign an
+    /// approval with your approver key (pinned in `[approval] approvers`).
     Approve {
-        /// The descriptor digest (`sha256:…`) from the prepare or approval.required envelope.
+        /// The descriptor digest (`sha256:…`) from `airlock approvals list` or the prepare envelope.
         digest: String,
+        /// Your approver key (default: $XDG_CONFIG_HOME/airlock/approver.key, else ~/.config/airlock/approver.key).
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
+        /// The invocation to approve, when several waiting calls share the digest.
+        #[arg(long, value_name = "ID")]
+        invocation: Option<String>,
     },
+    /// Make an approver key (run as the approver, not as the user that runs calls).
+    #[command(subcommand)]
+    Approver(ApproverCommand),
+    /// List, show or deny the prepared calls that wait for an approval.
+    #[command(subcommand)]
+    Approvals(ApprovalsCommand),
     /// Run a prepared (and, if it needs it, approved) call once, from its snapshots.
     Dispatch {
         /// The invocation id.
@@ -75,16 +88,60 @@ pub enum Command {
     /// Print the Cedar schema or the built-in default policy.
     #[command(subcommand)]
     Policy(PolicyCommand),
-    /// Serve every runnable tool to MCP clients: over stdio (default), or
-    /// streamable HTTP at http://ADDR/mcp with --http (loopback only).
+    /// Serve every runnable tool to MCP clients: over stdio (default),
+    /// streamable HTTP at http://ADDR/mcp with --http (loopback only; every
+    /// request carries the bearer token), or on a Unix socket with --unix
+    /// (each peer uid mapped to a principal by [mcp.principals]).
     Mcp {
         /// Serve streamable HTTP on this loopback address (IP:PORT; port 0 picks one, printed on stderr).
-        #[arg(long, value_name = "ADDR")]
+        #[arg(long, value_name = "ADDR", conflicts_with = "unix")]
         http: Option<String>,
+        /// The bearer token file of --http (default: STATE/mcp/token; made 0600 if missing).
+        #[arg(long, value_name = "FILE", requires = "http")]
+        token_file: Option<PathBuf>,
+        /// Serve streamable HTTP on a Unix socket made at PATH (its directory must be yours).
+        #[arg(long, value_name = "PATH")]
+        unix: Option<PathBuf>,
     },
     /// Report what this host supports (user namespaces, Landlock, seccomp,
     /// openat2, cgroup delegation) and which tiers can run here.
     Doctor,
+}
+
+/// `airlock approver …`.
+#[derive(Debug, Subcommand)]
+pub enum ApproverCommand {
+    /// Make a new Ed25519 approver key (0600, in a directory only you may
+    /// change, never inside a ceiling, broker root or the state directory)
+    /// and print the `[[approval.approvers]]` entry that pins it.
+    Init {
+        /// Where to keep the key (default: $XDG_CONFIG_HOME/airlock/approver.key, else ~/.config/airlock/approver.key).
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
+        /// Your approver id (1-64 of A-Z a-z 0-9 . _ - @; default: $USER, else "approver").
+        #[arg(long, value_name = "NAME")]
+        id: Option<String>,
+    },
+}
+
+/// `airlock approvals …`.
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// The prepared calls waiting for an approval: id, tool, digest, principal, prepared and expiry times.
+    List,
+    /// One prepared call: where it stands and its descriptor.
+    Show {
+        /// Invocation id.
+        id: String,
+    },
+    /// Refuse a waiting call: it never runs, and its staged copies are released.
+    Deny {
+        /// Invocation id.
+        id: String,
+        /// Why (journaled).
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+    },
 }
 
 /// `airlock staging …`.

@@ -17,7 +17,8 @@ pub fn load_config(explicit: Option<&Path>) -> Result<Config, Refusal> {
         .map_err(|e| Refusal::new(ReasonCode::ConfigInvalid, format!("current directory: {e}")))?;
     let path: PathBuf = match explicit {
         Some(p) => p.to_path_buf(),
-        None if cwd.join("airlock.toml").exists() => cwd.join("airlock.toml"),
+        // Any entry by that name counts (a symbolic link is then refused, never skipped).
+        None if std::fs::symlink_metadata(cwd.join("airlock.toml")).is_ok() => cwd.join("airlock.toml"),
         None => return Ok(Config::embedded_default(&cwd)),
     };
     let text = read_bounded(&path)?;
@@ -25,16 +26,12 @@ pub fn load_config(explicit: Option<&Path>) -> Result<Config, Refusal> {
     Config::parse(&text, Some(&path), &base)
 }
 
+/// The configuration is a control file: read without following a link, and
+/// refused unless it and its directory are the caller's or root's and
+/// closed to others' writes.
 fn read_bounded(path: &Path) -> Result<String, Refusal> {
-    use std::io::Read;
-    let bad = |why: String| Refusal::new(ReasonCode::ConfigInvalid, format!("{}: {why}", path.display()));
-    let file = std::fs::File::open(path).map_err(|e| bad(e.to_string()))?;
-    let mut text = String::new();
-    file.take(MAX_CONFIG_BYTES + 1).read_to_string(&mut text).map_err(|e| bad(e.to_string()))?;
-    if text.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(bad("larger than 1 MiB".into()));
-    }
-    Ok(text)
+    let authority = airlock_hostfs::HostAuthority::ambient();
+    airlock_runtime::control::read_text(&authority, airlock_runtime::control::CONFIG_FILE, path, MAX_CONFIG_BYTES)
 }
 
 /// The resolver forced by the environment, if any.

@@ -133,6 +133,10 @@ struct RawConfig {
     #[serde(default)]
     broker: crate::broker::RawBroker,
     #[serde(default)]
+    mcp: crate::mcp_server::RawMcpServer,
+    #[serde(default)]
+    approval: crate::approval::RawApproval,
+    #[serde(default)]
     journal: JournalSettings,
 }
 
@@ -241,6 +245,11 @@ pub struct Config {
     pub staging: StagingLimits,
     /// The named-root broker (`[broker]`): root paths for manifests, budgets, helper pins.
     pub broker: crate::broker::BrokerConfig,
+    /// The MCP server front (`[mcp]`): token principal, Unix-socket peers,
+    /// origins, session cap.
+    pub mcp: crate::mcp_server::McpServerConfig,
+    /// Approvers, the wait of a prepared call and the per-principal quota (`[approval]`).
+    pub approval: crate::approval::ApprovalConfig,
     /// The journal's segments (`[journal]`).
     pub journal: JournalSettings,
 }
@@ -295,6 +304,8 @@ impl Config {
             limits,
             staging: raw.staging,
             broker: raw.broker.check(base_dir)?,
+            mcp: raw.mcp.check()?,
+            approval: raw.approval.check()?,
             journal: raw.journal,
         })
     }
@@ -430,6 +441,11 @@ mod tests {
                max_bytes = 0"#,
             r#"[staging]
                max_leases = 4"#,
+            r#"[approval]
+               ttl = "31d""#,
+            r#"[[approval.approvers]]
+               id = "alice"
+               public_key = "ed25519:AAAA""#,
         ];
         for text in cases {
             let err = parse(text).unwrap_err();
@@ -438,6 +454,15 @@ mod tests {
         let many: Vec<String> = (0..33).map(|i| format!("\"./d{i}:v{i}:ro\"")).collect();
         let text = format!("[filesystem]\nroots = [{}]", many.join(","));
         assert!(parse(&text).unwrap_err().message.contains("more than 32"));
+    }
+
+    #[test]
+    fn mcp_section_is_checked() {
+        let c = parse("[mcp]\nmax_sessions = 8\n[mcp.principals]\n1000 = \"alice\"").unwrap();
+        assert_eq!(c.mcp.max_sessions, 8);
+        assert_eq!(c.mcp.principals.get(&1000).map(String::as_str), Some("alice"));
+        let err = parse("[mcp]\nmax_session = 8").unwrap_err();
+        assert!(err.code == ReasonCode::ConfigInvalid && err.message.contains("max_session"), "{}", err.message);
     }
 
     #[test]

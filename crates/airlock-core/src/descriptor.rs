@@ -92,9 +92,11 @@ pub struct SnapshotBinding {
     pub archive_bytes: u64,
     /// `sha256:` digest of that archive.
     pub sha256: String,
-    /// Files copied that had more than one hard link on the host.
+    /// Files found with more than one hard link on the host, all left out
+    /// (the default policy refuses a snapshot where this is not 0).
     pub linked_files: u64,
-    /// Entries left out (special files, nested `.git`, alternates, …).
+    /// Entries left out (control directories, hard-linked and special
+    /// files, mount crossings, alternates, …).
     pub skipped: u64,
 }
 

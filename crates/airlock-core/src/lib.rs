@@ -22,12 +22,14 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod approval;
 pub mod broker;
 pub mod config;
 pub mod descriptor;
 pub mod envelope;
 pub mod limits;
 pub mod manifest;
+pub mod mcp_server;
 pub mod output;
 pub mod path;
 pub mod reason;
@@ -40,6 +42,7 @@ pub use descriptor::{
 };
 pub use envelope::{CreatedFile, Envelope, ErrorBody, Evidence};
 pub use limits::{Limits, StagingLimits};
+pub use mcp_server::McpServerConfig;
 pub use path::{PathEntry, RelPath};
 pub use reason::{exit, HasReason, ReasonCode, Refusal, Status};
 pub use source::{SourceBoundary, SourceLimits, SourceOp, SourceRange};

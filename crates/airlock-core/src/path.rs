@@ -15,6 +15,34 @@
 //! components, Windows device names with any extension or trailing dots and
 //! spaces, components ending in a dot or a space, and the control
 //! directories `.git` and `.airlock` in any letter case.
+//!
+//! # Letter case beyond ASCII
+//!
+//! A case-insensitive file system compares names by a Unicode case fold
+//! (ext4 and f2fs `casefold`: NFD then full case folding; APFS and HFS+:
+//! their own tables; NTFS and exFAT: an upper-case table), and HFS+ also
+//! ignores some invisible code points. So `.airloc` + U+212A KELVIN SIGN,
+//! `.gıt` (dotless ı, whose upper case is `I`) or the staging prefix spelt
+//! `.airlock-ſtage-` (long s, which folds to `s`) name the reserved entry
+//! there, though they differ from it in ASCII. Names are therefore compared
+//! by [`fold_key`]:
+//!
+//! 1. the code points HFS+ ignores (U+200C–U+200F, U+202A–U+202E,
+//!    U+206A–U+206F, U+FEFF; the list Git uses for the same reason) are
+//!    dropped;
+//! 2. each non-ASCII character whose case mapping or fold — simple or full,
+//!    upper or lower, Turkic included — consists only of ASCII letters is
+//!    replaced by that fold ([`ASCII_FOLDS`]: K → k, ſ → s, ı and İ → i,
+//!    ß and ẞ → ss, the ligatures ﬀ ﬁ ﬂ ﬃ ﬄ ﬅ ﬆ);
+//! 3. ASCII letters are lower-cased; every other character stays as it is.
+//!
+//! Any other non-ASCII character keeps a non-ASCII code point under every
+//! fold and canonical decomposition (a test walks every `char` against the
+//! standard library's case tables), so it can never make a name equal to an
+//! ASCII control name. Compatibility forms (fullwidth `Ｇ`) are not folded
+//! by these file systems and stay distinct. A name is refused only when its
+//! key is a control name; otherwise it is accepted exactly as written, so
+//! `straße.txt` and Turkish names are unaffected.
 
 use crate::reason::{ReasonCode, Refusal};
 use std::fmt;
@@ -26,9 +54,54 @@ pub const MAX_COMPONENT_BYTES: usize = 255;
 /// Most components in one path.
 pub const MAX_COMPONENTS: usize = 64;
 
-/// Control directories that are refused anywhere in a path (compared
-/// without regard to ASCII letter case).
+/// Control directories that are refused anywhere in a path, written in
+/// lower case and compared by [`fold_key`] (see the module documentation).
 pub const CONTROL_DIRS: &[&str] = &[".git", ".airlock"];
+
+/// The non-ASCII characters whose case mappings or folds (simple, full or
+/// Turkic) are made only of ASCII letters, with that fold.
+pub const ASCII_FOLDS: &[(char, &str)] = &[
+    ('\u{00DF}', "ss"),  // ß LATIN SMALL LETTER SHARP S (full fold)
+    ('\u{0130}', "i"),   // İ CAPITAL I WITH DOT ABOVE (simple lower case, Turkic fold)
+    ('\u{0131}', "i"),   // ı SMALL DOTLESS I (upper case I)
+    ('\u{017F}', "s"),   // ſ SMALL LONG S (fold)
+    ('\u{1E9E}', "ss"),  // ẞ CAPITAL SHARP S (full fold)
+    ('\u{212A}', "k"),   // K KELVIN SIGN (fold; also its canonical decomposition)
+    ('\u{FB00}', "ff"),  // ﬀ
+    ('\u{FB01}', "fi"),  // ﬁ
+    ('\u{FB02}', "fl"),  // ﬂ
+    ('\u{FB03}', "ffi"), // ﬃ
+    ('\u{FB04}', "ffl"), // ﬄ
+    ('\u{FB05}', "st"),  // ﬅ
+    ('\u{FB06}', "st"),  // ﬆ
+];
+
+/// Code points HFS+ ignores when it compares names.
+fn is_fold_ignorable(c: char) -> bool {
+    matches!(c, '\u{200C}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{206A}'..='\u{206F}' | '\u{FEFF}')
+}
+
+/// The key under which a case-insensitive file system could compare `name`
+/// with an ASCII name: ignorable code points dropped, the characters of
+/// [`ASCII_FOLDS`] folded, ASCII lower-cased, everything else kept. Two
+/// names one of which is ASCII can open the same entry only if their keys
+/// are equal (the module documentation says why).
+pub fn fold_key(name: &str) -> String {
+    let mut key = String::with_capacity(name.len());
+    for c in name.chars().filter(|c| !is_fold_ignorable(*c)) {
+        match ASCII_FOLDS.iter().find(|(from, _)| *from == c) {
+            Some((_, to)) => key.push_str(to),
+            None => key.push(c.to_ascii_lowercase()),
+        }
+    }
+    key
+}
+
+/// Whether `name` is, or folds to, a control directory name ([`CONTROL_DIRS`]).
+pub fn is_control_name(name: &str) -> bool {
+    let key = fold_key(name);
+    CONTROL_DIRS.contains(&key.as_str())
+}
 
 const RESERVED_CHARS: &[char] = &['<', '>', '"', '|', '?', '*'];
 
@@ -231,17 +304,17 @@ fn check_component(c: &str) -> Result<(), Refusal> {
     if is_device_name(c) {
         return Err(refuse(ReasonCode::PathDeviceName, format!("the component {c:?} is a Windows device name")));
     }
-    if CONTROL_DIRS.iter().any(|d| d.eq_ignore_ascii_case(c)) {
+    if is_control_name(c) {
         return Err(refuse(ReasonCode::PathControlDir, format!("the component {c:?} is a control directory")));
     }
     Ok(())
 }
 
-/// `CON`, `nul.txt`, `Com1 .log`, `LPT1.tar.gz`: the stem before the first
-/// dot, with trailing spaces removed, compared without letter case.
+/// `CON`, `nul.txt`, `Com1 .log`, `LPT1.tar.gz`, `CONıN$`: the stem before
+/// the first dot, with trailing spaces removed, compared by [`fold_key`].
 fn is_device_name(component: &str) -> bool {
-    let stem = component.split('.').next().unwrap_or(component).trim_end_matches(' ');
-    DEVICE_NAMES.iter().any(|d| d.eq_ignore_ascii_case(stem))
+    let stem = fold_key(component.split('.').next().unwrap_or(component).trim_end_matches(' '));
+    DEVICE_NAMES.iter().any(|d| d.to_ascii_lowercase() == stem)
 }
 
 /// One `[filesystem]` entry: a literal path or exactly one whole argument
@@ -341,6 +414,53 @@ mod tests {
     }
 
     #[test]
+    fn unicode_spellings_of_control_names_are_refused() {
+        use ReasonCode::*;
+        let cases: &[(&str, Option<ReasonCode>)] = &[
+            (".airloc\u{212A}", Some(PathControlDir)), // KELVIN SIGN
+            (".AIRLOC\u{212A}/x", Some(PathControlDir)),
+            ("a/.airlock\u{200C}", Some(PathControlDir)), // ZERO WIDTH NON-JOINER (HFS+)
+            ("\u{FEFF}.git", Some(PathControlDir)),
+            (".g\u{0131}t/config", Some(PathControlDir)), // dotless ı
+            (".G\u{0130}T", Some(PathControlDir)),        // dotted İ
+            (".a\u{0130}rlock", Some(PathControlDir)),
+            (".airlock", Some(PathControlDir)),
+            ("CON\u{0131}N$", Some(PathDeviceName)),
+            ("\u{017F}ecret.txt", None), // ſ folds to s: not a control name
+            (".g\u{0131}tignore", None),
+            ("stra\u{00DF}e.txt", None),
+            ("\u{0131}l\u{0131}k.txt", None),
+            (".\u{FF47}it", None), // fullwidth g: not folded by file systems
+        ];
+        for (p, want) in cases {
+            assert_eq!(code(p), *want, "{p:?}");
+        }
+        assert_eq!(fold_key("\u{017F}\u{FB06}\u{212A}\u{1E9E}"), "sstkss");
+    }
+
+    /// Every non-ASCII character whose case mapping (as the standard
+    /// library's Unicode tables give it) is only ASCII is in ASCII_FOLDS,
+    /// and every other one keeps a non-ASCII code point in its key.
+    #[test]
+    fn ascii_folds_is_complete() {
+        let all_ascii = |s: &str| s.is_ascii();
+        for c in (0x80u32..=0x10FFFF).filter_map(char::from_u32) {
+            let lower: String = c.to_lowercase().collect();
+            let upper: String = c.to_uppercase().collect();
+            let maps_to_ascii = all_ascii(&lower) || all_ascii(&upper) || all_ascii(&upper.to_lowercase());
+            let folded = ASCII_FOLDS.iter().any(|(f, _)| *f == c);
+            if maps_to_ascii {
+                assert!(folded, "U+{:04X} case-maps to ASCII but is not in ASCII_FOLDS", c as u32);
+            }
+            let key = fold_key(&c.to_string());
+            assert!(folded || is_fold_ignorable(c) || !all_ascii(&key), "U+{:04X} has an ASCII key {key:?}", c as u32);
+        }
+        for (c, to) in ASCII_FOLDS {
+            assert!(!c.is_ascii() && all_ascii(to) && to.chars().all(|t| t.is_ascii_lowercase()), "{c}");
+        }
+    }
+
+    #[test]
     fn edges_are_inclusive() {
         assert_eq!(code(&"a".repeat(255)), None);
         assert_eq!(code(&vec!["a"; 64].join("/")), None);
@@ -414,7 +534,7 @@ mod proptests {
         fn forbidden_pieces_are_refused(
             parts in proptest::collection::vec(safe_component(), 1..6),
             at in 0usize..6,
-            bad in prop::sample::select(vec!["..", ".", "", ".git", ".AIRLOCK", "CON", "nul.txt", "a\\b", "c:d", "e\0f", "g\rh", "i\nj", "k ", "l.", "m*"]),
+            bad in prop::sample::select(vec!["..", ".", "", ".git", ".AIRLOCK", ".airloc\u{212A}", ".g\u{0131}t", "CON", "nul.txt", "a\\b", "c:d", "e\0f", "g\rh", "i\nj", "k ", "l.", "m*"]),
         ) {
             let mut parts = parts;
             let at = at.min(parts.len());

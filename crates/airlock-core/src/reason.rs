@@ -246,6 +246,24 @@ reason_codes! {
     McpToolMissing => "mcp.tool_missing", Failed, TOOL_FAILED;
     /// The upstream tool answered with `isError: true`.
     McpToolError => "mcp.tool_error", Failed, TOOL_FAILED;
+    // ---- MCP server front (`airlock mcp --http`, `--unix`) ----
+    /// An HTTP request without the server's bearer token, or with another one.
+    McpUnauthenticated => "mcp.unauthenticated", Refused, NO_PERM;
+    /// A Unix-socket peer whose uid `[mcp] principals` does not map.
+    McpPeerUnmapped => "mcp.peer_unmapped", Refused, NO_PERM;
+    /// A request whose `Origin` is not in `[mcp] allowed_origins`.
+    McpOriginForbidden => "mcp.origin_forbidden", Refused, NO_PERM;
+    /// `[mcp] max_sessions` sessions are live; a new `initialize` waits
+    /// until one is closed or idles out. Retry later.
+    McpSessionsExhausted => "mcp.sessions_exhausted", Refused, TEMP_FAIL;
+    /// A request body over the server's limit (4 MiB).
+    McpBodyTooLarge => "mcp.body_too_large", Refused, DATA;
+    /// The bearer token file is unsafe (a link, another owner, readable by
+    /// others, not one link) or malformed.
+    McpTokenUnsafe => "mcp.token_unsafe", Error, CONFIG;
+    /// The Unix socket cannot be made safely (its directory is not the
+    /// caller's or is writable by others, or another file has its name).
+    McpSocketUnsafe => "mcp.socket_unsafe", Error, CONFIG;
     // ---- named-root broker (`airlock isolated`) ----
     /// A root grant is malformed (`NAME=PATH:RIGHTS`, name grammar, rights,
     /// more than 64 roots, a name given twice, a name with no configured path).
@@ -276,6 +294,24 @@ reason_codes! {
     ApprovalRequired => "approval.required", Refused, NO_PERM;
     /// No prepared call awaits approval with that digest.
     ApprovalUnknown => "approval.unknown", Refused, NO_INPUT;
+    /// The approval names an approver, or was signed by a key, that
+    /// `[approval] approvers` does not pin.
+    ApprovalUnknownApprover => "approval.unknown_approver", Refused, NO_PERM;
+    /// The approval is malformed, its signature does not verify, or it is
+    /// for another call (digest or invocation id).
+    ApprovalInvalid => "approval.invalid", Refused, NO_PERM;
+    /// The prepared call, or its approval, is past its expiry (`[approval] ttl`).
+    ApprovalExpired => "approval.expired", Refused, NO_PERM;
+    /// An approver denied the call; it is settled and never runs.
+    ApprovalDenied => "approval.denied", Refused, NO_PERM;
+    /// The principal already has `[approval] max_pending` calls waiting (or
+    /// the pending budget is full); nothing was copied. Retry later.
+    ApprovalQuota => "approval.quota", Refused, TEMP_FAIL;
+    /// No `[approval] approvers` are configured, so no call can be approved.
+    ApprovalNoApprovers => "approval.no_approvers", Refused, CONFIG;
+    /// An approver key file is missing, unsafe (owner, mode, links, size)
+    /// or placed where calls can reach it (a ceiling, a broker root, the state dir).
+    ApprovalKeyUnusable => "approval.key_unusable", Error, CONFIG;
     // ---- journal and recovery ----
     /// A publication's outcome is unconfirmed; new effects wait for `airlock invocation recover`.
     JournalUnconfirmed => "journal.unconfirmed", Refused, NO_PERM;
@@ -310,6 +346,15 @@ reason_codes! {
     ConfigCeiling => "config.ceiling", Error, CONFIG;
     /// The state directory is unsafe or unusable.
     ConfigStateDir => "config.state_dir", Error, CONFIG;
+    /// A ceiling or broker root holds one of airlock's control files
+    /// (the configuration, the tools directory, a policy file's directory,
+    /// the state directory where declared paths could reach it), judged by
+    /// `(dev, ino)`: a tool granted it could change what later calls may do.
+    ControlFileExposed => "config.control_file_exposed", Refused, CONFIG;
+    /// A control file (configuration, manifest, policy) or its directory is
+    /// owned by someone other than the caller or root, is writable by group
+    /// or others, is a symbolic link, or is not a regular file.
+    ControlFileUnsafe => "config.control_file_unsafe", Refused, CONFIG;
     /// The host lacks a facility the configuration needs.
     HostUnsupported => "host.unsupported", Error, CONFIG;
     // ---- invocations ----
@@ -394,6 +439,16 @@ mod tests {
         for code in ReasonCode::ALL {
             assert_ne!(code.exit_code(), exit::OK, "{code}");
             assert_ne!(code.status(), Status::Ok, "{code}");
+        }
+    }
+
+    #[test]
+    fn control_file_codes_refuse_the_configuration() {
+        for (code, s) in [
+            (ReasonCode::ControlFileExposed, "config.control_file_exposed"),
+            (ReasonCode::ControlFileUnsafe, "config.control_file_unsafe"),
+        ] {
+            assert_eq!((code.as_str(), code.status(), code.exit_code()), (s, Status::Refused, exit::CONFIG));
         }
     }
 }

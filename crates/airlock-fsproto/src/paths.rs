@@ -2,8 +2,10 @@
 //! ≤ 4,096 bytes, ≤ 64 components of ≤ 255 bytes, no `..`, `.`, empty
 //! components, control or reserved characters, trailing dots or spaces,
 //! Windows device names or control directories), plus the reserved staging
-//! prefix in any letter case. `.` alone names the root, for listing only.
+//! prefix in any letter case, Unicode folds included (see
+//! `airlock_core::path`). `.` alone names the root, for listing only.
 
+use airlock_core::path::fold_key;
 use airlock_core::RelPath;
 
 use crate::{codes, STAGE_PREFIX};
@@ -55,8 +57,12 @@ pub fn check_stage_name(name: &str) -> Result<(), PathError> {
     }
 }
 
+/// The staging prefix in any letter case, compared by the grammar's
+/// Unicode-aware [`fold_key`] (`.airlock-ſtage-` with a long s, or a
+/// KELVIN SIGN for the `k`), since a case-insensitive file system may open
+/// the staging entry by such a name.
 fn check_reserved(component: &str) -> Result<(), PathError> {
-    let reserved = component.get(..STAGE_PREFIX.len()).is_some_and(|head| head.eq_ignore_ascii_case(STAGE_PREFIX));
+    let reserved = fold_key(component).starts_with(STAGE_PREFIX);
     if reserved {
         return Err(PathError {
             code: codes::PATH_RESERVED,
@@ -75,6 +81,7 @@ mod tests {
         assert_eq!(check_path("a/b.txt", false).unwrap(), ["a", "b.txt"]);
         assert_eq!(check_path(".", true).unwrap(), Vec::<&str>::new());
         assert_eq!(check_path(".airlock-stag", false).unwrap(), [".airlock-stag"]);
+        assert_eq!(check_path("\u{017F}tage.txt", false).unwrap(), ["\u{017F}tage.txt"]);
         check_path(&["a"; 64].join("/"), false).unwrap();
         check_path(&"x".repeat(255), false).unwrap();
     }
@@ -111,6 +118,14 @@ mod tests {
             ("x/.AIRLOCK", "path.control_dir"),
             (".airlock-stage-0123", codes::PATH_RESERVED),
             ("d/.AIRLOCK-Stage-x", codes::PATH_RESERVED),
+            (".airloc\u{212A}-stage-x", codes::PATH_RESERVED), // KELVIN SIGN
+            (".airlock-\u{017F}tage-x", codes::PATH_RESERVED), // long s
+            (".airlock-\u{FB06}age-x", codes::PATH_RESERVED),  // ligature st
+            (".a\u{0130}rlock-stage-x", codes::PATH_RESERVED), // dotted İ
+            ("d/.a\u{0131}rlock-stage-x", codes::PATH_RESERVED), // dotless ı
+            ("\u{200C}.airlock-stage-x", codes::PATH_RESERVED), // ignorable on HFS+
+            (".airloc\u{212A}/x", "path.control_dir"),
+            ("x/.g\u{0131}t", "path.control_dir"),
         ];
         for (path, code) in cases {
             let err = check_path(path, false).unwrap_err();

@@ -88,7 +88,7 @@ pub fn check_path(p: &str) -> Result<(), GitError> {
         if c.is_empty() || *c == "." || *c == ".." || c.len() > 255 {
             return Err(rejected(format!("path {p:?} has an empty, `.`, `..` or over-long component")));
         }
-        if c.eq_ignore_ascii_case(".git") && (i > 0 || *c != ".git") {
+        if airlock_core::path::fold_key(c) == ".git" && (i > 0 || *c != ".git") {
             return Err(rejected(format!("path {p:?} holds a nested or case-folded .git")));
         }
     }
@@ -97,7 +97,7 @@ pub fn check_path(p: &str) -> Result<(), GitError> {
 
 /// Writes records (hashing nothing itself: the caller wraps the sink),
 /// refusing a path [`check_path`] refuses or one that repeats another
-/// but for ASCII case.
+/// but for case (as `airlock_core::path::fold_key` folds it).
 pub struct Writer<W: Write> {
     out: W,
     count: u64,
@@ -113,7 +113,7 @@ impl<W: Write> Writer<W> {
 
     fn header(&mut self, tag: u8, path: &str) -> Result<(), GitError> {
         check_path(path)?;
-        if !self.folded.insert(path.to_ascii_lowercase()) {
+        if !self.folded.insert(airlock_core::path::fold_key(path)) {
             return Err(rejected(format!("{path:?} collides with another path that differs only in case")));
         }
         self.count += 1;
@@ -241,7 +241,7 @@ impl<R: Read> Reader<R> {
         if !self.seen.insert(p.clone()) {
             return Err(rejected(format!("{p:?} appears twice")));
         }
-        if !self.folded.insert(p.to_ascii_lowercase()) {
+        if !self.folded.insert(airlock_core::path::fold_key(&p)) {
             return Err(rejected(format!("{p:?} collides with another path that differs only in case")));
         }
         Ok(p)

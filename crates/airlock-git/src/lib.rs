@@ -8,7 +8,9 @@
 //!   ([`archive`]) within [`Limits`] (≤ 128 MiB, ≤ 64 MiB a file,
 //!   ≤ 10,000 files), returning [`SnapshotStats`] with the archive's SHA-256.
 //!   `git_log` and `git_staged_diff` leave the work tree out; `git_log`
-//!   also the index.
+//!   also the index. Control directories (by name, and by identity:
+//!   [`ControlIds`]) are never entered; hard-linked files are left out
+//!   and counted.
 //! - [`driver`] (worker side): the `airlock` binary, bound read-only into
 //!   a native worker that sees only the archive, unpacks it with every
 //!   path checked again, replaces the repository's configuration with a
@@ -19,11 +21,14 @@
 //! meets a hostile repository only inside the sandbox.
 //!
 //! ```no_run
-//! use airlock_git::{snapshot, Limits, Operation};
+//! use airlock_git::{snapshot, ControlIds, Limits, Operation};
 //! use airlock_hostfs::{Dir, HostAuthority};
 //! let repo = Dir::open_ambient(&HostAuthority::ambient(), "/srv/repo".as_ref())?;
+//! let state = Dir::open_ambient(&HostAuthority::ambient(), "/srv/repo/.airlock".as_ref())?;
+//! let mut control = ControlIds::new();
+//! control.insert(state.dev_ino());
 //! let mut archive = Vec::new();
-//! let stats = snapshot::take(&repo, Operation::GitStatus.scope(), Limits::default(), &mut archive)?;
+//! let stats = snapshot::take(&repo, Operation::GitStatus.scope(), Limits::default(), &control, &mut archive)?;
 //! println!("{} files, sha256:{}", stats.files, stats.sha256_hex);
 //! # Ok::<(), airlock_git::GitError>(())
 //! ```
@@ -40,4 +45,4 @@ pub mod snapshot;
 pub use error::GitError;
 pub use limits::{Limits, MAX_FILES, MAX_FILE_BYTES, MAX_SNAPSHOT_BYTES};
 pub use query::{Operation, Request, Scope, DEFAULT_LOG_COUNT, MAX_LOG_COUNT};
-pub use snapshot::SnapshotStats;
+pub use snapshot::{ControlIds, Skip, SnapshotStats};

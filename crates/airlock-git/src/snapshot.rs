@@ -11,14 +11,26 @@
 //! logs, modules, worktrees and the like are left out, links and special
 //! files are skipped, and `objects/info/alternates` is never copied, so an
 //! object store elsewhere is never consulted.
+//!
+//! The same grammar as reads: control directories (`.airlock`, and `.git`
+//! other than the top-level one, in any letter case) are never entered,
+//! copied or listed, and neither is any directory or file whose identity
+//! is one of airlock's own ([`ControlIds`]: the state directory, whatever
+//! its name). A regular file with more than one hard link is left out
+//! (its content is shared with a name elsewhere, which `read_file`
+//! refuses too), in `.git` as in the work tree, and counted in
+//! [`SnapshotStats::linked_files`]; a query that needed a left-out object
+//! fails with `git.repository_invalid`.
 
 use crate::archive::Writer;
 use crate::error::GitError;
 use crate::limits::Limits;
 use crate::query::Scope;
+use airlock_core::path::is_control_name;
 use airlock_core::ReasonCode;
 use airlock_hostfs::{Dir, EntryKind, TreeEntry};
 use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
 
 /// Entries of `.git` never copied (never needed by a query, or a way to
@@ -43,6 +55,67 @@ const MAX_DIR_ENTRIES: usize = 100_000;
 /// Names of skipped entries kept for the answer.
 const SKIPPED_KEPT: usize = 32;
 
+/// Why an entry was left out (the names are stable: programs key on them,
+/// and they match the source queries' `skipped` keys where they overlap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Skip {
+    /// A control directory (by name or by identity): outside every query's
+    /// scope, so it does not make the answer partial.
+    ControlDir,
+    /// A regular file with more than one hard link.
+    Hardlink,
+    /// A symbolic link inside `.git`.
+    Symlink,
+    /// A FIFO, socket or device.
+    Special,
+    /// A directory on another mount.
+    Mount,
+    /// `objects/info/alternates` (borrowed objects are never consulted).
+    Alternates,
+}
+
+impl Skip {
+    /// The stable name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Skip::ControlDir => "control_dir",
+            Skip::Hardlink => "hardlink",
+            Skip::Symlink => "symlink",
+            Skip::Special => "special",
+            Skip::Mount => "mount",
+            Skip::Alternates => "alternates",
+        }
+    }
+}
+
+/// Identities `(st_dev, st_ino)` of airlock's control directories and
+/// files (the state directory above all): the walk never enters, copies
+/// or lists an entry with one of them, wherever it lies and whatever its
+/// name. Compared on the opened handle, so a rename cannot slip one in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ControlIds {
+    ids: HashSet<(u64, u64)>,
+}
+
+impl ControlIds {
+    /// No identities known (the name rules still apply).
+    pub fn new() -> Self {
+        ControlIds::default()
+    }
+
+    /// Adds one identity.
+    pub fn insert(&mut self, dev_ino: (u64, u64)) -> &mut Self {
+        self.ids.insert(dev_ino);
+        self
+    }
+
+    /// Whether `dev_ino` is one of them.
+    pub fn contains(&self, dev_ino: (u64, u64)) -> bool {
+        self.ids.contains(&dev_ino)
+    }
+}
+
 /// What a snapshot holds.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SnapshotStats {
@@ -56,13 +129,39 @@ pub struct SnapshotStats {
     pub archive_bytes: u64,
     /// Lowercase hex SHA-256 of the archive file.
     pub sha256_hex: String,
-    /// Files copied that have more than one hard link.
+    /// Regular files (and links) found with more than one hard link, all
+    /// left out (also counted in `skipped`).
     pub linked_files: u64,
-    /// Entries left out (special files, nested `.git`, links inside
-    /// `.git`, alternates, mount crossings), counted.
+    /// Entries left out (control directories, hard-linked files, special
+    /// files, links inside `.git`, alternates, mount crossings), counted.
     pub skipped: u64,
-    /// The first few of them, by path.
+    /// The same, by reason.
+    pub skipped_by: BTreeMap<Skip, u64>,
+    /// The first few of them, by path (never the path of an entry left out
+    /// for its identity).
     pub skipped_paths: Vec<String>,
+}
+
+impl SnapshotStats {
+    /// Whether something a query may need was left out (anything but
+    /// control directories).
+    pub fn partial(&self) -> bool {
+        self.skipped_by.keys().any(|k| *k != Skip::ControlDir)
+    }
+
+    /// Adds what the snapshot left out to a driver's answer (a JSON
+    /// object): `partial`, `partial_reasons` (`skipped_entries` when
+    /// partial) and `skipped` (counts by [`Skip`] name), as the source
+    /// queries do.
+    pub fn annotate(&self, answer: &mut serde_json::Value) {
+        let Some(map) = answer.as_object_mut() else { return };
+        map.insert("partial".into(), self.partial().into());
+        let reasons: Vec<&str> = if self.partial() { vec!["skipped_entries"] } else { Vec::new() };
+        map.insert("partial_reasons".into(), reasons.into());
+        let skipped: serde_json::Map<String, serde_json::Value> =
+            self.skipped_by.iter().map(|(k, n)| (k.as_str().to_owned(), (*n).into())).collect();
+        map.insert("skipped".into(), skipped.into());
+    }
 }
 
 /// Counts and hashes what goes through it.
@@ -88,6 +187,7 @@ impl<W: Write> Write for Hashing<W> {
 struct Walk<'a, W: Write> {
     writer: Writer<Hashing<std::io::BufWriter<&'a mut W>>>,
     limits: Limits,
+    control: &'a ControlIds,
     stats: SnapshotStats,
 }
 
@@ -105,9 +205,26 @@ fn utf8(entry: &TreeEntry, parent: &str) -> Result<String, GitError> {
     })
 }
 
+fn control_refused(what: &str) -> GitError {
+    GitError::new(
+        ReasonCode::PathControlDir,
+        format!("{what} is one of airlock's control directories; point the query at a repository outside it"),
+    )
+}
+
 /// Copies the repository whose work tree is `repo` into `out`, as the
-/// archive of [`crate::archive`], within `limits`.
-pub fn take<W: Write>(repo: &Dir, scope: Scope, limits: Limits, out: &mut W) -> Result<SnapshotStats, GitError> {
+/// archive of [`crate::archive`], within `limits`, never entering an
+/// entry whose identity is in `control`.
+pub fn take<W: Write>(
+    repo: &Dir,
+    scope: Scope,
+    limits: Limits,
+    control: &ControlIds,
+    out: &mut W,
+) -> Result<SnapshotStats, GitError> {
+    if control.contains(repo.dev_ino()) {
+        return Err(control_refused("the repository directory"));
+    }
     let top = repo.list_tree(MAX_DIR_ENTRIES)?;
     let git = top
         .iter()
@@ -120,6 +237,9 @@ pub fn take<W: Write>(repo: &Dir, scope: Scope, limits: Limits, out: &mut W) -> 
         ));
     }
     let git_dir = repo.open_tree_dir(".git".as_ref())?;
+    if control.contains(git_dir.dev_ino()) {
+        return Err(control_refused("its .git"));
+    }
     if git_dir.list_tree(MAX_DIR_ENTRIES)?.iter().any(|e| e.name == "commondir") {
         return Err(GitError::new(
             ReasonCode::GitNotRepository,
@@ -130,6 +250,7 @@ pub fn take<W: Write>(repo: &Dir, scope: Scope, limits: Limits, out: &mut W) -> 
     let mut walk = Walk {
         writer: Writer::new(hashing)?,
         limits,
+        control,
         stats: SnapshotStats {
             files: 0,
             bytes: 0,
@@ -138,6 +259,7 @@ pub fn take<W: Write>(repo: &Dir, scope: Scope, limits: Limits, out: &mut W) -> 
             sha256_hex: String::new(),
             linked_files: 0,
             skipped: 0,
+            skipped_by: BTreeMap::new(),
             skipped_paths: Vec::new(),
         },
     };
@@ -155,11 +277,48 @@ pub fn take<W: Write>(repo: &Dir, scope: Scope, limits: Limits, out: &mut W) -> 
 }
 
 impl<W: Write> Walk<'_, W> {
-    fn skip(&mut self, path: String) {
+    /// Counts one entry left out; `path` is kept for the first few, unless
+    /// it was left out for its identity (`None`).
+    fn skip(&mut self, why: Skip, path: Option<String>) {
         self.stats.skipped += 1;
-        if self.stats.skipped_paths.len() < SKIPPED_KEPT {
-            self.stats.skipped_paths.push(path);
+        *self.stats.skipped_by.entry(why).or_default() += 1;
+        if why == Skip::Hardlink {
+            self.stats.linked_files += 1;
         }
+        if let Some(path) = path {
+            if self.stats.skipped_paths.len() < SKIPPED_KEPT {
+                self.stats.skipped_paths.push(path);
+            }
+        }
+    }
+
+    /// Opens the child directory `entry`, or `None` (counted) when it is one
+    /// of airlock's own (as listed, so also when mounted elsewhere, or once
+    /// opened) or on another mount (if `mounts_skipped`).
+    fn enter(
+        &mut self,
+        dir: &Dir,
+        entry: &TreeEntry,
+        path: &str,
+        mounts_skipped: bool,
+    ) -> Result<Option<Dir>, GitError> {
+        if self.control.contains(entry.dev_ino) {
+            self.skip(Skip::ControlDir, None);
+            return Ok(None);
+        }
+        let sub = match dir.open_tree_dir(&entry.name) {
+            Ok(sub) => sub,
+            Err(e) if mounts_skipped && e.code() == ReasonCode::PathMountCrossing => {
+                self.skip(Skip::Mount, Some(path.to_owned()));
+                return Ok(None);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if self.control.contains(sub.dev_ino()) {
+            self.skip(Skip::ControlDir, None);
+            return Ok(None);
+        }
+        Ok(Some(sub))
     }
 
     fn dir(&mut self, path: &str) -> Result<(), GitError> {
@@ -178,29 +337,52 @@ impl<W: Write> Walk<'_, W> {
     /// otherwise it gets time 0, so the driver never trusts its stat data
     /// and hashes it (git on the host would see the ctime move). Files
     /// under `.git` keep theirs (the index's time is what git's racy check uses).
+    ///
+    /// A file with more than one hard link (as listed, or once opened) is
+    /// left out before a byte of it is read; so is one of airlock's own.
     fn file(&mut self, dir: &Dir, entry: &TreeEntry, path: &str, in_work_tree: bool) -> Result<(), GitError> {
+        if self.control.contains(entry.dev_ino) {
+            self.skip(Skip::ControlDir, None);
+            return Ok(());
+        }
+        if entry.nlink > 1 {
+            self.skip(Skip::Hardlink, Some(path.to_owned()));
+            return Ok(());
+        }
         self.limits.check(self.stats.files + 1, self.stats.bytes + entry.size, entry.size, path)?;
         let file = dir.open_tree_file(&entry.name, self.limits.max_file_bytes)?;
+        if self.control.contains(file.dev_ino()) {
+            self.skip(Skip::ControlDir, None);
+            return Ok(());
+        }
+        if file.nlink() > 1 {
+            self.skip(Skip::Hardlink, Some(path.to_owned()));
+            return Ok(());
+        }
         let size = file.size();
         self.stats.files += 1;
         self.stats.bytes += size;
         self.limits.check(self.stats.files, self.stats.bytes, size, path)?;
-        if file.nlink() > 1 {
-            self.stats.linked_files += 1;
-        }
         let executable = file.executable();
         let mtime = if !in_work_tree || file.ctime() == file.mtime() { file.mtime() } else { (0, 0) };
         self.writer.file(path, size, executable, mtime, |out| Ok(file.copy_into(out)?))
     }
 
+    /// A link with more than one hard link is left out like a file (its
+    /// target is its content).
     fn link(&mut self, dir: &Dir, entry: &TreeEntry, path: &str) -> Result<(), GitError> {
+        if entry.nlink > 1 {
+            self.skip(Skip::Hardlink, Some(path.to_owned()));
+            return Ok(());
+        }
         self.stats.files += 1;
         self.limits.check(self.stats.files, self.stats.bytes, 0, path)?;
         let target = dir.read_tree_link(&entry.name, crate::archive::MAX_PATH_BYTES)?;
         self.writer.link(path, &target)
     }
 
-    /// `.git` (or a directory beneath it): files and directories only.
+    /// `.git` (or a directory beneath it): files and directories only;
+    /// control directories (`.git/.airlock`, …) are never entered.
     fn git_dir(&mut self, dir: &Dir, path: &str, scope: Scope) -> Result<(), GitError> {
         for entry in dir.list_tree(MAX_DIR_ENTRIES)? {
             let name = utf8(&entry, path)?;
@@ -210,52 +392,55 @@ impl<W: Write> Walk<'_, W> {
                 || (path == ".git/objects/info" && ALTERNATES.contains(&name.as_str()));
             if left_out {
                 if path == ".git/objects/info" {
-                    self.skip(child); // worth reporting: an alternates file is never honoured
+                    // worth reporting: an alternates file is never honoured
+                    self.skip(Skip::Alternates, Some(child));
                 }
+                continue;
+            }
+            if is_control_name(&name) {
+                self.skip(Skip::ControlDir, Some(child));
                 continue;
             }
             match entry.kind {
                 EntryKind::Directory => {
-                    let sub = dir.open_tree_dir(&entry.name)?;
-                    self.dir(&child)?;
-                    self.git_dir(&sub, &child, scope)?;
+                    if let Some(sub) = self.enter(dir, &entry, &child, false)? {
+                        self.dir(&child)?;
+                        self.git_dir(&sub, &child, scope)?;
+                    }
                 }
                 EntryKind::Regular => self.file(dir, &entry, &child, false)?,
-                EntryKind::Symlink | EntryKind::Special => self.skip(child),
+                EntryKind::Symlink => self.skip(Skip::Symlink, Some(child)),
+                EntryKind::Special => self.skip(Skip::Special, Some(child)),
             }
         }
         Ok(())
     }
 
-    /// The work tree: files, links (as links) and directories; nested
-    /// `.git` entries and special files are skipped.
+    /// The work tree: files, links (as links) and directories; control
+    /// directories (`.airlock`, nested `.git`, in any case) and special
+    /// files are skipped.
     fn work_tree(&mut self, dir: &Dir, path: &str, entries: Vec<TreeEntry>) -> Result<(), GitError> {
         for entry in entries {
             let name = utf8(&entry, path)?;
             let child = join(path, &name);
-            if name == ".git" {
-                if !path.is_empty() {
-                    self.skip(child);
-                }
+            if path.is_empty() && name == ".git" {
+                continue; // the repository itself, copied by `git_dir`
+            }
+            if is_control_name(&name) {
+                self.skip(Skip::ControlDir, Some(child));
                 continue;
             }
             match entry.kind {
                 EntryKind::Directory => {
-                    let sub = match dir.open_tree_dir(&entry.name) {
-                        Ok(sub) => sub,
-                        Err(e) if e.code() == ReasonCode::PathMountCrossing => {
-                            self.skip(child);
-                            continue;
-                        }
-                        Err(e) => return Err(e.into()),
-                    };
-                    self.dir(&child)?;
-                    let list = sub.list_tree(MAX_DIR_ENTRIES)?;
-                    self.work_tree(&sub, &child, list)?;
+                    if let Some(sub) = self.enter(dir, &entry, &child, true)? {
+                        self.dir(&child)?;
+                        let list = sub.list_tree(MAX_DIR_ENTRIES)?;
+                        self.work_tree(&sub, &child, list)?;
+                    }
                 }
                 EntryKind::Regular => self.file(dir, &entry, &child, true)?,
                 EntryKind::Symlink => self.link(dir, &entry, &child)?,
-                EntryKind::Special => self.skip(child),
+                EntryKind::Special => self.skip(Skip::Special, Some(child)),
             }
         }
         Ok(())

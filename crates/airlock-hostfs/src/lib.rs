@@ -17,6 +17,9 @@
 //!   same no-follow, one-link, regular-file rules;
 //! - [`rooted`]: read, list and replace-by-rename beneath a granted root
 //!   directory, for the filesystem broker (its own error type and codes);
+//! - [`read_control_file`], [`holders`], [`Dir::ancestry`]: airlock's own
+//!   control files read without following a link, with their owner and
+//!   mode, and directories named by `(dev, ino)` up to `/`;
 //! - [`PrivateDir`]: the state directory, `0700`, worked on through handles,
 //!   with a removal that never follows links.
 //!
@@ -48,6 +51,7 @@
 #![deny(missing_docs)]
 
 mod authority;
+mod control;
 mod dir;
 mod error;
 mod input;
@@ -60,6 +64,7 @@ mod tree;
 mod walk;
 
 pub use authority::HostAuthority;
+pub use control::{holders, read_control_file, Ancestor, ControlFile, Owner};
 pub use dir::Dir;
 pub use error::{Error, Result};
 pub use input::{InputFile, SnapshotInfo};

@@ -29,6 +29,9 @@ pub struct TreeEntry {
     pub executable: bool,
     /// Its hard-link count.
     pub nlink: u64,
+    /// Its `(st_dev, st_ino)` as listed (for a mount point: the mounted
+    /// root's).
+    pub dev_ino: (u64, u64),
 }
 
 /// A child regular file opened for reading (checked, not yet read).
@@ -79,6 +82,7 @@ impl Dir {
                 size: st.st_size as u64,
                 executable: st.st_mode & 0o111 != 0,
                 nlink: st.st_nlink,
+                dev_ino: (st.st_dev, st.st_ino),
                 name,
             });
         }
@@ -185,6 +189,11 @@ impl ChildFile {
     /// Its hard-link count when opened.
     pub fn nlink(&self) -> u64 {
         self.stat.st_nlink
+    }
+
+    /// Its `(st_dev, st_ino)` when opened.
+    pub fn dev_ino(&self) -> (u64, u64) {
+        (self.stat.st_dev, self.stat.st_ino)
     }
 
     /// Copies exactly the size reported at open into `dest`. A file whose

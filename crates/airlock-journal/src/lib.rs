@@ -88,4 +88,5 @@ pub use segment::{
     export_marker, parse_segment_file, segment_file, Segment, DEFAULT_SEGMENT_BYTES, JOURNAL_PRUNED, MAX_SEGMENT_BYTES,
     MIN_SEGMENT_BYTES, SEGMENTS_DIR, SEGMENT_STARTED,
 };
+pub use time::format_rfc3339;
 pub use verify::{verify, BadRecord, ChainStart, ChainVerifier, VerifyReport};

@@ -47,6 +47,8 @@ pub mod kind {
     pub const APPROVAL_GRANTED: &str = "ApprovalGranted";
     /// An approval was used by the one dispatch it allows.
     pub const APPROVAL_CONSUMED: &str = "ApprovalConsumed";
+    /// An approver denied a prepared call: it is settled and its room released.
+    pub const APPROVAL_DENIED: &str = "ApprovalDenied";
 }
 
 /// One parsed journal record (as [`crate::Journal::records`] returns it).

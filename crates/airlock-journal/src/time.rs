@@ -9,7 +9,7 @@ pub(crate) fn now_rfc3339() -> String {
 }
 
 /// Seconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ`.
-pub(crate) fn format_rfc3339(secs: u64) -> String {
+pub fn format_rfc3339(secs: u64) -> String {
     let days = secs / 86_400;
     let rem = secs % 86_400;
     let (y, m, d) = civil_from_days(days);

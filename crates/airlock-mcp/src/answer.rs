@@ -9,7 +9,8 @@ use serde_json::{json, Value};
 /// content, `created_files`, evidence, error); the text content is the
 /// tool's content for a success and `CODE: message` otherwise. An
 /// approval-required call also carries `approval` with the descriptor
-/// digest and the two commands the operator runs.
+/// digest and the invocation id that wait for an approver (never a command
+/// to run: only an approver's key can approve it).
 pub fn to_result(envelope: &Envelope) -> CallToolResult {
     let mut structured = serde_json::to_value(envelope).unwrap_or_else(|e| {
         json!({ "status": "error", "error": {
@@ -38,7 +39,7 @@ pub fn to_result(envelope: &Envelope) -> CallToolResult {
     result
 }
 
-/// For an `approval.required` answer: `{digest, invocation_id, run: [...]}`.
+/// For an `approval.required` answer: `{descriptor_sha256, invocation_id, waiting_for}`.
 fn approval(envelope: &Envelope) -> Option<Value> {
     let err = envelope.error.as_ref()?;
     if err.code != ReasonCode::ApprovalRequired {
@@ -49,7 +50,7 @@ fn approval(envelope: &Envelope) -> Option<Value> {
     Some(json!({
         "descriptor_sha256": digest,
         "invocation_id": id,
-        "run": [format!("airlock approve {digest}"), format!("airlock dispatch {id}")],
+        "waiting_for": "approver",
     }))
 }
 
@@ -85,14 +86,16 @@ mod tests {
     }
 
     #[test]
-    fn approval_required_names_the_commands() {
+    fn approval_required_names_the_call_and_no_command() {
         let e = Envelope {
             invocation_id: Some("inv1".into()),
             evidence: Some(Evidence { descriptor_sha256: Some("sha256:ff".into()), ..Evidence::default() }),
             ..Envelope::from_refusal(&Refusal::new(ReasonCode::ApprovalRequired, "needs approval"))
         };
         let s = to_result(&e).structured_content.unwrap();
-        assert_eq!(s["approval"]["run"][0], "airlock approve sha256:ff");
-        assert_eq!(s["approval"]["run"][1], "airlock dispatch inv1");
+        assert_eq!(s["approval"]["descriptor_sha256"], "sha256:ff");
+        assert_eq!(s["approval"]["invocation_id"], "inv1");
+        assert_eq!(s["approval"]["waiting_for"], "approver");
+        assert!(!serde_json::to_string(&to_result(&e)).unwrap().contains("airlock approve"));
     }
 }

@@ -12,8 +12,15 @@
 //! evidence). A refusal is a result with `isError: true` and the reason code,
 //! never a protocol error.
 //!
-//! Transports: [`serve_stdio`] (the process's stdin/stdout) and
-//! [`serve_http`] (streamable HTTP on a loopback address, path `/mcp`).
+//! Transports: [`serve_stdio`] (the process's stdin/stdout; calls are made
+//! as the runtime's principal), [`serve_http`] (streamable HTTP on a
+//! loopback address, path `/mcp`, every request carrying the bearer
+//! [`Token`]) and [`serve_unix`] (the same on a [`UnixSocket`], each
+//! connection's peer uid mapped to a principal). Both HTTP fronts pass
+//! every request through a [`Gate`]: Origin allow-list, authentication, a
+//! body limit and a cap on live sessions ([`BoundedSessions`]); the
+//! authenticated [`Caller`] — never the request body — names the principal
+//! of the calls.
 //!
 //! ```no_run
 //! use airlock_core::Config;
@@ -29,8 +36,16 @@
 
 pub mod answer;
 pub mod catalog;
+mod gate;
 mod server;
+mod sessions;
+mod socket;
+mod token;
 mod transport;
 
+pub use gate::{Authentication, Caller, Gate, PeerCred};
 pub use server::AirlockServer;
-pub use transport::{serve_http, serve_stdio, ServeError, HTTP_PATH};
+pub use sessions::{BoundedSessions, Ticket};
+pub use socket::UnixSocket;
+pub use token::{Token, TOKEN_BYTES};
+pub use transport::{serve_http, serve_stdio, serve_unix, ServeError, HTTP_PATH};

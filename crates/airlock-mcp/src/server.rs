@@ -3,6 +3,7 @@
 
 use crate::answer::to_result;
 use crate::catalog::Catalog;
+use crate::gate::Caller;
 use airlock_core::{Envelope, ReasonCode, Refusal};
 use airlock_runtime::{new_invocation_id, CallRequest, Runtime};
 use rmcp::model::{
@@ -18,13 +19,23 @@ use std::sync::Arc;
 #[derive(Clone, Debug)]
 pub struct AirlockServer {
     runtime: Arc<Runtime>,
+    /// Served behind the HTTP gate: a call must carry the [`Caller`] the
+    /// gate authenticated, or it is refused.
+    gated: bool,
 }
 
 impl AirlockServer {
     /// A server for `runtime` (which must have its sandbox init program set
     /// for calls to run).
     pub fn new(runtime: Runtime) -> Self {
-        AirlockServer { runtime: Arc::new(runtime) }
+        AirlockServer { runtime: Arc::new(runtime), gated: false }
+    }
+
+    /// This server, with every call required to carry an authenticated
+    /// [`Caller`] (set for the HTTP fronts).
+    pub(crate) fn behind_gate(mut self) -> Self {
+        self.gated = true;
+        self
     }
 
     /// The tools served right now (the tools directory is read on every
@@ -36,8 +47,14 @@ impl AirlockServer {
     /// Runs one call to completion on a new thread and answers with its
     /// envelope. The thread lives until the worker has been reaped, which is
     /// what the native tier's parent-death signal is tied to: if this
-    /// process dies, the worker dies with it.
-    pub async fn call(&self, name: &str, arguments: serde_json::Map<String, serde_json::Value>) -> Envelope {
+    /// process dies, the worker dies with it. The call is made as
+    /// `principal` (`None`: the runtime's principal).
+    pub async fn call(
+        &self,
+        name: &str,
+        arguments: serde_json::Map<String, serde_json::Value>,
+        principal: Option<String>,
+    ) -> Envelope {
         let Some(entry) = self.catalog().find(name).cloned() else {
             return Envelope::from_refusal(&Refusal::new(
                 ReasonCode::ManifestNotFound,
@@ -49,7 +66,7 @@ impl AirlockServer {
             positional: Vec::new(),
             named: arguments.into_iter().collect(),
             invocation_id: new_invocation_id(),
-            principal: None,
+            principal,
         };
         let runtime = Arc::clone(&self.runtime);
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -67,6 +84,25 @@ impl AirlockServer {
         rx.await.unwrap_or_else(|_| {
             Envelope::from_refusal(&Refusal::new(ReasonCode::Internal, "the call thread ended without an answer"))
         })
+    }
+}
+
+impl AirlockServer {
+    /// Whose call this is: the [`Caller`] the HTTP gate put on the
+    /// request (rmcp passes the request's parts along), never anything in
+    /// the request body. Over stdio there is none and the runtime's
+    /// principal is used; behind the gate a missing one is refused.
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Option<String>, Refusal> {
+        let caller =
+            context.extensions.get::<axum::http::request::Parts>().and_then(|parts| parts.extensions.get::<Caller>());
+        match caller {
+            Some(caller) => Ok(caller.principal.clone()),
+            None if self.gated => Err(Refusal::new(
+                ReasonCode::McpUnauthenticated,
+                "the request reached the tool without an authenticated caller",
+            )),
+            None => Ok(None),
+        }
     }
 }
 
@@ -92,9 +128,12 @@ impl ServerHandler for AirlockServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let envelope = self.call(&request.name, request.arguments.unwrap_or_default()).await;
+        let envelope = match self.caller(&context) {
+            Ok(principal) => self.call(&request.name, request.arguments.unwrap_or_default(), principal).await,
+            Err(refusal) => Envelope::from_refusal(&refusal),
+        };
         Ok(to_result(&envelope).into())
     }
 }

@@ -80,8 +80,12 @@ const DEFAULT_POLICIES: &str = include_str!("default.cedar");
 /// File name under which the built-in default is loaded (it opens messages).
 pub const DEFAULT_POLICY_FILE: &str = "<airlock-default>";
 
-/// Id of the built-in default's only policy.
+/// Id of the built-in default's permit.
 pub const DEFAULT_PERMIT_ID: &str = "airlock.default.permit-low-medium";
+
+/// Id of the built-in default's forbid: a Git snapshot that found files
+/// with more than one hard link (`snapshot.linked_files > 0`).
+pub const DEFAULT_FORBID_LINKED_ID: &str = "airlock.default.forbid-linked-files";
 
 /// What policy needs to know about one tool: how it appears to Cedar and
 /// the types of its arguments.

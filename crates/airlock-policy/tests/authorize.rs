@@ -4,7 +4,9 @@
 mod common;
 
 use airlock_core::descriptor::sha256_tagged;
-use airlock_policy::{schema_text, ArgKind, PolicyError, PolicySet, ToolSpec, DEFAULT_PERMIT_ID};
+use airlock_policy::{
+    schema_text, ArgKind, PolicyError, PolicySet, Request, ToolSpec, DEFAULT_FORBID_LINKED_ID, DEFAULT_PERMIT_ID,
+};
 use common::*;
 
 fn allowed(set: &PolicySet, call: &Call, tool: &ToolSpec) -> bool {
@@ -201,7 +203,7 @@ fn principal_and_invocation_id_are_visible() {
 #[test]
 fn default_permits_low_and_medium_only() {
     let set = PolicySet::builtin(&[copy_tool()]).unwrap();
-    assert_eq!(set.policy_ids(), [DEFAULT_PERMIT_ID]);
+    assert_eq!(set.policy_ids(), [DEFAULT_PERMIT_ID, DEFAULT_FORBID_LINKED_ID]);
     assert!(PolicySet::default_policies().contains(DEFAULT_PERMIT_ID));
     for (tier, approval, expect) in [
         ("low", false, true),
@@ -217,6 +219,38 @@ fn default_permits_low_and_medium_only() {
         let v = call.authorize(&set, &copy_tool()).unwrap();
         assert_eq!(v.allowed, expect, "{tier} approval={approval}: {v:?}");
         let ids: &[&str] = if expect { &[DEFAULT_PERMIT_ID] } else { &[] };
+        assert_eq!(v.policy_ids, ids);
+    }
+}
+
+/// A Git query's descriptor: `call` with a snapshot that found `linked` hard-linked files.
+fn with_snapshot(call: &Call, linked: u64) -> serde_json::Value {
+    let mut json = call.json();
+    json["command_boundary"]["filesystem"]["snapshot"] = serde_json::json!({
+        "kind": "git", "files": 3, "bytes": 10, "archive_bytes": 100,
+        "sha256": sha256_tagged(b"archive"), "linked_files": linked, "skipped": linked,
+    });
+    json
+}
+
+#[test]
+fn default_forbids_a_snapshot_that_found_hard_links() {
+    let set = PolicySet::builtin(&[copy_tool()]).unwrap();
+    let call = Call::copy("data/in.txt", "results/a");
+    for (linked, expect) in [(0, true), (1, false), (40, false)] {
+        let descriptor = with_snapshot(&call, linked);
+        let v = set
+            .authorize(&Request {
+                principal: "agent-1",
+                tool: &copy_tool(),
+                risk_tier: "low",
+                human_approval: false,
+                descriptor: &descriptor,
+                invocation_id: "inv-1",
+            })
+            .unwrap();
+        assert_eq!(v.allowed, expect, "linked_files={linked}: {v:?}");
+        let ids: &[&str] = if expect { &[DEFAULT_PERMIT_ID] } else { &[DEFAULT_FORBID_LINKED_ID] };
         assert_eq!(v.policy_ids, ids);
     }
 }

@@ -34,9 +34,33 @@ pub struct DefaultPolicy;
 /// Id of the built-in default policy in decisions (its `@id` in Cedar).
 pub const DEFAULT_POLICY_ID: &str = airlock_policy::DEFAULT_PERMIT_ID;
 
+/// The built-in default's forbid (`airlock.default.forbid-linked-files`):
+/// a Git snapshot that found any file with more than one hard link is
+/// refused, though those files were left out, so that someone notices
+/// (the answer would be partial). Like a Cedar `forbid`, it wins over
+/// every permit, an approval's included.
+pub(crate) fn default_forbids(d: &airlock_core::Descriptor) -> Result<(), Refusal> {
+    match &d.command_boundary.filesystem.snapshot {
+        Some(s) if s.linked_files > 0 => Err(Refusal::new(
+            ReasonCode::PolicyDenied,
+            format!(
+                "the repository holds {} file(s) with more than one hard link; they are never copied (their \
+                 content is shared with a name elsewhere) and the default policy ({}) refuses such a snapshot. \
+                 Give each file its own copy (`cp f f.new && mv f.new f`; for a `git clone --local` repository \
+                 `git repack -a -d`), or permit it with a Cedar policy (the answer is \
+                 then partial)",
+                s.linked_files,
+                airlock_policy::DEFAULT_FORBID_LINKED_ID
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 impl Authorizer for DefaultPolicy {
     fn authorize(&self, call: &PreparedCall, approved: bool) -> Result<Decision, Refusal> {
         let d = call.descriptor();
+        default_forbids(d)?;
         if approved {
             return Ok(Decision {
                 policy_ids: vec![format!("{DEFAULT_POLICY_ID}.approved")],
@@ -173,7 +197,8 @@ impl crate::Runtime {
     /// call as `spec`'s action and the policy set validated against every
     /// tool (as at start-up, so policies naming other tools still load);
     /// else the built-in default, which permits these (callers refuse
-    /// high-risk and approval-required calls first). A permit is journaled
+    /// high-risk and approval-required calls first) unless
+    /// [`default_forbids`] refuses. A permit is journaled
     /// (`InvocationAuthorized`, with the deciding policies).
     pub(crate) fn authorize_builtin(
         &self,
@@ -182,7 +207,10 @@ impl crate::Runtime {
         id: &str,
     ) -> Result<Vec<String>, Refusal> {
         let policy_ids = match &self.policy_sources {
-            None => vec![DEFAULT_POLICY_ID.to_owned()],
+            None => {
+                default_forbids(descriptor)?;
+                vec![DEFAULT_POLICY_ID.to_owned()]
+            }
             Some(sources) => {
                 let specs = crate::policy_files::tool_specs(&self.config().tools_dir);
                 let principal = self.record_principal(Some(id));

@@ -1,17 +1,25 @@
-//! Opening configured ceilings, and refusing the ones that must never be
-//! ceilings: `/proc`, `/sys`, `/dev` (or a directory holding them), the
-//! state directory (or a directory holding it or inside it) and the config
-//! file.
+//! Opening configured ceilings (and broker roots), and refusing the ones
+//! that must never be granted: `/proc`, `/sys`, `/dev` (or a directory
+//! holding them), a directory inside the state directory, and any
+//! directory whose tree holds one of airlock's control files
+//! ([`crate::control`]): the configuration, the tools directory, a policy
+//! file's directory, or the state directory where declared paths could
+//! reach it.
 //!
-//! The check is made on what was actually opened: the path the kernel
-//! reports for the open handle, so a path that is swapped between a check
-//! and the open is still judged by where it really leads.
+//! Control files are judged by identity, not by name: at start-up every
+//! directory holding a control file is collected as `(dev, ino)` by
+//! walking `..` from handles ([`airlock_hostfs::holders`]), and a ceiling
+//! is refused when its opened handle's identity is among them. A ceiling
+//! that reaches the project through another path (a bind mount, a link
+//! the operator followed) has the same identity and is refused too.
 
+use crate::control::ControlFiles;
 use airlock_core::config::PROTECTED_HOST_PATHS;
-use airlock_core::path::CONTROL_DIRS;
-use airlock_core::{Ceiling, ReasonCode, Refusal};
-use airlock_hostfs::{Dir, HostAuthority};
+use airlock_core::path::is_control_name;
+use airlock_core::{Ceiling, Config, ReasonCode, Refusal};
+use airlock_hostfs::{Ancestor, Dir, HostAuthority, PrivateDir};
 pub(crate) use rustix_path::fd_path;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 mod rustix_path {
@@ -24,65 +32,147 @@ mod rustix_path {
     }
 }
 
-/// What ceilings are checked against.
+/// What ceilings are checked against, collected once when the runtime opens.
 #[derive(Debug, Clone)]
 pub struct Protected {
-    /// The canonical state directory.
+    /// The canonical state directory (for messages and the image check).
     pub state_dir: PathBuf,
-    /// The canonical config file, if any.
-    pub config_file: Option<PathBuf>,
+    /// The state directory and every directory above it, nearest first.
+    state_ancestry: Vec<Ancestor>,
+    /// The first position in `state_ancestry` whose name is a control
+    /// directory name: from any directory above it, the path grammar
+    /// cannot reach the state directory.
+    state_hidden_at: Option<usize>,
+    /// Every directory holding a control file, with the first such file.
+    holders: HashMap<(u64, u64), usize>,
+    controls: ControlFiles,
+}
+
+impl Protected {
+    /// Collects the identities of the state directory `state` and of every
+    /// directory that holds one of `config`'s control files.
+    pub fn new(authority: &HostAuthority, config: &Config, state: &PrivateDir) -> Result<Protected, Refusal> {
+        let state_dir = fd_path(&std::os::fd::AsFd::as_fd(state.dir()))
+            .or_else(|| std::fs::canonicalize(&config.state_dir).ok())
+            .unwrap_or_else(|| config.state_dir.clone());
+        let state_ancestry = state.dir().ancestry().map_err(|e| {
+            Refusal::new(ReasonCode::ConfigStateDir, format!("{}: {}", config.state_dir.display(), e.message()))
+        })?;
+        let state_hidden_at =
+            state_ancestry.iter().position(|a| a.name.as_ref().and_then(|n| n.to_str()).is_some_and(is_control_name));
+        let controls = ControlFiles::of(config);
+        let mut holders = HashMap::new();
+        for (i, file) in controls.0.iter().enumerate() {
+            for id in airlock_hostfs::holders(authority, &file.path) {
+                holders.entry(id).or_insert(i);
+            }
+        }
+        Ok(Protected { state_dir, state_ancestry, state_hidden_at, holders, controls })
+    }
 }
 
 /// Opens `ceiling`'s host directory and checks it.
 pub fn open(authority: &HostAuthority, ceiling: &Ceiling, protected: &Protected) -> Result<Dir, Refusal> {
+    open_as("ceiling", authority, ceiling, protected)
+}
+
+/// [`open`], the messages calling it `label` (`ceiling`, `root`).
+pub fn open_as(
+    label: &str,
+    authority: &HostAuthority,
+    ceiling: &Ceiling,
+    protected: &Protected,
+) -> Result<Dir, Refusal> {
     let dir = Dir::open_ceiling(authority, &ceiling.host).map_err(|e| {
         let what = if e.code() == ReasonCode::PathSymlink { "is a symbolic link" } else { "cannot be opened" };
         Refusal::new(
             e.code(),
-            format!("ceiling {:?}: {} {what}: {}", ceiling.spec, ceiling.host.display(), e.message()),
+            format!("{label} {:?}: {} {what}: {}", ceiling.spec, ceiling.host.display(), e.message()),
         )
     })?;
     let real = fd_path(&std::os::fd::AsFd::as_fd(&dir))
         .or_else(|| std::fs::canonicalize(&ceiling.host).ok())
         .ok_or_else(|| {
-            Refusal::new(ReasonCode::ConfigCeiling, format!("ceiling {:?}: cannot tell where it leads", ceiling.spec))
+            Refusal::new(ReasonCode::ConfigCeiling, format!("{label} {:?}: cannot tell where it leads", ceiling.spec))
         })?;
-    check(&real, protected).map_err(|why| {
-        Refusal::new(ReasonCode::ConfigCeiling, format!("ceiling {:?} ({}): {why}", ceiling.spec, real.display()))
-    })?;
+    check(&dir, &real, protected)
+        .map_err(|(code, why)| Refusal::new(code, format!("{label} {:?} ({}): {why}", ceiling.spec, real.display())))?;
     Ok(dir)
 }
 
-/// Why `real` (a canonical host directory) may not be a ceiling, if it may not.
-pub fn check(real: &Path, protected: &Protected) -> Result<(), String> {
-    for p in PROTECTED_HOST_PATHS {
-        let p = Path::new(p);
-        if real.starts_with(p) || p.starts_with(real) {
-            return Err(format!("it overlaps {}, which is never a ceiling", p.display()));
-        }
+/// Refuses a forbidden ceiling or `[broker.roots]` entry at start-up, not
+/// only when a call reaches it; one that does not exist yet (or cannot be
+/// opened) is judged when it is used.
+pub fn check_at_start(authority: &HostAuthority, config: &Config, protected: &Protected) -> Result<(), Refusal> {
+    let roots = config.broker.roots.iter().map(|(name, path)| (format!("[broker.roots] {name}"), path));
+    let ceilings = config.ceilings.iter().map(|c| (format!("ceiling {:?}", c.spec), &c.host));
+    for (what, path) in ceilings.chain(roots) {
+        let Ok(dir) = Dir::open_ceiling(authority, path) else { continue };
+        let real = fd_path(&std::os::fd::AsFd::as_fd(&dir)).unwrap_or_else(|| path.clone());
+        check(&dir, &real, protected).map_err(|(code, why)| {
+            let code = match code {
+                ReasonCode::ConfigCeiling if what.starts_with('[') => ReasonCode::BrokerRootUnusable,
+                other => other,
+            };
+            Refusal::new(code, format!("{what} ({}): {why}", real.display()))
+        })?;
     }
-    let state = &protected.state_dir;
-    if real.starts_with(state) {
-        return Err(format!("it is inside the state directory {}", state.display()));
+    Ok(())
+}
+
+/// Why the opened directory `dir` (which the kernel says is `real`) may not
+/// be a ceiling, if it may not.
+pub fn check(dir: &Dir, real: &Path, protected: &Protected) -> Result<(), (ReasonCode, String)> {
+    if let Some(why) = protected_host_path(real) {
+        return Err((ReasonCode::ConfigCeiling, why));
     }
-    if let Ok(below) = state.strip_prefix(real) {
+    let state = protected.state_ancestry.first().map(|a| a.id);
+    let above = dir.ancestor_ids().map_err(|e| (ReasonCode::ConfigCeiling, e.message().to_owned()))?;
+    if above.iter().any(|id| Some(*id) == state) {
+        return Err((
+            ReasonCode::ConfigCeiling,
+            format!("it is inside the state directory {}", protected.state_dir.display()),
+        ));
+    }
+    let id = dir.dev_ino();
+    if let Some(at) = protected.state_ancestry.iter().position(|a| a.id == id) {
         // A state directory under a control-directory name (`.airlock`) is
-        // unreachable through the path grammar; any other name would be.
-        let hidden = below.components().any(|c| {
-            let c = c.as_os_str().to_string_lossy();
-            CONTROL_DIRS.iter().any(|d| d.eq_ignore_ascii_case(&c))
-        });
-        if !hidden {
-            return Err(format!(
-                "it holds the state directory {} under a name declared paths could reach (name it .airlock)",
-                state.display()
+        // unreachable through the path grammar from any directory above
+        // that name; under any other name a tool could read or write it.
+        if protected.state_hidden_at.is_none_or(|hidden| hidden >= at) {
+            return Err((
+                ReasonCode::ControlFileExposed,
+                format!(
+                    "it holds the state directory {} under a name declared paths could reach; name the state \
+                     directory .airlock, or move it out of the tree",
+                    protected.state_dir.display()
+                ),
             ));
         }
     }
-    if protected.config_file.as_deref() == Some(real) {
-        return Err("it is the configuration file".into());
+    if let Some(&i) = protected.holders.get(&id) {
+        let file = &protected.controls.0[i];
+        return Err((
+            ReasonCode::ControlFileExposed,
+            format!(
+                "its tree holds {} {}: a tool granted it could change what later calls may do; move the \
+                 configuration, tools_dir and [policy] files out of the granted tree (or point them elsewhere), or \
+                 grant a narrower directory",
+                file.what,
+                file.path.display()
+            ),
+        ));
     }
     Ok(())
+}
+
+/// `/proc`, `/sys` and `/dev` are never ceilings, nor is a directory above them.
+fn protected_host_path(real: &Path) -> Option<String> {
+    PROTECTED_HOST_PATHS
+        .iter()
+        .map(Path::new)
+        .find(|p| real.starts_with(p) || p.starts_with(real))
+        .map(|p| format!("it overlaps {}, which is never a ceiling", p.display()))
 }
 
 #[cfg(test)]
@@ -91,17 +181,60 @@ mod tests {
 
     #[test]
     fn protected_paths_are_refused_by_component() {
-        let prot = Protected { state_dir: "/srv/p/.airlock".into(), config_file: Some("/srv/p/airlock.toml".into()) };
-        for bad in
-            ["/", "/proc", "/proc/1", "/sys/fs", "/dev", "/srv/p/.airlock", "/srv/p/.airlock/x", "/srv/p/airlock.toml"]
-        {
-            assert!(check(Path::new(bad), &prot).is_err(), "{bad}");
+        for bad in ["/", "/proc", "/proc/1", "/sys/fs", "/dev"] {
+            assert!(protected_host_path(Path::new(bad)).is_some(), "{bad}");
         }
-        for good in ["/srv/p", "/srv/p/data", "/srv/p-evil", "/devices", "/srv/p/.airlock-not"] {
-            assert!(check(Path::new(good), &prot).is_ok(), "{good}");
+        for good in ["/srv/p", "/srv/p/data", "/devices", "/procfs"] {
+            assert!(protected_host_path(Path::new(good)).is_none(), "{good}");
         }
-        let named_state = Protected { state_dir: "/srv/p/state".into(), config_file: None };
-        assert!(check(Path::new("/srv/p"), &named_state).is_err());
-        assert!(check(Path::new("/srv"), &named_state).is_err());
+    }
+
+    fn protected_for(text: &str, base: &Path) -> (Config, Protected) {
+        let config = Config::parse(text, Some(&base.join("airlock.toml")), base).unwrap();
+        let authority = HostAuthority::ambient();
+        let state = PrivateDir::open_or_create(&authority, &config.state_dir).unwrap();
+        let protected = Protected::new(&authority, &config, &state).unwrap();
+        (config, protected)
+    }
+
+    fn verdict(dir: &Path, protected: &Protected) -> Option<ReasonCode> {
+        let d = Dir::open_ambient(&HostAuthority::ambient(), dir).unwrap();
+        check(&d, dir, protected).err().map(|(code, _)| code)
+    }
+
+    #[test]
+    fn control_files_are_judged_by_identity() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("p");
+        for d in ["data", "tools", "pol", "elsewhere/tools"] {
+            std::fs::create_dir_all(base.join(d)).unwrap();
+        }
+        let (_, protected) = protected_for("[policy]\nfiles = [\"pol/*.cedar\"]\n", &base);
+        assert_eq!(verdict(&base.join("data"), &protected), None);
+        for exposed in [base.clone(), base.join("tools"), base.join("pol"), tmp.path().to_path_buf()] {
+            assert_eq!(verdict(&exposed, &protected), Some(ReasonCode::ControlFileExposed), "{exposed:?}");
+        }
+        // The same directory through a symbolic link is the same identity.
+        std::os::unix::fs::symlink(&base, tmp.path().join("alias")).unwrap();
+        assert_eq!(verdict(&tmp.path().join("alias"), &protected), Some(ReasonCode::ControlFileExposed));
+        // Inside the state directory: always refused.
+        std::fs::create_dir_all(base.join(".airlock/x")).unwrap();
+        assert_eq!(verdict(&base.join(".airlock/x"), &protected), Some(ReasonCode::ConfigCeiling));
+        assert_eq!(verdict(&base.join(".airlock"), &protected), Some(ReasonCode::ConfigCeiling));
+    }
+
+    #[test]
+    fn a_state_directory_is_hidden_only_under_a_control_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let conf = tmp.path().join("conf");
+        std::fs::create_dir_all(tmp.path().join("tree/.airlock")).unwrap();
+        std::fs::create_dir_all(&conf).unwrap();
+        let tree = tmp.path().join("tree");
+        let text = format!("state_dir = {:?}\ntools_dir = \"tools\"\n", tree.join(".airlock/state"));
+        let (_, hidden) = protected_for(&text, &conf);
+        assert_eq!(verdict(&tree, &hidden), None);
+        let text = format!("state_dir = {:?}\n", tree.join("state"));
+        let (_, named) = protected_for(&text, &conf);
+        assert_eq!(verdict(&tree, &named), Some(ReasonCode::ControlFileExposed));
     }
 }

@@ -4,28 +4,33 @@
 //! 1. **Prepare**: the repository directory (`path`, relative to the
 //!    working directory, default `.`) is resolved beneath its ceiling
 //!    through handles; [`airlock_git::snapshot::take`] copies it, bounded,
-//!    into ONE private archive in the call's staging directory; the
+//!    into ONE private archive in the call's staging directory (never
+//!    entering a control directory, by name or by identity — the state
+//!    directory, `tools_dir`, the config file — and leaving hard-linked
+//!    files out, counted); the
 //!    descriptor binds the operation, the arguments and the snapshot
 //!    (files, bytes, archive size and SHA-256) at
 //!    `command_boundary.filesystem` (`reads` names the archive, `snapshot`
 //!    describes it).
 //! 2. **Authorize**: the configured Cedar policies (the query is the action
 //!    `git_status`, …, its arguments `path` and `max_count`), or the
-//!    built-in default, which permits these low-risk queries.
+//!    built-in default, which permits these low-risk queries unless the
+//!    snapshot found a hard-linked file (`snapshot.linked_files > 0`).
 //! 3. **Run**: a native worker whose only file is the archive and whose
 //!    only program is the `airlock` binary, bound read-only
 //!    ([`airlock_sandbox::NativeTier::bind_program`]) and run as the driver
 //!    ([`airlock_git::driver`]); its image holds only the library
 //!    directories the driver's loader needs, so no shell and no `git`.
-//! 4. **Answer**: the driver's JSON is the envelope's `content`. Nothing is
-//!    published. Every step is journaled like a tool call.
+//! 4. **Answer**: the driver's JSON, with what the snapshot left out
+//!    (`partial`, `partial_reasons`, `skipped`), is the envelope's
+//!    `content`. Nothing is published. Every step is journaled like a tool call.
 
 use crate::{ceilings, Runtime};
 use airlock_core::{
     CommandBoundary, Descriptor, Envelope, ErrorBody, Evidence, FilesystemBoundary, ReadGrant, ReasonCode, Refusal,
     RelPath, SnapshotBinding, Tier,
 };
-use airlock_git::{snapshot, Limits, Operation, Request, SnapshotStats};
+use airlock_git::{snapshot, ControlIds, Limits, Operation, Request, SnapshotStats};
 use airlock_hostfs::Dir;
 use airlock_journal::kind;
 use airlock_sandbox::{ImageMount, StagedInput, Tier as _, Worker as _, WorkerLimits, WorkerSpec, PROGRAM_PATH};
@@ -101,7 +106,8 @@ impl Runtime {
             files: 1,
         })?;
         let mut archive = lease.data().create_file(ARCHIVE)?;
-        let stats = snapshot::take(&repo, op.scope(), limits, &mut archive).map_err(Refusal::from)?;
+        let stats =
+            snapshot::take(&repo, op.scope(), limits, &self.control_ids(), &mut archive).map_err(Refusal::from)?;
         drop(archive);
         lease.shrink(stats.archive_bytes, 1)?;
         let prepared = self.describe(op, &path, args, stats);
@@ -191,13 +197,32 @@ impl Runtime {
             ..Envelope::ok()
         };
         Ok(match judge(&outcome) {
-            Ok(content) => Envelope { content: Some(content), ..base },
+            Ok(mut content) => {
+                prepared.stats.annotate(&mut content);
+                Envelope { content: Some(content), ..base }
+            }
             Err(r) => Envelope {
                 status: r.code.status(),
                 error: Some(ErrorBody { code: r.code, message: r.message }),
                 ..base
             },
         })
+    }
+
+    /// The identities a snapshot never enters: the state directory (from
+    /// its held handle) and every control file and directory that exists
+    /// (config file, `tools_dir`, policy directories, the default approver
+    /// key).
+    fn control_ids(&self) -> ControlIds {
+        use std::os::unix::fs::MetadataExt;
+        let mut ids = ControlIds::new();
+        ids.insert(self.state().dir().dev_ino());
+        for control in crate::control::ControlFiles::of(self.config()).0 {
+            if let Ok(m) = std::fs::symlink_metadata(&control.path) {
+                ids.insert((m.dev(), m.ino()));
+            }
+        }
+        ids
     }
 
     /// The repository directory beneath its ceiling, through handles.

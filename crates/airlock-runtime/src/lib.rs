@@ -28,6 +28,7 @@ mod attest;
 mod authorize;
 mod caller;
 mod ceilings;
+pub mod control;
 mod git_query;
 mod id;
 mod isolated;
@@ -90,29 +91,17 @@ impl Runtime {
     ) -> Result<Runtime, Refusal> {
         let resolver = Resolver::new(resolver_override.unwrap_or(config.resolver))?;
         let state = PrivateDir::open_or_create(&authority, &config.state_dir)?;
-        let state_dir = std::fs::canonicalize(&config.state_dir)
-            .map_err(|e| Refusal::new(ReasonCode::ConfigStateDir, format!("{}: {e}", config.state_dir.display())))?;
-        let config_file = config.source.as_ref().and_then(|p| std::fs::canonicalize(p).ok());
-        let protected = Protected { state_dir, config_file };
-        // Refuse a forbidden ceiling at start-up, not only when a call
-        // reaches it; a ceiling that does not exist yet is refused when used.
-        for ceiling in &config.ceilings {
-            if let Ok(real) = std::fs::canonicalize(&ceiling.host) {
-                ceilings::check(&real, &protected).map_err(|why| {
-                    Refusal::new(
-                        ReasonCode::ConfigCeiling,
-                        format!("ceiling {:?} ({}): {why}", ceiling.spec, real.display()),
-                    )
-                })?;
-            }
-        }
+        let protected = Protected::new(&authority, &config, &state)?;
+        ceilings::check_at_start(&authority, &config, &protected)?;
         check_image(&config, &protected)?;
+        approval::pinned(&config.approval.approvers)?;
         let key = airlock_journal::JournalKey::open_or_create(&state).map_err(ledger::journal_refusal)?;
         let journal = airlock_journal::Journal::open(&state, key)
             .map_err(ledger::journal_refusal)?
             .with_segment_bytes(config.journal.segment_bytes);
         let pool = airlock_staging::Pool::open(&state, config.staging)?;
-        let policy_sources = if config.policy_files.is_empty() { None } else { Some(policy_files::load(&config)?) };
+        let policy_sources =
+            if config.policy_files.is_empty() { None } else { Some(policy_files::load(&authority, &config)?) };
         let principal = config.principal.clone();
         Ok(Runtime {
             authority,

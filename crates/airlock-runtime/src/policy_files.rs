@@ -2,9 +2,9 @@
 //! against the tools in the tools directory, so that a syntax or schema
 //! error stops airlock naming the file and line.
 
-use crate::tools;
+use crate::{control, tools};
 use airlock_core::{Config, ReasonCode, Refusal};
-use std::io::Read;
+use airlock_hostfs::HostAuthority;
 use std::path::{Path, PathBuf};
 
 /// Largest policy file read.
@@ -54,17 +54,13 @@ pub fn expand(base: &Path, patterns: &[String]) -> Result<Vec<PathBuf>, Refusal>
 }
 
 /// Reads every configured policy file as `(display name, text)` and checks
-/// the set against the tools in the tools directory.
-pub fn load(config: &Config) -> Result<Vec<(String, String)>, Refusal> {
+/// the set against the tools in the tools directory. Each file is a control
+/// file: read without following a link, and refused unless it and its
+/// directory are the caller's or root's and closed to others' writes.
+pub fn load(authority: &HostAuthority, config: &Config) -> Result<Vec<(String, String)>, Refusal> {
     let mut sources = Vec::new();
     for path in expand(&config.base_dir, &config.policy_files)? {
-        let mut text = String::new();
-        std::fs::File::open(&path)
-            .and_then(|f| f.take(MAX_POLICY_BYTES + 1).read_to_string(&mut text))
-            .map_err(|e| Refusal::new(ReasonCode::PolicyInvalid, format!("{}: {e}", path.display())))?;
-        if text.len() as u64 > MAX_POLICY_BYTES {
-            return Err(Refusal::new(ReasonCode::PolicyInvalid, format!("{} is larger than 1 MiB", path.display())));
-        }
+        let text = control::read_text(authority, control::POLICY, &path, MAX_POLICY_BYTES)?;
         let name = path.strip_prefix(&config.base_dir).unwrap_or(&path).display().to_string();
         sources.push((name, text));
     }

@@ -119,6 +119,21 @@ impl PreparedCall {
         Ok(())
     }
 
+    /// A kept call that staged nothing held no room while it waited: it is
+    /// admitted to the running pool now, before its approval is used, so a
+    /// full pool (`staging.exhausted`) leaves it dispatchable later.
+    pub(crate) fn admit_if_unstaged(&mut self, pool: &airlock_staging::Pool) -> Result<(), Refusal> {
+        if self.lease.is_none() && self.staged.is_none() {
+            self.lease = Some(pool.admit(&airlock_staging::Request {
+                invocation_id: self.invocation_id().to_owned(),
+                purpose: airlock_staging::Purpose::Call,
+                bytes: 0,
+                files: 0,
+            })?);
+        }
+        Ok(())
+    }
+
     /// The manifest exactly as prepared.
     pub fn manifest(&self) -> &airlock_core::manifest::Manifest {
         &self.manifest
@@ -230,13 +245,30 @@ impl Runtime {
         // Room in the shared staging pool is reserved before a byte is
         // copied: the inputs as sized by their handles (a snapshot that
         // grows is refused), the output's bound, and a per-file overhead.
-        let mut lease = self.pool().admit(&airlock_staging::Request {
+        // A call kept for a later dispatch is charged to its principal's
+        // pending budget instead, and expires; if it stages nothing it
+        // holds no room at all until it is dispatched.
+        let principal = self.principal_of(request.principal.as_deref()).to_owned();
+        let prepared_at = airlock_staging::unix_now();
+        let expires_at = durable.then(|| prepared_at.saturating_add(self.config().approval.ttl_seconds));
+        let room = airlock_staging::Request {
             invocation_id: request.invocation_id.clone(),
             purpose: airlock_staging::Purpose::Call,
             bytes: declared_bytes.saturating_add(if plan.create.is_some() { max_file_bytes } else { 0 }),
             files: opened.len() as u64 + u64::from(plan.create.is_some()),
-        })?;
-        let inputs_dir = lease.data().create_subdir(crate::store::INPUTS_DIR).map_err(Refusal::from)?;
+        };
+        let mut lease = match expires_at {
+            None => Some(self.pool().admit(&room)?),
+            Some(_) if room.files == 0 => None,
+            Some(expires_at) => {
+                let waiting = airlock_staging::Pending { principal: principal.clone(), expires_at };
+                Some(self.pool().admit_pending(&room, &waiting, self.config().approval.max_pending)?)
+            }
+        };
+        let inputs_dir = match &lease {
+            Some(lease) => Some(lease.data().create_subdir(crate::store::INPUTS_DIR).map_err(Refusal::from)?),
+            None => None,
+        };
         let invocations = self.invocations()?;
         let pending = PendingInvocation::begin(&invocations)?;
         let mut reads = Vec::with_capacity(opened.len());
@@ -244,6 +276,8 @@ impl Runtime {
         let mut total: u64 = 0;
         for (index, input) in opened.into_iter().enumerate() {
             let name = index.to_string();
+            let inputs_dir =
+                inputs_dir.as_ref().ok_or_else(|| Refusal::new(ReasonCode::Internal, "no staging room"))?;
             let mut dest = inputs_dir.create_file(&name).map_err(Refusal::from)?;
             let info = input.file.snapshot_into(&mut dest, max_file_bytes)?;
             total += info.bytes;
@@ -280,7 +314,7 @@ impl Runtime {
         let record = PreparedRecord {
             format: crate::store::RECORD_FORMAT,
             invocation_id: request.invocation_id.clone(),
-            principal: self.principal_of(request.principal.as_deref()).to_owned(),
+            principal,
             manifest_origin: tool.origin.display().to_string(),
             descriptor_sha256: descriptor.digest(),
             descriptor,
@@ -290,16 +324,18 @@ impl Runtime {
                 .as_ref()
                 .zip(output_parent)
                 .map(|(p, parent)| RecordedOutput { path: p.as_str().to_owned(), parent }),
+            prepared_at: Some(prepared_at),
+            expires_at,
         };
         let store = pending.commit(&record, &tool.text, durable)?;
-        if durable {
+        if let (true, Some(inputs_dir), Some(lease)) = (durable, &inputs_dir, &mut lease) {
             // After the commit: a crash in between loses the snapshots of a
             // kept call (its dispatch is refused), never leaks a durable
             // reservation that no call names.
             inputs_dir.sync()?;
             lease.persist()?;
         }
-        Ok(PreparedCall { record, manifest: tool.manifest, output, store, staged: None, lease: Some(lease) })
+        Ok(PreparedCall { record, manifest: tool.manifest, output, store, staged: None, lease })
     }
 
     fn ceiling_for(&self, path: &RelPath) -> Result<(&airlock_core::Ceiling, Option<RelPath>), Refusal> {
@@ -373,9 +409,17 @@ impl Runtime {
         if manifest.sha256() != record.descriptor.manifest_sha256 {
             return Err(Refusal::new(ReasonCode::InputChanged, "the kept manifest does not match the descriptor"));
         }
-        let staged = self.pool().data_of(id)?;
-        let inputs = staged.open_subdir(crate::store::INPUTS_DIR)?;
+        // A kept call that stages nothing held no reservation while it
+        // waited. (A call run at once has no expiry and released its
+        // reservation: it is refused here, never run again.)
+        let unstaged = record.expires_at.is_some() && record.inputs.is_empty() && record.output.is_none();
+        let staged = if unstaged { None } else { Some(self.pool().data_of(id)?) };
+        let inputs = match &staged {
+            Some(staged) if !record.inputs.is_empty() => Some(staged.open_subdir(crate::store::INPUTS_DIR)?),
+            _ => None,
+        };
         for rec in &record.inputs {
+            let inputs = inputs.as_ref().ok_or_else(|| Refusal::new(ReasonCode::Internal, "no staged copies"))?;
             let mut f = inputs.open_file(&rec.snapshot)?;
             let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
             let n = std::io::copy(&mut f, &mut hasher)
@@ -405,6 +449,6 @@ impl Runtime {
                 Some(held)
             }
         };
-        Ok(PreparedCall { record, manifest, output, store, staged: Some(staged), lease: None })
+        Ok(PreparedCall { record, manifest, output, store, staged, lease: None })
     }
 }

@@ -95,15 +95,25 @@ impl Runtime {
 
     fn dispatch_journaled(&self, id: &str) -> Result<Envelope, Refusal> {
         ledger::refuse_if_unconfirmed(self.state(), self.journal())?;
+        // A denied or expired call is refused before its snapshots are read.
+        self.check_waiting(id)?;
         let mut prepared = self.load_prepared(id)?;
+        prepared.admit_if_unstaged(self.pool())?;
         let d = prepared.descriptor();
         let approved = crate::approval::needs_approval(&d.risk_tier, d.human_approval);
-        // The approval is taken first, so a dispatch refused for want of one
-        // leaves the prepared call (and its snapshots) dispatchable later.
+        // The approval is verified and taken first, so a dispatch refused for
+        // want of one leaves the prepared call (and its snapshots)
+        // dispatchable later.
         if approved {
             self.consume_approval(&prepared)?;
         }
-        prepared.mark_dispatched()?;
+        prepared.mark_dispatched().map_err(|r| {
+            if prepared.store().contains(crate::approval::DENIED) {
+                crate::approval::denied(id)
+            } else {
+                r
+            }
+        })?;
         // Dispatched once: from here the snapshots' reservation is this
         // process's, released (data first) when the call is done.
         prepared.adopt_lease(self.pool())?;
@@ -398,16 +408,23 @@ pub(crate) fn finished_envelope(prepared: &PreparedCall, policy_ids: &[String], 
     }
 }
 
-/// The answer for a call that stops after prepare until an operator
-/// approves its exact digest.
+/// The answer for a call that stops after prepare until an approver
+/// approves it. It names the call (invocation id and descriptor digest) and
+/// when it expires, and gives the caller no command to run: only an
+/// approver's key can approve it.
 fn approval_required(prepared: &PreparedCall) -> Envelope {
     let id = prepared.invocation_id();
     let digest = prepared.digest();
+    let until = prepared
+        .record()
+        .expires_at
+        .map(|at| format!("; it expires at {}", airlock_journal::format_rfc3339(at)))
+        .unwrap_or_default();
     let refusal = Refusal::new(
         ReasonCode::ApprovalRequired,
         format!(
-            "{} needs an exact-call approval: review the descriptor, then run `airlock approve {digest}` and \
-             `airlock dispatch {id}`",
+            "{} needs an exact-call approval: invocation {id} (descriptor {digest}) waits for an approver to review \
+             and approve it{until}",
             prepared.descriptor().tool
         ),
     );

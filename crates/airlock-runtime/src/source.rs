@@ -193,6 +193,8 @@ impl Runtime {
             descriptor,
             inputs: Vec::new(),
             output: None,
+            prepared_at: None,
+            expires_at: None,
         };
         let store = PendingInvocation::begin(&invocations)?.commit(&record, &tool.text, false)?;
         let digest = record.descriptor_sha256.clone();

@@ -65,6 +65,13 @@ pub struct PreparedRecord {
     pub inputs: Vec<RecordedInput>,
     /// The output, if any.
     pub output: Option<RecordedOutput>,
+    /// When it was prepared (Unix seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepared_at: Option<u64>,
+    /// For a call kept for a later dispatch: when it expires (Unix seconds,
+    /// `[approval] ttl` after it was prepared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
 }
 
 /// A prepared call being written; removed on drop unless committed.

@@ -3,7 +3,6 @@
 use airlock_core::manifest::Manifest;
 use airlock_core::{ReasonCode, Refusal};
 use airlock_hostfs::HostAuthority;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Largest manifest file read.
@@ -38,23 +37,12 @@ pub fn locate(tool: &str, tools_dir: &Path) -> Result<PathBuf, Refusal> {
     Ok(tools_dir.join(format!("{tool}.clad.toml")))
 }
 
-/// Reads and parses the manifest at `path` (at most 1 MiB, UTF-8).
-pub fn load(_authority: &HostAuthority, path: &Path) -> Result<LoadedTool, Refusal> {
-    let file = std::fs::File::open(path).map_err(|e| {
-        Refusal::new(ReasonCode::ManifestNotFound, format!("cannot open manifest {}: {e}", path.display()))
-    })?;
-    let mut bytes = Vec::new();
-    file.take(MAX_MANIFEST_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| Refusal::new(ReasonCode::ManifestInvalid, format!("reading manifest {}: {e}", path.display())))?;
-    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(Refusal::new(
-            ReasonCode::ManifestInvalid,
-            format!("manifest {} is larger than 1 MiB", path.display()),
-        ));
-    }
-    let text = String::from_utf8(bytes)
-        .map_err(|_| Refusal::new(ReasonCode::ManifestInvalid, format!("manifest {} is not UTF-8", path.display())))?;
+/// Reads and parses the manifest at `path` (at most 1 MiB, UTF-8). A
+/// manifest is a control file: read without following a link, and refused
+/// (`config.control_file_unsafe`) unless it and its directory are the
+/// caller's or root's and closed to others' writes.
+pub fn load(authority: &HostAuthority, path: &Path) -> Result<LoadedTool, Refusal> {
+    let text = crate::control::read_text(authority, crate::control::MANIFEST, path, MAX_MANIFEST_BYTES)?;
     let manifest = Manifest::parse(&text, &path.display().to_string())?;
     Ok(LoadedTool { manifest, text, origin: path.to_path_buf() })
 }

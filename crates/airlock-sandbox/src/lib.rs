@@ -31,7 +31,14 @@
 //!   namespace (whose PID 1 is non-dumpable: `/proc/1` cannot be inspected),
 //!   an empty network namespace (plus Landlock TCP rules, ABI ≥ 4), signals
 //!   and abstract sockets scoped to the sandbox (ABI ≥ 6), and a seccomp deny
-//!   list for namespace, mount, ptrace, BPF, io_uring, keyring and module calls.
+//!   list for namespace, mount, ptrace, BPF, io_uring, keyring and module calls
+//!   and calls that reach into another process. Only unix, inet and inet6
+//!   sockets open; any other family (vsock, netlink, packet, …) fails with
+//!   `EAFNOSUPPORT`.
+//! - Its `/proc` is a fresh instance with the OCI runtime spec's default
+//!   masked paths hidden and its read-only paths (`/proc/sys`, …) read-only,
+//!   plus the host's kernel command line and configuration, symbols, modules,
+//!   boot id, memory and disk statistics hidden.
 //! - `RLIMIT_FSIZE` stops any file (write, truncate, fallocate) growing past
 //!   `file_size`; `RLIMIT_NPROC`, `RLIMIT_AS`, `RLIMIT_NOFILE`, `RLIMIT_CPU`
 //!   apply as given; a delegated cgroup v2 adds `memory.max`/`pids.max`. The
@@ -49,8 +56,8 @@
 //! - It is not a defence against kernel bugs: the worker shares the host
 //!   kernel (a gVisor or microVM tier is for that).
 //! - It does not hide the image: whatever the image directories hold is
-//!   readable (and executable) by the tool. `/proc` shows host-wide kernel
-//!   information (CPU, memory, uptime) as in any container.
+//!   readable (and executable) by the tool. `/proc` still shows the CPUs,
+//!   load, uptime and kernel version, and `sysinfo(2)` the host's memory.
 //! - An unprivileged caller's supplementary groups stay attached to the
 //!   worker (unmapped, shown as `nogroup`): the kernel does not let an
 //!   unprivileged process drop them. All root callers' workers share host
@@ -73,6 +80,8 @@
 //! | only the expected mounts; no staging path visible | `mountinfo_shows_only_the_expected_mounts` |
 //! | no file beside an input, no host secret, no network | `a_file_beside_the_input_…`, `the_network_is_unreachable` |
 //! | no namespaces, mounts, ptrace; PID 1 opaque | `namespaces_mounts_and_ptrace_are_denied`, `pid_1_cannot_be_inspected` |
+//! | only unix, inet, inet6 sockets (ATTACKS 26) | `surface::attacks_26_only_unix_inet_and_inet6_sockets_open_in_the_worker` |
+//! | host details in `/proc` masked, tunables read-only (ATTACKS 27) | `surface::attacks_27_*` |
 //! | inputs immutable; output not deletable or replaceable | `the_input_cannot_be_changed…`, `the_output_cannot_be_deleted_or_replaced` |
 //! | write/truncate/fallocate past `file_size` fail; over `max_bytes` not exported | `*_past_the_file_size_limit_fails`, `an_output_over_max_bytes_is_not_exported` |
 //! | nothing written late; nothing survives | `a_detached_child_does_not_write_late`, `a_timeout_kills_everything` |
@@ -116,6 +125,7 @@ mod outcome;
 mod parent;
 mod pid1;
 mod probe;
+mod proc_masks;
 mod sealed;
 mod seccomp;
 mod spec;

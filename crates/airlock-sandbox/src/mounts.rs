@@ -2,7 +2,8 @@
 //!
 //! The root is a fresh, size-bounded tmpfs. Into it go: the image
 //! directories (bind-mounted read-only; symlinked image entries recreated
-//! as symlinks), a minimal `/etc`, a fresh `/proc`, a minimal `/dev`, a
+//! as symlinks), a minimal `/etc`, a fresh `/proc` with the host's details
+//! masked ([`crate::proc_masks`]), a minimal `/dev`, a
 //! private `/tmp`, the working directory holding *copies* of the inputs
 //! (each then bind-mounted read-only onto itself) and the empty output, and
 //! copies of the provided files under `/.airlock` (read-only binds too).
@@ -83,7 +84,7 @@ fn write_new_file(path: &str, mode: u32, content: &[u8]) -> Result<(), SandboxEr
     f.write_all(content).map_err(build_err(format!("write({path:?})")))
 }
 
-fn bind(source: &str, target: &str, recursive: bool) -> Result<(), SandboxError> {
+pub(crate) fn bind(source: &str, target: &str, recursive: bool) -> Result<(), SandboxError> {
     let (r, flags) = if recursive {
         (rustix::mount::mount_bind_recursive(source, target), "MS_BIND|MS_REC")
     } else {
@@ -106,7 +107,7 @@ fn remount_bind(target: &str, extra: MountFlags, spelled: &str) -> Result<(), Sa
 }
 
 /// Makes a host bind (and everything under it) read-only, nosuid, nodev.
-fn readonly_recursive(target: &str) -> Result<(), SandboxError> {
+pub(crate) fn readonly_recursive(target: &str) -> Result<(), SandboxError> {
     let c = CString::new(target).map_err(|_| SandboxError::InvalidSpec(format!("NUL in {target:?}")))?;
     match crate::sys::mount_setattr_readonly_recursive(&c) {
         Ok(()) => Ok(()),
@@ -136,7 +137,7 @@ fn readonly_recursive(target: &str) -> Result<(), SandboxError> {
     }
 }
 
-fn tmpfs(target: &str, flags: MountFlags, spelled: &str, options: &str) -> Result<(), SandboxError> {
+pub(crate) fn tmpfs(target: &str, flags: MountFlags, spelled: &str, options: &str) -> Result<(), SandboxError> {
     let opts = CString::new(options).map_err(|_| SandboxError::InvalidSpec("NUL in tmpfs options".into()))?;
     rustix::mount::mount("tmpfs", target, "tmpfs", flags, opts.as_c_str()).map_err(|e| SandboxError::MountTmpfs {
         target: target.into(),
@@ -257,6 +258,7 @@ pub(crate) fn build_root(
         None,
     )
     .map_err(|e| SandboxError::MountProc { target: proc_dir.clone(), errno: errno(e) })?;
+    crate::proc_masks::apply(root, &format!("{dev}/null"))?;
 
     // /tmp: private scratch.
     let tmp = at("/tmp");

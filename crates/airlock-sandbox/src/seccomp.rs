@@ -5,9 +5,13 @@
 //! and the dropped capabilities are the primary walls; this filter removes
 //! the kernel surfaces that have historically turned a confined process
 //! into an escape (namespace and mount APIs, ptrace, BPF, io_uring, keyrings,
-//! module and kexec loading). Denied calls fail with `EPERM`; `clone3` fails
-//! with `ENOSYS` so the C library falls back to `clone`, whose flags (in a
-//! register, unlike `clone3`'s struct) the filter can inspect. A call made
+//! module and kexec loading, calls that reach into another process). Denied
+//! calls fail with `EPERM`. Sockets are the one allow-list inside it:
+//! `socket(2)` and `socketpair(2)` open only the families of
+//! [`ALLOWED_SOCKET_FAMILIES`], any other fails with `EAFNOSUPPORT` (ATTACKS
+//! case 26). `clone3` fails with `ENOSYS` so the C library falls back to
+//! `clone`, whose flags (in a register, unlike `clone3`'s struct) the filter
+//! can inspect. A call made
 //! with a foreign architecture's convention kills the process (seccompiler's
 //! architecture check); x32 system calls fail with `ENOSYS`.
 #![forbid(unsafe_code)]
@@ -33,6 +37,45 @@ const CLONE_NAMESPACE_FLAGS: [(u64, &str); 8] = [
     (libc::CLONE_NEWTIME as u64, "CLONE_NEWTIME"),
 ];
 
+/// The socket address families a worker may open; every other family
+/// (vsock, netlink, packet, alg, bluetooth, key, xdp, … and numbers the
+/// kernel has not assigned yet) fails with `EAFNOSUPPORT`. The family is
+/// argument 0 of `socket(2)` and `socketpair(2)`, an `int`: the filter
+/// compares its low 32 bits, as the kernel reads it. There is no
+/// `socketcall(2)` on the supported architectures, and io_uring (whose
+/// `IORING_OP_SOCKET` would bypass this) is denied below.
+const ALLOWED_SOCKET_FAMILIES: [(u64, &str); 3] = [
+    // Local IPC between the tool's own processes: a path socket is subject to
+    // Landlock and the tree holds no host socket; abstract names live in the
+    // worker's own network namespace (and are scoped by Landlock ABI 6).
+    (libc::AF_UNIX as u64, "AF_UNIX"),
+    // IPv4: the worker's network namespace is empty (no interface is up), so
+    // a socket reaches nothing; programs open one to probe or resolve.
+    (libc::AF_INET as u64, "AF_INET"),
+    // IPv6: the same empty namespace.
+    (libc::AF_INET6 as u64, "AF_INET6"),
+];
+
+/// System calls newer than the `libc` crate's constants. Numbers from 424 on
+/// are the same on every architecture (`scripts/syscall.tbl` of the kernel;
+/// checked against `arch/x86/entry/syscalls/syscall_64.tbl`).
+mod nr {
+    /// `cachestat(2)`, Linux 6.5.
+    pub(super) const CACHESTAT: i64 = 451;
+    /// `statmount(2)`, Linux 6.8.
+    pub(super) const STATMOUNT: i64 = 457;
+    /// `listmount(2)`, Linux 6.8.
+    pub(super) const LISTMOUNT: i64 = 458;
+    /// `lsm_get_self_attr(2)`, Linux 6.8.
+    pub(super) const LSM_GET_SELF_ATTR: i64 = 459;
+    /// `lsm_set_self_attr(2)`, Linux 6.8.
+    pub(super) const LSM_SET_SELF_ATTR: i64 = 460;
+    /// `lsm_list_modules(2)`, Linux 6.8.
+    pub(super) const LSM_LIST_MODULES: i64 = 461;
+    /// `open_tree_attr(2)`, Linux 6.15.
+    pub(super) const OPEN_TREE_ATTR: i64 = 467;
+}
+
 /// `personality(0xffffffff)` only queries the persona.
 const PERSONALITY_QUERY: u64 = 0xffff_ffff;
 
@@ -45,6 +88,9 @@ const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 pub(crate) struct WorkerFilterRules {
     /// Calls (or call/argument combinations) answered with `EPERM`.
     pub eperm: BTreeMap<i64, Vec<SeccompRule>>,
+    /// Socket calls with a family outside [`ALLOWED_SOCKET_FAMILIES`],
+    /// answered with `EAFNOSUPPORT`.
+    pub eafnosupport: BTreeMap<i64, Vec<SeccompRule>>,
     /// Calls answered with `ENOSYS`.
     pub enosys: BTreeMap<i64, Vec<SeccompRule>>,
 }
@@ -52,6 +98,11 @@ pub(crate) struct WorkerFilterRules {
 fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> SeccompCondition {
     // Arguments 0..=5 are valid, so this cannot fail.
     SeccompCondition::new(arg, SeccompCmpArgLen::Qword, op, value).expect("valid seccomp condition")
+}
+
+/// A condition on the low 32 bits of an argument (an `int` parameter).
+fn cond32(arg: u8, op: SeccompCmpOp, value: u64) -> SeccompCondition {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).expect("valid seccomp condition")
 }
 
 fn rule(conds: Vec<SeccompCondition>) -> SeccompRule {
@@ -103,7 +154,27 @@ pub(crate) fn worker_filter_rules() -> WorkerFilterRules {
         libc::SYS_lookup_dcookie,    // kernel profiling path lookup
         libc::SYS_syslog,            // the kernel log
         libc::SYS_vhangup,           // hang up the terminal
+        libc::SYS_kcmp,              // compares kernel objects of two processes (leaks kernel pointer order)
+        libc::SYS_process_madvise,   // advises (e.g. pages out) another process's memory
+        libc::SYS_process_mrelease,  // reaps another (dying) process's memory
+        libc::SYS_quotactl_fd,       // disk quota control, by descriptor
+        libc::SYS_migrate_pages,     // moves another process's pages between NUMA nodes
+        libc::SYS_move_pages,        // the same, page by page
+        nr::CACHESTAT,               // page-cache residency of any readable file: a side channel
+        nr::STATMOUNT,               // mount details by id (a tool reads /proc/self/mountinfo)
+        nr::LISTMOUNT,               // mount ids, the companion of statmount
+        nr::LSM_GET_SELF_ATTR,       // the host's security-module labels
+        nr::LSM_SET_SELF_ATTR,       // change the process's security-module attributes
+        nr::LSM_LIST_MODULES,        // which security modules the host runs
+        nr::OPEN_TREE_ATTR,          // new mount API: clone a mount tree with new attributes
     ];
+    // Allowed on purpose, although recent: pidfd_getfd (it needs ptrace
+    // access to the target, so it reaches only the tool's own processes, not
+    // the non-dumpable PID 1; the airlock-fs client duplicates its own fd 3
+    // with it), landlock_* and seccomp (they only restrict the caller), mseal and map_shadow_stack (the caller's own
+    // memory), memfd_secret (private memory), {set,get,list,remove}xattrat
+    // and file_{get,set}attr (the *xattr calls and FS_IOC_FS[GS]ETXATTR
+    // with a directory descriptor), futex_* and fchmodat2.
     for nr in always {
         eperm.insert(*nr, Vec::new());
     }
@@ -131,11 +202,19 @@ pub(crate) fn worker_filter_rules() -> WorkerFilterRules {
             .collect(),
     );
 
+    // socket(2), socketpair(2): denied when the family is none of the
+    // allowed ones (one rule, its conditions AND-ed).
+    let foreign_family =
+        || rule(ALLOWED_SOCKET_FAMILIES.iter().map(|(family, _)| cond32(0, SeccompCmpOp::Ne, *family)).collect());
+    let mut eafnosupport: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    eafnosupport.insert(libc::SYS_socket, vec![foreign_family()]);
+    eafnosupport.insert(libc::SYS_socketpair, vec![foreign_family()]);
+
     let mut enosys: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     // clone3(2) passes its flags in memory the filter cannot read: make the
     // C library fall back to clone(2).
     enosys.insert(libc::SYS_clone3, Vec::new());
-    WorkerFilterRules { eperm, enosys }
+    WorkerFilterRules { eperm, eafnosupport, enosys }
 }
 
 fn target_arch() -> Result<TargetArch, SandboxError> {
@@ -151,7 +230,11 @@ pub(crate) fn compile_worker_filters() -> Result<Vec<BpfProgram>, SandboxError> 
             .map_err(|e| SandboxError::Seccomp(format!("filter: {e}")))?;
         BpfProgram::try_from(filter).map_err(|e| SandboxError::Seccomp(format!("compile: {e}")))
     };
-    let mut programs = vec![compile(rules.eperm, libc::EPERM)?, compile(rules.enosys, libc::ENOSYS)?];
+    let mut programs = vec![
+        compile(rules.eperm, libc::EPERM)?,
+        compile(rules.eafnosupport, libc::EAFNOSUPPORT)?,
+        compile(rules.enosys, libc::ENOSYS)?,
+    ];
     #[cfg(target_arch = "x86_64")]
     programs.push(x32_filter());
     Ok(programs)
@@ -246,6 +329,11 @@ mod tests {
 
     const EPERM: u32 = SECCOMP_RET_ERRNO | libc::EPERM as u32;
     const ENOSYS: u32 = SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+    const EAFNOSUPPORT: u32 = SECCOMP_RET_ERRNO | libc::EAFNOSUPPORT as u32;
+
+    /// Families the kernel has assigned (AF_MAX is 46 in Linux 6.x) and a
+    /// few it has not.
+    const FAMILIES: std::ops::Range<u64> = 0..64;
 
     #[test]
     fn rules_name_every_required_call() {
@@ -285,14 +373,55 @@ mod tests {
             libc::SYS_swapon,
             libc::SYS_swapoff,
             libc::SYS_reboot,
+            libc::SYS_open_by_handle_at,
+            libc::SYS_name_to_handle_at,
+            libc::SYS_fanotify_init,
+            libc::SYS_quotactl,
+            libc::SYS_lookup_dcookie,
+            libc::SYS_kcmp,
+            libc::SYS_process_madvise,
+            libc::SYS_process_mrelease,
+            libc::SYS_quotactl_fd,
+            libc::SYS_migrate_pages,
+            libc::SYS_move_pages,
+            nr::CACHESTAT,
+            nr::STATMOUNT,
+            nr::LISTMOUNT,
+            nr::LSM_GET_SELF_ATTR,
+            nr::LSM_SET_SELF_ATTR,
+            nr::LSM_LIST_MODULES,
+            nr::OPEN_TREE_ATTR,
         ] {
             assert_eq!(r.eperm.get(&nr).map(Vec::len), Some(0), "syscall {nr} must be denied unconditionally");
         }
         assert_eq!(r.eperm[&libc::SYS_clone].len(), CLONE_NAMESPACE_FLAGS.len());
         assert_eq!(r.eperm[&libc::SYS_personality].len(), 1);
         assert!(r.enosys.contains_key(&libc::SYS_clone3));
-        for nr in [libc::SYS_read, libc::SYS_write, libc::SYS_execve, libc::SYS_openat, libc::SYS_exit_group] {
-            assert!(!r.eperm.contains_key(&nr) && !r.enosys.contains_key(&nr));
+        assert_eq!(r.eafnosupport.keys().copied().collect::<Vec<_>>(), [libc::SYS_socket, libc::SYS_socketpair]);
+        for rules in r.eafnosupport.values() {
+            assert_eq!(rules.len(), 1, "one rule: the family is none of the allowed ones");
+        }
+        let allowed_new: [i64; 13] = [
+            libc::SYS_pidfd_getfd, // the airlock-fs client takes its own fd 3 with it
+            libc::SYS_landlock_create_ruleset,
+            libc::SYS_landlock_add_rule,
+            libc::SYS_landlock_restrict_self,
+            libc::SYS_seccomp,
+            libc::SYS_mseal,
+            libc::SYS_memfd_secret,
+            libc::SYS_fchmodat2,
+            libc::SYS_futex_waitv,
+            463, // setxattrat
+            464, // getxattrat
+            468, // file_getattr
+            469, // file_setattr
+        ];
+        let common = [libc::SYS_read, libc::SYS_write, libc::SYS_execve, libc::SYS_openat, libc::SYS_exit_group];
+        for nr in common.into_iter().chain(allowed_new) {
+            assert!(
+                !r.eperm.contains_key(&nr) && !r.enosys.contains_key(&nr) && !r.eafnosupport.contains_key(&nr),
+                "syscall {nr} must stay allowed"
+            );
         }
     }
 
@@ -301,6 +430,7 @@ mod tests {
         let (a, b) = (worker_filter_rules(), worker_filter_rules());
         assert_eq!(a.eperm, b.eperm);
         assert_eq!(a.enosys, b.enosys);
+        assert_eq!(a.eafnosupport, b.eafnosupport);
     }
 
     #[test]
@@ -332,6 +462,73 @@ mod tests {
         for (flag, name) in CLONE_NAMESPACE_FLAGS {
             assert_eq!(verdict(libc::SYS_clone, [fork_flags | flag, 0, 0, 0, 0, 0]), EPERM, "{name}");
         }
+    }
+
+    /// ATTACKS case 26: only unix, inet and inet6 sockets open.
+    #[test]
+    fn socket_families_outside_the_allow_list_get_eafnosupport() {
+        let allowed: Vec<u64> = ALLOWED_SOCKET_FAMILIES.iter().map(|(f, _)| *f).collect();
+        assert_eq!(allowed, [libc::AF_UNIX as u64, libc::AF_INET as u64, libc::AF_INET6 as u64]);
+        for call in [libc::SYS_socket, libc::SYS_socketpair] {
+            for family in FAMILIES {
+                let want = if allowed.contains(&family) { SECCOMP_RET_ALLOW } else { EAFNOSUPPORT };
+                let args = [family, libc::SOCK_STREAM as u64, 0, 0, 0, 0];
+                assert_eq!(verdict(call, args), want, "syscall {call}, family {family}");
+            }
+            for family in [
+                libc::AF_VSOCK,
+                libc::AF_NETLINK,
+                libc::AF_PACKET,
+                libc::AF_ALG,
+                libc::AF_BLUETOOTH,
+                libc::AF_KEY,
+                libc::AF_XDP,
+                libc::AF_TIPC,
+                libc::AF_RDS,
+                libc::AF_CAN,
+            ] {
+                assert_eq!(verdict(call, [family as u64, 0, 0, 0, 0, 0]), EAFNOSUPPORT, "family {family}");
+            }
+            assert_eq!(verdict(call, [u32::MAX as u64, 0, 0, 0, 0, 0]), EAFNOSUPPORT);
+        }
+    }
+
+    /// The kernel reads the family as an `int`: bits above 31 neither open
+    /// a denied family nor close an allowed one.
+    #[test]
+    fn socket_family_is_compared_on_its_low_32_bits() {
+        let high = 0xdead_beef_0000_0000u64;
+        assert_eq!(verdict(libc::SYS_socket, [high | libc::AF_VSOCK as u64, 1, 0, 0, 0, 0]), EAFNOSUPPORT);
+        assert_eq!(verdict(libc::SYS_socket, [high | libc::AF_NETLINK as u64, 3, 0, 0, 0, 0]), EAFNOSUPPORT);
+        assert_eq!(verdict(libc::SYS_socket, [high | libc::AF_UNIX as u64, 1, 0, 0, 0, 0]), SECCOMP_RET_ALLOW);
+        assert_eq!(verdict(libc::SYS_socketpair, [high | libc::AF_INET as u64, 1, 0, 0, 0, 0]), SECCOMP_RET_ALLOW);
+    }
+
+    #[test]
+    fn socket_rules_touch_no_other_call() {
+        for nr in [libc::SYS_connect, libc::SYS_bind, libc::SYS_sendto, libc::SYS_accept4] {
+            assert_eq!(verdict(nr, [libc::AF_VSOCK as u64, 0, 0, 0, 0, 0]), SECCOMP_RET_ALLOW, "syscall {nr}");
+        }
+    }
+
+    #[test]
+    fn recent_calls_are_denied_by_number() {
+        for nr in [
+            nr::OPEN_TREE_ATTR,
+            nr::STATMOUNT,
+            nr::LISTMOUNT,
+            nr::LSM_SET_SELF_ATTR,
+            nr::CACHESTAT,
+            libc::SYS_mount_setattr,
+            libc::SYS_fsconfig,
+            libc::SYS_move_mount,
+            libc::SYS_process_madvise,
+            libc::SYS_kcmp,
+        ] {
+            assert_eq!(verdict(nr, [0; 6]), EPERM, "syscall {nr}");
+        }
+        assert_eq!(verdict(libc::SYS_mseal, [0; 6]), SECCOMP_RET_ALLOW);
+        assert_eq!(verdict(libc::SYS_landlock_create_ruleset, [0; 6]), SECCOMP_RET_ALLOW);
     }
 
     #[test]

@@ -15,7 +15,9 @@
 //! a symlink is unlinked, not entered (the CVE-2022-21658 class), and then
 //! the reservation. A prepared call that waits for approval keeps a
 //! *durable* reservation ([`Lease::persist`]) that its dispatch takes over
-//! ([`Pool::adopt`]).
+//! ([`Pool::adopt`]). Such a call is admitted with [`Pool::admit_pending`]:
+//! charged to a budget of its own (per principal, and in bytes), never to
+//! the running pool, and reaped once it expires.
 //!
 //! ```no_run
 //! use airlock_core::StagingLimits;
@@ -36,5 +38,5 @@ mod pool;
 mod record;
 
 pub use identity::ProcessIdentity;
-pub use pool::{GcReport, Lease, Pool, PoolStatus, ReservationStatus, POOL_DIR};
-pub use record::{Purpose, Request, Reservation, PER_FILE_OVERHEAD};
+pub use pool::{GcReport, Lease, Pool, PoolStatus, ReservationStatus, MAX_PENDING_TOTAL, POOL_DIR};
+pub use record::{unix_now, Pending, Purpose, Request, Reservation, PER_FILE_OVERHEAD};

@@ -2,7 +2,7 @@
 //! the pool lock.
 
 use crate::lock::{Held, PoolLock};
-use crate::record::{Request, Reservation, MAX_RECORD_BYTES};
+use crate::record::{unix_now, Pending, Request, Reservation, MAX_RECORD_BYTES};
 use crate::ProcessIdentity;
 use airlock_core::{ReasonCode, Refusal, StagingLimits};
 use airlock_hostfs::PrivateDir;
@@ -16,6 +16,8 @@ pub const POOL_DIR: &str = "staging";
 const LEASES_DIR: &str = "leases";
 /// One private data directory per reservation, same name.
 const DATA_DIR: &str = "data";
+/// Most pending reservations (of all principals together).
+pub const MAX_PENDING_TOTAL: u64 = 512;
 
 /// The shared staging pool of one state directory. Cloning is cheap and
 /// shares the handles and the lock.
@@ -60,10 +62,15 @@ pub struct PoolStatus {
     pub max_snapshots: u32,
     /// Configured bytes.
     pub max_bytes: u64,
-    /// Reservations held now.
+    /// Reservations of running calls held now (counted against `max_snapshots`).
     pub reserved_snapshots: u32,
-    /// Bytes charged now.
+    /// Bytes charged to running calls now (counted against `max_bytes`).
     pub reserved_bytes: u64,
+    /// Reservations of prepared calls waiting for dispatch (their own budget,
+    /// see [`Pool::admit_pending`]).
+    pub pending_reservations: u32,
+    /// Bytes charged to waiting calls (at most `max_bytes`, apart from the running pool).
+    pub pending_bytes: u64,
     /// Each reservation.
     pub reservations: Vec<ReservationStatus>,
     /// Names of data directories or records that belong to no reservation
@@ -81,6 +88,9 @@ pub struct ReservationStatus {
     pub live: bool,
     /// Whether it is kept by a prepared call waiting for dispatch.
     pub durable: bool,
+    /// Whether it is a waiting call past its expiry (the next admission or
+    /// gc removes it).
+    pub expired: bool,
 }
 
 /// What a reaping pass did.
@@ -119,30 +129,90 @@ impl Pool {
     /// Reserves room for `request` before anything is copied: reaps what
     /// dead holders left, then admits the request if the pool has a free
     /// reservation and enough bytes, else refuses with `staging.exhausted`.
+    /// Pending reservations ([`Pool::admit_pending`]) are not counted.
     pub fn admit(&self, request: &Request) -> Result<Lease, Refusal> {
+        self.admit_inner(request, None)
+    }
+
+    /// Reserves room for a prepared call kept for a later dispatch (one
+    /// that waits for an approval, or `airlock prepare`). It is charged to
+    /// the pending budget, apart from the running pool, so a flood of calls
+    /// waiting for approval never refuses a call that runs now: at most
+    /// `max_per_principal` pending reservations of `pending.principal`, at
+    /// most [`MAX_PENDING_TOTAL`] in all, and at most `[staging] max_bytes`
+    /// bytes in all (so the pool's directory holds at most twice
+    /// `max_bytes`). Over any of these: `approval.quota` (exit 75), nothing
+    /// copied. The reservation expires at `pending.expires_at`: then the
+    /// next admission or [`Pool::gc`] removes it.
+    pub fn admit_pending(
+        &self,
+        request: &Request,
+        pending: &Pending,
+        max_per_principal: u32,
+    ) -> Result<Lease, Refusal> {
+        self.admit_inner(request, Some((pending, max_per_principal)))
+    }
+
+    fn admit_inner(&self, request: &Request, pending: Option<(&Pending, u32)>) -> Result<Lease, Refusal> {
         let me = self.0.me;
         let held = self.0.lock.hold()?;
         self.reap_locked(&held);
-        let live = self.read_all(&held);
-        let count = live.iter().filter_map(|(_, r)| r.as_ref()).count() as u64;
-        let bytes: u64 = live.iter().filter_map(|(_, r)| r.as_ref()).map(|r| r.charged).fold(0, u64::saturating_add);
+        let live: Vec<Reservation> = self.read_all(&held).into_iter().filter_map(|(_, r)| r).collect();
         let charge = request.charge();
         let limits = self.0.limits;
-        if count >= u64::from(limits.max_snapshots) {
-            return Err(Refusal::new(
-                ReasonCode::StagingExhausted,
-                format!("the staging pool holds {count} of {} reservations; retry later", limits.max_snapshots),
-            ));
-        }
-        if bytes.saturating_add(charge) > limits.max_bytes {
-            return Err(Refusal::new(
-                ReasonCode::StagingExhausted,
-                format!(
-                    "the staging pool has {} of {} bytes free and this call needs {charge}; retry later",
-                    limits.max_bytes.saturating_sub(bytes),
-                    limits.max_bytes
-                ),
-            ));
+        match pending {
+            None => {
+                let running: Vec<&Reservation> = live.iter().filter(|r| r.pending.is_none()).collect();
+                let count = running.len() as u64;
+                let bytes = running.iter().map(|r| r.charged).fold(0, u64::saturating_add);
+                if count >= u64::from(limits.max_snapshots) {
+                    return Err(Refusal::new(
+                        ReasonCode::StagingExhausted,
+                        format!("the staging pool holds {count} of {} reservations; retry later", limits.max_snapshots),
+                    ));
+                }
+                if bytes.saturating_add(charge) > limits.max_bytes {
+                    return Err(Refusal::new(
+                        ReasonCode::StagingExhausted,
+                        format!(
+                            "the staging pool has {} of {} bytes free and this call needs {charge}; retry later",
+                            limits.max_bytes.saturating_sub(bytes),
+                            limits.max_bytes
+                        ),
+                    ));
+                }
+            }
+            Some((terms, max_per_principal)) => {
+                let waiting: Vec<&Reservation> = live.iter().filter(|r| r.pending.is_some()).collect();
+                let mine =
+                    waiting.iter().filter(|r| r.pending.as_ref().is_some_and(|p| p.principal == terms.principal));
+                let mine = mine.count() as u64;
+                let bytes = waiting.iter().map(|r| r.charged).fold(0, u64::saturating_add);
+                let quota = |why: String| {
+                    Refusal::new(
+                        ReasonCode::ApprovalQuota,
+                        format!(
+                            "{why}; nothing was copied. Retry once an approver has settled a waiting call or it has \
+                             expired"
+                        ),
+                    )
+                };
+                if mine >= u64::from(max_per_principal) {
+                    return Err(quota(format!(
+                        "principal {:?} already has {mine} calls waiting ([approval] max_pending = {max_per_principal})",
+                        terms.principal
+                    )));
+                }
+                if waiting.len() as u64 >= MAX_PENDING_TOTAL {
+                    return Err(quota(format!("{MAX_PENDING_TOTAL} calls of all principals are waiting")));
+                }
+                if bytes.saturating_add(charge) > limits.max_bytes {
+                    return Err(quota(format!(
+                        "waiting calls hold {bytes} of {} bytes and this call needs {charge}",
+                        limits.max_bytes
+                    )));
+                }
+            }
         }
         let id = &request.invocation_id;
         let record = Reservation {
@@ -152,6 +222,7 @@ impl Pool {
             files: request.files,
             charged: charge,
             owner: Some(me),
+            pending: pending.map(|(p, _)| p.clone()),
         };
         // Not synced: after a host crash every owner is dead, and a lost
         // record only leaves data that the next pass removes as an orphan.
@@ -191,7 +262,10 @@ impl Pool {
         let data = self.0.data.open_subdir(invocation_id).map_err(|e| {
             Refusal::new(ReasonCode::StagingNotReserved, format!("the staged copies of {invocation_id:?}: {e}"))
         })?;
+        // From now on it is a running call's: charged to the running pool
+        // (even when that is full: it was already counted as pending).
         record.owner = Some(me);
+        record.pending = None;
         self.0.leases.replace_file(invocation_id, &record.to_bytes())?;
         Ok(Lease {
             pool: self.clone(),
@@ -231,8 +305,9 @@ impl Pool {
         Ok(record.charged)
     }
 
-    /// Removes every reservation whose holder is dead (data first, then the
-    /// record) and every orphaned entry. Durable reservations stay.
+    /// Removes every reservation whose holder is dead or whose pending call
+    /// has expired (data first, then the record) and every orphaned entry.
+    /// Other durable reservations stay.
     pub fn gc(&self) -> Result<GcReport, Refusal> {
         let held = self.0.lock.hold()?;
         Ok(self.reap_locked(&held))
@@ -241,6 +316,7 @@ impl Pool {
     /// The pool's size and reservations, without changing anything.
     pub fn status(&self) -> Result<PoolStatus, Refusal> {
         let held = self.0.lock.hold()?;
+        let now = unix_now();
         let mut reservations = Vec::new();
         let mut orphans = Vec::new();
         for (name, record) in self.read_all(&held) {
@@ -248,6 +324,7 @@ impl Pool {
                 Some(r) => reservations.push(ReservationStatus {
                     live: r.owner.is_none_or(|o| o.alive()),
                     durable: r.owner.is_none(),
+                    expired: r.owner.is_none() && r.stale(now),
                     reservation: r,
                 }),
                 None => orphans.push(format!("{LEASES_DIR}/{name}")),
@@ -259,11 +336,18 @@ impl Pool {
             }
         }
         let limits = self.0.limits;
+        let sum = |pending: bool| {
+            let of = reservations.iter().filter(|r| r.reservation.pending.is_some() == pending);
+            (of.clone().count() as u32, of.map(|r| r.reservation.charged).fold(0, u64::saturating_add))
+        };
+        let ((reserved_snapshots, reserved_bytes), (pending_reservations, pending_bytes)) = (sum(false), sum(true));
         Ok(PoolStatus {
             max_snapshots: limits.max_snapshots,
             max_bytes: limits.max_bytes,
-            reserved_snapshots: reservations.len() as u32,
-            reserved_bytes: reservations.iter().map(|r| r.reservation.charged).fold(0, u64::saturating_add),
+            reserved_snapshots,
+            reserved_bytes,
+            pending_reservations,
+            pending_bytes,
             reservations,
             orphans,
         })
@@ -323,11 +407,12 @@ impl Pool {
 
     fn reap_locked(&self, held: &Held<'_>) -> GcReport {
         let mut report = GcReport::default();
+        let now = unix_now();
         let mut kept_names = Vec::new();
         for (name, record) in self.read_all(held) {
             let stale = match &record {
                 None => true,
-                Some(r) => r.stale(),
+                Some(r) => r.stale(now),
             };
             if !stale {
                 kept_names.push(name);

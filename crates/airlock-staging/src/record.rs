@@ -58,6 +58,34 @@ pub struct Reservation {
     /// The process holding it; `None` for a durable reservation kept by a
     /// prepared call that waits for dispatch.
     pub owner: Option<ProcessIdentity>,
+    /// Set for a prepared call kept for a later dispatch: it is charged to
+    /// the pending budget (per principal), not to the running pool, and
+    /// expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<Pending>,
+}
+
+/// Whose a pending reservation is and until when it is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pending {
+    /// The principal that made the call (quotas are per principal).
+    pub principal: String,
+    /// Unix seconds after which the call may no longer be dispatched and
+    /// its reservation is reaped.
+    pub expires_at: u64,
+}
+
+impl Pending {
+    /// Whether `now` (Unix seconds) is at or past the expiry.
+    pub fn expired_at(&self, now: u64) -> bool {
+        now >= self.expires_at
+    }
+}
+
+/// Now, in Unix seconds (a clock before 1970 reads as 0).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 impl Reservation {
@@ -70,9 +98,12 @@ impl Reservation {
             .map_err(|e| Refusal::new(ReasonCode::Internal, format!("unreadable staging reservation: {e}")))
     }
 
-    /// Whether its holder is gone: an owner that is no longer alive. A
-    /// durable reservation is never stale by itself.
-    pub fn stale(&self) -> bool {
-        self.owner.is_some_and(|o| !o.alive())
+    /// Whether it may be reaped at `now`: an owner that is no longer alive,
+    /// or a durable reservation of a pending call past its expiry.
+    pub fn stale(&self, now: u64) -> bool {
+        match self.owner {
+            Some(o) => !o.alive(),
+            None => self.pending.as_ref().is_some_and(|p| p.expired_at(now)),
+        }
     }
 }

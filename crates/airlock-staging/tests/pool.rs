@@ -4,7 +4,7 @@
 
 use airlock_core::{ReasonCode, StagingLimits};
 use airlock_hostfs::{HostAuthority, PrivateDir};
-use airlock_staging::{Pool, ProcessIdentity, Purpose, Request, Reservation, PER_FILE_OVERHEAD};
+use airlock_staging::{unix_now, Pending, Pool, ProcessIdentity, Purpose, Request, Reservation, PER_FILE_OVERHEAD};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -59,6 +59,7 @@ fn leave_dead_reservation(f: &Fixture, id: &str) {
         files: 2,
         charged: 10 + 2 * PER_FILE_OVERHEAD,
         owner: Some(dead_identity()),
+        pending: None,
     };
     std::fs::write(f.path(&format!("state/staging/leases/{id}")), serde_json::to_vec(&record).unwrap()).unwrap();
     std::fs::create_dir_all(f.path(&format!("state/staging/data/{id}/inputs"))).unwrap();
@@ -136,6 +137,77 @@ fn a_durable_reservation_survives_its_process_and_gc_until_adopted() {
     assert_eq!(pool.adopt("prep").unwrap_err().code, ReasonCode::StagingBusy);
     adopted.release().unwrap();
     assert_eq!(pool.status().unwrap().reserved_snapshots, 0);
+}
+
+fn waiting(principal: &str, expires_at: u64) -> Pending {
+    Pending { principal: principal.into(), expires_at }
+}
+
+/// A flood of waiting calls fills its own budget (per principal, then in
+/// bytes), never the running pool; a call that runs now is still admitted.
+#[test]
+fn pending_reservations_have_their_own_per_principal_budget_apart_from_the_running_pool() {
+    let f = Fixture::new();
+    let pool = f.pool(2, 10 * PER_FILE_OVERHEAD);
+    let later = unix_now() + 3600;
+    for i in 0..3 {
+        let mut lease = pool.admit_pending(&request(&format!("a-{i}"), 0, 1), &waiting("agent-a", later), 3).unwrap();
+        lease.persist().unwrap();
+    }
+    let err = pool.admit_pending(&request("a-3", 0, 1), &waiting("agent-a", later), 3).unwrap_err();
+    assert_eq!((err.code, err.code.exit_code()), (ReasonCode::ApprovalQuota, 75));
+    assert!(err.message.contains("agent-a") && err.message.contains("max_pending = 3"), "{}", err.message);
+    assert!(!f.path("state/staging/data/a-3").exists() && !f.path("state/staging/leases/a-3").exists());
+    // Another principal has its own count; the bytes of all waiting calls are bounded.
+    let b = pool.admit_pending(&request("b-0", 0, 1), &waiting("agent-b", later), 3).unwrap();
+    let err = pool.admit_pending(&request("b-1", 6 * PER_FILE_OVERHEAD, 1), &waiting("agent-b", later), 3);
+    assert_eq!(err.unwrap_err().code, ReasonCode::ApprovalQuota);
+    // The running pool (2 reservations) is untouched by the four waiting ones.
+    let status = pool.status().unwrap();
+    assert_eq!((status.reserved_snapshots, status.reserved_bytes), (0, 0));
+    assert_eq!((status.pending_reservations, status.pending_bytes), (4, 4 * PER_FILE_OVERHEAD));
+    let r1 = pool.admit(&request("run-1", 0, 1)).unwrap();
+    let r2 = pool.admit(&request("run-2", 0, 1)).unwrap();
+    assert_eq!(pool.admit(&request("run-3", 0, 1)).unwrap_err().code, ReasonCode::StagingExhausted);
+    drop((r1, r2, b));
+    // Dispatch moves a waiting call into the running pool.
+    let adopted = pool.adopt("a-0").unwrap();
+    let status = pool.status().unwrap();
+    assert_eq!((status.reserved_snapshots, status.pending_reservations), (1, 2));
+    adopted.release().unwrap();
+    // Now agent-a has room for one more.
+    pool.admit_pending(&request("a-3", 0, 1), &waiting("agent-a", later), 3).unwrap();
+}
+
+#[test]
+fn an_expired_pending_reservation_is_reaped_by_gc_and_by_the_next_admission() {
+    let f = Fixture::new();
+    let pool = f.pool(4, 1 << 20);
+    let past = unix_now().saturating_sub(1);
+    let mut fresh = pool.admit_pending(&request("fresh", 10, 1), &waiting("p", unix_now() + 3600), 8).unwrap();
+    fresh.persist().unwrap();
+    let mut old = Vec::new();
+    for id in ["old-1", "old-2"] {
+        // Held by this process while it copies: not reaped yet.
+        let lease = pool.admit_pending(&request(id, 10, 1), &waiting("p", past), 8).unwrap();
+        lease.data().write_new_file("snapshot", b"kept").unwrap();
+        old.push(lease);
+    }
+    for lease in &mut old {
+        lease.persist().unwrap();
+    }
+    let status = pool.status().unwrap();
+    assert_eq!(status.reservations.iter().filter(|r| r.expired).count(), 2);
+    let gc = pool.gc().unwrap();
+    let mut released = gc.released.clone();
+    released.sort();
+    assert_eq!(released, vec!["old-1".to_owned(), "old-2".to_owned()]);
+    assert_eq!(names(&f.path("state/staging/data")), vec!["fresh".to_owned()]);
+    // The next admission reaps too.
+    let mut again = pool.admit_pending(&request("old-3", 10, 1), &waiting("p", past), 8).unwrap();
+    again.persist().unwrap();
+    drop(pool.admit(&request("run", 0, 0)).unwrap());
+    assert_eq!(names(&f.path("state/staging/leases")), vec!["fresh".to_owned()]);
 }
 
 #[test]

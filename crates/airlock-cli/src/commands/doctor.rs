@@ -16,6 +16,35 @@ fn on_path(program: &str) -> Option<String> {
         .map(|p| p.display().to_string())
 }
 
+/// Approvers and their keys: warns when none is pinned, and when an
+/// approver key at the default place is readable by the user running this
+/// (who, running `airlock doctor` where calls run, is the user an agent's
+/// calls run as: such an agent could sign its own approvals).
+fn approval_report(config: &Config) -> Value {
+    let mut warnings = Vec::new();
+    let pinned = config.approval.approvers.len();
+    if pinned == 0 {
+        warnings.push(
+            "no [[approval.approvers]] is configured: calls that need an approval can never be approved".to_owned(),
+        );
+    }
+    if let Some(key) = airlock_runtime::approval::default_key_path() {
+        if std::fs::File::open(&key).is_ok() {
+            warnings.push(format!(
+                "the approver key {} is readable by the user running airlock here, so an agent whose calls run as \
+                 this user can approve its own calls; keep approver keys under another user's account (or where \
+                 the agent does not run)",
+                key.display()
+            ));
+        }
+    }
+    for w in &warnings {
+        eprintln!("airlock: warning: {w}");
+    }
+    json!({ "ok": warnings.is_empty(), "approvers": pinned, "ttl_seconds": config.approval.ttl_seconds,
+            "max_pending": config.approval.max_pending, "warnings": warnings })
+}
+
 /// Probes the host; the status is `error` (`sandbox.unavailable`, exit 78)
 /// when the configured tier cannot run here.
 pub fn run(config: &Config) -> Envelope {
@@ -59,6 +88,7 @@ pub fn run(config: &Config) -> Envelope {
             "microvm": not_built("qemu-system-x86_64"),
         },
         "isolated": airlock_runtime::isolated_helper_report(config),
+        "approval": approval_report(config),
         "configured_tier": config.tier,
     });
     let envelope = Envelope { content: Some(content), ..Envelope::ok() };

@@ -2,6 +2,7 @@
 
 use airlock_core::{Envelope, ReasonCode, Refusal};
 use airlock_hostfs::{HostAuthority, PrivateDir};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 
 const CONFIG: &str = r#"# airlock configuration. Relative paths are taken from this file's directory.
@@ -32,7 +33,10 @@ pub fn run(config: Option<&Path>) -> Result<Envelope, Refusal> {
     let mut kept = Vec::new();
     let mut put = |path: &Path, text: &str| -> Result<(), Refusal> {
         use std::io::Write;
-        match std::fs::OpenOptions::new().write(true).create_new(true).open(path) {
+        use std::os::unix::fs::OpenOptionsExt;
+        // Control files are refused when others may write them, so their
+        // modes do not depend on the umask (0644 files, 0755 directories).
+        match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(path) {
             Ok(mut f) => {
                 f.write_all(text.as_bytes()).map_err(|e| fail(path, e))?;
                 created.push(path.display().to_string());
@@ -43,7 +47,11 @@ pub fn run(config: Option<&Path>) -> Result<Envelope, Refusal> {
         Ok(())
     };
     for dir in ["data", "results", "tools"] {
-        std::fs::create_dir_all(base.join(dir)).map_err(|e| fail(&base.join(dir), e))?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(base.join(dir))
+            .map_err(|e| fail(&base.join(dir), e))?;
     }
     put(&config_path, CONFIG)?;
     put(&base.join("tools/wordcount.clad.toml"), TOOL)?;

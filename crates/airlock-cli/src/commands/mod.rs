@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+mod approvals;
 mod doctor;
 mod init;
 mod isolated;
@@ -41,6 +42,9 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
     if let Command::Doctor = cli.command {
         return Ok(doctor::run(&config).into());
     }
+    if let Command::Approver(crate::cli::ApproverCommand::Init { key, id }) = &cli.command {
+        return approvals::init(&config, key.as_deref(), id.as_deref()).map(Answer::from);
+    }
     if let Command::Journal(crate::cli::JournalCommand::Verify { public_key, journal }) = &cli.command {
         return journal::verify(&config, public_key.as_deref(), journal.as_deref()).map(Answer::from);
     }
@@ -68,12 +72,15 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
             });
             envelope.into()
         }
-        Command::Mcp { http } => {
+        Command::Mcp { http, token_file, unix } => {
             runtime.set_init_program(this_executable()?, true);
-            mcp::run(runtime, http)?;
+            mcp::run(runtime, mcp::Front::choose(http, token_file, unix)?)?;
             Answer::Text(String::new())
         }
-        Command::Approve { digest } => Envelope { content: Some(runtime.approve(&digest)?), ..Envelope::ok() }.into(),
+        Command::Approve { digest, key, invocation } => {
+            approvals::approve(&runtime, &digest, key.as_deref(), invocation.as_deref())?.into()
+        }
+        Command::Approvals(cmd) => approvals::run(&runtime, cmd)?,
         Command::Prepare(call) => prepare::run(&runtime, call)?.into(),
         Command::Query(args) => {
             runtime.set_init_program(this_executable()?, true);
@@ -100,7 +107,9 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
             journal::inspection(runtime.recover(&id, discard)?).into()
         }
         Command::Attest { id } => journal::attest(&runtime, &id)?,
-        Command::Init | Command::Doctor | Command::Policy(_) => unreachable!("handled above"),
+        Command::Init | Command::Doctor | Command::Policy(_) | Command::Approver(_) => {
+            unreachable!("handled above")
+        }
     };
     Ok(answer)
 }

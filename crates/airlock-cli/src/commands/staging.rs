@@ -29,8 +29,14 @@ fn to_json(value: serde_json::Result<serde_json::Value>) -> serde_json::Value {
 /// The status for people: totals, then one line a reservation.
 fn table(status: &PoolStatus) -> String {
     let mut out = format!(
-        "staging pool: {} of {} reservations, {} of {} bytes reserved\n",
-        status.reserved_snapshots, status.max_snapshots, status.reserved_bytes, status.max_bytes
+        "staging pool: {} of {} reservations, {} of {} bytes reserved; {} waiting for dispatch ({} of {} bytes)\n",
+        status.reserved_snapshots,
+        status.max_snapshots,
+        status.reserved_bytes,
+        status.max_bytes,
+        status.pending_reservations,
+        status.pending_bytes,
+        status.max_bytes
     );
     if !status.reservations.is_empty() {
         let _ = writeln!(out, "{:<40} {:<12} {:>12} {:>6}  holder", "invocation", "purpose", "bytes", "files");
@@ -38,6 +44,7 @@ fn table(status: &PoolStatus) -> String {
     for r in &status.reservations {
         let res = &r.reservation;
         let holder = match res.owner {
+            None if r.expired => "durable, expired (the next admission or `airlock staging gc` reaps it)".to_owned(),
             None => "durable (prepared, waiting for dispatch)".to_owned(),
             Some(o) if r.live => format!("pid {} (live)", o.pid),
             Some(o) => format!("pid {} (gone: `airlock staging gc` reaps it)", o.pid),

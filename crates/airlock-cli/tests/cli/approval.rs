@@ -1,10 +1,18 @@
 //! Exact-call approval: a high-risk call stops after prepare; an approval
-//! binds one descriptor digest; dispatch runs the snapshot once.
+//! (signed by a pinned approver, see approvers.rs) binds one descriptor
+//! digest and invocation; dispatch runs the snapshot once.
 
+use crate::approvers::{approved_project, Approver};
 use crate::util::{Project, CANARY, COPY_TOOL};
 
 fn project(risk: &str) -> Project {
-    let p = Project::new();
+    project_with_approver(risk).0
+}
+
+fn project_with_approver(risk: &str) -> (Project, Approver) {
+    let (p, alice) = approved_project(
+        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n",
+    );
     p.write(
         "tools/copy.clad.toml",
         COPY_TOOL.replace(
@@ -13,7 +21,7 @@ fn project(risk: &str) -> Project {
         ),
     );
     p.write("data/in.txt", "approved content\n");
-    p
+    (p, alice)
 }
 
 fn field(run: &crate::util::Run, path: &[&str]) -> String {
@@ -26,7 +34,7 @@ fn field(run: &crate::util::Run, path: &[&str]) -> String {
 
 #[test]
 fn a_high_risk_call_waits_for_an_approval_of_its_exact_digest_and_runs_its_snapshot_once() {
-    let p = project("high");
+    let (p, alice) = project_with_approver("high");
     let first = p.run(&["run", "copy", "data/in.txt", "results/out.txt"]);
     first.assert_refused("approval.required", 77);
     assert_eq!(first.envelope["stage"], "prepared");
@@ -45,9 +53,10 @@ fn a_high_risk_call_waits_for_an_approval_of_its_exact_digest_and_runs_its_snaps
     other.assert_refused("approval.required", 77);
     assert_ne!(field(&other, &["evidence", "descriptor_sha256"]), digest);
 
-    let approve = p.run(&["approve", &digest]);
+    let approve = alice.approve(&p, &digest, &[]);
     approve.assert_ok();
-    assert_eq!(approve.envelope["content"]["invocations"], serde_json::json!([id]));
+    assert_eq!(approve.envelope["content"]["invocation_id"], id.as_str());
+    assert_eq!(approve.envelope["content"]["approver"], "alice");
     p.run(&["dispatch", &field(&other, &["invocation_id"])]).assert_refused("approval.required", 77);
     let ran = p.run(&["dispatch", &id]);
     ran.assert_ok();
@@ -55,7 +64,7 @@ fn a_high_risk_call_waits_for_an_approval_of_its_exact_digest_and_runs_its_snaps
 
     // Replay is refused, and the used approval cannot be granted again.
     p.run(&["dispatch", &id]).assert_refused("invocation.duplicate", 77);
-    p.run(&["approve", &digest]).assert_refused("approval.unknown", 66);
+    alice.approve(&p, &digest, &[]).assert_refused("approval.unknown", 66);
     let journal = p.run(&["journal", "show", "--json"]);
     let kinds: Vec<String> = journal.envelope["content"]["records"]
         .as_array()

@@ -73,9 +73,13 @@ fn in_process(repo: &Path, request: Value) -> Value {
     let scratch = tempfile::tempdir().unwrap();
     let archive = scratch.path().join("archive");
     let mut file = std::fs::File::create(&archive).unwrap();
-    airlock_git::snapshot::take(&dir, op.scope(), airlock_git::Limits::default(), &mut file).unwrap();
+    let control = airlock_git::ControlIds::new();
+    let stats =
+        airlock_git::snapshot::take(&dir, op.scope(), airlock_git::Limits::default(), &control, &mut file).unwrap();
     let json = airlock_git::driver::run(&request.to_string(), &archive, &scratch.path().join("repo")).unwrap();
-    serde_json::from_str(&json).unwrap()
+    let mut answer = serde_json::from_str(&json).unwrap();
+    stats.annotate(&mut answer);
+    answer
 }
 
 #[test]

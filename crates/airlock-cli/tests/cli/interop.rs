@@ -83,11 +83,11 @@ fn the_python_sdk_lists_calls_and_sees_refusals_over_http() {
     let Some(python) = sdk_python() else { return };
     let p = Project::new();
     p.write("data/in.txt", "interop\n");
-    let (mut server, addr) = crate::mcp::start_http(&p);
-    let url = format!("http://{addr}/mcp");
-    let seen = std::panic::catch_unwind(|| run_client(&python, &["http", &url, "results/http.txt"]));
-    let _ = server.kill();
-    let _ = server.wait();
+    let server = crate::mcp::start_http(&p);
+    let url = format!("http://{}/mcp", server.address);
+    let token = server.token();
+    let seen = std::panic::catch_unwind(|| run_client(&python, &["http", &url, &token, "results/http.txt"]));
+    drop(server);
     check_sdk_view(&p, &seen.unwrap(), "results/http.txt");
 }
 

@@ -2,19 +2,24 @@
 //! directories. One test binary, many modules (links once).
 
 mod approval;
+mod approvers;
 mod attacks;
 mod bounds;
 mod cli_ux;
 mod concurrency;
+mod control_plane;
 mod crash;
 mod examples;
 mod git;
+mod git_control;
+mod httpkit;
 mod interop;
 mod isolated;
 mod journal;
 mod journal_segments;
 mod manifest_once;
 mod mcp;
+mod mcp_auth;
 mod mcp_worker;
 mod mcpkit;
 mod parser;
@@ -32,3 +37,4 @@ mod tools;
 mod unprivileged;
 mod util;
 mod worker;
+mod worker_surface;

@@ -3,10 +3,10 @@
 
 use crate::mcpkit::McpSession;
 use crate::runkit::{marker, procs_with, sh_tool, wait_until, KillOnDrop};
-use crate::util::{sha256_hex, Project, AIRLOCK, CANARY, COPY_TOOL};
+use crate::util::{sha256_hex, Project, CANARY, COPY_TOOL};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Command, Stdio};
+use std::io::{Read, Write};
+use std::process::Command;
 use std::time::Duration;
 
 fn tool<'a>(list: &'a Value, name: &str) -> &'a Value {
@@ -126,8 +126,10 @@ fn refusals_are_error_results_with_their_reason_codes() {
 }
 
 #[test]
-fn an_approval_required_call_says_what_the_operator_must_run() {
-    let p = Project::new();
+fn an_approval_required_call_names_the_call_and_gives_the_agent_no_command() {
+    let (p, alice) = crate::approvers::approved_project(
+        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n",
+    );
     p.write("tools/copy.clad.toml", COPY_TOOL.replace("binary = \"cp\"", "binary = \"cp\"\nrisk_tier = \"high\""));
     p.write("data/in.txt", "approve me");
     let mut s = McpSession::start(&p);
@@ -137,10 +139,12 @@ fn an_approval_required_call_says_what_the_operator_must_run() {
     assert_eq!(sc["error"]["code"], "approval.required");
     let digest = sc["approval"]["descriptor_sha256"].as_str().unwrap().to_owned();
     let id = sc["approval"]["invocation_id"].as_str().unwrap().to_owned();
-    assert_eq!(sc["approval"]["run"], json!([format!("airlock approve {digest}"), format!("airlock dispatch {id}")]));
+    assert_eq!(sc["approval"]["waiting_for"], "approver");
+    assert!(sc["approval"].get("run").is_none(), "{r}");
+    assert!(!r.to_string().contains("airlock approve"), "the agent is told no command: {r}");
     assert!(!p.path("results/out.txt").exists());
     drop(s);
-    p.run(&["approve", &digest]).assert_ok();
+    alice.approve(&p, &digest, &[]).assert_ok();
     p.run(&["dispatch", &id]).assert_ok();
     assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "approve me");
 }
@@ -181,55 +185,27 @@ fn killing_airlock_mcp_leaves_no_worker() {
     );
 }
 
-/// Starts `airlock mcp --http 127.0.0.1:0` and returns it with its address.
-pub fn start_http(p: &Project) -> (std::process::Child, String) {
-    let mut child = Command::new(AIRLOCK)
-        .args(["mcp", "--http", "127.0.0.1:0"])
-        .current_dir(p.root())
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let addr = loop {
-        line.clear();
-        if err.read_line(&mut line).unwrap_or(0) == 0 {
-            break None;
-        }
-        if let Some(rest) = line.trim().strip_prefix("airlock mcp: listening on http://") {
-            break Some(rest.trim_end_matches("/mcp").to_owned());
-        }
-    };
-    match addr {
-        Some(addr) => {
-            std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
-            (child, addr)
-        }
-        None => {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("airlock mcp --http exited before listening");
-        }
-    }
+/// Starts `airlock mcp --http 127.0.0.1:0` (its address and bearer token
+/// are on the returned server).
+pub fn start_http(p: &Project) -> crate::httpkit::Server {
+    crate::httpkit::Server::start(p, &["--http", "127.0.0.1:0"]).expect("airlock mcp --http listens")
 }
 
 #[test]
 fn streamable_http_answers_initialize_on_loopback_only() {
     let p = Project::new();
-    let (mut child, addr) = start_http(&p);
+    let server = start_http(&p);
+    let addr = &server.address;
+    let token = server.token();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
         "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
     .to_string();
-    let mut tcp = std::net::TcpStream::connect(&addr).unwrap();
+    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
         tcp,
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, \
-         text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -242,8 +218,7 @@ fn streamable_http_answers_initialize_on_loopback_only() {
         }
     }
     let text = String::from_utf8_lossy(&got);
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(text.contains("\"name\":\"airlock\""), "{text}");
 

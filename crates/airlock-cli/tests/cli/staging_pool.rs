@@ -120,36 +120,42 @@ fn a_call_larger_than_the_free_bytes_is_refused_before_anything_is_copied() {
 }
 
 fn approval_project() -> Project {
-    let p = pool_project("max_snapshots = 2");
+    approval_project_with_approver().0
+}
+
+fn approval_project_with_approver() -> (Project, crate::approvers::Approver) {
+    let (p, alice) = crate::approvers::approved_project(&format!("{ROOTS}[staging]\nmax_snapshots = 2\n"));
     let tool = sh_tool("gated", "risk_tier = \"high\"", IO_ARGS, r#"cat "$1" > "$2""#, IO_FS);
     p.tool("gated", &tool);
     p.write("data/in.txt", "gated content\n");
-    p
+    (p, alice)
 }
 
 #[test]
 fn a_prepared_call_keeps_a_durable_reservation_that_its_dispatch_releases() {
-    let p = approval_project();
+    let (p, alice) = approval_project_with_approver();
     let first = p.run(&["run", "gated", "data/in.txt", "results/out.txt", "--invocation-id", "g-1"]);
     first.assert_refused("approval.required", 77);
     let s = status(&p);
-    assert_eq!(s["reserved_snapshots"], 1, "{s:#}");
+    // A waiting call is charged to the pending budget, not to the running pool.
+    assert_eq!((s["reserved_snapshots"].clone(), s["pending_reservations"].clone()), (json!(0), json!(1)), "{s:#}");
     assert_eq!(s["reservations"][0]["invocation_id"], "g-1");
     assert_eq!(s["reservations"][0]["durable"], true, "{s:#}");
     assert_eq!(s["reservations"][0]["owner"], Value::Null, "{s:#}");
     // The process that prepared it is gone; gc keeps a durable reservation.
     p.run(&["staging", "gc"]).assert_ok();
-    assert_eq!(status(&p)["reserved_snapshots"], 1);
+    assert_eq!(status(&p)["pending_reservations"], 1);
     let text = p.command(&["staging", "status"]).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.contains("1 of 2 reservations") && text.contains("durable"), "{text}");
+    assert!(text.contains("0 of 2 reservations") && text.contains("1 waiting") && text.contains("durable"), "{text}");
 
     let digest = first.envelope["evidence"]["descriptor_sha256"].as_str().unwrap().to_owned();
-    p.run(&["approve", &digest]).assert_ok();
+    alice.approve(&p, &digest, &[]).assert_ok();
     p.run(&["dispatch", "g-1"]).assert_ok();
     assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "gated content\n");
     assert_staging_empty(&p);
-    assert_eq!(status(&p)["reserved_bytes"], 0);
+    let s = status(&p);
+    assert_eq!((s["reserved_bytes"].clone(), s["pending_bytes"].clone()), (json!(0), json!(0)), "{s:#}");
 }
 
 #[test]
@@ -159,6 +165,7 @@ fn a_reservation_cannot_be_released_twice() {
         .assert_refused("approval.required", 77);
     let before = status(&p);
     let charged = before["reservations"][0]["charged"].as_u64().unwrap();
+    assert_eq!(before["pending_bytes"], charged, "{before:#}");
     assert!(charged > 8 * 1024 * 1024, "the output's bound is charged: {before:#}");
 
     let release = p.run(&["staging", "release", "g-2"]);
@@ -166,7 +173,7 @@ fn a_reservation_cannot_be_released_twice() {
     assert_eq!(release.envelope["content"]["bytes"], charged);
     assert_staging_empty(&p);
     p.run(&["staging", "release", "g-2"]).assert_refused("staging.not_reserved", 66);
-    assert_eq!(status(&p)["reserved_bytes"], 0);
+    assert_eq!(status(&p)["pending_bytes"], 0);
     // Its snapshots are gone, so the call can no longer be dispatched.
     p.run(&["dispatch", "g-2"]).assert_refused("staging.not_reserved", 66);
     p.run(&["staging", "release", "../x"]).assert_refused("invocation.id_invalid", 64);

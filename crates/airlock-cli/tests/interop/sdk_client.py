@@ -1,7 +1,7 @@
 """The official MCP Python SDK (PyPI `mcp`) as a client of `airlock mcp`.
 
     sdk_client.py stdio AIRLOCK_BINARY PROJECT_DIR OUTPUT
-    sdk_client.py http URL OUTPUT
+    sdk_client.py http URL TOKEN OUTPUT
 
 Lists the tools, calls `copy` (data/in.txt -> OUTPUT), calls it again (the
 output now exists: a refusal), and prints one JSON object with what the SDK
@@ -17,6 +17,9 @@ from contextlib import AsyncExitStack
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+# The SDK's own client factory (its default timeouts), whichever HTTP
+# library this SDK version is built on.
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 
 def as_json(model):
@@ -43,7 +46,10 @@ async def main(argv):
             params = StdioServerParameters(command=argv[2], args=["mcp"], cwd=argv[3], env=env)
             streams = await stack.enter_async_context(stdio_client(params))
         elif mode == "http":
-            streams = await stack.enter_async_context(streamable_http_client(argv[2]))
+            # Every request carries the server's bearer token.
+            http = await stack.enter_async_context(
+                create_mcp_http_client(headers={"Authorization": f"Bearer {argv[3]}"}))
+            streams = await stack.enter_async_context(streamable_http_client(argv[2], http_client=http))
         else:
             raise SystemExit(f"unknown mode {mode!r}")
         output = argv[-1]

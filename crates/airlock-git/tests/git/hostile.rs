@@ -3,7 +3,7 @@
 
 use crate::util::{answer, op, take, Repo};
 use airlock_core::ReasonCode;
-use airlock_git::{Limits, Operation};
+use airlock_git::{Limits, Operation, Skip};
 use serde_json::json;
 
 /// A repository whose every hook, fsmonitor, filter, pager, editor and
@@ -113,9 +113,14 @@ fn nested_and_case_folded_git_directories_are_not_taken_as_the_repository() {
     std::fs::write(r.path().join("vendor/x/.git/config"), "[core]\n\tfsmonitor = /bin/false\n").unwrap();
     let (stats, _) = take(&r.path(), Operation::GitStatus, Limits::default()).unwrap();
     assert!(stats.skipped_paths.contains(&"vendor/x/.git".to_string()), "{stats:?}");
+    // A case-folded `.git` beside the repository's is a control directory:
+    // skipped (as `.airlock` is), never taken as the repository or copied.
     std::fs::create_dir_all(r.path().join(".GIT")).unwrap();
-    let e = take(&r.path(), Operation::GitStatus, Limits::default()).unwrap_err();
-    assert_eq!(e.code(), ReasonCode::GitPathRejected, "{e}");
+    std::fs::write(r.path().join(".GIT/config"), "[core]\n\tfsmonitor = /bin/false\n").unwrap();
+    let (stats, _) = take(&r.path(), Operation::GitStatus, Limits::default()).unwrap();
+    assert!(stats.skipped_paths.contains(&".GIT".to_string()), "{stats:?}");
+    assert_eq!(stats.skipped_by.get(&Skip::ControlDir), Some(&2), "{stats:?}");
+    assert!(!stats.partial(), "control directories are outside every query's scope");
 }
 
 #[test]

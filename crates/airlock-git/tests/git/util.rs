@@ -2,7 +2,7 @@
 //! configuration, and helpers that take a snapshot and run the driver.
 #![allow(dead_code)]
 
-use airlock_git::{snapshot, Limits, Operation, SnapshotStats};
+use airlock_git::{snapshot, ControlIds, Limits, Operation, SnapshotStats};
 use airlock_hostfs::{Dir, HostAuthority};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -63,11 +63,21 @@ impl Repo {
 
 /// Snapshot of `dir` for `op`, written to a file beside it.
 pub fn take(dir: &Path, op: Operation, limits: Limits) -> Result<(SnapshotStats, PathBuf), airlock_git::GitError> {
+    take_fenced(dir, op, limits, &ControlIds::new())
+}
+
+/// [`take`], never entering the identities in `control`.
+pub fn take_fenced(
+    dir: &Path,
+    op: Operation,
+    limits: Limits,
+    control: &ControlIds,
+) -> Result<(SnapshotStats, PathBuf), airlock_git::GitError> {
     let handle = Dir::open_ambient(&HostAuthority::ambient(), dir).unwrap();
     let archive = dir.parent().unwrap().join(format!("snapshot-{}", op.as_str()));
     let _ = std::fs::remove_file(&archive);
     let mut file = std::fs::File::create(&archive).unwrap();
-    let stats = snapshot::take(&handle, op.scope(), limits, &mut file)?;
+    let stats = snapshot::take(&handle, op.scope(), limits, control, &mut file)?;
     Ok((stats, archive))
 }
 

@@ -206,6 +206,8 @@ impl Runtime {
             descriptor,
             inputs: Vec::new(),
             output: None,
+            prepared_at: None,
+            expires_at: None,
         };
         let store = PendingInvocation::begin(&invocations)?.commit(&record, &sub.manifest_text, false)?;
         // Run once, here: a later `airlock dispatch` of this id is a duplicate.

@@ -1,7 +1,8 @@
 //! Root grants: parsed from `NAME=PATH:RIGHTS` (command line) or from a
 //! manifest's `NAME:RIGHTS` with the path from `[broker.roots]`, then
 //! opened like ceilings (no symlink as the last component, never a
-//! protected path, never the state directory) and identified by
+//! protected path, never the state directory, never a tree holding a
+//! control file: `config.control_file_exposed`) and identified by
 //! `(dev, ino)`.
 
 use std::os::fd::AsFd;
@@ -106,8 +107,13 @@ impl Runtime {
             .map(|grant| {
                 let spec = format!("{}={}:{}", grant.name, grant.path.display(), grant.rights);
                 let ceiling = Ceiling { host: grant.path.clone(), virtual_root: None, mode: CeilingMode::Ro, spec };
-                let dir = ceilings::open(self.authority(), &ceiling, self.protected())
-                    .map_err(|r| Refusal::new(ReasonCode::BrokerRootUnusable, format!("root {}", r.message)))?;
+                let dir = ceilings::open_as("root", self.authority(), &ceiling, self.protected()).map_err(|r| {
+                    let code = match r.code {
+                        ReasonCode::ControlFileExposed => r.code,
+                        _ => ReasonCode::BrokerRootUnusable,
+                    };
+                    Refusal::new(code, r.message)
+                })?;
                 let real = ceilings::fd_path(&dir.as_fd()).unwrap_or_else(|| grant.path.clone());
                 Ok(OpenRoot { grant: grant.clone(), dir, real })
             })

@@ -7,5 +7,6 @@ mod lifecycle;
 mod live;
 mod program;
 mod provided;
+mod surface;
 mod unprivileged;
 mod util;

@@ -134,3 +134,48 @@ fn rustix_free_geteuid() -> u32 {
 pub fn which(program: &str) -> Option<PathBuf> {
     ["/usr/bin", "/bin", "/usr/sbin", "/sbin"].iter().map(|d| Path::new(d).join(program)).find(|p| p.exists())
 }
+
+/// The paths the worker's `/proc` must mask (ATTACKS case 27): the OCI
+/// runtime spec's default masked paths and the host details of issue 15.
+/// Written out here, not taken from the crate, so a path dropped from the
+/// crate's table fails the tests.
+pub const MASKED_PROC: &[&str] = &[
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/key-users",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/proc/interrupts",
+    "/proc/cmdline",
+    "/proc/config.gz",
+    "/proc/kallsyms",
+    "/proc/modules",
+    "/proc/sys/kernel/random/boot_id",
+    "/proc/meminfo",
+    "/proc/kmsg",
+    "/proc/slabinfo",
+    "/proc/vmallocinfo",
+    "/proc/zoneinfo",
+    "/proc/buddyinfo",
+    "/proc/pagetypeinfo",
+    "/proc/kpagecount",
+    "/proc/kpageflags",
+    "/proc/kpagecgroup",
+    "/proc/swaps",
+    "/proc/diskstats",
+    "/proc/partitions",
+];
+
+/// The OCI runtime spec's default read-only paths.
+pub const READONLY_PROC: &[&str] = &["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"];
+
+/// Those of `paths` this kernel has (the worker's `/proc` is a fresh
+/// instance of the same kernel's, so it has the same entries).
+pub fn present(paths: &[&str]) -> Vec<String> {
+    paths.iter().filter(|p| Path::new(p).symlink_metadata().is_ok()).map(|p| p.to_string()).collect()
+}

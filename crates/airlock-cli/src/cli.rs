@@ -258,7 +258,8 @@ pub enum JournalCommand {
         /// Pinned public key file (`ed25519:HEX`); default: the state dir's journal.pub.
         #[arg(long, value_name = "FILE")]
         public_key: Option<PathBuf>,
-        /// Journal file to check; default: the state dir's journal.jsonl.
+        /// One journal file to check (a segment, or an exported copy);
+        /// default: every segment in the state dir, as one chain.
         #[arg(long, value_name = "FILE")]
         journal: Option<PathBuf>,
     },
@@ -267,6 +268,25 @@ pub enum JournalCommand {
         /// One JSON envelope holding every record.
         #[arg(long)]
         json: bool,
+    },
+    /// Copy sealed segment N to FILE (created, never replaced) and mark it
+    /// exported, so `prune` may remove it.
+    Export {
+        /// The sealed segment's number.
+        #[arg(long, value_name = "N")]
+        segment: u64,
+        /// Where to write it.
+        file: PathBuf,
+    },
+    /// Remove the sealed segments numbered below N (exported ones only,
+    /// unless --allow-unexported); a signed JournalPruned record says so.
+    Prune {
+        /// Keep segment N and later.
+        #[arg(long, value_name = "N")]
+        before: u64,
+        /// Also remove segments that were never exported.
+        #[arg(long)]
+        allow_unexported: bool,
     },
 }
 

@@ -136,6 +136,51 @@ struct RawConfig {
     mcp: crate::mcp_server::RawMcpServer,
     #[serde(default)]
     approval: crate::approval::RawApproval,
+    #[serde(default)]
+    journal: JournalSettings,
+}
+
+/// The journal's segments (`[journal]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JournalSettings {
+    /// The live segment is sealed once an append would take it past this
+    /// many bytes: [`JournalSettings::MIN_SEGMENT_BYTES`] ..=
+    /// [`JournalSettings::MAX_SEGMENT_BYTES`], default 64 MiB.
+    #[serde(default = "JournalSettings::default_segment_bytes")]
+    pub segment_bytes: u64,
+}
+
+impl JournalSettings {
+    /// The smallest segment bound (256 KiB, four of the largest records).
+    pub const MIN_SEGMENT_BYTES: u64 = 256 * 1024;
+    /// The largest segment bound (256 MiB).
+    pub const MAX_SEGMENT_BYTES: u64 = 256 * 1024 * 1024;
+
+    fn default_segment_bytes() -> u64 {
+        64 * 1024 * 1024
+    }
+
+    fn check(&self) -> Result<(), Refusal> {
+        if !(Self::MIN_SEGMENT_BYTES..=Self::MAX_SEGMENT_BYTES).contains(&self.segment_bytes) {
+            return Err(Refusal::new(
+                ReasonCode::ConfigInvalid,
+                format!(
+                    "[journal] segment_bytes = {} is outside {} … {}",
+                    self.segment_bytes,
+                    Self::MIN_SEGMENT_BYTES,
+                    Self::MAX_SEGMENT_BYTES
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Default for JournalSettings {
+    fn default() -> Self {
+        JournalSettings { segment_bytes: Self::default_segment_bytes() }
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -217,6 +262,8 @@ pub struct Config {
     pub mcp: crate::mcp_server::McpServerConfig,
     /// Approvers, the wait of a prepared call and the per-principal quota (`[approval]`).
     pub approval: crate::approval::ApprovalConfig,
+    /// The journal's segments (`[journal]`).
+    pub journal: JournalSettings,
 }
 
 impl Config {
@@ -252,6 +299,7 @@ impl Config {
         }
         let limits = Limits::lowered(&raw.limits)?;
         raw.staging.check()?;
+        raw.journal.check()?;
         Ok(Config {
             source: source.map(Path::to_path_buf),
             base_dir: base_dir.to_path_buf(),
@@ -272,6 +320,7 @@ impl Config {
             broker: raw.broker.check(base_dir)?,
             mcp: raw.mcp.check()?,
             approval: raw.approval.check()?,
+            journal: raw.journal,
         })
     }
 
@@ -341,6 +390,9 @@ mod tests {
         assert_eq!(c.tier, Tier::Native);
         assert_eq!(c.working_dir, "/workspace");
         assert!(c.ceilings.is_empty());
+        assert_eq!(c.journal.segment_bytes, 64 << 20);
+        let c = parse("[journal]\nsegment_bytes = 262144\n").unwrap();
+        assert_eq!(c.journal.segment_bytes, JournalSettings::MIN_SEGMENT_BYTES);
     }
 
     #[test]
@@ -393,6 +445,12 @@ mod tests {
                max_inputs = 64"#,
             r#"[staging]
                max_snapshots = 513"#,
+            r#"[journal]
+               segment_bytes = 262143"#,
+            r#"[journal]
+               segment_bytes = 268435457"#,
+            r#"[journal]
+               rotate = true"#,
             r#"[staging]
                max_bytes = 0"#,
             r#"[staging]

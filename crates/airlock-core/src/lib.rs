@@ -35,7 +35,7 @@ pub mod path;
 pub mod reason;
 pub mod source;
 
-pub use config::{Ceiling, CeilingMode, Config, ResolverChoice, Tier};
+pub use config::{Ceiling, CeilingMode, Config, JournalSettings, ResolverChoice, Tier};
 pub use descriptor::{
     canonical_json, sha256_tagged, CommandBoundary, Descriptor, DirIdentity, FilesystemBoundary, ReadGrant,
     SnapshotBinding,

@@ -323,12 +323,14 @@ reason_codes! {
     JournalUnconfirmed => "journal.unconfirmed", Refused, NO_PERM;
     /// The journal or its key is unsafe (ownership, mode, links) or missing.
     JournalKeyUnsafe => "journal.key_unsafe", Error, CONFIG;
-    /// The journal is damaged (torn tail, bad record, other key, full); appends stop.
+    /// The journal is damaged (torn tail, bad record, other key, a missing segment); appends stop.
     JournalCorrupt => "journal.corrupt", Error, SOFTWARE;
     /// The journal could not be written or read.
     JournalIo => "journal.io", Error, SOFTWARE;
     /// Journal verification found a bad record.
     JournalInvalid => "journal.invalid", Failed, TOOL_FAILED;
+    /// A prune would remove sealed segments never exported (export them, or `--allow-unexported`).
+    JournalNotExported => "journal.not_exported", Refused, NO_PERM;
     /// Recovery found a conflict an operator must look at (`--discard` to give up the candidate).
     RecoveryConflict => "recovery.conflict", Refused, NO_PERM;
     /// The invocation is still being run by a live process.

@@ -27,9 +27,36 @@ pub enum ProtoError {
     /// Not UTF-8, not JSON, unknown or missing fields, wrong types.
     #[error("malformed message: {0}")]
     Malformed(String),
+    /// A number outside what its field allows: an id over
+    /// [`crate::MAX_ID`], a `max` over the operation's limit.
+    #[error("{field} is {value}, more than the {max} allowed")]
+    OutOfRange {
+        /// The field.
+        field: &'static str,
+        /// The value sent.
+        value: u64,
+        /// The most the field allows.
+        max: u64,
+        /// The reason code: [`crate::codes::LIMIT`] for an amount over an
+        /// operation's limit, [`crate::codes::PROTOCOL`] otherwise.
+        code: &'static str,
+    },
     /// Reading or writing the stream failed.
     #[error("i/o: {0}")]
     Io(#[from] io::Error),
+}
+
+impl ProtoError {
+    /// The reason code a peer answers this with: the range's own code for
+    /// [`ProtoError::OutOfRange`], [`crate::codes::IO`] for
+    /// [`ProtoError::Io`], [`crate::codes::PROTOCOL`] for the rest.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ProtoError::OutOfRange { code, .. } => code,
+            ProtoError::Io(_) => crate::codes::IO,
+            _ => crate::codes::PROTOCOL,
+        }
+    }
 }
 
 /// Writes one frame: the body's length as `u32` big-endian, then the body,

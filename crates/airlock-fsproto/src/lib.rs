@@ -13,6 +13,12 @@
 //!   recovery record in between.
 //! - [`check_path`]: the path rules (seed 003) every party applies.
 //! - [`Rights`], [`check_root_name`]: the grant grammar.
+//!
+//! Every number is bounded where it is decoded: ids at [`MAX_ID`], a
+//! worker's `max` at its operation's limit ([`MAX_IO_BYTES`],
+//! [`MAX_LIST_NAMES`]); the `validate` methods refuse anything over
+//! ([`ProtoError::OutOfRange`]), so no party carries an unbounded number
+//! into its budgets, its answers or the journal.
 
 mod frame;
 mod grant;
@@ -35,6 +41,10 @@ pub const MAX_DEPTH: usize = 3;
 pub const MAX_IO_BYTES: u64 = 64 * 1024;
 /// Most names one list returns.
 pub const MAX_LIST_NAMES: u64 = 256;
+/// The largest id (of a request or of a prepared write): 2^53 − 1, the
+/// largest integer every JSON reader holds exactly and the journal writes
+/// as a number. A larger id is a protocol error.
+pub const MAX_ID: u64 = (1 << 53) - 1;
 /// Most roots one submission holds.
 pub const MAX_ROOTS: usize = 64;
 /// Names starting with this (in any letter case) are the broker's staging

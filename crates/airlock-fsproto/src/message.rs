@@ -7,6 +7,15 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
 use crate::frame::ProtoError;
+use crate::{codes, MAX_ID, MAX_IO_BYTES, MAX_LIST_NAMES};
+
+/// Refuses `value` over `max` in `field` with `code`.
+fn at_most(field: &'static str, value: u64, max: u64, code: &'static str) -> Result<(), ProtoError> {
+    if value > max {
+        return Err(ProtoError::OutOfRange { field, value, max, code });
+    }
+    Ok(())
+}
 
 /// Standard base64 with padding, as every party writes it.
 pub fn b64_encode(bytes: &[u8]) -> String {
@@ -63,16 +72,23 @@ pub struct Request {
 
 impl Request {
     /// Checks the fields present match the operation (`max` for read and
-    /// list, `data` for write, nothing else).
+    /// list, `data` for write, nothing else), the id is at most [`MAX_ID`]
+    /// (`broker.protocol`) and `max` within the operation's limit:
+    /// [`MAX_IO_BYTES`] for a read, [`MAX_LIST_NAMES`] for a list
+    /// (`broker.limit`).
     pub fn validate(&self) -> Result<(), ProtoError> {
         let ok = match self.op {
             Op::Read | Op::List => self.max.is_some() && self.data.is_none(),
             Op::Write => self.max.is_none() && self.data.is_some(),
         };
-        if ok {
-            Ok(())
-        } else {
-            Err(ProtoError::Malformed(format!("fields do not match the {} operation", self.op.as_str())))
+        if !ok {
+            return Err(ProtoError::Malformed(format!("fields do not match the {} operation", self.op.as_str())));
+        }
+        at_most("id", self.id, MAX_ID, codes::PROTOCOL)?;
+        match (self.op, self.max) {
+            (Op::Read, Some(max)) => at_most("max", max, MAX_IO_BYTES, codes::LIMIT),
+            (Op::List, Some(max)) => at_most("max", max, MAX_LIST_NAMES, codes::LIMIT),
+            _ => Ok(()),
         }
     }
 }
@@ -120,8 +136,10 @@ impl Response {
         Response { id, error: Some(ErrorBody { code: code.into(), message: message.into() }), ..Response::default() }
     }
 
-    /// Checks exactly one result group (or `error`) is present.
+    /// Checks exactly one result group (or `error`) is present and the id
+    /// is at most [`MAX_ID`].
     pub fn validate(&self) -> Result<(), ProtoError> {
+        at_most("id", self.id, MAX_ID, codes::PROTOCOL)?;
         let list = self.names.is_some() && self.skipped.is_some() && self.truncated.is_some();
         let list_any = self.names.is_some() || self.skipped.is_some() || self.truncated.is_some();
         let groups = [self.data.is_some(), self.written.is_some(), list, self.error.is_some()];
@@ -179,8 +197,12 @@ pub struct BrokerRequest {
 }
 
 impl BrokerRequest {
-    /// Checks the fields present match the operation.
+    /// Checks the fields present match the operation and the ids (`id`,
+    /// `prepared`) are at most [`MAX_ID`]. `max` is the broker's to refuse
+    /// (`broker.limit`): airlock, the only sender, checked it already.
     pub fn validate(&self) -> Result<(), ProtoError> {
+        at_most("id", self.id, MAX_ID, codes::PROTOCOL)?;
+        at_most("prepared", self.prepared.unwrap_or(0), MAX_ID, codes::PROTOCOL)?;
         let (p, m, d, pr, s) = (
             self.path.is_some(),
             self.max.is_some(),
@@ -290,6 +312,24 @@ mod tests {
     }
 
     #[test]
+    fn numbers_are_bounded_where_they_are_decoded() {
+        let check = |text: String| decode::<Request>(text.as_bytes()).and_then(|r| r.validate()).map_err(|e| e.code());
+        let read = |id: u64, max: u64| format!(r#"{{"id":{id},"op":"read","root":"d","path":"a","max":{max}}}"#);
+        let list = |id: u64, max: u64| format!(r#"{{"id":{id},"op":"list","root":"d","path":".","max":{max}}}"#);
+        assert_eq!(check(read(MAX_ID, MAX_IO_BYTES)), Ok(()));
+        assert_eq!(check(list(1, MAX_LIST_NAMES)), Ok(()));
+        assert_eq!(check(read(1, MAX_IO_BYTES + 1)), Err(codes::LIMIT));
+        assert_eq!(check(read(1, (1 << 53) + 1)), Err(codes::LIMIT));
+        assert_eq!(check(read(1, u64::MAX)), Err(codes::LIMIT));
+        assert_eq!(check(list(1, MAX_LIST_NAMES + 1)), Err(codes::LIMIT));
+        assert_eq!(check(read(MAX_ID + 1, 1)), Err(codes::PROTOCOL));
+        assert_eq!(check(read(u64::MAX, 1)), Err(codes::PROTOCOL));
+        assert_eq!(check(r#"{"id":1e300,"op":"read","root":"d","path":"a","max":1}"#.into()), Err(codes::PROTOCOL));
+        let over = Response { id: MAX_ID + 1, written: Some(1), ..Default::default() };
+        assert_eq!(over.validate().map_err(|e| e.code()), Err(codes::PROTOCOL));
+    }
+
+    #[test]
     fn responses_hold_one_result() {
         Response { id: 1, data: Some(b64_encode(b"hi")), ..Default::default() }.validate().unwrap();
         Response::error(2, "broker.denied", "no").validate().unwrap();
@@ -315,6 +355,8 @@ mod tests {
             stage: Some("s".into()),
         };
         commit.validate().unwrap();
+        assert!(BrokerRequest { id: MAX_ID + 1, ..commit.clone() }.validate().is_err());
+        assert!(BrokerRequest { prepared: Some(MAX_ID + 1), ..commit.clone() }.validate().is_err());
         assert!(BrokerRequest { path: Some("a".into()), ..commit.clone() }.validate().is_err());
         assert!(BrokerRequest { op: BrokerOp::WriteAbort, ..commit }.validate().is_err());
         assert_eq!(b64_decode(&b64_encode(b"\x00\xff")).unwrap(), b"\x00\xff");

@@ -77,6 +77,11 @@ impl PrivateDir {
         Ok(())
     }
 
+    /// A second handle to the same directory (`fcntl(F_DUPFD_CLOEXEC)`).
+    pub fn try_clone(&self) -> Result<PrivateDir> {
+        Ok(PrivateDir { dir: self.dir.try_clone()?, display: self.display.clone() })
+    }
+
     /// The path it was opened at, for messages.
     pub fn display_path(&self) -> &Path {
         &self.display

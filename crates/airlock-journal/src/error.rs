@@ -58,18 +58,6 @@ pub enum JournalError {
         /// The journal's size in bytes.
         size: u64,
     },
-    /// `journal.full`: the append would take the journal past its cap.
-    #[error("{}: journal full: {size} bytes + a {line} byte record exceeds the cap of {cap} bytes", file.display())]
-    Full {
-        /// The journal's path.
-        file: PathBuf,
-        /// Its size now.
-        size: u64,
-        /// The record's size, newline included.
-        line: u64,
-        /// [`crate::MAX_JOURNAL_BYTES`].
-        cap: u64,
-    },
     /// `journal.record_too_large`: one record line would exceed
     /// [`crate::MAX_RECORD_BYTES`].
     #[error("record of kind {kind:?} is {bytes} bytes with its newline; a record may be at most {max} bytes")]
@@ -110,6 +98,16 @@ pub enum JournalError {
         /// `key_id` of the key in use.
         ours: String,
     },
+    /// `journal.not_exported`: a prune would remove sealed segments that
+    /// were never exported (or changed since), and was not told to.
+    #[error(
+        "segments {segments:?} were never exported; export each with `airlock journal export --segment N FILE` \
+         or prune with --allow-unexported"
+    )]
+    NotExported {
+        /// The segments' numbers.
+        segments: Vec<u64>,
+    },
     /// `journal.public_key_invalid`: a public key's text or bytes do not
     /// parse as an Ed25519 key.
     #[error("invalid public key: {reason}")]
@@ -135,11 +133,11 @@ impl JournalError {
             JournalError::FileUnsafe { .. } => "journal.file_unsafe",
             JournalError::Io { .. } => "journal.io",
             JournalError::TornTail { .. } => "journal.torn_tail",
-            JournalError::Full { .. } => "journal.full",
             JournalError::RecordTooLarge { .. } => "journal.record_too_large",
             JournalError::InvalidRecord { .. } => "journal.invalid_record",
             JournalError::Corrupt { .. } => "journal.corrupt",
             JournalError::KeyMismatch { .. } => "journal.key_mismatch",
+            JournalError::NotExported { .. } => "journal.not_exported",
             JournalError::PublicKeyInvalid { .. } => "journal.public_key_invalid",
             JournalError::SignatureInvalid { .. } => "journal.signature_invalid",
         }

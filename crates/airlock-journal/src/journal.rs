@@ -1,18 +1,27 @@
-//! The journal file (`journal.jsonl`): locked, bounded, synced appends.
+//! The journal's files: locked, bounded, synced appends to the live
+//! segment, rotation into sealed segments, and reading them back in order.
 
 use crate::error::JournalError;
 use crate::key::{check_private_file, Fault, JournalKey};
-use crate::record::{encode_line, line_hash, Draft, Record, GENESIS_PREV, MAX_JOURNAL_BYTES, MAX_RECORD_BYTES};
+use crate::record::{encode_line, line_hash, Draft, Record, GENESIS_PREV, MAX_RECORD_BYTES};
+use crate::segment::{
+    export_marker, parse_segment_file, segment_file, Segment, DEFAULT_SEGMENT_BYTES, JOURNAL_PRUNED, MAX_SEGMENT_BYTES,
+    MIN_SEGMENT_BYTES, SEGMENTS_DIR, SEGMENT_STARTED,
+};
+use crate::verify::{ChainVerifier, VerifyReport};
+use crate::PublicKey;
 use airlock_hostfs::PrivateDir;
-use rustix::fs::FlockOperation;
+use rustix::fs::{AtFlags, FlockOperation, RenameFlags};
 use rustix::io::Errno;
-use serde_json::Value;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 use std::fs::File;
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
-/// The journal's file name in the state directory.
+/// The live segment's file name in the state directory.
 pub const JOURNAL_FILE: &str = "journal.jsonl";
 
 /// What an append wrote.
@@ -25,65 +34,79 @@ pub struct Appended {
     pub line_sha256: String,
 }
 
-/// An open journal: `journal.jsonl` in the state directory and the key
-/// that signs its records.
+/// An open journal: the live segment `journal.jsonl` and the sealed ones
+/// in `journal.d/` of a state directory, and the key that signs its
+/// records.
 ///
 /// Any number of handles, in any number of processes, may append at once:
-/// each append holds an exclusive `flock(2)` on the file (and, within one
-/// handle, a mutex) while it reads the tail, writes its line and syncs.
+/// each append holds an exclusive `flock(2)` on the live segment (and,
+/// within one handle, a mutex) while it reads the tail, writes its line and
+/// syncs. A handle whose live segment was sealed by another finds out
+/// under the lock (the name leads to another file) and opens the new one.
 #[derive(Debug)]
 pub struct Journal {
-    file: File,
+    state: PrivateDir,
     path: PathBuf,
     key: JournalKey,
-    /// Serializes this handle's users: `flock` locks belong to the open
+    segment_bytes: u64,
+    /// The live segment as this handle last opened it. The mutex also
+    /// serializes this handle's users: `flock` locks belong to the open
     /// file, so two threads sharing it would not exclude each other.
-    lock: Mutex<()>,
+    live: Mutex<File>,
 }
 
-/// Holds the file lock; unlocks when dropped.
+/// Holds the file lock on the live segment; unlocks when dropped.
 struct Flock<'a> {
-    file: &'a File,
-    _inner: MutexGuard<'a, ()>,
+    file: MutexGuard<'a, File>,
 }
 
 impl Drop for Flock<'_> {
     fn drop(&mut self) {
         // Closing the file would release it too; an unlock that fails
         // leaves nothing to undo.
-        let _ = rustix::fs::flock(self.file, FlockOperation::Unlock);
+        let _ = rustix::fs::flock(&*self.file, FlockOperation::Unlock);
     }
 }
 
-/// The last record of a non-empty journal, as far as an append needs it.
+/// The last record of a non-empty segment, as far as an append needs it.
 struct Tail {
     seq: u64,
     hash: String,
 }
 
+/// What [`Journal::prune`] removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pruned {
+    /// The segments removed, in order.
+    pub removed: Vec<u64>,
+    /// Those of them that were never exported (removed because
+    /// `allow_unexported` was given).
+    pub unexported: Vec<u64>,
+}
+
 impl Journal {
-    /// Opens `journal.jsonl` in `state`, creating it if missing
-    /// (`openat(O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC)`,
-    /// mode `0600`). Refuses (`journal.file_unsafe`) a symlink, anything but
-    /// a regular file, a file not owned by the effective user, one open to
-    /// group or others, and one with more than one link. An empty journal's
-    /// directory is synced, so the file survives a crash once a record is in
-    /// it.
+    /// Opens the live segment `journal.jsonl` in `state`, creating it if
+    /// missing (`openat(O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW |
+    /// O_CLOEXEC)`, mode `0600`). Refuses (`journal.file_unsafe`) a
+    /// symlink, anything but a regular file, a file not owned by the
+    /// effective user, one open to group or others, and one with more than
+    /// one link. An empty live segment's directory is synced, so the file
+    /// survives a crash once a record is in it. Segments are sealed at
+    /// [`DEFAULT_SEGMENT_BYTES`] unless [`Journal::with_segment_bytes`] says
+    /// otherwise.
     pub fn open(state: &PrivateDir, key: JournalKey) -> Result<Journal, JournalError> {
         let path = state.display_path().join(JOURNAL_FILE);
-        let file = state.open_append(JOURNAL_FILE).map_err(|e| match e.errno() {
-            Some(Errno::LOOP) => {
-                JournalError::FileUnsafe { file: path.clone(), reason: "it is a symbolic link".into() }
-            }
-            Some(Errno::ISDIR) => JournalError::FileUnsafe { file: path.clone(), reason: "it is a directory".into() },
-            _ => JournalError::io(&path, e.message()),
-        })?;
-        check_private_file(&file, &path, None).map_err(|fault| unsafe_file(&path, fault))?;
-        let journal = Journal { file, path, key, lock: Mutex::new(()) };
-        if journal.size()? == 0 {
-            state.sync().map_err(|e| JournalError::io(&journal.path, e.message()))?;
-        }
-        Ok(journal)
+        let state = state.try_clone().map_err(|e| JournalError::io(&path, e.message()))?;
+        let file = open_live(&state, &path)?;
+        Ok(Journal { state, path, key, segment_bytes: DEFAULT_SEGMENT_BYTES, live: Mutex::new(file) })
+    }
+
+    /// Seals the live segment once an append would take it past `bytes`,
+    /// clamped to [`MIN_SEGMENT_BYTES`]..=[`MAX_SEGMENT_BYTES`]. Default
+    /// [`DEFAULT_SEGMENT_BYTES`].
+    pub fn with_segment_bytes(mut self, bytes: u64) -> Journal {
+        self.segment_bytes = bytes.clamp(MIN_SEGMENT_BYTES, MAX_SEGMENT_BYTES);
+        self
     }
 
     /// The key that signs this journal's records.
@@ -91,7 +114,7 @@ impl Journal {
         &self.key
     }
 
-    /// The journal's path, for messages.
+    /// The live segment's path, for messages.
     pub fn display_path(&self) -> &Path {
         &self.path
     }
@@ -99,13 +122,14 @@ impl Journal {
     /// Appends one signed record and returns once it is durable.
     ///
     /// Under the lock it reads at most the last [`MAX_RECORD_BYTES`] + 1
-    /// bytes to find the last record's `seq` and line hash, refuses to go on
-    /// after a torn last line (`journal.torn_tail`), after a record signed by
-    /// another key (`journal.key_mismatch`) or after a last line it cannot
-    /// read (`journal.corrupt`), refuses a record over [`MAX_RECORD_BYTES`]
-    /// (`journal.record_too_large`) or a journal that would pass
-    /// [`MAX_JOURNAL_BYTES`] (`journal.full`), writes the line and its
-    /// newline in one `write(2)`, and `fdatasync`s.
+    /// bytes of the live segment to find the last record's `seq` and line
+    /// hash (of the last sealed segment when the live one is empty), refuses
+    /// to go on after a torn last line (`journal.torn_tail`), after a record
+    /// signed by another key (`journal.key_mismatch`) or after a last line
+    /// it cannot read (`journal.corrupt`), refuses a record over
+    /// [`MAX_RECORD_BYTES`] (`journal.record_too_large`), seals the live
+    /// segment if the record would take it past the segment bound, writes
+    /// the line and its newline in one `write(2)`, and `fdatasync`s.
     ///
     /// A write cut short is truncated away again under the lock. If the
     /// sync fails the record may still be in the file: the caller gets an
@@ -128,119 +152,328 @@ impl Journal {
         invocation_id: Option<&str>,
         body: Value,
     ) -> Result<Appended, JournalError> {
-        let _locked = self.lock(FlockOperation::LockExclusive)?;
-        let size = self.size()?;
-        let tail = self.tail(size)?;
-        let (seq, prev) = match &tail {
-            None => (1, GENESIS_PREV),
-            Some(t) => (
-                t.seq
-                    .checked_add(1)
-                    .ok_or_else(|| JournalError::corrupt(&self.path, None, "the last seq is u64::MAX"))?,
-                t.hash.as_str(),
-            ),
-        };
-        let time = crate::time::now_rfc3339();
-        let mut line = encode_line(&self.key, Draft { seq, prev, time: &time, kind, invocation_id, body })?;
-        let line_sha256 = line_hash(&line);
-        line.push(b'\n');
-        if size + line.len() as u64 > MAX_JOURNAL_BYTES {
-            return Err(JournalError::Full {
-                file: self.path.clone(),
-                size,
-                line: line.len() as u64,
-                cap: MAX_JOURNAL_BYTES,
-            });
+        loop {
+            let locked = self.lock(FlockOperation::LockExclusive)?;
+            let file = &*locked.file;
+            let size = self.size(file)?;
+            let time = crate::time::now_rfc3339();
+            if size == 0 {
+                return self.start_segment(file, Draft { seq: 0, prev: "", time: &time, kind, invocation_id, body });
+            }
+            let tail = self.tail(file, &self.path, size)?;
+            let seq = next_seq(&tail, &self.path)?;
+            let draft = Draft { seq, prev: &tail.hash, time: &time, kind, invocation_id, body: body.clone() };
+            let mut line = encode_line(&self.key, draft)?;
+            let line_sha256 = line_hash(&line);
+            line.push(b'\n');
+            if size + line.len() as u64 > self.segment_bytes {
+                self.seal(file, size)?;
+                continue;
+            }
+            self.write_line(file, &line, size)?;
+            return Ok(Appended { seq, line_sha256 });
         }
-        self.write_line(&line, size)?;
+    }
+
+    /// Writes the first record(s) of an empty live segment: `draft` alone
+    /// (as seq 1) for the first segment, else a [`SEGMENT_STARTED`] header
+    /// continuing the last sealed segment, then `draft`.
+    fn start_segment(&self, file: &File, draft: Draft<'_>) -> Result<Appended, JournalError> {
+        let Draft { time, kind, invocation_id, body, .. } = draft;
+        let Some((number, tail)) = self.last_sealed()? else {
+            let mut line =
+                encode_line(&self.key, Draft { seq: 1, prev: GENESIS_PREV, time, kind, invocation_id, body })?;
+            let line_sha256 = line_hash(&line);
+            line.push(b'\n');
+            self.write_line(file, &line, 0)?;
+            return Ok(Appended { seq: 1, line_sha256 });
+        };
+        let header_seq = next_seq(&tail, &self.path)?;
+        let header_body = json!({
+            "segment": number + 1,
+            "previous_segment": number,
+            "previous_seq": tail.seq,
+            "previous_head": tail.hash,
+        });
+        let header = Draft {
+            seq: header_seq,
+            prev: &tail.hash,
+            time,
+            kind: SEGMENT_STARTED,
+            invocation_id: None,
+            body: header_body,
+        };
+        let mut lines = encode_line(&self.key, header)?;
+        let header_hash = line_hash(&lines);
+        lines.push(b'\n');
+        let seq = header_seq + 1;
+        let line = encode_line(&self.key, Draft { seq, prev: &header_hash, time, kind, invocation_id, body })?;
+        let line_sha256 = line_hash(&line);
+        lines.extend_from_slice(&line);
+        lines.push(b'\n');
+        self.write_line(file, &lines, 0)?;
         Ok(Appended { seq, line_sha256 })
+    }
+
+    /// Seals the live segment `file` of `size` bytes (the exclusive lock is
+    /// held): syncs it, renames it to `journal.d/NNNNNN.jsonl` without
+    /// replacing anything, and syncs both directories. The next append
+    /// finds the name leads elsewhere and starts the next segment.
+    fn seal(&self, file: &File, size: u64) -> Result<(), JournalError> {
+        self.sync_file(file)?;
+        let number = self.live_number(file, size)?;
+        let sealed_dir = segments_dir(&self.state, true)?.ok_or_else(|| missing(&self.state, number))?;
+        let name = segment_file(number);
+        let sealed_path = sealed_dir.display_path().join(&name);
+        rustix::fs::renameat_with(
+            self.state.dir().as_fd(),
+            JOURNAL_FILE,
+            sealed_dir.dir().as_fd(),
+            name.as_str(),
+            RenameFlags::NOREPLACE,
+        )
+        .map_err(|e| match e {
+            Errno::EXIST => JournalError::corrupt(
+                &sealed_path,
+                None,
+                format!("segment {number} exists already, so the live segment cannot be sealed under that number"),
+            ),
+            e => JournalError::io(&self.path, format_args!("renameat2({JOURNAL_FILE}, {SEGMENTS_DIR}/{name}): {e}")),
+        })?;
+        sealed_dir.sync().map_err(|e| JournalError::io(&sealed_path, e.message()))?;
+        self.state.sync().map_err(|e| JournalError::io(&self.path, e.message()))
+    }
+
+    /// The live segment's number: its header's, or 1 without one.
+    fn live_number(&self, file: &File, size: u64) -> Result<u64, JournalError> {
+        let n = size.min(MAX_RECORD_BYTES as u64);
+        let mut buf = vec![0u8; n as usize];
+        file.read_exact_at(&mut buf, 0)
+            .map_err(|e| JournalError::io(&self.path, format_args!("pread({JOURNAL_FILE}, {n}, 0): {e}")))?;
+        let first = buf.split(|&b| b == b'\n').next().unwrap_or_default();
+        Ok(header_number(first).unwrap_or(1))
+    }
+
+    /// The last sealed segment's number and last record, if any is sealed.
+    fn last_sealed(&self) -> Result<Option<(u64, Tail)>, JournalError> {
+        let Some(&number) = sealed_numbers(&self.state)?.last() else { return Ok(None) };
+        let (file, path, size) = open_sealed(&self.state, number)?;
+        if size == 0 {
+            return Err(JournalError::corrupt(&path, None, "a sealed segment is empty"));
+        }
+        Ok(Some((number, self.tail(&file, &path, size)?)))
     }
 
     /// Makes every record appended so far durable (`fdatasync`).
     pub fn sync(&self) -> Result<(), JournalError> {
-        rustix::fs::fdatasync(&self.file)
+        let file = self.live.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.sync_file(&file)
+    }
+
+    fn sync_file(&self, file: &File) -> Result<(), JournalError> {
+        rustix::fs::fdatasync(file)
             .map_err(|e| JournalError::io(&self.path, format_args!("fdatasync({JOURNAL_FILE}): {e}")))
     }
 
-    /// Every record, parsed but not verified (use [`crate::verify`] on
-    /// [`Journal::read_bytes`] for that). A torn last line is
-    /// `journal.torn_tail`; a line that is not a record is `journal.corrupt`.
+    /// Every record of every kept segment, in order, parsed but not
+    /// verified (use [`Journal::verify_chain`] for that). A torn last line
+    /// is `journal.torn_tail`; a line that is not a record is
+    /// `journal.corrupt`. Reads one segment at a time.
     pub fn records(&self) -> Result<Vec<Record>, JournalError> {
-        let bytes = self.read_bytes()?;
-        if bytes.is_empty() {
-            return Ok(Vec::new());
-        }
-        let Some(body) = bytes.strip_suffix(b"\n") else {
-            return Err(JournalError::TornTail { file: self.path.clone(), size: bytes.len() as u64 });
-        };
+        self.records_where(|_| true)
+    }
+
+    /// The records `keep` accepts, of every kept segment, in order; the
+    /// others are dropped as they are read, so only one segment and the
+    /// kept records are in memory at once.
+    pub fn records_where(&self, mut keep: impl FnMut(&Record) -> bool) -> Result<Vec<Record>, JournalError> {
         let mut records = Vec::new();
-        for (i, line) in body.split(|&b| b == b'\n').enumerate() {
-            let record: Record = serde_json::from_slice(line)
-                .map_err(|e| JournalError::corrupt(&self.path, Some(i as u64 + 1), format!("not a record: {e}")))?;
-            records.push(record);
-        }
+        self.for_each_segment(|segment| {
+            let path = self.segment_path(&segment);
+            if segment.bytes.is_empty() {
+                return Ok(true);
+            }
+            let Some(body) = segment.bytes.strip_suffix(b"\n") else {
+                return Err(JournalError::TornTail { file: path, size: segment.bytes.len() as u64 });
+            };
+            for (i, line) in body.split(|&b| b == b'\n').enumerate() {
+                let record: Record = serde_json::from_slice(line)
+                    .map_err(|e| JournalError::corrupt(&path, Some(i as u64 + 1), format!("not a record: {e}")))?;
+                if keep(&record) {
+                    records.push(record);
+                }
+            }
+            Ok(true)
+        })?;
         Ok(records)
     }
 
-    /// The journal's bytes, read under a shared lock so no append is seen
-    /// half-written. Refuses (`journal.corrupt`) a file over
-    /// [`MAX_JOURNAL_BYTES`], which no append makes.
-    pub fn read_bytes(&self) -> Result<Vec<u8>, JournalError> {
-        let _locked = self.lock(FlockOperation::LockShared)?;
-        let size = self.size()?;
-        if size > MAX_JOURNAL_BYTES {
-            return Err(JournalError::corrupt(
-                &self.path,
-                None,
-                format!("it is {size} bytes, over the cap of {MAX_JOURNAL_BYTES}"),
-            ));
+    fn segment_path(&self, segment: &Segment) -> PathBuf {
+        if segment.sealed {
+            self.state.display_path().join(SEGMENTS_DIR).join(segment_file(segment.number))
+        } else {
+            self.path.clone()
         }
-        let mut bytes = vec![0u8; size as usize];
-        self.file
-            .read_exact_at(&mut bytes, 0)
-            .map_err(|e| JournalError::io(&self.path, format_args!("pread({JOURNAL_FILE}, {size}, 0): {e}")))?;
-        Ok(bytes)
     }
 
-    fn lock(&self, op: FlockOperation) -> Result<Flock<'_>, JournalError> {
-        let inner = self.lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        loop {
-            match rustix::fs::flock(&self.file, op) {
-                Ok(()) => break,
-                Err(Errno::INTR) => continue,
-                Err(e) => return Err(JournalError::io(&self.path, format_args!("flock({JOURNAL_FILE}, {op:?}): {e}"))),
+    /// Hands every kept segment to `each`, oldest first, the live one last,
+    /// until `each` returns `false`. The list of sealed segments and the
+    /// live segment's bytes are taken together under a shared lock (so no
+    /// append is seen half-written and no segment is sealed in between);
+    /// sealed segments never change, so they are read after it, one at a
+    /// time. A segment over [`MAX_SEGMENT_BYTES`] is `journal.corrupt`.
+    pub fn for_each_segment(
+        &self,
+        each: impl FnMut(Segment) -> Result<bool, JournalError>,
+    ) -> Result<(), JournalError> {
+        let (sealed, live) = {
+            let locked = self.lock(FlockOperation::LockShared)?;
+            let sealed = sealed_numbers(&self.state)?;
+            let live = read_file(&locked.file, &self.path)?;
+            (sealed, live)
+        };
+        visit_segments(&self.state, sealed, live, each)
+    }
+
+    /// The live segment's bytes, read under a shared lock so no append is
+    /// seen half-written ([`Journal::for_each_segment`] reads them all).
+    pub fn read_bytes(&self) -> Result<Vec<u8>, JournalError> {
+        let locked = self.lock(FlockOperation::LockShared)?;
+        read_file(&locked.file, &self.path)
+    }
+
+    /// Verifies every kept segment, in order, as one chain under
+    /// `public_key` (see [`ChainVerifier`]): each segment after the first
+    /// must open with a header naming its number and the previous
+    /// segment's last hash, and a chain that starts after segment 1 must be
+    /// explained by a signed [`JOURNAL_PRUNED`] record in what is kept.
+    pub fn verify_chain(&self, public_key: &PublicKey) -> Result<VerifyReport, JournalError> {
+        let mut verifier = ChainVerifier::new(public_key);
+        self.for_each_segment(|segment| Ok(verifier.feed(Some(segment.number), &segment.bytes)))?;
+        Ok(verifier.finish(true))
+    }
+
+    /// The bytes of sealed segment `number` (the live one is never
+    /// exported: it still grows).
+    pub fn sealed_segment(&self, number: u64) -> Result<Vec<u8>, JournalError> {
+        let (file, path, _) = open_sealed(&self.state, number)?;
+        read_file(&file, &path)
+    }
+
+    /// Records that sealed segment `number`, whose bytes are `bytes`, was
+    /// copied out: writes `journal.d/NNNNNN.exported` holding their
+    /// SHA-256, which [`Journal::prune`] requires (and compares) before it
+    /// removes the segment. Refused if `bytes` are not the segment's.
+    /// Returns that SHA-256 (`sha256:<hex>`).
+    pub fn mark_exported(&self, number: u64, bytes: &[u8]) -> Result<String, JournalError> {
+        let current = self.sealed_segment(number)?;
+        let dir = segments_dir(&self.state, false)?.ok_or_else(|| missing(&self.state, number))?;
+        let marker = dir.display_path().join(export_marker(number));
+        if current != bytes {
+            return Err(JournalError::corrupt(&marker, None, "the exported bytes are not the segment's"));
+        }
+        let digest = sha256(bytes);
+        dir.replace_file(&export_marker(number), format!("{digest}\n").as_bytes())
+            .map_err(|e| JournalError::io(&marker, e.message()))?;
+        Ok(digest)
+    }
+
+    /// Removes every sealed segment numbered below `before`, oldest first.
+    /// Each must have been exported ([`Journal::mark_exported`], and not
+    /// changed since) unless `allow_unexported`; otherwise nothing is
+    /// removed (`journal.not_exported`). A [`JOURNAL_PRUNED`] record naming
+    /// them is appended and synced before any is removed. The live segment
+    /// is never removed.
+    pub fn prune(&self, before: u64, allow_unexported: bool) -> Result<Pruned, JournalError> {
+        let targets: Vec<u64> = sealed_numbers(&self.state)?.into_iter().filter(|n| *n < before).collect();
+        let Some(&through) = targets.last() else {
+            return Ok(Pruned { removed: Vec::new(), unexported: Vec::new() });
+        };
+        let dir = segments_dir(&self.state, false)?.ok_or_else(|| missing(&self.state, through))?;
+        let mut unexported = Vec::new();
+        let mut listed = Vec::new();
+        for &n in &targets {
+            let exported = self.exported(&dir, n)?;
+            if !exported {
+                unexported.push(n);
+            }
+            listed.push(json!({ "segment": n, "exported": exported }));
+        }
+        if !unexported.is_empty() && !allow_unexported {
+            return Err(JournalError::NotExported { segments: unexported });
+        }
+        self.append(JOURNAL_PRUNED, None, json!({ "through": through, "segments": listed }))?;
+        for &n in &targets {
+            for name in [segment_file(n), export_marker(n)] {
+                dir.remove_tree(&name).map_err(|e| JournalError::io(&dir.display_path().join(&name), e.message()))?;
             }
         }
-        Ok(Flock { file: &self.file, _inner: inner })
+        dir.sync().map_err(|e| JournalError::io(dir.display_path(), e.message()))?;
+        Ok(Pruned { removed: targets, unexported })
     }
 
-    /// The file's size; refuses a journal whose name no longer leads to it.
-    fn size(&self) -> Result<u64, JournalError> {
-        let st = rustix::fs::fstat(&self.file)
-            .map_err(|e| JournalError::io(&self.path, format_args!("fstat({JOURNAL_FILE}): {e}")))?;
-        if st.st_nlink != 1 {
-            return Err(JournalError::FileUnsafe {
-                file: self.path.clone(),
-                reason: format!("it has {} links since it was opened; it must have exactly one", st.st_nlink),
-            });
+    /// Whether segment `n` has an export marker matching its bytes.
+    fn exported(&self, dir: &PrivateDir, n: u64) -> Result<bool, JournalError> {
+        let Ok(mut marker) = dir.open_nofollow(&export_marker(n)) else { return Ok(false) };
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut std::io::Read::take(&mut marker, 128), &mut text);
+        Ok(text.trim() == sha256(&self.sealed_segment(n)?))
+    }
+
+    /// Locks the live segment, first making sure this handle has the file
+    /// `journal.jsonl` names: after another handle sealed it, the name
+    /// leads to a new file (or, for a moment, to none), which is opened.
+    fn lock(&self, op: FlockOperation) -> Result<Flock<'_>, JournalError> {
+        let mut file = self.live.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        loop {
+            loop {
+                match rustix::fs::flock(&*file, op) {
+                    Ok(()) => break,
+                    Err(Errno::INTR) => continue,
+                    Err(e) => {
+                        return Err(JournalError::io(&self.path, format_args!("flock({JOURNAL_FILE}, {op:?}): {e}")))
+                    }
+                }
+            }
+            let ours = rustix::fs::fstat(&*file)
+                .map_err(|e| JournalError::io(&self.path, format_args!("fstat({JOURNAL_FILE}): {e}")))?;
+            let named = match rustix::fs::statat(self.state.dir().as_fd(), JOURNAL_FILE, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => Some(st),
+                Err(Errno::NOENT) => None,
+                Err(e) => return Err(JournalError::io(&self.path, format_args!("fstatat({JOURNAL_FILE}): {e}"))),
+            };
+            if named.is_some_and(|st| st.st_dev == ours.st_dev && st.st_ino == ours.st_ino) {
+                return Ok(Flock { file });
+            }
+            let _ = rustix::fs::flock(&*file, FlockOperation::Unlock);
+            // Sealed (it is still linked, in journal.d, or was pruned since):
+            // continue in the file the name leads to now. Removed or replaced
+            // with nothing sealed: refused, as before segments existed.
+            if ours.st_nlink == 0 && sealed_numbers(&self.state)?.is_empty() {
+                return Err(JournalError::FileUnsafe {
+                    file: self.path.clone(),
+                    reason: "it was removed or replaced while open, and no segment was sealed".into(),
+                });
+            }
+            *file = open_live(&self.state, &self.path)?;
         }
-        Ok(st.st_size as u64)
     }
 
-    /// Finds the last record of a journal of `size` bytes, reading at most
+    /// The live segment's size; refuses one with other links.
+    fn size(&self, file: &File) -> Result<u64, JournalError> {
+        size_of(file, &self.path)
+    }
+
+    /// Finds the last record of a segment of `size` bytes, reading at most
     /// [`MAX_RECORD_BYTES`] + 1 bytes.
-    fn tail(&self, size: u64) -> Result<Option<Tail>, JournalError> {
-        if size == 0 {
-            return Ok(None);
-        }
+    fn tail(&self, file: &File, path: &Path, size: u64) -> Result<Tail, JournalError> {
         let n = size.min(MAX_RECORD_BYTES as u64 + 1);
         let start = size - n;
         let mut buf = vec![0u8; n as usize];
-        self.file
-            .read_exact_at(&mut buf, start)
-            .map_err(|e| JournalError::io(&self.path, format_args!("pread({JOURNAL_FILE}, {n}, {start}): {e}")))?;
+        file.read_exact_at(&mut buf, start)
+            .map_err(|e| JournalError::io(path, format_args!("pread({}, {n}, {start}): {e}", file_name(path))))?;
         if buf.last() != Some(&b'\n') {
-            return Err(JournalError::TornTail { file: self.path.clone(), size });
+            return Err(JournalError::TornTail { file: path.to_path_buf(), size });
         }
         let body = &buf[..buf.len() - 1];
         let line = match body.iter().rposition(|&b| b == b'\n') {
@@ -248,28 +481,28 @@ impl Journal {
             None if start == 0 => body,
             None => {
                 return Err(JournalError::corrupt(
-                    &self.path,
+                    path,
                     None,
                     format!("the last line is longer than the record bound of {MAX_RECORD_BYTES} bytes"),
                 ))
             }
         };
-        let bad = |reason: &str| JournalError::corrupt(&self.path, None, format!("the last line {reason}"));
+        let bad = |reason: &str| JournalError::corrupt(path, None, format!("the last line {reason}"));
         let value: Value = serde_json::from_slice(line).map_err(|_| bad("is not JSON"))?;
         let seq = value.get("seq").and_then(Value::as_u64).ok_or_else(|| bad("has no seq"))?;
         let key_id = value.get("key_id").and_then(Value::as_str).ok_or_else(|| bad("has no key_id"))?;
         let ours = self.key.key_id();
         if key_id != ours {
-            return Err(JournalError::KeyMismatch { file: self.path.clone(), found: key_id.to_string(), ours });
+            return Err(JournalError::KeyMismatch { file: path.to_path_buf(), found: key_id.to_string(), ours });
         }
-        Ok(Some(Tail { seq, hash: line_hash(line) }))
+        Ok(Tail { seq, hash: line_hash(line) })
     }
 
     /// Writes `line` with one `write(2)`; a short write is truncated back to
     /// `size` (the lock is held, so nothing else wrote after it).
-    fn write_line(&self, line: &[u8], size: u64) -> Result<(), JournalError> {
+    fn write_line(&self, file: &File, line: &[u8], size: u64) -> Result<(), JournalError> {
         let written = loop {
-            match rustix::io::write(&self.file, line) {
+            match rustix::io::write(file, line) {
                 Err(Errno::INTR) => continue,
                 other => break other,
             }
@@ -280,7 +513,7 @@ impl Journal {
             Ok(n) => format!("{call}: wrote only {n} bytes"),
             Err(e) => format!("{call}: {e}"),
         };
-        match rustix::fs::ftruncate(&self.file, size) {
+        match rustix::fs::ftruncate(file, size) {
             Ok(()) => Err(JournalError::io(&self.path, format_args!("{failure}; truncated back to {size} bytes"))),
             Err(e) => Err(JournalError::io(
                 &self.path,
@@ -288,6 +521,137 @@ impl Journal {
             )),
         }
     }
+}
+
+/// `journal.d`, created if `create`; `None` when it does not exist.
+pub(crate) fn segments_dir(state: &PrivateDir, create: bool) -> Result<Option<PrivateDir>, JournalError> {
+    let dir_path = state.display_path().join(SEGMENTS_DIR);
+    let opened = if create { state.ensure_subdir(SEGMENTS_DIR) } else { state.open_subdir(SEGMENTS_DIR) };
+    match opened {
+        Ok(dir) => Ok(Some(dir)),
+        Err(e) if !create && e.errno() == Some(Errno::NOENT) => Ok(None),
+        Err(e) => Err(JournalError::FileUnsafe { file: dir_path, reason: e.message().to_string() }),
+    }
+}
+
+/// The sealed segments' numbers, ascending.
+pub(crate) fn sealed_numbers(state: &PrivateDir) -> Result<Vec<u64>, JournalError> {
+    let Some(dir) = segments_dir(state, false)? else { return Ok(Vec::new()) };
+    let names = dir.entries().map_err(|e| JournalError::io(dir.display_path(), e.message()))?;
+    let mut numbers: Vec<u64> = names.iter().filter_map(|n| parse_segment_file(n)).collect();
+    numbers.sort_unstable();
+    Ok(numbers)
+}
+
+/// Opens sealed segment `number` with the checks of the live one.
+pub(crate) fn open_sealed(state: &PrivateDir, number: u64) -> Result<(File, PathBuf, u64), JournalError> {
+    let dir = segments_dir(state, false)?.ok_or_else(|| missing(state, number))?;
+    let name = segment_file(number);
+    let path = dir.display_path().join(&name);
+    let file = dir.open_nofollow(&name).map_err(|e| match e.errno() {
+        Some(Errno::NOENT) => missing(state, number),
+        _ => JournalError::io(&path, e.message()),
+    })?;
+    check_private_file(&file, &path, None).map_err(|fault| unsafe_file(&path, fault))?;
+    let size = file.metadata().map_err(|e| JournalError::io(&path, format_args!("fstat: {e}")))?.len();
+    Ok((file, path, size))
+}
+
+pub(crate) fn missing(state: &PrivateDir, number: u64) -> JournalError {
+    let path = state.display_path().join(SEGMENTS_DIR).join(segment_file(number));
+    JournalError::corrupt(&path, None, "the segment is missing (pruned while being read?)")
+}
+
+/// Reads all of `file` (at most [`MAX_SEGMENT_BYTES`]).
+pub(crate) fn read_file(file: &File, path: &Path) -> Result<Vec<u8>, JournalError> {
+    let size = size_of(file, path)?;
+    if size > MAX_SEGMENT_BYTES {
+        return Err(JournalError::corrupt(
+            path,
+            None,
+            format!("it is {size} bytes, over the segment cap of {MAX_SEGMENT_BYTES}"),
+        ));
+    }
+    let mut bytes = vec![0u8; size as usize];
+    file.read_exact_at(&mut bytes, 0)
+        .map_err(|e| JournalError::io(path, format_args!("pread({}, {size}, 0): {e}", file_name(path))))?;
+    Ok(bytes)
+}
+
+/// The size of a segment file; refuses one with other links.
+pub(crate) fn size_of(file: &File, path: &Path) -> Result<u64, JournalError> {
+    let st =
+        rustix::fs::fstat(file).map_err(|e| JournalError::io(path, format_args!("fstat({}): {e}", file_name(path))))?;
+    if st.st_nlink != 1 {
+        return Err(JournalError::FileUnsafe {
+            file: path.to_path_buf(),
+            reason: format!("it has {} links since it was opened; it must have exactly one", st.st_nlink),
+        });
+    }
+    Ok(st.st_size as u64)
+}
+
+/// Hands the sealed segments `sealed` (read now, one at a time) and then
+/// the live segment's bytes `live` to `each`, until it returns `false`.
+pub(crate) fn visit_segments(
+    state: &PrivateDir,
+    sealed: Vec<u64>,
+    live: Vec<u8>,
+    mut each: impl FnMut(Segment) -> Result<bool, JournalError>,
+) -> Result<(), JournalError> {
+    let live_number = match live.split(|&b| b == b'\n').next().and_then(header_number) {
+        Some(n) => n,
+        None if live.is_empty() => sealed.last().map_or(1, |n| n + 1),
+        None => 1,
+    };
+    for number in sealed {
+        let (file, path, _) = open_sealed(state, number)?;
+        let bytes = read_file(&file, &path)?;
+        if !each(Segment { number, sealed: true, bytes })? {
+            return Ok(());
+        }
+    }
+    each(Segment { number: live_number, sealed: false, bytes: live })?;
+    Ok(())
+}
+
+/// Opens (creating) the live segment and checks it; syncs the directory
+/// when it is empty, so a new file survives a crash once a record is in it.
+fn open_live(state: &PrivateDir, path: &Path) -> Result<File, JournalError> {
+    let file = state.open_append(JOURNAL_FILE).map_err(|e| match e.errno() {
+        Some(Errno::LOOP) => {
+            JournalError::FileUnsafe { file: path.to_path_buf(), reason: "it is a symbolic link".into() }
+        }
+        Some(Errno::ISDIR) => JournalError::FileUnsafe { file: path.to_path_buf(), reason: "it is a directory".into() },
+        _ => JournalError::io(path, e.message()),
+    })?;
+    check_private_file(&file, path, None).map_err(|fault| unsafe_file(path, fault))?;
+    let size = file.metadata().map_err(|e| JournalError::io(path, format_args!("fstat: {e}")))?.len();
+    if size == 0 {
+        state.sync().map_err(|e| JournalError::io(path, e.message()))?;
+    }
+    Ok(file)
+}
+
+fn next_seq(tail: &Tail, path: &Path) -> Result<u64, JournalError> {
+    tail.seq.checked_add(1).ok_or_else(|| JournalError::corrupt(path, None, "the last seq is u64::MAX"))
+}
+
+/// The segment number a header line names, if `line` is a header.
+fn header_number(line: &[u8]) -> Option<u64> {
+    let value: Value = serde_json::from_slice(line).ok()?;
+    if value.get("kind")?.as_str()? != SEGMENT_STARTED {
+        return None;
+    }
+    value.get("body")?.get("segment")?.as_u64()
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 fn unsafe_file(path: &Path, fault: Fault) -> JournalError {

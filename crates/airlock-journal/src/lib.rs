@@ -4,12 +4,15 @@
 //! - [`JournalKey`]: the Ed25519 key in `STATE/journal.key` (raw 32-byte
 //!   seed, `0600`, checked on every load), its [`PublicKey`] written to
 //!   `STATE/journal.pub` for operators.
-//! - [`Journal`]: `STATE/journal.jsonl`, one [`Record`] per line, in RFC 8785
-//!   canonical JSON: `seq` (from 1), `prev` (SHA-256 of the previous line),
-//!   `time`, `kind` (see [`kind`]), `invocation_id`, `body`, `key_id` and
-//!   `sig` (Ed25519 over the record without `sig`).
-//! - [`verify()`]: checks a journal's bytes against a pinned public key and
-//!   names the first bad line.
+//! - [`Journal`]: one [`Record`] per line, in RFC 8785 canonical JSON:
+//!   `seq` (from 1), `prev` (SHA-256 of the previous line), `time`, `kind`
+//!   (see [`kind`]), `invocation_id`, `body`, `key_id` and `sig` (Ed25519
+//!   over the record without `sig`). The lines are kept in segments: the
+//!   live `STATE/journal.jsonl` and sealed `STATE/journal.d/NNNNNN.jsonl`
+//!   (see [`SEGMENT_STARTED`] for how one chain runs across them).
+//! - [`verify()`]: checks one file's bytes against a pinned public key and
+//!   names the first bad line; [`Journal::verify_chain`] and
+//!   [`JournalReader::verify_chain`] check every segment as one chain.
 //! - [`dsse`]: DSSE v1 envelopes signed with the same key.
 //!
 //! # What the journal guarantees
@@ -39,8 +42,12 @@
 //!   that needs an external anchor, such as a head hash
 //!   ([`Appended::line_sha256`], [`VerifyReport::head`]) published or kept
 //!   elsewhere.
-//! - It is not rotated: it grows to [`MAX_JOURNAL_BYTES`] and then refuses
-//!   appends (`journal.full`). The key is not rotated either.
+//! - It never fills up: the live segment is sealed at a size bound
+//!   ([`Journal::with_segment_bytes`], default [`DEFAULT_SEGMENT_BYTES`])
+//!   and the next one continues the chain. Old sealed segments are removed
+//!   only by [`Journal::prune`], once exported or explicitly allowed; the
+//!   kept chain then verifies from the first kept segment's header, which
+//!   proves the kept records, not the removed ones. The key is not rotated.
 //! - Time stamps are the writer's clock, not a trusted time source.
 //!
 //! ```
@@ -65,14 +72,21 @@ pub mod dsse;
 mod error;
 mod journal;
 mod key;
+mod reader;
 mod record;
+mod segment;
 mod time;
 mod verify;
 
 pub use dsse::{DsseEnvelope, DsseSignature};
 pub use error::JournalError;
-pub use journal::{Appended, Journal, JOURNAL_FILE};
+pub use journal::{Appended, Journal, Pruned, JOURNAL_FILE};
 pub use key::{JournalKey, PublicKey, KEY_FILE, PUBLIC_KEY_FILE};
-pub use record::{kind, Record, GENESIS_PREV, MAX_JOURNAL_BYTES, MAX_RECORD_BYTES};
+pub use reader::JournalReader;
+pub use record::{kind, Record, GENESIS_PREV, MAX_RECORD_BYTES};
+pub use segment::{
+    export_marker, parse_segment_file, segment_file, Segment, DEFAULT_SEGMENT_BYTES, JOURNAL_PRUNED, MAX_SEGMENT_BYTES,
+    MIN_SEGMENT_BYTES, SEGMENTS_DIR, SEGMENT_STARTED,
+};
 pub use time::format_rfc3339;
-pub use verify::{verify, BadRecord, VerifyReport};
+pub use verify::{verify, BadRecord, ChainStart, ChainVerifier, VerifyReport};

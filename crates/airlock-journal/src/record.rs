@@ -10,8 +10,6 @@ use sha2::{Digest, Sha256};
 
 /// The largest record line, its newline included (64 KiB).
 pub const MAX_RECORD_BYTES: usize = 64 * 1024;
-/// The largest journal file (256 MiB); an append past it is refused.
-pub const MAX_JOURNAL_BYTES: u64 = 256 * 1024 * 1024;
 /// `prev` of the first record: `sha256:` and 64 zeros.
 pub const GENESIS_PREV: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
 

@@ -2,11 +2,12 @@
 
 use crate::key::PublicKey;
 use crate::record::{canonical, line_hash, FIELDS, GENESIS_PREV, MAX_RECORD_BYTES};
+use crate::segment::{JOURNAL_PRUNED, SEGMENT_STARTED};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use serde_json::Value;
 
-/// What [`verify`] found.
+/// What [`verify`] or a [`ChainVerifier`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifyReport {
     /// Records that verified, in order from the first (all of them when
@@ -21,6 +22,24 @@ pub struct VerifyReport {
     /// `sha256:<hex>` of the last line that verified: the head to compare
     /// with (or publish as) an external anchor.
     pub head: Option<String>,
+    /// Segments that held records, verified or not.
+    pub segments: u64,
+    /// Where the chain starts when it does not start at the first record:
+    /// the first kept segment's header names the record before it (a
+    /// pruned journal, or one exported segment).
+    pub starts_after: Option<ChainStart>,
+}
+
+/// The record a chain that was cut at a segment boundary continues from,
+/// as the first kept segment's signed header names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainStart {
+    /// The first kept segment's number.
+    pub segment: u64,
+    /// `seq` of the last record before it.
+    pub seq: u64,
+    /// `sha256:<hex>` of that record's line.
+    pub head: String,
 }
 
 impl VerifyReport {
@@ -33,7 +52,10 @@ impl VerifyReport {
 /// The first record that failed verification, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadRecord {
-    /// Its line, from 1.
+    /// Its segment's number, when known (always, for a journal's own
+    /// segments).
+    pub segment: Option<u64>,
+    /// Its line within its segment, from 1.
     pub line: u64,
     /// The `seq` it claims, if that much of it could be read.
     pub seq: Option<u64>,
@@ -41,61 +63,222 @@ pub struct BadRecord {
     pub reason: String,
 }
 
-/// Verifies a whole journal from its bytes and the pinned `public_key`
-/// alone (no other state is consulted).
+/// Verifies one journal file (one segment, or a whole unsegmented journal)
+/// from its bytes and the pinned `public_key` alone (no other state is
+/// consulted): a [`ChainVerifier`] fed once.
 ///
 /// Each line must: be at most [`MAX_RECORD_BYTES`] with its newline; parse
 /// as JSON; be byte for byte its own RFC 8785 canonical form (so any
 /// reformatting is caught); hold exactly the eight record fields with their
-/// types; have `seq` one more than the line before (1 for the first); have
-/// `prev` equal to the SHA-256 of the previous line's bytes (64 zeros for
-/// the first); carry the pinned key's `key_id`; and carry a valid Ed25519
-/// signature (strict) over its canonical form without `sig`. The first
-/// failure is reported and verification stops there.
+/// types; have `seq` one more than the line before; have `prev` equal to
+/// the SHA-256 of the previous line's bytes; carry the pinned key's
+/// `key_id`; and carry a valid Ed25519 signature (strict) over its
+/// canonical form without `sig`. The first line is seq 1 with `prev` 64
+/// zeros, or a segment header ([`crate::SEGMENT_STARTED`]), whose `seq`
+/// and `prev` are then taken as given ([`VerifyReport::starts_after`]).
+/// The first failure is reported and verification stops there.
 ///
 /// What this cannot see: a journal cut back to an earlier record boundary
 /// verifies as a shorter journal. Compare [`VerifyReport::head`] and
 /// [`VerifyReport::records`] with an anchor kept elsewhere to catch that.
 pub fn verify(bytes: &[u8], public_key: &PublicKey) -> VerifyReport {
-    let key_id = public_key.key_id();
-    let mut report = VerifyReport {
-        records: 0,
-        first_bad: None,
-        truncated_tail: !bytes.is_empty() && bytes.last() != Some(&b'\n'),
-        head: None,
-    };
-    let mut prev = GENESIS_PREV.to_string();
-    let mut rest = bytes;
-    let mut line_no = 0u64;
-    while !rest.is_empty() {
-        line_no += 1;
-        let expected_seq = report.records + 1;
-        let Some(end) = rest.iter().position(|&b| b == b'\n') else {
-            report.first_bad = Some(BadRecord {
-                line: line_no,
-                seq: claimed_seq(rest),
-                reason: format!("the last line is truncated: {} bytes and no newline", rest.len()),
-            });
-            break;
-        };
-        let line = &rest[..end];
-        rest = &rest[end + 1..];
-        if let Err(reason) = check_line(line, expected_seq, &prev, &key_id, public_key) {
-            report.first_bad = Some(BadRecord { line: line_no, seq: claimed_seq(line), reason });
-            break;
+    let mut verifier = ChainVerifier::new(public_key);
+    verifier.feed(None, bytes);
+    verifier.finish(false)
+}
+
+/// Verifies a chain of segments fed in order (see [`verify`] for what each
+/// line must be).
+///
+/// Across segments: every segment after the first that holds records opens
+/// with a header whose body names its number (the next after the previous
+/// segment's, and the file's) and whose `prev` and `previous_head` are the
+/// previous segment's last line hash; a header anywhere else fails. The
+/// first segment fed is segment 1 starting at seq 1, or, after pruning, a
+/// segment whose header is taken as the anchor: then what is proved is
+/// that every kept record is signed and chained from that header on, and
+/// that the header names the hash of the last removed record (compare it
+/// with the head of the exported segment); nothing is proved about the
+/// removed segments themselves. [`ChainVerifier::finish`] with
+/// `require_pruning_record` also demands that a signed `JournalPruned`
+/// record in the kept chain covers every missing segment, so removing old
+/// segments by hand is caught.
+#[derive(Debug)]
+pub struct ChainVerifier<'k> {
+    public_key: &'k PublicKey,
+    key_id: String,
+    report: VerifyReport,
+    /// `(next seq, hash of the last line)` once a record verified.
+    at: Option<(u64, String)>,
+    /// Number of the last segment that held records.
+    last_segment: Option<u64>,
+    /// Highest `through` of a `JournalPruned` record seen.
+    pruned_through: u64,
+    failed: bool,
+}
+
+impl<'k> ChainVerifier<'k> {
+    /// A verifier for a chain signed by `public_key`.
+    pub fn new(public_key: &'k PublicKey) -> ChainVerifier<'k> {
+        ChainVerifier {
+            public_key,
+            key_id: public_key.key_id(),
+            report: VerifyReport {
+                records: 0,
+                first_bad: None,
+                truncated_tail: false,
+                head: None,
+                segments: 0,
+                starts_after: None,
+            },
+            at: None,
+            last_segment: None,
+            pruned_through: 0,
+            failed: false,
         }
-        report.records = expected_seq;
-        prev = line_hash(line);
-        report.head = Some(prev.clone());
     }
-    report
+
+    /// Verifies the next segment, numbered `number` when known. Returns
+    /// whether to go on (false once something failed).
+    pub fn feed(&mut self, number: Option<u64>, bytes: &[u8]) -> bool {
+        if self.failed {
+            return false;
+        }
+        if bytes.is_empty() {
+            return true;
+        }
+        self.report.segments += 1;
+        self.report.truncated_tail = bytes.last() != Some(&b'\n');
+        let mut rest = bytes;
+        let mut line_no = 0u64;
+        while !rest.is_empty() {
+            line_no += 1;
+            let Some(end) = rest.iter().position(|&b| b == b'\n') else {
+                self.fail(
+                    number,
+                    line_no,
+                    claimed_seq(rest),
+                    format!("the last line is truncated: {} bytes and no newline", rest.len()),
+                );
+                return false;
+            };
+            let line = &rest[..end];
+            rest = &rest[end + 1..];
+            if let Err(reason) = self.check(number, line_no, line) {
+                self.fail(number, line_no, claimed_seq(line), reason);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The report. With `require_pruning_record`, a chain that starts after
+    /// segment 1 fails unless a `JournalPruned` record in it covers every
+    /// segment before its first.
+    pub fn finish(mut self, require_pruning_record: bool) -> VerifyReport {
+        if let (false, true, Some(start)) = (self.failed, require_pruning_record, self.report.starts_after.clone()) {
+            if self.pruned_through + 1 < start.segment {
+                self.report.first_bad = Some(BadRecord {
+                    segment: Some(start.segment),
+                    line: 1,
+                    seq: Some(start.seq + 1),
+                    reason: format!(
+                        "segments {}..={} are missing and no JournalPruned record in the journal says they were pruned",
+                        self.pruned_through + 1,
+                        start.segment - 1
+                    ),
+                });
+            }
+        }
+        self.report
+    }
+
+    fn fail(&mut self, segment: Option<u64>, line: u64, seq: Option<u64>, reason: String) {
+        self.failed = true;
+        self.report.first_bad = Some(BadRecord { segment, line, seq, reason });
+    }
+
+    fn check(&mut self, number: Option<u64>, line_no: u64, line: &[u8]) -> Result<(), String> {
+        let first_of_segment = line_no == 1;
+        let (expected_seq, prev) = match &self.at {
+            Some((seq, prev)) => (*seq, prev.clone()),
+            // The very first record: seq 1 from genesis, or a header taken
+            // as the anchor of a chain cut at a segment boundary.
+            None => match claimed_start(line) {
+                Some((seq, prev)) if seq > 1 => (seq, prev),
+                _ => (1, GENESIS_PREV.to_string()),
+            },
+        };
+        let record = check_line(line, expected_seq, &prev, &self.key_id, self.public_key)?;
+        let is_header = record["kind"] == SEGMENT_STARTED;
+        let body = &record["body"];
+        if first_of_segment && (self.at.is_some() || expected_seq > 1) {
+            if !is_header {
+                return Err("a segment after the first does not open with a JournalSegmentStarted header".into());
+            }
+            let named = body["segment"].as_u64().ok_or("the header names no segment")?;
+            let expected = match (self.last_segment, number) {
+                (Some(last), _) => Some(last + 1),
+                (None, n) => n,
+            };
+            if expected.is_some_and(|e| e != named) || number.is_some_and(|n| n != named) {
+                return Err(format!(
+                    "the header names segment {named}, but this is segment {} after segment {:?}",
+                    number.map_or_else(|| "?".into(), |n| n.to_string()),
+                    self.last_segment
+                ));
+            }
+            if body["previous_head"].as_str() != Some(prev.as_str())
+                || body["previous_segment"].as_u64() != named.checked_sub(1)
+                || body["previous_seq"].as_u64() != expected_seq.checked_sub(1)
+            {
+                return Err("the header does not name the previous segment's last record".into());
+            }
+            if self.at.is_none() {
+                self.report.starts_after = Some(ChainStart { segment: named, seq: expected_seq - 1, head: prev });
+            }
+            self.last_segment = Some(named);
+        } else if is_header {
+            return Err("a JournalSegmentStarted header that does not open a segment".into());
+        } else if first_of_segment {
+            // Segment 1, from genesis.
+            if number.is_some_and(|n| n != 1) {
+                return Err(format!("segment {} starts at seq 1 without a header", number.unwrap_or(0)));
+            }
+            self.last_segment = Some(1);
+        }
+        if record["kind"] == JOURNAL_PRUNED {
+            self.pruned_through = self.pruned_through.max(body["through"].as_u64().unwrap_or(0));
+        }
+        let hash = line_hash(line);
+        self.report.records += 1;
+        self.report.head = Some(hash.clone());
+        self.at = Some((expected_seq + 1, hash));
+        Ok(())
+    }
+}
+
+/// `seq` and `prev` as a line claims them, if it is a segment header.
+fn claimed_start(line: &[u8]) -> Option<(u64, String)> {
+    let value: Value = serde_json::from_slice(line).ok()?;
+    if value.get("kind")?.as_str()? != SEGMENT_STARTED {
+        return None;
+    }
+    Some((value.get("seq")?.as_u64()?, value.get("prev")?.as_str()?.to_owned()))
 }
 
 fn claimed_seq(line: &[u8]) -> Option<u64> {
     serde_json::from_slice::<Value>(line).ok()?.get("seq")?.as_u64()
 }
 
-fn check_line(line: &[u8], expected_seq: u64, prev: &str, key_id: &str, public_key: &PublicKey) -> Result<(), String> {
+/// Checks one line; the record (without `sig`) when it verifies.
+fn check_line(
+    line: &[u8],
+    expected_seq: u64,
+    prev: &str,
+    key_id: &str,
+    public_key: &PublicKey,
+) -> Result<Value, String> {
     if line.len() + 1 > MAX_RECORD_BYTES {
         return Err(format!(
             "the line is {} bytes with its newline, over the record bound of {MAX_RECORD_BYTES}",
@@ -143,11 +326,12 @@ fn check_line(line: &[u8], expected_seq: u64, prev: &str, key_id: &str, public_k
         .remove("sig")
         .and_then(|s| s.as_str().and_then(|s| BASE64.decode(s).ok()))
         .ok_or("sig is not standard base64")?;
-    let unsigned = canonical(&Value::Object(obj))?;
+    let record = Value::Object(obj);
+    let unsigned = canonical(&record)?;
     if !public_key.verify(&unsigned, &sig) {
         return Err("the signature does not verify".into());
     }
-    Ok(())
+    Ok(record)
 }
 
 #[cfg(test)]

@@ -3,4 +3,5 @@
 mod concurrency;
 mod journal;
 mod key;
+mod segments;
 mod util;

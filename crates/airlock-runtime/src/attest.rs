@@ -20,8 +20,10 @@ impl Runtime {
     /// finish with at least one created file.
     pub fn attest(&self, id: &str) -> Result<DsseEnvelope, Refusal> {
         crate::id::check_invocation_id(id)?;
-        let records = self.journal().records().map_err(ledger::journal_refusal)?;
-        let mine: Vec<_> = records.iter().filter(|r| r.invocation_id.as_deref() == Some(id)).collect();
+        let mine = self
+            .journal()
+            .records_where(|r| r.invocation_id.as_deref() == Some(id))
+            .map_err(ledger::journal_refusal)?;
         let finished = mine.iter().rev().find(|r| r.kind == kind::INVOCATION_FINISHED);
         let prepared = mine.iter().find(|r| r.kind == kind::INVOCATION_PREPARED);
         let (Some(finished), Some(prepared)) = (finished, prepared) else {

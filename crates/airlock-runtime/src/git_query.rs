@@ -156,7 +156,10 @@ impl Runtime {
         self.record(
             kind::WORKER_STARTED,
             Some(id),
-            json!({ "tier": "native", "argv": [PROGRAM_PATH, "git-driver", op.as_str()] }),
+            crate::ledger::worker_started_body(
+                &[PROGRAM_PATH.to_owned(), "git-driver".to_owned(), op.as_str().to_owned()],
+                json!({}),
+            ),
         )?;
         let outcome = tier
             .start(spec)

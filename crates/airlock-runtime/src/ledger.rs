@@ -17,21 +17,98 @@ pub fn journal_refusal(e: JournalError) -> Refusal {
     let code = match e.code() {
         "journal.key_unsafe" | "journal.key_missing" | "journal.file_unsafe" => ReasonCode::JournalKeyUnsafe,
         "journal.io" | "journal.record_too_large" | "journal.invalid_record" => ReasonCode::JournalIo,
+        "journal.not_exported" => ReasonCode::JournalNotExported,
         _ => ReasonCode::JournalCorrupt,
     };
     Refusal::new(code, format!("{}: {e}", e.code()))
 }
 
 /// Appends one record; the call returns once it (and every record before
-/// it) is durable. For records that announce an effect.
+/// it) is durable. For records that announce an effect. Integers beyond
+/// ±(2^53 − 1) in `body` are written as decimal strings ([`exact_numbers`]).
 pub fn record(journal: &Journal, kind: &str, invocation_id: Option<&str>, body: Value) -> Result<(), Refusal> {
-    journal.append(kind, invocation_id, body).map(|_| ()).map_err(journal_refusal)
+    journal.append(kind, invocation_id, exact_numbers(body)).map(|_| ()).map_err(journal_refusal)
 }
 
 /// Appends one record that announces no effect of its own; it becomes
 /// durable with the next [`record`], which every effect is preceded by.
+/// Integers as in [`record`].
 pub fn note(journal: &Journal, kind: &str, invocation_id: Option<&str>, body: Value) -> Result<(), Refusal> {
-    journal.append_deferred(kind, invocation_id, body).map(|_| ()).map_err(journal_refusal)
+    journal.append_deferred(kind, invocation_id, exact_numbers(body)).map(|_| ()).map_err(journal_refusal)
+}
+
+/// Most bytes of argv words a `WorkerStarted` record keeps (4 KiB).
+pub const ARGV_PREFIX_BYTES: usize = 4096;
+
+/// The body of a `WorkerStarted` record: `tier` (`native`), then the argv
+/// as evidence of bounded size, whatever its length: `argv` holds the
+/// words while they fit in [`ARGV_PREFIX_BYTES`] (the word that does not
+/// fit is cut at a character boundary, the rest left out), `argv_truncated`
+/// says whether anything was left out, `argv_bytes` is the whole argv's
+/// size and `argv_sha256` the SHA-256 of every word followed by a NUL byte
+/// (as `/proc/PID/cmdline` holds it), so the full argv (in the call's
+/// descriptor) can be checked against the record. `extra`'s fields are
+/// added.
+pub fn worker_started_body(argv: &[String], extra: Value) -> Value {
+    use sha2::{Digest, Sha256};
+    let mut digest = Sha256::new();
+    let mut prefix = Vec::new();
+    let mut room = ARGV_PREFIX_BYTES;
+    let mut truncated = false;
+    for word in argv {
+        digest.update(word.as_bytes());
+        digest.update([0u8]);
+        if truncated {
+            continue;
+        }
+        if word.len() <= room {
+            room -= word.len();
+            prefix.push(word.clone());
+        } else {
+            let cut = (0..=room).rev().find(|&i| word.is_char_boundary(i)).unwrap_or(0);
+            prefix.push(word[..cut].to_owned());
+            truncated = true;
+        }
+    }
+    let mut body = serde_json::json!({
+        "tier": "native",
+        "argv": prefix,
+        "argv_truncated": truncated,
+        "argv_bytes": argv.iter().map(|w| w.len() as u64 + 1).sum::<u64>(),
+        "argv_sha256": format!("sha256:{}", hex::encode(digest.finalize())),
+    });
+    if let (Value::Object(map), Value::Object(more)) = (&mut body, extra) {
+        map.extend(more);
+    }
+    body
+}
+
+/// The largest integer the journal writes as a number (2^53 − 1).
+const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// `body` with every integer beyond ±(2^53 − 1) replaced by its decimal
+/// string. The journal refuses such numbers (RFC 8785 would round them), and
+/// a record it refuses is a step of a call that goes unrecorded; a 64-bit
+/// counter, id, size or inode number from any source is therefore written
+/// exactly, as a string, whatever its value. Smaller integers stay numbers.
+pub fn exact_numbers(body: Value) -> Value {
+    match body {
+        Value::Number(n) => {
+            let beyond = match (n.as_u64(), n.as_i64()) {
+                (Some(u), _) => u > MAX_SAFE_INTEGER,
+                (None, Some(i)) => i.unsigned_abs() > MAX_SAFE_INTEGER,
+                (None, None) => false,
+            };
+            if beyond {
+                Value::String(n.to_string())
+            } else {
+                Value::Number(n)
+            }
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(exact_numbers).collect()),
+        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (k, exact_numbers(v))).collect()),
+        other => other,
+    }
 }
 
 /// A pending-publication marker; removed with [`PendingMarker::clear`].
@@ -110,14 +187,15 @@ pub fn refuse_if_unconfirmed(state: &PrivateDir, journal: &Journal) -> Result<()
     if stuck.is_empty() {
         return Ok(());
     }
-    let records = journal.records().map_err(journal_refusal)?;
-    let settled = |id: &str| {
-        records.iter().any(|r| {
-            r.invocation_id.as_deref() == Some(id)
-                && (r.kind == airlock_journal::kind::FILE_PUBLICATION_FINISHED
-                    || r.kind == airlock_journal::kind::RECOVERY_FINISHED)
+    // Only the outcomes of the stuck ids are kept as the segments are read.
+    let records = journal
+        .records_where(|r| {
+            (r.kind == airlock_journal::kind::FILE_PUBLICATION_FINISHED
+                || r.kind == airlock_journal::kind::RECOVERY_FINISHED)
+                && r.invocation_id.as_ref().is_some_and(|id| stuck.contains(id))
         })
-    };
+        .map_err(journal_refusal)?;
+    let settled = |id: &str| records.iter().any(|r| r.invocation_id.as_deref() == Some(id));
     for id in stuck.iter().filter(|id| settled(id)) {
         clear_pending(state, id)?;
     }
@@ -162,5 +240,53 @@ pub fn crash_point(name: &str) {
     if cfg!(debug_assertions) && std::env::var(CRASH_ENV).is_ok_and(|v| v == name) {
         let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
         std::thread::sleep(std::time::Duration::from_secs(10));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn worker_started_keeps_a_bounded_prefix_and_the_digest_of_the_whole_argv() {
+        let short = vec!["wc".to_owned(), "-l".to_owned()];
+        let body = worker_started_body(&short, json!({"mcp_tool": "t"}));
+        assert_eq!(body["argv"], json!(["wc", "-l"]));
+        assert_eq!(body["argv_truncated"], false);
+        assert_eq!(body["argv_bytes"], 6);
+        assert_eq!(body["mcp_tool"], "t");
+        use sha2::Digest;
+        assert_eq!(body["argv_sha256"], format!("sha256:{}", hex::encode(sha2::Sha256::digest(b"wc\0-l\0"))));
+        let long = vec!["tool".to_owned(), "é".repeat(16 * 1024), "next".to_owned()];
+        let body = worker_started_body(&long, json!({}));
+        let kept: Vec<&str> = body["argv"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()).collect();
+        assert_eq!(kept.len(), 2);
+        assert_eq!(kept[0], "tool");
+        assert_eq!(kept[1].len(), ARGV_PREFIX_BYTES - 4, "cut at a character boundary within the prefix");
+        assert_eq!(body["argv_truncated"], true);
+        assert_eq!(body["argv_bytes"], 5 + 32 * 1024 + 1 + 5);
+        assert_ne!(body["argv_sha256"], worker_started_body(&long[..2], json!({}))["argv_sha256"]);
+    }
+
+    #[test]
+    fn integers_beyond_2_pow_53_become_strings() {
+        let body = json!({
+            "max": (1u64 << 53) + 1,
+            "ok": MAX_SAFE_INTEGER,
+            "neg": -(1i64 << 60),
+            "f": 0.5,
+            "nested": [{"id": u64::MAX}, 3],
+        });
+        assert_eq!(
+            exact_numbers(body),
+            json!({
+                "max": "9007199254740993",
+                "ok": MAX_SAFE_INTEGER,
+                "neg": "-1152921504606846976",
+                "f": 0.5,
+                "nested": [{"id": "18446744073709551615"}, 3],
+            })
+        );
     }
 }

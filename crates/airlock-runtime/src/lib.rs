@@ -57,6 +57,12 @@ pub use prepare::{CallRequest, PreparedCall};
 pub use source::{bundled_missing_from, SOURCE_TRANSPORT};
 
 use airlock_core::{Config, ReasonCode, Refusal, ResolverChoice};
+
+// `[journal] segment_bytes` is checked against the journal's own bounds.
+const _: () = assert!(
+    airlock_core::JournalSettings::MIN_SEGMENT_BYTES == airlock_journal::MIN_SEGMENT_BYTES
+        && airlock_core::JournalSettings::MAX_SEGMENT_BYTES == airlock_journal::MAX_SEGMENT_BYTES
+);
 use airlock_hostfs::{HostAuthority, PrivateDir, Resolver};
 
 /// One process's view of the host: configuration, resolver, state directory.
@@ -90,7 +96,9 @@ impl Runtime {
         check_image(&config, &protected)?;
         approval::pinned(&config.approval.approvers)?;
         let key = airlock_journal::JournalKey::open_or_create(&state).map_err(ledger::journal_refusal)?;
-        let journal = airlock_journal::Journal::open(&state, key).map_err(ledger::journal_refusal)?;
+        let journal = airlock_journal::Journal::open(&state, key)
+            .map_err(ledger::journal_refusal)?
+            .with_segment_bytes(config.journal.segment_bytes);
         let pool = airlock_staging::Pool::open(&state, config.staging)?;
         let policy_sources =
             if config.policy_files.is_empty() { None } else { Some(policy_files::load(&authority, &config)?) };

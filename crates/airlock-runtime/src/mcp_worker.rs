@@ -59,7 +59,7 @@ impl Runtime {
         self.record(
             kind::WORKER_STARTED,
             Some(&id),
-            json!({ "tier": "native", "argv": d.argv, "mcp_tool": spec.tool }),
+            crate::ledger::worker_started_body(&d.argv, json!({ "mcp_tool": spec.tool })),
         )?;
         let deadline = Instant::now() + timeout;
         let started = tier.start_live(worker_spec).map_err(|e| {

@@ -75,8 +75,7 @@ fn dev_ino(v: &Value) -> Option<(u64, u64)> {
 
 impl Runtime {
     fn records_of(&self, id: &str) -> Result<Vec<Record>, Refusal> {
-        let all = self.journal().records().map_err(ledger::journal_refusal)?;
-        Ok(all.into_iter().filter(|r| r.invocation_id.as_deref() == Some(id)).collect())
+        self.journal().records_where(|r| r.invocation_id.as_deref() == Some(id)).map_err(ledger::journal_refusal)
     }
 
     /// Re-opens the output's parent through the configured ceiling and

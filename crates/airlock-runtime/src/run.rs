@@ -57,7 +57,9 @@ impl Runtime {
     /// Every answer is journaled: refusals before anything ran, and the end
     /// of a call that ran. Neither announces an effect, so neither pays a
     /// sync of its own: the publication's records, synced before and after
-    /// the rename, are what must survive a crash.
+    /// the rename, are what must survive a crash. If the end cannot be
+    /// journaled, a call that ran still answers with what it did (its
+    /// `created_files`), failed with the journal's error.
     pub(crate) fn journal_end(&self, id: Option<&str>, result: Result<Envelope, Refusal>) -> Result<Envelope, Refusal> {
         if let (Err(refusal), Some(id)) = (&result, id) {
             self.reserve_refused_id(id, refusal);
@@ -79,8 +81,16 @@ impl Runtime {
                 }),
             ),
         };
-        end?;
-        result
+        match (end, result) {
+            (Ok(()), result) => result,
+            (Err(journal), Err(_)) => Err(journal),
+            // The call ran: its answer (and the files it lists) stands, with
+            // the journal's failure as its error.
+            (Err(journal), Ok(envelope)) => {
+                let failed = Envelope::from_refusal(&journal);
+                Ok(Envelope { status: failed.status, error: failed.error, ..envelope })
+            }
+        }
     }
 
     fn dispatch_journaled(&self, id: &str) -> Result<Envelope, Refusal> {
@@ -221,7 +231,7 @@ impl Runtime {
         let call_staging = prepared.staged()?;
         let manifest = prepared.manifest();
         let spec = self.worker_spec(&prepared)?;
-        self.record(kind::WORKER_STARTED, Some(&d_id), json!({ "tier": "native", "argv": d.argv }))?;
+        self.record(kind::WORKER_STARTED, Some(&d_id), ledger::worker_started_body(&d.argv, json!({})))?;
         let outcome = run_worker(&tier, spec, "the tool");
         self.note(
             kind::WORKER_FINISHED,

@@ -1,10 +1,10 @@
-//! `airlock journal verify|show`, `airlock invocation inspect|recover`,
-//! `airlock attest`.
+//! `airlock journal verify|show|export|prune`, `airlock invocation
+//! inspect|recover`, `airlock attest`.
 
 use super::Answer;
 use airlock_core::{Config, Envelope, ReasonCode, Refusal};
 use airlock_hostfs::{HostAuthority, PrivateDir};
-use airlock_journal::{verify as verify_bytes, PublicKey, JOURNAL_FILE, MAX_JOURNAL_BYTES, PUBLIC_KEY_FILE};
+use airlock_journal::{verify as verify_bytes, JournalReader, PublicKey, MAX_SEGMENT_BYTES, PUBLIC_KEY_FILE};
 use airlock_runtime::recovery::Inspection;
 use airlock_runtime::Runtime;
 use serde_json::json;
@@ -13,11 +13,11 @@ use std::path::Path;
 
 fn read_bounded(file: impl Read, what: &str) -> Result<Vec<u8>, Refusal> {
     let mut bytes = Vec::new();
-    file.take(MAX_JOURNAL_BYTES + 1)
+    file.take(MAX_SEGMENT_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| Refusal::new(ReasonCode::JournalIo, format!("reading {what}: {e}")))?;
-    if bytes.len() as u64 > MAX_JOURNAL_BYTES {
-        return Err(Refusal::new(ReasonCode::JournalIo, format!("{what} is larger than the journal bound")));
+    if bytes.len() as u64 > MAX_SEGMENT_BYTES {
+        return Err(Refusal::new(ReasonCode::JournalIo, format!("{what} is larger than the segment bound")));
     }
     Ok(bytes)
 }
@@ -36,20 +36,26 @@ pub fn verify(config: &Config, public_key: Option<&Path>, journal: Option<&Path>
             .unwrap_or_default(),
     };
     let key = PublicKey::parse(&key_text).map_err(|e| Refusal::new(ReasonCode::Usage, format!("public key: {e}")))?;
-    let bytes = match journal {
-        Some(p) => read_bounded(
-            std::fs::File::open(p).map_err(|e| Refusal::new(ReasonCode::Usage, format!("{}: {e}", p.display())))?,
-            "the journal",
-        )?,
-        None => read_bounded(state()?.open_nofollow(JOURNAL_FILE)?, JOURNAL_FILE)?,
+    let report = match journal {
+        Some(p) => verify_bytes(
+            &read_bounded(
+                std::fs::File::open(p).map_err(|e| Refusal::new(ReasonCode::Usage, format!("{}: {e}", p.display())))?,
+                "the journal",
+            )?,
+            &key,
+        ),
+        None => JournalReader::new(&state()?)
+            .and_then(|reader| reader.verify_chain(&key))
+            .map_err(airlock_runtime::ledger::journal_refusal)?,
     };
-    let report = verify_bytes(&bytes, &key);
     let content = json!({
         "records": report.records,
+        "segments": report.segments,
         "head": report.head,
         "truncated_tail": report.truncated_tail,
+        "starts_after": report.starts_after.as_ref().map(|s| json!({ "segment": s.segment, "seq": s.seq, "head": s.head })),
         "public_key": key.to_text(),
-        "first_bad": report.first_bad.as_ref().map(|b| json!({ "line": b.line, "seq": b.seq, "reason": b.reason })),
+        "first_bad": report.first_bad.as_ref().map(|b| json!({ "segment": b.segment, "line": b.line, "seq": b.seq, "reason": b.reason })),
     });
     Ok(match &report.first_bad {
         None => Envelope { content: Some(content), ..Envelope::ok() },
@@ -57,7 +63,13 @@ pub fn verify(config: &Config, public_key: Option<&Path>, journal: Option<&Path>
             content: Some(content),
             ..Envelope::from_refusal(&Refusal::new(
                 ReasonCode::JournalInvalid,
-                format!("record at line {} (seq {:?}) fails verification: {}", bad.line, bad.seq, bad.reason),
+                format!(
+                    "record at {}line {} (seq {:?}) fails verification: {}",
+                    bad.segment.map_or_else(String::new, |n| format!("segment {n} ")),
+                    bad.line,
+                    bad.seq,
+                    bad.reason
+                ),
             ))
         },
     })
@@ -76,6 +88,32 @@ pub fn show(runtime: &Runtime, as_json: bool) -> Result<Answer, Refusal> {
         text.push_str(&format!("{:>6} {} {:<26} {:<38} {summary}\n", r.seq, r.time, r.kind, id));
     }
     Ok(Answer::Text(text))
+}
+
+/// Copies sealed segment `segment` to `file` (created, synced, never
+/// replacing anything), then marks it exported.
+pub fn export(runtime: &Runtime, segment: u64, file: &Path) -> Result<Envelope, Refusal> {
+    use std::io::Write;
+    let journal = runtime.journal();
+    let bytes = journal.sealed_segment(segment).map_err(airlock_runtime::ledger::journal_refusal)?;
+    let io = |e: std::io::Error| Refusal::new(ReasonCode::Usage, format!("{}: {e}", file.display()));
+    let mut out = std::fs::OpenOptions::new().write(true).create_new(true).open(file).map_err(io)?;
+    out.write_all(&bytes).and_then(|()| out.sync_all()).map_err(io)?;
+    let sha256 = journal.mark_exported(segment, &bytes).map_err(airlock_runtime::ledger::journal_refusal)?;
+    Ok(Envelope {
+        content: Some(json!({ "segment": segment, "bytes": bytes.len(), "sha256": sha256, "file": file })),
+        ..Envelope::ok()
+    })
+}
+
+/// Removes the sealed segments below `before` (see
+/// [`airlock_journal::Journal::prune`]).
+pub fn prune(runtime: &Runtime, before: u64, allow_unexported: bool) -> Result<Envelope, Refusal> {
+    let pruned = runtime.journal().prune(before, allow_unexported).map_err(airlock_runtime::ledger::journal_refusal)?;
+    Ok(Envelope {
+        content: Some(json!({ "removed": pruned.removed, "unexported": pruned.unexported })),
+        ..Envelope::ok()
+    })
 }
 
 /// The envelope of an inspection or recovery.

@@ -93,6 +93,12 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         Command::Tools(cmd) => tools::run(&runtime, cmd)?.into(),
         Command::Staging(cmd) => staging::run(&runtime, cmd)?,
         Command::Journal(crate::cli::JournalCommand::Show { json }) => journal::show(&runtime, json)?,
+        Command::Journal(crate::cli::JournalCommand::Export { segment, file }) => {
+            journal::export(&runtime, segment, &file)?.into()
+        }
+        Command::Journal(crate::cli::JournalCommand::Prune { before, allow_unexported }) => {
+            journal::prune(&runtime, before, allow_unexported)?.into()
+        }
         Command::Journal(crate::cli::JournalCommand::Verify { .. }) => unreachable!("handled above"),
         Command::Invocation(crate::cli::InvocationCommand::Inspect { id }) => {
             journal::inspection(runtime.inspect(&id)?).into()

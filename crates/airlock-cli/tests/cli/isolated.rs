@@ -295,9 +295,13 @@ fn budgets_are_charged_before_checking_and_end_the_submission() {
     assert_op_failed(&run, "broker.budget");
     let run = isolated(&p, &r, "airlock-fs list data . --max 8 && airlock-fs list data . --max 8");
     assert_op_failed(&run, "broker.budget");
-    // The budget is charged before the limits are checked.
-    let run = isolated(&p, &r, "airlock-fs read data a.txt --max 65537");
+    // The byte budget is charged before the path and right are checked,
+    // but a `max` over the operation's limit is refused when the request is
+    // decoded, before any byte is charged.
+    let run = isolated(&p, &r, "airlock-fs read data nothing-here --max 101");
     assert_op_failed(&run, "broker.budget");
+    let run = isolated(&p, &r, "airlock-fs read data a.txt --max 65537");
+    assert_op_failed(&run, "broker.limit");
     // Limits of one operation, within the default budgets.
     let p = Project::new();
     p.write("data/a.txt", "five!");

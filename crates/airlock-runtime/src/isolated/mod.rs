@@ -285,9 +285,13 @@ impl Runtime {
             }
             None => "rlimit",
         };
-        self.record(kind::WORKER_STARTED,
+        self.record(
+            kind::WORKER_STARTED,
             Some(id),
-            json!({ "tier": "native", "argv": sub.argv, "broker_sha256": broker.sha256_hex(), "client_sha256": client.sha256_hex() }),
+            ledger::worker_started_body(
+                &sub.argv,
+                json!({ "broker_sha256": broker.sha256_hex(), "client_sha256": client.sha256_hex() }),
+            ),
         )?;
         let deadline = Instant::now() + sub.timeout;
         let worker = tier.start(spec).map_err(|e| {
@@ -327,7 +331,11 @@ impl Runtime {
         let cleanup = records.close(self.resolver(), self.state(), id, roots);
         let outcome = outcome
             .map_err(|e| Refusal::new(crate::run::sandbox_code(e.reason_code()), format!("the isolated worker: {e}")));
-        self.note(
+        // From here a record that cannot be journaled no longer ends the
+        // call early: writes may have landed, and the answer lists them
+        // whatever happens to the journal (the first such failure becomes
+        // the answer's error).
+        let finished = self.note(
             kind::WORKER_FINISHED,
             Some(id),
             match &outcome {
@@ -338,13 +346,13 @@ impl Runtime {
                 }),
                 Err(r) => json!({ "error": r.code.as_str(), "message": r.message }),
             },
-        )?;
+        );
         let log_sha256 = relay::sha256_hex(&serde_json::to_vec(&log).unwrap_or_default());
         let failure = match &end {
             RelayEnd::Failed(f) => Some(f.clone()),
             _ => None,
         };
-        self.note(
+        let operations = self.note(
             BROKER_OPERATIONS,
             Some(id),
             json!({
@@ -357,18 +365,26 @@ impl Runtime {
                 "failure": failure,
                 "cleanup": cleanup.as_ref().ok(),
             }),
-        )?;
-        let outcome = outcome?;
+        );
+        let unjournaled = finished.and(operations).err();
+        let created_files: Vec<CreatedFile> = writes
+            .iter()
+            .map(|w| CreatedFile { path: format!("{}:{}", w.root, w.path), bytes: w.bytes, sha256: w.sha256.clone() })
+            .collect();
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(r) if created_files.is_empty() => return Err(r),
+            Err(r) => {
+                let refused = Envelope::from_refusal(&r);
+                return Ok(Envelope { status: refused.status, error: refused.error, created_files, ..base });
+            }
+        };
         let broker_summary = json!({
             "usage": usage,
             "operations": log,
             "operations_sha256": log_sha256,
             "failure": failure,
         });
-        let created_files = writes
-            .iter()
-            .map(|w| CreatedFile { path: format!("{}:{}", w.root, w.path), bytes: w.bytes, sha256: w.sha256.clone() })
-            .collect();
         let tails = json!({
             "stdout": crate::run::output_tail(&outcome.stdout),
             "stderr": crate::run::output_tail(&outcome.stderr),
@@ -390,6 +406,13 @@ impl Runtime {
         let broker_exit = broker_exit.map_err(|why| format!("{why}: {}", broker_stderr.trim_end()));
         if let Err((code, message)) = verdict(&end, cleanup.map(|_| ()), broker_exit, &outcome, sub.timeout) {
             return Ok(failed(code, message, tails));
+        }
+        if let Some(r) = unjournaled {
+            return Ok(failed(
+                r.code,
+                format!("the submission ran but its end could not be journaled: {}", r.message),
+                tails,
+            ));
         }
         match parse_output(sub.format, &outcome.stdout) {
             Ok(output) => Ok(Envelope { content: Some(json!({ "output": output, "broker": broker_summary })), ..base }),

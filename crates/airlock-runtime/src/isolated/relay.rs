@@ -1,8 +1,11 @@
 //! The relay: airlock between the worker and the broker.
 //!
-//! Every worker request is charged to the submission's budgets before it is
-//! checked (never refunded), then checked (strict shape, strictly increasing
-//! id, root and right, size limits, path rules), then forwarded to the
+//! Every worker request is charged to the submission's call budget before
+//! it is decoded, decoded strictly with every number bounded (an id over
+//! 2^53 − 1 or a `max` over its operation's limit ends the submission, so
+//! no unbounded number reaches the budgets or the journal), charged to the
+//! byte and entry budgets (never refunded), then checked (strictly
+//! increasing id, root and right, size limits, path rules), then forwarded to the
 //! broker as a broker request naming the root by index. A write is split:
 //! the broker prepares an unnamed synced file and reports its identity, the
 //! recovery record is saved durably here, and only then does the broker
@@ -20,7 +23,8 @@ use std::time::Instant;
 use airlock_core::broker::BrokerBudgets;
 use airlock_fsproto::{
     b64_decode, b64_encode, check_path, codes, decode, encode, framed, read_frame, take_frame, write_frame, BrokerOp,
-    BrokerRequest, BrokerResponse, Op, Request, Response, MAX_FRAME, MAX_IO_BYTES, MAX_LIST_NAMES, STAGE_PREFIX,
+    BrokerRequest, BrokerResponse, Op, Request, Response, MAX_FRAME, MAX_ID, MAX_IO_BYTES, MAX_LIST_NAMES,
+    STAGE_PREFIX,
 };
 use rustix::event::{PollFd, PollFlags};
 use serde::Serialize;
@@ -276,10 +280,12 @@ impl<'a> Relay<'a> {
         // Charged before anything is looked at.
         self.usage.calls += 1;
         let over_calls = self.usage.calls > self.budgets.calls;
-        let req: Request = match decode::<Request>(frame).and_then(|r| r.validate().map(|()| r)) {
-            Ok(r) => r,
-            Err(e) => return Err((0, None, fail(codes::PROTOCOL, e.to_string()))),
-        };
+        let req: Request = decode::<Request>(frame).map_err(|e| (0, None, fail(e.code(), e.to_string())))?;
+        if let Err(e) = req.validate() {
+            // Bounded at decoding: an id over MAX_ID is not echoed back.
+            let id = if req.id <= MAX_ID { req.id } else { 0 };
+            return Err((id, Some(req), fail(e.code(), e.to_string())));
+        }
         let id = req.id;
         let err = |f: Fail| (id, Some(req.clone()), f);
         if over_calls {

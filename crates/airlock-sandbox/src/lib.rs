@@ -128,6 +128,7 @@ mod error;
 pub mod init;
 mod ipc;
 mod landlock;
+mod mount_calls;
 mod mounts;
 pub mod native;
 mod outcome;

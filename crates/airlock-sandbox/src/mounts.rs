@@ -13,7 +13,6 @@
 //! read-only, so only `/tmp` and the output remain writable.
 #![forbid(unsafe_code)]
 
-use std::ffi::CString;
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::Write;
 use std::os::fd::OwnedFd;
@@ -23,6 +22,7 @@ use std::path::Path;
 use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
 
 use crate::error::{errno, OsErrno, SandboxError};
+use crate::mount_calls::{bind, readonly_recursive, remount_bind, tmpfs};
 use crate::wire::InitSpec;
 
 /// The device nodes the worker gets, bound from the host's `/dev`.
@@ -82,69 +82,6 @@ fn write_new_file(path: &str, mode: u32, content: &[u8]) -> Result<(), SandboxEr
         .open(path)
         .map_err(build_err(format!("open({path:?}, O_CREAT|O_EXCL|O_WRONLY|O_NOFOLLOW, {mode:#o})")))?;
     f.write_all(content).map_err(build_err(format!("write({path:?})")))
-}
-
-pub(crate) fn bind(source: &str, target: &str, recursive: bool) -> Result<(), SandboxError> {
-    let (r, flags) = if recursive {
-        (rustix::mount::mount_bind_recursive(source, target), "MS_BIND|MS_REC")
-    } else {
-        (rustix::mount::mount_bind(source, target), "MS_BIND")
-    };
-    r.map_err(|e| SandboxError::BindMount {
-        source_path: source.into(),
-        target: target.into(),
-        flags: flags.into(),
-        errno: errno(e),
-    })
-}
-
-/// `mount(NULL, target, NULL, MS_REMOUNT|MS_BIND|extra, NULL)`: per-mount flags only.
-fn remount_bind(target: &str, extra: MountFlags, spelled: &str) -> Result<(), SandboxError> {
-    rustix::mount::mount_remount(target, MountFlags::BIND | extra, "").map_err(|e| SandboxError::Remount {
-        call: format!("mount(NULL, {target:?}, NULL, MS_REMOUNT|MS_BIND|{spelled}, NULL)"),
-        errno: errno(e),
-    })
-}
-
-/// Makes a host bind (and everything under it) read-only, nosuid, nodev.
-pub(crate) fn readonly_recursive(target: &str) -> Result<(), SandboxError> {
-    let c = CString::new(target).map_err(|_| SandboxError::InvalidSpec(format!("NUL in {target:?}")))?;
-    match crate::sys::mount_setattr_readonly_recursive(&c) {
-        Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
-            // Pre-5.12 kernel: remount the top mount, keeping the flags the
-            // host may have locked (noexec, atime flags).
-            let vfs = rustix::fs::statvfs(target)
-                .map_err(|e| SandboxError::Remount { call: format!("statvfs({target:?})"), errno: errno(e) })?;
-            let mut keep = MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV;
-            let f = vfs.f_flag;
-            for (st, ms) in [
-                (rustix::fs::StatVfsMountFlags::NOEXEC, MountFlags::NOEXEC),
-                (rustix::fs::StatVfsMountFlags::NOATIME, MountFlags::NOATIME),
-                (rustix::fs::StatVfsMountFlags::NODIRATIME, MountFlags::NODIRATIME),
-                (rustix::fs::StatVfsMountFlags::RELATIME, MountFlags::RELATIME),
-            ] {
-                if f.contains(st) {
-                    keep |= ms;
-                }
-            }
-            remount_bind(target, keep, "MS_RDONLY|MS_NOSUID|MS_NODEV|<locked flags>")
-        }
-        Err(e) => Err(SandboxError::Remount {
-            call: format!("mount_setattr(AT_FDCWD, {target:?}, AT_RECURSIVE, {{RDONLY|NOSUID|NODEV}})"),
-            errno: errno(e),
-        }),
-    }
-}
-
-pub(crate) fn tmpfs(target: &str, flags: MountFlags, spelled: &str, options: &str) -> Result<(), SandboxError> {
-    let opts = CString::new(options).map_err(|_| SandboxError::InvalidSpec("NUL in tmpfs options".into()))?;
-    rustix::mount::mount("tmpfs", target, "tmpfs", flags, opts.as_c_str()).map_err(|e| SandboxError::MountTmpfs {
-        target: target.into(),
-        flags: spelled.into(),
-        options: options.into(),
-        errno: errno(e),
-    })
 }
 
 /// Picks where to mount the new root: a directory of the (private) mount

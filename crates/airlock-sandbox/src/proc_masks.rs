@@ -22,7 +22,7 @@
 use rustix::mount::MountFlags;
 
 use crate::error::{errno, SandboxError};
-use crate::mounts::{bind, readonly_recursive, tmpfs};
+use crate::mount_calls::{bind, readonly_recursive, tmpfs};
 
 /// What happens to one path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -33,8 +33,7 @@ use std::io::Read;
 
 /// Directory of approvals under the state dir.
 pub const APPROVALS: &str = "approvals";
-/// Marker file of a prepared call that has been dispatched (or denied).
-pub const DISPATCHED: &str = "dispatched";
+pub use crate::store::DISPATCHED;
 /// File of a prepared call an approver denied (its reason), beside [`DISPATCHED`].
 pub const DENIED: &str = "denied";
 

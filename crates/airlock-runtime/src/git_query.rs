@@ -164,7 +164,7 @@ impl Runtime {
         let outcome = tier
             .start(spec)
             .and_then(|w| w.wait())
-            .map_err(|e| Refusal::new(crate::run::sandbox_code(e.reason_code()), format!("the Git driver: {e}")));
+            .map_err(|e| Refusal::new(crate::verdict::sandbox_code(e.reason_code()), format!("the Git driver: {e}")));
         self.note(kind::WORKER_FINISHED,
             Some(id),
             match &outcome {
@@ -193,7 +193,7 @@ impl Runtime {
                 descriptor_sha256: Some(prepared.digest.clone()),
                 policy_ids,
                 principal: Some(self.record_principal(Some(id))),
-                limits: Some(crate::run::limits_evidence(&outcome.limits, None)),
+                limits: Some(crate::verdict::limits_evidence(&outcome.limits, None)),
             }),
             ..Envelope::ok()
         };

@@ -41,6 +41,7 @@ mod run;
 mod source;
 pub mod store;
 pub mod tools;
+mod verdict;
 
 pub use airlock_staging as staging;
 pub use attest::{IN_TOTO_PAYLOAD_TYPE, PREDICATE_TYPE};

@@ -15,7 +15,7 @@
 mod client;
 
 use crate::authorize::AuthorizedCall;
-use crate::run::{exit_number, judge, output_tail, sandbox_code};
+use crate::verdict::{exit_number, judge, output_tail, sandbox_code};
 use crate::Runtime;
 use airlock_core::manifest::McpSpec;
 use airlock_core::{Envelope, ErrorBody, ReasonCode, Refusal};

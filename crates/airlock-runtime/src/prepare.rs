@@ -368,7 +368,7 @@ impl PreparedCall {
     /// Marks the call dispatched (exclusively): a second dispatch of the same
     /// prepared call is `invocation.duplicate`.
     pub(crate) fn mark_dispatched(&self) -> Result<(), Refusal> {
-        match self.store.create_file(crate::approval::DISPATCHED) {
+        match self.store.create_file(crate::store::DISPATCHED) {
             Ok(_) => Ok(self.store.sync()?),
             Err(e) if e.errno() == Some(rustix::io::Errno::EXIST) => Err(Refusal::new(
                 ReasonCode::InvocationDuplicate,
@@ -395,7 +395,7 @@ impl Runtime {
         if !store.contains(crate::store::PREPARED_FILE) {
             return Err(Refusal::new(ReasonCode::InvocationNotFound, format!("{id} was refused, not prepared")));
         }
-        if store.contains(crate::approval::DISPATCHED) {
+        if store.contains(crate::store::DISPATCHED) {
             return Err(Refusal::new(ReasonCode::InvocationDuplicate, format!("{id} has already been dispatched")));
         }
         let record = self.prepared_record(id)?;

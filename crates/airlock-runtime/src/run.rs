@@ -8,27 +8,22 @@
 
 use crate::authorize::AuthorizedCall;
 use crate::prepare::{CallRequest, PreparedCall};
+use crate::verdict::{exit_number, judge, limits_evidence, output_tail, sandbox_code};
 use crate::{ledger, Runtime};
 use airlock_core::manifest::{Manifest, OutputFormat};
 use airlock_core::output::{parse_output, DEFAULT_MAX_OUTPUT_BYTES};
-use airlock_core::{CreatedFile, Envelope, Evidence, LimitsEvidence, ReasonCode, Refusal, Tier};
+use airlock_core::{CreatedFile, Envelope, Evidence, ReasonCode, Refusal, Tier};
 use airlock_hostfs::PrivateDir;
 use airlock_journal::kind;
 use airlock_sandbox::NativeTier;
 use airlock_sandbox::{
-    AppliedLimits, ExitStatusKind, ImageMount, StagedInput, StagedOutput, Tier as _, Worker as _, WorkerLimits,
-    WorkerOutcome, WorkerSpec,
+    ImageMount, StagedInput, StagedOutput, Tier as _, Worker as _, WorkerLimits, WorkerOutcome, WorkerSpec,
 };
 use serde_json::json;
 use std::time::Duration;
 
-/// Bytes of the tool's standard output and error kept (the last ones) in
-/// the envelope of a failure.
-pub const OUTPUT_KEPT: usize = 4096;
 /// Bytes of standard error read from the worker.
 const STDERR_LIMIT: usize = 64 * 1024;
-/// `SIGXFSZ`: a write went past `RLIMIT_FSIZE`.
-const SIGXFSZ: i32 = 25;
 /// The output file in the call's staging data, where the worker's export lands.
 pub(crate) const OUTPUT_FILE: &str = "output";
 
@@ -413,19 +408,6 @@ pub(crate) fn finished_envelope(prepared: &PreparedCall, policy_ids: &[String], 
     }
 }
 
-/// `evidence.limits`: what the sandbox reported it applied to the worker
-/// (and, for an isolated submission, how its broker was bounded).
-pub(crate) fn limits_evidence(applied: &AppliedLimits, broker: Option<&'static str>) -> LimitsEvidence {
-    LimitsEvidence {
-        memory: applied.memory().as_str(),
-        pids: applied.pids().as_str(),
-        ipc: applied.ipc(),
-        memfd: applied.memfd(),
-        broker,
-        cgroup_unavailable: if applied.cgroup_limits_applied { None } else { applied.cgroup_skipped.clone() },
-    }
-}
-
 /// The answer for a call that stops after prepare until an approver
 /// approves it. It names the call (invocation id and descriptor digest) and
 /// when it expires, and gives the caller no command to run: only an
@@ -460,49 +442,6 @@ fn approval_required(prepared: &PreparedCall) -> Envelope {
     }
 }
 
-/// Decides, from what the worker did, whether the call succeeded: cleanup
-/// confirmed, within `timeout_seconds`, an exported output within
-/// `max_file` bytes and intact, exit 0, standard output within its bound.
-pub(crate) fn judge(outcome: &WorkerOutcome, timeout_seconds: u64, max_file: u64) -> Result<(), Refusal> {
-    if !outcome.cleanup_confirmed {
-        return Err(Refusal::new(
-            ReasonCode::WorkerCleanup,
-            "the worker's processes could not be confirmed gone; nothing was published",
-        ));
-    }
-    if outcome.timed_out {
-        return Err(Refusal::new(
-            ReasonCode::ToolTimeout,
-            format!("the tool ran past timeout_seconds = {timeout_seconds} and was killed"),
-        ));
-    }
-    if let Some(export) = &outcome.output {
-        if export.over_limit || outcome.exit == ExitStatusKind::Signaled(SIGXFSZ) {
-            return Err(Refusal::new(
-                ReasonCode::LimitOutputSize,
-                format!("the tool wrote more than max_file_bytes = {max_file} to its output"),
-            ));
-        }
-        if let Some(why) = &export.refused {
-            return Err(Refusal::new(ReasonCode::OutputTampered, format!("the output was not exported: {why}")));
-        }
-    }
-    if !outcome.exit.success() {
-        let how = match outcome.exit {
-            ExitStatusKind::Exited(c) => format!("exited with status {c}"),
-            ExitStatusKind::Signaled(s) => format!("was killed by signal {s}"),
-        };
-        return Err(Refusal::new(ReasonCode::ToolFailed, format!("the tool {how}")));
-    }
-    if outcome.stdout_truncated {
-        return Err(Refusal::new(
-            ReasonCode::LimitOutputSize,
-            "the tool's standard output is larger than [output] max_bytes",
-        ));
-    }
-    Ok(())
-}
-
 fn worker_limits(manifest: &Manifest, max_file_bytes: u64) -> WorkerLimits {
     // One byte of headroom: a tool that writes past the bound then leaves a
     // file of max+1 bytes, which the export reports as over the limit, where
@@ -529,27 +468,6 @@ fn run_worker(tier: &NativeTier, spec: WorkerSpec, what: &str) -> Result<WorkerO
 fn stdout_limit(manifest: &Manifest) -> usize {
     let max = manifest.output.as_ref().and_then(|o| o.max_bytes).unwrap_or(DEFAULT_MAX_OUTPUT_BYTES);
     usize::try_from(max).unwrap_or(usize::MAX)
-}
-
-pub(crate) fn exit_number(exit: ExitStatusKind) -> i32 {
-    match exit {
-        ExitStatusKind::Exited(c) => c,
-        ExitStatusKind::Signaled(s) => 128 + s,
-    }
-}
-
-pub(crate) fn output_tail(bytes: &[u8]) -> String {
-    let start = bytes.len().saturating_sub(OUTPUT_KEPT);
-    String::from_utf8_lossy(&bytes[start..]).into_owned()
-}
-
-pub(crate) fn sandbox_code(code: &str) -> ReasonCode {
-    match code {
-        "sandbox.unavailable" => ReasonCode::SandboxUnavailable,
-        "worker.exec_failed" => ReasonCode::ToolFailed,
-        "sandbox.limits_unavailable" => ReasonCode::SandboxLimitsUnavailable,
-        _ => ReasonCode::SandboxSetup,
-    }
 }
 
 fn parse_id(s: &str) -> Result<u64, Refusal> {

@@ -112,7 +112,7 @@ impl Runtime {
         // Answered by this call only: `airlock dispatch` of the id is
         // `invocation.duplicate` (nothing later needs this to survive a
         // crash, so it is not synced).
-        prepared.store().create_file(crate::approval::DISPATCHED)?;
+        prepared.store().create_file(crate::store::DISPATCHED)?;
         let id = prepared.invocation_id().to_owned();
         let principal = self.record_principal(Some(&id));
         let digest = prepared.digest().to_owned();

@@ -17,6 +17,8 @@ use std::io::Write;
 pub const INVOCATIONS: &str = "invocations";
 /// File holding the [`PreparedRecord`].
 pub const PREPARED_FILE: &str = "prepared.json";
+/// Marker file of a prepared call that has been dispatched (or denied).
+pub const DISPATCHED: &str = "dispatched";
 /// File holding the manifest's bytes.
 pub const MANIFEST_FILE: &str = "manifest.clad.toml";
 /// Layout version of [`PreparedRecord`] (2: the principal is recorded).

@@ -212,7 +212,7 @@ impl Runtime {
         };
         let store = PendingInvocation::begin(&invocations)?.commit(&record, &sub.manifest_text, false)?;
         // Run once, here: a later `airlock dispatch` of this id is a duplicate.
-        store.create_file(crate::approval::DISPATCHED)?;
+        store.create_file(crate::store::DISPATCHED)?;
         let id = sub.invocation_id.as_str();
         let digest = record.descriptor_sha256.clone();
         self.note(
@@ -295,7 +295,7 @@ impl Runtime {
         )?;
         let deadline = Instant::now() + sub.timeout;
         let worker = tier.start(spec).map_err(|e| {
-            Refusal::new(crate::run::sandbox_code(e.reason_code()), format!("the isolated worker: {e}"))
+            Refusal::new(crate::verdict::sandbox_code(e.reason_code()), format!("the isolated worker: {e}"))
         })?;
         let kill = worker.kill_handle();
         // Made once the worker exists (an earlier failure leaves nothing to
@@ -329,8 +329,9 @@ impl Runtime {
         let broker_exit = wait_broker(&mut broker_proc, Duration::from_secs(5));
         let broker_stderr = broker_stderr.join().unwrap_or_default();
         let cleanup = records.close(self.resolver(), self.state(), id, roots);
-        let outcome = outcome
-            .map_err(|e| Refusal::new(crate::run::sandbox_code(e.reason_code()), format!("the isolated worker: {e}")));
+        let outcome = outcome.map_err(|e| {
+            Refusal::new(crate::verdict::sandbox_code(e.reason_code()), format!("the isolated worker: {e}"))
+        });
         // From here a record that cannot be journaled no longer ends the
         // call early: writes may have landed, and the answer lists them
         // whatever happens to the journal (the first such failure becomes
@@ -340,7 +341,7 @@ impl Runtime {
             Some(id),
             match &outcome {
                 Ok(o) => json!({
-                    "exit_code": crate::run::exit_number(o.exit),
+                    "exit_code": crate::verdict::exit_number(o.exit),
                     "timed_out": o.timed_out,
                     "cleanup_confirmed": o.cleanup_confirmed,
                 }),
@@ -386,13 +387,13 @@ impl Runtime {
             "failure": failure,
         });
         let tails = json!({
-            "stdout": crate::run::output_tail(&outcome.stdout),
-            "stderr": crate::run::output_tail(&outcome.stderr),
+            "stdout": crate::verdict::output_tail(&outcome.stdout),
+            "stderr": crate::verdict::output_tail(&outcome.stderr),
         });
         let mut evidence = base.evidence.clone().unwrap_or_default();
-        evidence.limits = Some(crate::run::limits_evidence(&outcome.limits, Some(broker_bound)));
+        evidence.limits = Some(crate::verdict::limits_evidence(&outcome.limits, Some(broker_bound)));
         let base = Envelope {
-            exit_code: Some(crate::run::exit_number(outcome.exit)),
+            exit_code: Some(crate::verdict::exit_number(outcome.exit)),
             created_files,
             evidence: Some(evidence),
             ..base
@@ -514,7 +515,7 @@ fn verdict(
     cleanup.map_err(|r| (r.code, r.message))?;
     broker_exit.map_err(|why| (ReasonCode::BrokerFailed, why))?;
     // An isolated worker has no output file: nothing is exported.
-    crate::run::judge(outcome, timeout.as_secs(), 0).map_err(|r| (r.code, r.message))
+    crate::verdict::judge(outcome, timeout.as_secs(), 0).map_err(|r| (r.code, r.message))
 }
 
 /// Waits for the broker to exit by itself (it reads end-of-file once the

@@ -1,0 +1,93 @@
+//! Judging what a worker did, and how it is reported: whether the call
+//! succeeded, the reason code of a sandbox failure, the exit number, the
+//! kept tail of its output and `evidence.limits`. Every call shape that
+//! runs a worker (tools, MCP workers, Git queries, isolated submissions)
+//! uses these, so they depend on nothing of the pipeline.
+
+use airlock_core::{LimitsEvidence, ReasonCode, Refusal};
+use airlock_sandbox::{AppliedLimits, ExitStatusKind, WorkerOutcome};
+
+/// Bytes of the tool's standard output and error kept (the last ones) in
+/// the envelope of a failure.
+pub(crate) const OUTPUT_KEPT: usize = 4096;
+/// `SIGXFSZ`: a write went past `RLIMIT_FSIZE`.
+const SIGXFSZ: i32 = 25;
+/// `evidence.limits`: what the sandbox reported it applied to the worker
+/// (and, for an isolated submission, how its broker was bounded).
+pub(crate) fn limits_evidence(applied: &AppliedLimits, broker: Option<&'static str>) -> LimitsEvidence {
+    LimitsEvidence {
+        memory: applied.memory().as_str(),
+        pids: applied.pids().as_str(),
+        ipc: applied.ipc(),
+        memfd: applied.memfd(),
+        broker,
+        cgroup_unavailable: if applied.cgroup_limits_applied { None } else { applied.cgroup_skipped.clone() },
+    }
+}
+
+/// Decides, from what the worker did, whether the call succeeded: cleanup
+/// confirmed, within `timeout_seconds`, an exported output within
+/// `max_file` bytes and intact, exit 0, standard output within its bound.
+pub(crate) fn judge(outcome: &WorkerOutcome, timeout_seconds: u64, max_file: u64) -> Result<(), Refusal> {
+    if !outcome.cleanup_confirmed {
+        return Err(Refusal::new(
+            ReasonCode::WorkerCleanup,
+            "the worker's processes could not be confirmed gone; nothing was published",
+        ));
+    }
+    if outcome.timed_out {
+        return Err(Refusal::new(
+            ReasonCode::ToolTimeout,
+            format!("the tool ran past timeout_seconds = {timeout_seconds} and was killed"),
+        ));
+    }
+    if let Some(export) = &outcome.output {
+        if export.over_limit || outcome.exit == ExitStatusKind::Signaled(SIGXFSZ) {
+            return Err(Refusal::new(
+                ReasonCode::LimitOutputSize,
+                format!("the tool wrote more than max_file_bytes = {max_file} to its output"),
+            ));
+        }
+        if let Some(why) = &export.refused {
+            return Err(Refusal::new(ReasonCode::OutputTampered, format!("the output was not exported: {why}")));
+        }
+    }
+    if !outcome.exit.success() {
+        let how = match outcome.exit {
+            ExitStatusKind::Exited(c) => format!("exited with status {c}"),
+            ExitStatusKind::Signaled(s) => format!("was killed by signal {s}"),
+        };
+        return Err(Refusal::new(ReasonCode::ToolFailed, format!("the tool {how}")));
+    }
+    if outcome.stdout_truncated {
+        return Err(Refusal::new(
+            ReasonCode::LimitOutputSize,
+            "the tool's standard output is larger than [output] max_bytes",
+        ));
+    }
+    Ok(())
+}
+
+/// The exit code reported for `exit` (128 + signal for a killed worker).
+pub(crate) fn exit_number(exit: ExitStatusKind) -> i32 {
+    match exit {
+        ExitStatusKind::Exited(c) => c,
+        ExitStatusKind::Signaled(s) => 128 + s,
+    }
+}
+
+/// The last [`OUTPUT_KEPT`] bytes of `bytes`, as text.
+pub(crate) fn output_tail(bytes: &[u8]) -> String {
+    let start = bytes.len().saturating_sub(OUTPUT_KEPT);
+    String::from_utf8_lossy(&bytes[start..]).into_owned()
+}
+
+/// The reason code of a sandbox failure's own code.
+pub(crate) fn sandbox_code(code: &str) -> ReasonCode {
+    match code {
+        "sandbox.unavailable" => ReasonCode::SandboxUnavailable,
+        "worker.exec_failed" => ReasonCode::ToolFailed,
+        "sandbox.limits_unavailable" => ReasonCode::SandboxLimitsUnavailable,
+        _ => ReasonCode::SandboxSetup,
+    }
+}

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// Runs git in `dir` with no host configuration and fixed identities and dates.
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     static CLOCK: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1_700_000_000);
     let t = CLOCK.fetch_add(60, std::sync::atomic::Ordering::SeqCst);
     let home = dir.parent().unwrap().join(".git-test-home");

@@ -10,6 +10,7 @@
 //! default policy (native and its printed Cedar text alike) refuses the
 //! snapshot, and a permitting policy gets a partial answer.
 
+use crate::git::git;
 use crate::util::{is_root, Project, Run, AIRLOCK, CANARY};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -81,26 +82,6 @@ impl Layout {
         let config = self.config();
         self.p.run(&["--config", &config, "query", op])
     }
-}
-
-/// Runs git in `dir` with no host configuration.
-fn git(dir: &Path, args: &[&str]) {
-    let home = dir.parent().unwrap().join(".git-test-home");
-    std::fs::create_dir_all(&home).unwrap();
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "Ada")
-        .env("GIT_AUTHOR_EMAIL", "ada@example.invalid")
-        .env("GIT_COMMITTER_NAME", "Cid")
-        .env("GIT_COMMITTER_EMAIL", "cid@example.invalid")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// Every file name and every 16-byte window of every file in `dir`: none

@@ -14,24 +14,13 @@ fn project() -> Project {
     p
 }
 
-fn kinds(p: &Project, id: &str) -> Vec<String> {
-    let run = p.run(&["journal", "show", "--json"]);
-    run.envelope["content"]["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["invocation_id"] == id)
-        .map(|r| r["kind"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 #[test]
 fn a_run_is_journaled_step_by_step_and_verifies_from_the_public_key_alone() {
     let p = project();
     let run = p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--invocation-id", "j-1"]);
     run.assert_ok();
     assert_eq!(
-        kinds(&p, "j-1"),
+        p.journal_kinds("j-1"),
         [
             "InvocationPrepared",
             "InvocationAuthorized",
@@ -45,7 +34,7 @@ fn a_run_is_journaled_step_by_step_and_verifies_from_the_public_key_alone() {
     // A refusal is journaled too.
     p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--invocation-id", "j-2"])
         .assert_refused("output.exists", 73);
-    assert_eq!(kinds(&p, "j-2"), ["InvocationRefused"]);
+    assert_eq!(p.journal_kinds("j-2"), ["InvocationRefused"]);
 
     // Verification needs only the bytes and the pinned key: copy both away.
     let elsewhere = tempfile::tempdir().unwrap();

@@ -34,17 +34,6 @@ fn submit(p: &Project, frame: &str, id: &str) -> Run {
     p.run(&["isolated", "--invocation-id", id, "--root", &root, "--", "python3", "-c", &client(frame)])
 }
 
-fn kinds(p: &Project, id: &str) -> Vec<String> {
-    let show = p.run(&["journal", "show", "--json"]);
-    show.envelope["content"]["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["invocation_id"] == id)
-        .map(|r| r["kind"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 #[test]
 fn a_max_or_an_id_over_2_pow_53_ends_the_submission_with_every_record_journaled() {
     let over = (1u64 << 53) + 1;
@@ -75,7 +64,7 @@ fn a_max_or_an_id_over_2_pow_53_ends_the_submission_with_every_record_journaled(
         assert_eq!(created[0]["path"], "out:landed.txt", "{id}: {run:#?}");
         assert_eq!(created[0]["sha256"], format!("sha256:{}", sha256_hex(b"landed")));
         // Every step is journaled, the chain verifies.
-        let kinds = kinds(&p, id);
+        let kinds = p.journal_kinds(id);
         for k in ["WorkerStarted", "BrokerWrite", "WorkerFinished", "BrokerOperations", "InvocationFinished"] {
             assert!(kinds.iter().any(|x| x == k), "{id}: no {k} in {kinds:?}");
         }

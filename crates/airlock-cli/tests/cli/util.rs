@@ -226,6 +226,19 @@ roots = ["./data:data:ro", "./results:results:rw"]
     /// Names of committed invocations in the state dir.
     /// Invocations kept as prepared calls (a refusal only reserves its id,
     /// with no record or snapshot).
+    /// The kinds of the journal records of invocation `id`, in order, as
+    /// `airlock journal show --json` lists them.
+    pub fn journal_kinds(&self, id: &str) -> Vec<String> {
+        let show = self.run(&["journal", "show", "--json"]);
+        show.envelope["content"]["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["invocation_id"] == id)
+            .map(|r| r["kind"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
     pub fn invocations(&self) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(self.path(".airlock/invocations"))
             .into_iter()

@@ -3,6 +3,18 @@
 //! kept tail of its output and `evidence.limits`. Every call shape that
 //! runs a worker (tools, MCP workers, Git queries, isolated submissions)
 //! uses these, so they depend on nothing of the pipeline.
+//!
+//! # Resource limits
+//!
+//! `[sandbox] require_cgroup = true` refuses every worker call with
+//! `sandbox.limits_unavailable` (status `refused`, exit 78: the host cannot
+//! enforce the configuration, like `sandbox.unavailable`) when no cgroup can
+//! hold both the memory and the pids limit. It is checked when the tier is
+//! made, before any worker or broker starts, and again by the tier itself
+//! before it spawns the init (and after adoption); `airlock doctor` fails with
+//! the same code. Every answer of a call that ran a worker (tool, `[mcp]`,
+//! isolated, Git driver) carries `evidence.limits` from the sandbox's
+//! `AppliedLimits` (this module).
 
 use airlock_core::{LimitsEvidence, ReasonCode, Refusal};
 use airlock_sandbox::{AppliedLimits, ExitStatusKind, WorkerOutcome};

@@ -161,10 +161,8 @@ impl Runtime {
                 json!({}),
             ),
         )?;
-        let outcome = tier
-            .start(spec)
-            .and_then(|w| w.wait())
-            .map_err(|e| Refusal::new(crate::verdict::sandbox_code(e.reason_code()), format!("the Git driver: {e}")));
+        let outcome =
+            tier.start(spec).and_then(|w| w.wait()).map_err(|e| crate::failure::sandbox_refusal(&e, "the Git driver"));
         self.note(kind::WORKER_FINISHED,
             Some(id),
             match &outcome {

@@ -29,6 +29,7 @@ mod authorize;
 mod caller;
 mod ceilings;
 pub mod control;
+pub mod failure;
 mod git_query;
 mod id;
 mod isolated;
@@ -96,9 +97,9 @@ impl Runtime {
         ceilings::check_at_start(&authority, &config, &protected)?;
         check_image(&config, &protected)?;
         approval::pinned(&config.approval.approvers)?;
-        let key = airlock_journal::JournalKey::open_or_create(&state).map_err(ledger::journal_refusal)?;
+        let key = airlock_journal::JournalKey::open_or_create(&state).map_err(failure::journal_refusal)?;
         let journal = airlock_journal::Journal::open(&state, key)
-            .map_err(ledger::journal_refusal)?
+            .map_err(failure::journal_refusal)?
             .with_segment_bytes(config.journal.segment_bytes);
         let pool = airlock_staging::Pool::open(&state, config.staging)?;
         let policy_sources =

@@ -15,7 +15,8 @@
 mod client;
 
 use crate::authorize::AuthorizedCall;
-use crate::verdict::{exit_number, judge, output_tail, sandbox_code};
+use crate::failure::sandbox_refusal;
+use crate::verdict::{exit_number, judge, output_tail};
 use crate::Runtime;
 use airlock_core::manifest::McpSpec;
 use airlock_core::{Envelope, ErrorBody, ReasonCode, Refusal};
@@ -62,9 +63,9 @@ impl Runtime {
             crate::ledger::worker_started_body(&d.argv, json!({ "mcp_tool": spec.tool })),
         )?;
         let deadline = Instant::now() + timeout;
-        let started = tier.start_live(worker_spec).map_err(|e| {
-            Refusal::new(sandbox_code(e.reason_code()), format!("the MCP server {:?}: {e}", spec.server[0]))
-        });
+        let started = tier
+            .start_live(worker_spec)
+            .map_err(|e| sandbox_refusal(&e, format_args!("the MCP server {:?}", spec.server[0])));
         let (worker, live) = match started {
             Ok(w) => w,
             Err(r) => {
@@ -94,8 +95,7 @@ impl Runtime {
                 client.close();
             }
         }
-        let outcome =
-            worker.wait().map_err(|e| Refusal::new(sandbox_code(e.reason_code()), format!("the MCP server: {e}")));
+        let outcome = worker.wait().map_err(|e| sandbox_refusal(&e, "the MCP server"));
         drop(stop_tx);
         self.note(
             kind::WORKER_FINISHED,

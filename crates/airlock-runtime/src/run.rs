@@ -7,8 +7,9 @@
 //! worker's processes are confirmed gone.
 
 use crate::authorize::AuthorizedCall;
+use crate::failure::sandbox_refusal;
 use crate::prepare::{CallRequest, PreparedCall};
-use crate::verdict::{exit_number, judge, limits_evidence, output_tail, sandbox_code};
+use crate::verdict::{exit_number, judge, limits_evidence, output_tail};
 use crate::{ledger, Runtime};
 use airlock_core::manifest::{Manifest, OutputFormat};
 use airlock_core::output::{parse_output, DEFAULT_MAX_OUTPUT_BYTES};
@@ -459,9 +460,7 @@ fn worker_limits(manifest: &Manifest, max_file_bytes: u64) -> WorkerLimits {
 
 /// Starts a worker and waits for it; a sandbox failure is a refusal naming `what`.
 fn run_worker(tier: &NativeTier, spec: WorkerSpec, what: &str) -> Result<WorkerOutcome, Refusal> {
-    tier.start(spec)
-        .and_then(|worker| worker.wait())
-        .map_err(|e| Refusal::new(sandbox_code(e.reason_code()), format!("{what}: {e}")))
+    tier.start(spec).and_then(|worker| worker.wait()).map_err(|e| sandbox_refusal(&e, what))
 }
 
 /// `[output] max_bytes` of the tool's standard output, as a pipe bound.

@@ -294,9 +294,7 @@ impl Runtime {
             ),
         )?;
         let deadline = Instant::now() + sub.timeout;
-        let worker = tier.start(spec).map_err(|e| {
-            Refusal::new(crate::verdict::sandbox_code(e.reason_code()), format!("the isolated worker: {e}"))
-        })?;
+        let worker = tier.start(spec).map_err(|e| crate::failure::sandbox_refusal(&e, "the isolated worker"))?;
         let kill = worker.kill_handle();
         // Made once the worker exists (an earlier failure leaves nothing to
         // recover), and before the relay serves its first write.
@@ -329,9 +327,7 @@ impl Runtime {
         let broker_exit = wait_broker(&mut broker_proc, Duration::from_secs(5));
         let broker_stderr = broker_stderr.join().unwrap_or_default();
         let cleanup = records.close(self.resolver(), self.state(), id, roots);
-        let outcome = outcome.map_err(|e| {
-            Refusal::new(crate::verdict::sandbox_code(e.reason_code()), format!("the isolated worker: {e}"))
-        });
+        let outcome = outcome.map_err(|e| crate::failure::sandbox_refusal(&e, "the isolated worker"));
         // From here a record that cannot be journaled no longer ends the
         // call early: writes may have landed, and the answer lists them
         // whatever happens to the journal (the first such failure becomes

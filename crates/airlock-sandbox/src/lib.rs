@@ -150,8 +150,9 @@ pub use broker_jail::{
 pub use cgroup::{cgroup_delegation, cgroup_limits_available, CgroupDelegation, SharedCgroup};
 pub use error::{OsErrno, SandboxError, SandboxErrorKind};
 pub use ipc::IPC_ENFORCEMENT;
-pub use native::{LiveStdio, NativeTier, NativeWorker};
+pub use native::{LiveStdio, NativeTier};
 pub use outcome::{AppliedLimits, Enforcement, ExitStatusKind, OutputExport, WorkerOutcome};
+pub use parent::NativeWorker;
 pub use probe::{probe, HostSupport};
 pub use sealed::SealedProgram;
 pub use spec::{

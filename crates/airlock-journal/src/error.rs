@@ -232,9 +232,7 @@ mod tests {
     #[test]
     fn every_kind_has_its_own_known_code() {
         let codes: Vec<&str> = JournalErrorKind::ALL.iter().map(|k| k.as_str()).collect();
-        let mut distinct = codes.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
+        let distinct: std::collections::HashSet<&str> = codes.iter().copied().collect();
         assert_eq!(distinct.len(), codes.len(), "{codes:?}");
         for (kind, code) in JournalErrorKind::ALL.iter().zip(&codes) {
             assert!(code.starts_with("journal.") && code.len() > "journal.".len(), "{kind:?}: {code}");

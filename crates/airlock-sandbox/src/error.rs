@@ -423,9 +423,7 @@ mod tests {
     #[test]
     fn every_kind_has_its_own_known_code() {
         let codes: Vec<&str> = SandboxErrorKind::ALL.iter().map(|k| k.as_str()).collect();
-        let mut distinct = codes.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
+        let distinct: std::collections::HashSet<&str> = codes.iter().copied().collect();
         assert_eq!(distinct.len(), codes.len(), "{codes:?}");
         let known = [
             "sandbox.invalid_spec",

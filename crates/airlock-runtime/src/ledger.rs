@@ -26,23 +26,14 @@
 
 use airlock_core::{ReasonCode, Refusal};
 use airlock_hostfs::PrivateDir;
-use airlock_journal::{Journal, JournalError};
+use airlock_journal::Journal;
 use airlock_staging::ProcessIdentity;
 use serde_json::Value;
 
+use crate::failure::journal_refusal;
+
 /// Directory of pending-publication markers, `ID@PID.START`.
 pub const PENDING: &str = "pending";
-
-/// Maps a journal error to a refusal with the journal's own code in the message.
-pub fn journal_refusal(e: JournalError) -> Refusal {
-    let code = match e.code() {
-        "journal.key_unsafe" | "journal.key_missing" | "journal.file_unsafe" => ReasonCode::JournalKeyUnsafe,
-        "journal.io" | "journal.record_too_large" | "journal.invalid_record" => ReasonCode::JournalIo,
-        "journal.not_exported" => ReasonCode::JournalNotExported,
-        _ => ReasonCode::JournalCorrupt,
-    };
-    Refusal::new(code, format!("{}: {e}", e.code()))
-}
 
 /// Appends one record; the call returns once it (and every record before
 /// it) is durable. For records that announce an effect. Integers beyond

@@ -32,6 +32,7 @@ pub mod catalog;
 mod ceilings;
 pub mod control;
 pub mod engine;
+pub mod failure;
 mod id;
 pub mod ledger;
 mod policy_files;
@@ -92,9 +93,9 @@ impl Runtime {
         ceilings::check_at_start(&authority, &config, &protected)?;
         check_image(&authority, &config, &protected)?;
         approval::pinned(&config.approval.approvers)?;
-        let key = airlock_journal::JournalKey::open_or_create(&state).map_err(ledger::journal_refusal)?;
+        let key = airlock_journal::JournalKey::open_or_create(&state).map_err(failure::journal_refusal)?;
         let journal = airlock_journal::Journal::open(&state, key)
-            .map_err(ledger::journal_refusal)?
+            .map_err(failure::journal_refusal)?
             .with_segment_bytes(config.journal.segment_bytes);
         let pool = airlock_staging::Pool::open(&state, config.staging)?;
         let cedar = if config.policy_files.is_empty() { None } else { Some(policy_files::load(&authority, &config)?) };

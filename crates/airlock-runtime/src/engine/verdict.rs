@@ -1,8 +1,9 @@
 //! Judging what a worker did, and how it is reported: whether the call
-//! succeeded, the reason code of a sandbox failure, the exit number, the
-//! kept tail of its output and `evidence.limits`. Every call shape that
-//! runs a worker (tools, MCP workers, Git queries, isolated submissions)
-//! uses these, so they depend on nothing of the pipeline.
+//! succeeded, the exit number, the kept tail of its output and
+//! `evidence.limits` (a sandbox failure's code is [`crate::failure`]'s).
+//! Every call shape that runs a worker (tools, MCP workers, Git queries,
+//! isolated submissions) uses these, so they depend on nothing of the
+//! pipeline.
 //!
 //! # Resource limits
 //!
@@ -92,14 +93,4 @@ pub(crate) fn exit_number(exit: ExitStatusKind) -> i32 {
 pub(crate) fn output_tail(bytes: &[u8]) -> String {
     let start = bytes.len().saturating_sub(OUTPUT_KEPT);
     String::from_utf8_lossy(&bytes[start..]).into_owned()
-}
-
-/// The reason code of a sandbox failure's own code.
-pub(crate) fn sandbox_code(code: &str) -> ReasonCode {
-    match code {
-        "sandbox.unavailable" => ReasonCode::SandboxUnavailable,
-        "worker.exec_failed" => ReasonCode::ToolFailed,
-        "sandbox.limits_unavailable" => ReasonCode::SandboxLimitsUnavailable,
-        _ => ReasonCode::SandboxSetup,
-    }
 }

@@ -6,11 +6,11 @@
 //! `timed_out`, `cleanup_confirmed`, `output_bytes`, or `error` and
 //! `message` when the worker could not be run.
 
-use super::verdict::{exit_number, sandbox_code};
+use super::verdict::exit_number;
 use crate::{ledger, Runtime};
 use airlock_core::Refusal;
 use airlock_journal::kind;
-use airlock_sandbox::{SandboxError, WorkerOutcome};
+use airlock_sandbox::WorkerOutcome;
 use serde_json::{json, Value};
 
 /// A worker whose start was journaled; [`WorkerStep::finished`] records its end.
@@ -49,9 +49,4 @@ impl WorkerStep<'_> {
         };
         self.runtime.note(kind::WORKER_FINISHED, Some(self.id), body)
     }
-}
-
-/// A sandbox failure of `what` (the tool, the MCP server, …) as a refusal.
-pub(crate) fn sandbox_refusal(what: &str, e: &SandboxError) -> Refusal {
-    Refusal::new(sandbox_code(e.reason_code()), format!("{what}: {e}"))
 }

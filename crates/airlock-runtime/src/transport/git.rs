@@ -59,8 +59,8 @@
 //! query that ran journals prepared, authorized, worker started, worker
 //! finished and finished. It publishes nothing.
 
-use crate::engine::worker::sandbox_refusal;
 use crate::engine::{answer, AuthorizedCall, CallStart, Preparation, Transport};
+use crate::failure::sandbox_refusal;
 use crate::{ceilings, Runtime};
 use airlock_core::{Envelope, FilesystemBoundary, ReadGrant, ReasonCode, Refusal, RelPath, SnapshotBinding, Tier};
 use airlock_git::{snapshot, ControlIds, Limits, Operation, Request, SnapshotStats};
@@ -183,7 +183,7 @@ impl Transport for Git<'_> {
         spec.stderr_limit = 64 << 10;
         let argv = [PROGRAM_PATH.to_owned(), "git-driver".to_owned(), op.as_str().to_owned()];
         let step = rt.worker_started(&id, &argv, json!({}))?;
-        let outcome = tier.start(spec).and_then(|w| w.wait()).map_err(|e| sandbox_refusal("the Git driver", &e));
+        let outcome = tier.start(spec).and_then(|w| w.wait()).map_err(|e| sandbox_refusal(&e, "the Git driver"));
         step.finished(outcome.as_ref())?;
         let outcome = outcome?;
         let mut base = answer::finished(&prepared, &decision.policy_ids, Some((&outcome, None)));

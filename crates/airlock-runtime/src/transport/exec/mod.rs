@@ -19,8 +19,8 @@ pub use prepare::CallRequest;
 
 use crate::engine::publish::OUTPUT_FILE;
 use crate::engine::verdict::{judge, output_tail};
-use crate::engine::worker::sandbox_refusal;
 use crate::engine::{answer, AuthorizedCall, PreparedCall, Transport};
+use crate::failure::sandbox_refusal;
 use crate::Runtime;
 use airlock_core::manifest::{Manifest, OutputFormat};
 use airlock_core::output::{parse_output, DEFAULT_MAX_OUTPUT_BYTES};
@@ -209,7 +209,7 @@ fn worker_limits(manifest: &Manifest, max_file_bytes: u64) -> WorkerLimits {
 
 /// Starts a worker and waits for it; a sandbox failure is a refusal naming `what`.
 fn run_worker(tier: &NativeTier, spec: WorkerSpec, what: &str) -> Result<WorkerOutcome, Refusal> {
-    tier.start(spec).and_then(|worker| worker.wait()).map_err(|e| sandbox_refusal(what, &e))
+    tier.start(spec).and_then(|worker| worker.wait()).map_err(|e| sandbox_refusal(&e, what))
 }
 
 /// `[output] max_bytes` of the tool's standard output, as a pipe bound.

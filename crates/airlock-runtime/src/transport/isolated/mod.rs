@@ -98,8 +98,8 @@ use serde_json::json;
 use super::exec::CallRequest;
 use crate::catalog::{self, LoadedTool};
 use crate::engine::verdict::{exit_number, limits_evidence, output_tail};
-use crate::engine::worker::sandbox_refusal;
 use crate::engine::{answer, AuthorizedCall, CallStart, Preparation, Transport};
+use crate::failure::sandbox_refusal;
 use crate::Runtime;
 pub use helpers::helper_report;
 use relay::{Relay, RelayEnd};
@@ -299,7 +299,7 @@ impl Runtime {
         let worker = match tier.start(spec) {
             Ok(worker) => worker,
             Err(e) => {
-                let refusal = sandbox_refusal("the isolated worker", &e);
+                let refusal = sandbox_refusal(&e, "the isolated worker");
                 step.finished(Err(&refusal))?;
                 return Err(refusal);
             }
@@ -336,7 +336,7 @@ impl Runtime {
         let broker_exit = wait_broker(&mut broker_proc, Duration::from_secs(5));
         let broker_stderr = broker_stderr.join().unwrap_or_default();
         let cleanup = records.close(self.resolver(), self.state(), id, roots);
-        let outcome = outcome.map_err(|e| sandbox_refusal("the isolated worker", &e));
+        let outcome = outcome.map_err(|e| sandbox_refusal(&e, "the isolated worker"));
         // From here a record that cannot be journaled no longer ends the
         // call early: writes may have landed, and the answer lists them
         // whatever happens to the journal (the first such failure becomes

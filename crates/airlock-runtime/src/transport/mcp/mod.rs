@@ -33,8 +33,8 @@ mod client;
 use super::exec::ExecPayload;
 use crate::engine::answer;
 use crate::engine::verdict::{judge, output_tail};
-use crate::engine::worker::sandbox_refusal;
 use crate::engine::AuthorizedCall;
+use crate::failure::sandbox_refusal;
 use crate::Runtime;
 use airlock_core::manifest::McpSpec;
 use airlock_core::{Envelope, ReasonCode, Refusal};
@@ -78,7 +78,7 @@ impl Runtime {
         let (worker, live) = match tier.start_live(worker_spec) {
             Ok(w) => w,
             Err(e) => {
-                let refusal = sandbox_refusal(&format!("the MCP server {:?}", spec.server[0]), &e);
+                let refusal = sandbox_refusal(&e, &format!("the MCP server {:?}", spec.server[0]));
                 step.finished(Err(&refusal))?;
                 return Err(refusal);
             }
@@ -105,7 +105,7 @@ impl Runtime {
                 client.close();
             }
         }
-        let outcome = worker.wait().map_err(|e| sandbox_refusal("the MCP server", &e));
+        let outcome = worker.wait().map_err(|e| sandbox_refusal(&e, "the MCP server"));
         drop(stop_tx);
         step.finished(outcome.as_ref())?;
         let outcome = outcome?;

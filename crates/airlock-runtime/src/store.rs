@@ -87,6 +87,19 @@ pub struct PreparedRecord {
     pub expires_at: Option<u64>,
 }
 
+/// How a prepared call is committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// Kept for a later dispatch: everything synced.
+    Kept,
+    /// Run at once by this process (a later dispatch finds its staging
+    /// reservation gone: `staging.not_reserved`).
+    RunNow,
+    /// Of a shape that is never dispatched: committed already marked
+    /// [`DISPATCHED`], so a dispatch of its id is `invocation.duplicate`.
+    RunOnly,
+}
+
 /// A prepared call being written; removed on drop unless committed.
 pub struct PendingInvocation<'a> {
     invocations: &'a PrivateDir,
@@ -104,11 +117,9 @@ impl<'a> PendingInvocation<'a> {
     }
 
     /// Writes the record and manifest, then renames the directory to the
-    /// invocation id; an id in use is `invocation.duplicate`. `kept`: the
-    /// call is kept for a later dispatch (everything synced); else it is
-    /// run by this call alone and committed already marked [`DISPATCHED`].
-    pub fn commit(mut self, record: &PreparedRecord, manifest_text: &str, kept: bool) -> Result<PrivateDir, Refusal> {
-        let durable = kept;
+    /// invocation id; an id in use is `invocation.duplicate`.
+    pub fn commit(mut self, record: &PreparedRecord, manifest_text: &str, how: Commit) -> Result<PrivateDir, Refusal> {
+        let durable = how == Commit::Kept;
         let json = serde_json::to_vec_pretty(record).map_err(|e| Refusal::new(ReasonCode::Internal, e.to_string()))?;
         // The directory is private and renamed into place whole, so its
         // files need no rename of their own; `durable` adds the syncs that
@@ -119,7 +130,7 @@ impl<'a> PendingInvocation<'a> {
                 .and_then(|()| if durable { f.sync_all() } else { Ok(()) })
                 .map_err(|e| Refusal::new(ReasonCode::Internal, format!("writing {name}: {e}")))?;
         }
-        if !kept {
+        if how == Commit::RunOnly {
             self.dir.create_file(DISPATCHED).map_err(Refusal::from)?;
         }
         if durable {

@@ -32,7 +32,7 @@ pub(crate) mod worker;
 pub use authorize::{AuthorizedCall, Authorizer, CedarPolicy, Decision, DefaultPolicy, Question, DEFAULT_POLICY_ID};
 pub use prepared::PreparedCall;
 
-use crate::store::{PendingInvocation, PreparedRecord, RecordedInput, RecordedOutput};
+use crate::store::{Commit, PendingInvocation, PreparedRecord, RecordedInput, RecordedOutput};
 use crate::{id, ledger, Runtime};
 use airlock_core::{CallShape, Descriptor, Envelope, FilesystemBoundary, ReasonCode, Refusal, ToolIdentity};
 use airlock_journal::kind;
@@ -142,9 +142,9 @@ impl Runtime {
 
     /// Step 1 for every shape (see the module documentation). With
     /// `start.keep` the call is kept for a later dispatch: synced,
-    /// expiring after `[approval] ttl`, and journaled durably; else it is
-    /// marked dispatched as it is committed, so `airlock dispatch` of its id
-    /// is `invocation.duplicate`.
+    /// expiring after `[approval] ttl`, and journaled durably. A call of a
+    /// shape that is never kept is committed already marked dispatched
+    /// ([`Commit::RunOnly`]).
     pub(crate) fn prepare_with<T: Transport>(
         &self,
         transport: T,
@@ -192,7 +192,12 @@ impl Runtime {
             prepared_at: Some(prepared_at),
             expires_at,
         };
-        let store = PendingInvocation::begin(&invocations)?.commit(&record, &tool.text, start.keep)?;
+        let how = match (start.keep, T::NOT_KEPT) {
+            (true, _) => Commit::Kept,
+            (false, None) => Commit::RunNow,
+            (false, Some(_)) => Commit::RunOnly,
+        };
+        let store = PendingInvocation::begin(&invocations)?.commit(&record, &tool.text, how)?;
         let mut lease = prep.lease;
         if let (true, Some(lease)) = (start.keep, &mut lease) {
             // After the commit: a crash in between loses the snapshots of a

@@ -326,8 +326,11 @@ pub struct FilesystemDef {
     /// The one new output, same forms as `read`.
     #[serde(default)]
     pub create: Vec<String>,
-    /// Per-file size bound (1 B … 16 MiB).
+    /// The output's size bound (1 B … what `[limits] max_file_bytes` allows).
     pub max_file_bytes: Option<u64>,
+    /// Each input's size bound (1 B … what `[limits] max_input_file_bytes`
+    /// allows); unset, the operator's limit, whatever `max_file_bytes` says.
+    pub max_input_file_bytes: Option<u64>,
 }
 
 /// `[source]`: a bounded source query (executed by a later component).

@@ -48,6 +48,9 @@ impl Runtime {
             ));
         }
         let max_file_bytes = limits.file_bytes(plan.max_file_bytes)?;
+        // Inputs have their own bound: a manifest's output bound never
+        // limits what it may read.
+        let max_input_file_bytes = limits.input_file_bytes(plan.max_input_file_bytes)?;
 
         // Open and check every input before reading any of them.
         let mut opened = Vec::with_capacity(plan.reads.len());
@@ -58,7 +61,7 @@ impl Runtime {
                 Refusal::new(ReasonCode::InputNotRegular, format!("input {:?} is a ceiling directory", path.as_str()))
             })?;
             let dir = ceilings::open(self.authority(), ceiling, self.protected())?;
-            let file = InputFile::open(self.resolver(), &dir, &rel, path, max_file_bytes)?;
+            let file = InputFile::open(self.resolver(), &dir, &rel, path, max_input_file_bytes)?;
             declared_bytes += file.size();
             if declared_bytes > limits.max_input_bytes {
                 return Err(input_bytes_refusal(declared_bytes, limits.max_input_bytes));
@@ -103,7 +106,7 @@ impl Runtime {
             let inputs_dir =
                 inputs_dir.as_ref().ok_or_else(|| Refusal::new(ReasonCode::Internal, "no staging room"))?;
             let mut dest = inputs_dir.create_file(&name).map_err(Refusal::from)?;
-            let info = file.snapshot_into(&mut dest, max_file_bytes)?;
+            let info = file.snapshot_into(&mut dest, max_input_file_bytes)?;
             total += info.bytes;
             if total > limits.max_input_bytes {
                 return Err(input_bytes_refusal(total, limits.max_input_bytes));
@@ -162,5 +165,11 @@ impl Runtime {
 }
 
 fn input_bytes_refusal(total: u64, max: u64) -> Refusal {
-    Refusal::new(ReasonCode::LimitInputBytes, format!("inputs total {total} bytes or more, more than {max}"))
+    Refusal::new(
+        ReasonCode::LimitInputBytes,
+        format!(
+            "inputs total {total} bytes or more, more than {max} ([limits] max_input_bytes in airlock.toml, at most {})",
+            airlock_core::limits::hard::MAX_INPUT_BYTES
+        ),
+    )
 }

@@ -101,7 +101,6 @@ impl Default for StagingLimits {
     }
 }
 
-
 /// The limits in force for one host (after configuration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Limits {
@@ -165,7 +164,10 @@ where
 /// `[limits]` key that raises `allowed`.
 fn within(code: ReasonCode, key: &str, requested: u64, allowed: u64) -> Result<u64, Refusal> {
     if requested < hard::MIN_FILE_BYTES {
-        return Err(Refusal::new(code, format!("{key} = {requested}: a bound is at least {} byte", hard::MIN_FILE_BYTES)));
+        return Err(Refusal::new(
+            code,
+            format!("{key} = {requested}: a bound is at least {} byte", hard::MIN_FILE_BYTES),
+        ));
     }
     if requested > allowed {
         let how = if allowed < hard::MAX_FILE_BYTES {
@@ -227,8 +229,15 @@ impl Limits {
 
     /// Checks a manifest's bounds against the hard caps alone (at parse,
     /// before any configuration is known).
-    pub fn check_manifest_bounds(max_file_bytes: Option<u64>, max_input_file_bytes: Option<u64>) -> Result<(), Refusal> {
-        let hard = Limits { max_file_bytes: hard::MAX_FILE_BYTES, max_input_file_bytes: hard::MAX_FILE_BYTES, ..Limits::default() };
+    pub fn check_manifest_bounds(
+        max_file_bytes: Option<u64>,
+        max_input_file_bytes: Option<u64>,
+    ) -> Result<(), Refusal> {
+        let hard = Limits {
+            max_file_bytes: hard::MAX_FILE_BYTES,
+            max_input_file_bytes: hard::MAX_FILE_BYTES,
+            ..Limits::default()
+        };
         hard.file_bytes(max_file_bytes)?;
         hard.input_file_bytes(max_input_file_bytes)?;
         Ok(())
@@ -312,7 +321,10 @@ mod tests {
         assert!(Limits::check_manifest_bounds(Some(4 * GIB), Some(4 * GIB)).is_ok());
         let past = Limits::check_manifest_bounds(Some(4 * GIB + 1), None).unwrap_err();
         assert!(past.message.contains("hard cap"), "{}", past.message);
-        assert_eq!(Limits::check_manifest_bounds(None, Some(4 * GIB + 1)).unwrap_err().code, ReasonCode::LimitInputFileBytes);
+        assert_eq!(
+            Limits::check_manifest_bounds(None, Some(4 * GIB + 1)).unwrap_err().code,
+            ReasonCode::LimitInputFileBytes
+        );
     }
 
     #[test]

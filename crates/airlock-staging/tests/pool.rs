@@ -109,7 +109,11 @@ fn a_call_larger_than_the_whole_pool_is_refused_as_never_admissible() {
             pool.admit(&req).unwrap_err()
         };
         assert_eq!((err.code, err.code.exit_code()), (ReasonCode::StagingPoolTooSmall, 77));
-        assert!(err.message.contains("[staging] max_bytes") && err.message.contains(&max.to_string()), "{}", err.message);
+        assert!(
+            err.message.contains("[staging] max_bytes") && err.message.contains(&max.to_string()),
+            "{}",
+            err.message
+        );
         assert!(!f.path("state/staging/data/past").exists() && !f.path("state/staging/leases/past").exists());
     }
 }

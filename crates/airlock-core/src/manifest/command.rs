@@ -279,12 +279,21 @@ mod tests {
     fn values_reach_a_shell_only_through_a_template_or_a_named_shell() {
         let reach = |c: &str| compile(&cmd(c), &args(&["q", "f"])).unwrap().shell_reach();
         assert_eq!(reach("exec = [\"jq\", \"{q}\", \"{f}\"]"), ShellReach::Never);
-        assert_eq!(reach("exec = [\"/usr/bin/jq\", \"--arg\", \"sh\", \"{q}\"]"), ShellReach::ShellProgram("sh".into()));
+        assert_eq!(
+            reach("exec = [\"/usr/bin/jq\", \"--arg\", \"sh\", \"{q}\"]"),
+            ShellReach::ShellProgram("sh".into())
+        );
         assert_eq!(reach("template = \"jq {q} {f}\""), ShellReach::Template);
         assert_eq!(reach("executor = \"x.sh\""), ShellReach::Template);
         assert_eq!(reach("exec = [\"/bin/sh\", \"-c\", \"jq {q}\"]"), ShellReach::ShellProgram("sh".into()));
-        assert_eq!(reach("exec = [\"env\", \"bash\", \"-c\", \"x\", \"{q}\"]"), ShellReach::ShellProgram("bash".into()));
-        assert_eq!(reach("exec = [\"timeout\", \"5\", \"dash\", \"-c\", \"{q}\"]"), ShellReach::ShellProgram("dash".into()));
+        assert_eq!(
+            reach("exec = [\"env\", \"bash\", \"-c\", \"x\", \"{q}\"]"),
+            ShellReach::ShellProgram("bash".into())
+        );
+        assert_eq!(
+            reach("exec = [\"timeout\", \"5\", \"dash\", \"-c\", \"{q}\"]"),
+            ShellReach::ShellProgram("dash".into())
+        );
         // A shell's name inside a value's word is the value, not a program.
         assert_eq!(reach("exec = [\"grep\", \"sh{q}\"]"), ShellReach::Never);
     }

@@ -410,7 +410,8 @@ fn metacharacters_in_values_are_refused_never_interpreted() {
     assert_eq!(argv(&m, &["$(id) | x", "in.txt"]).unwrap(), ["grep", "$(id) | x", "in.txt"]);
     assert_eq!(argv(&m, &["a", "in;rm"]).unwrap_err().code, ArgInjection);
     // ... unless its words name a shell.
-    let m = manifest(&format!("{GREP}[command]\nexec = [\"sh\", \"-c\", \"grep \\\"$1\\\"\", \"sh\", \"{{pattern}}\"]"));
+    let m =
+        manifest(&format!("{GREP}[command]\nexec = [\"sh\", \"-c\", \"grep \\\"$1\\\"\", \"sh\", \"{{pattern}}\"]"));
     assert_eq!(argv(&m, &["$(id)", "in.txt"]).unwrap_err().code, ArgInjection);
 }
 

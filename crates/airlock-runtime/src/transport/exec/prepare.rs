@@ -61,7 +61,8 @@ impl Runtime {
                 Refusal::new(ReasonCode::InputNotRegular, format!("input {:?} is a ceiling directory", path.as_str()))
             })?;
             let dir = ceilings::open(self.authority(), ceiling, self.protected())?;
-            let file = InputFile::open(self.resolver(), &dir, &rel, path, max_input_file_bytes)?;
+            let file = InputFile::open(self.resolver(), &dir, &rel, path, max_input_file_bytes)
+                .map_err(|e| with_input_hint(e.into(), limits.max_input_file_bytes))?;
             declared_bytes += file.size();
             if declared_bytes > limits.max_input_bytes {
                 return Err(input_bytes_refusal(declared_bytes, limits.max_input_bytes));
@@ -170,6 +171,23 @@ fn input_bytes_refusal(total: u64, max: u64) -> Refusal {
         format!(
             "inputs total {total} bytes or more, more than {max} ([limits] max_input_bytes in airlock.toml, at most {})",
             airlock_core::limits::hard::MAX_INPUT_BYTES
+        ),
+    )
+}
+
+/// Says how to let a too-large input through: the manifest's bound, within
+/// the operator's, within the hard cap.
+fn with_input_hint(refusal: Refusal, operator: u64) -> Refusal {
+    if refusal.code != ReasonCode::InputTooLarge {
+        return refusal;
+    }
+    let cap = airlock_core::limits::hard::MAX_FILE_BYTES;
+    Refusal::new(
+        refusal.code,
+        format!(
+            "{}; a manifest's [filesystem] max_input_file_bytes may allow up to {operator} ([limits] \
+             max_input_file_bytes in airlock.toml, at most {cap})",
+            refusal.message
         ),
     )
 }

@@ -230,7 +230,8 @@ pub struct ArgDef {
     pub allowed: Option<Vec<String>>,
     /// Regular expression: a full match for most types, a search for `literal_text`.
     pub pattern: Option<String>,
-    /// Sanitizers; only `injection` (always applied) is supported.
+    /// Sanitizers; only `injection` is supported: it keeps the shell
+    /// metacharacter refusal even where an exec-form `string` would take them.
     pub sanitize: Option<Vec<String>>,
     /// Lower bound (`integer`, `port`, `duration` in seconds; `number` fallback).
     pub min: Option<i64>,

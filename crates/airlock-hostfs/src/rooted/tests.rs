@@ -2,6 +2,7 @@
 //! backend and must give the same answer.
 
 use super::*;
+use crate::resolve::ResolverKind;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};

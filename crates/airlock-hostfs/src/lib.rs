@@ -68,6 +68,8 @@ mod private;
 mod publish;
 mod resolve;
 pub mod rooted;
+#[cfg(test)]
+mod testutil;
 mod walk;
 
 pub use authority::HostAuthority;

@@ -371,36 +371,18 @@ mod tests {
         assert_eq!(dir.read_child_link(listed(&now, "l"), 100).unwrap(), b"e", "the listed link is read");
     }
 
-    /// Set by [`a_child_on_another_mount_is_refused`] in the child it runs
-    /// under `unshare -m`.
-    const MOUNT_CHILD_ENV: &str = "AIRLOCK_WALK_MOUNT_CHILD";
-
     /// Runs in a private mount namespace (root only): a tmpfs mounted on a
     /// child directory and a file bind-mounted over a child file are both
     /// `path.mount_crossing`, for directories and files alike.
     #[test]
     fn a_child_on_another_mount_is_refused() {
-        if !rustix::process::geteuid().is_root() {
-            eprintln!("skipped: mounting needs root (run in a private mount namespace)");
-            return;
-        }
-        let exe = std::env::current_exe().unwrap();
-        let out = std::process::Command::new("unshare")
-            .args(["-m", "--propagation", "private", "--"])
-            .arg(exe)
-            .args(["--exact", "walk::tests::mount_crossing_child", "--ignored", "--nocapture", "--test-threads=1"])
-            .env(MOUNT_CHILD_ENV, "1")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{text}");
-        assert!(text.contains("1 passed"), "the child test ran: {text}");
+        crate::testutil::run_in_mount_namespace("walk::tests::mount_crossing_child");
     }
 
     #[test]
     #[ignore = "run by a_child_on_another_mount_is_refused in a private mount namespace"]
     fn mount_crossing_child() {
-        assert_eq!(std::env::var(MOUNT_CHILD_ENV).as_deref(), Ok("1"), "only under unshare -m");
+        crate::testutil::assert_mount_child();
         let t = tempfile::tempdir().unwrap();
         let top = t.path().join("top");
         std::fs::create_dir_all(top.join("tmp")).unwrap();

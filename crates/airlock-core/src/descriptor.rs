@@ -5,7 +5,20 @@
 //! tier and the file boundary (each input's path, size and hash, the one
 //! output's path, the size limit, and the held output parent's identity).
 //! It never holds a byte of input content. Cedar sees it at
-//! `context.invocation.resolved`.
+//! `context.invocation.resolved`. Its layout is a contract (DESIGN.md §3,
+//! "Descriptor"), and three choices shape it:
+//!
+//! - `dev` and `ino` are decimal strings: 64-bit values do not survive
+//!   RFC 8785's IEEE-754 number rules.
+//! - `read_paths`, `read_sha256` and `create_paths` repeat `reads` and
+//!   `create` as flat sets, because Cedar cannot quantify over a set of
+//!   records.
+//! - The manifest's digest is bound, so a changed manifest is a different
+//!   call.
+//!
+//! The optional sections (`source`, `snapshot`, `broker`) are left out when
+//! absent, so adding one did not change the descriptors or digests of the
+//! calls that have none.
 
 use crate::path::RelPath;
 use serde::Serialize;

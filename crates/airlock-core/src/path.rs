@@ -24,16 +24,17 @@
 //! ignores some invisible code points. So `.airloc` + U+212A KELVIN SIGN,
 //! `.gıt` (dotless ı, whose upper case is `I`) or the staging prefix spelt
 //! `.airlock-ſtage-` (long s, which folds to `s`) name the reserved entry
-//! there, though they differ from it in ASCII. Names are therefore compared
-//! by [`fold_key`]:
+//! there, though they differ from it in ASCII. Control names, the broker's
+//! staging prefix and Windows device names are therefore compared by
+//! [`fold_key`]:
 //!
 //! 1. the code points HFS+ ignores (U+200C–U+200F, U+202A–U+202E,
 //!    U+206A–U+206F, U+FEFF; the list Git uses for the same reason) are
 //!    dropped;
 //! 2. each non-ASCII character whose case mapping or fold — simple or full,
 //!    upper or lower, Turkic included — consists only of ASCII letters is
-//!    replaced by that fold ([`ASCII_FOLDS`]: K → k, ſ → s, ı and İ → i,
-//!    ß and ẞ → ss, the ligatures ﬀ ﬁ ﬂ ﬃ ﬄ ﬅ ﬆ);
+//!    replaced by that fold ([`ASCII_FOLDS`], 13 characters: K → k,
+//!    ſ → s, ı and İ → i, ß and ẞ → ss, the ligatures ﬀ ﬁ ﬂ ﬃ ﬄ ﬅ ﬆ);
 //! 3. ASCII letters are lower-cased; every other character stays as it is.
 //!
 //! Any other non-ASCII character keeps a non-ASCII code point under every

@@ -19,6 +19,25 @@
 //! [`MAX_LIST_NAMES`]); the `validate` methods refuse anything over
 //! ([`ProtoError::OutOfRange`]), so no party carries an unbounded number
 //! into its budgets, its answers or the journal.
+//!
+//! # The messages
+//!
+//! A frame is at most 96 KiB, its JSON nested at most 3 deep. Worker →
+//! airlock: `{id, op: read|write|list, root, path, max | data (base64)}`;
+//! airlock → worker: `{id, data | written | names + skipped + truncated |
+//! error {code, message}}`. Ids strictly increase across everything sent on
+//! the socket: clients use `max(last + 1, CLOCK_MONOTONIC ns)`, so the
+//! sequential `airlock-fs` processes of one shell script agree. airlock →
+//! broker names roots by index and splits a write into `write_prepare` (an
+//! `O_TMPFILE` written and synced in the target's directory; the answer is
+//! its and the directory's `(dev, ino)`), `write_commit` (link it under the
+//! staging name airlock chose, `.airlock-stage-` + 32 hex, rename it over the
+//! target, sync the directory, check the target is the prepared file) and
+//! `write_abort`.
+//!
+//! Grants: root names are `[a-z][a-z0-9_-]{0,63}`, 1–64 roots a submission;
+//! the rights `r` (read), `w` (create or replace) and `l` (list) are
+//! independent.
 
 mod frame;
 mod grant;

@@ -1,5 +1,13 @@
 //! The answers the driver prints (one JSON object on standard output).
 //!
+//! Status: porcelain v2 letters, with renames (`from`); untracked files are
+//! listed file by file, ignored files not at all. Log: newest commit time
+//! first, with parents, author and committer (seconds and offset) and git's
+//! `%s` subject. Diffs: name-status letters, the rename source, git's binary
+//! rule (a NUL in the first 8,000 bytes), added and removed line counts and
+//! 3-line unified hunks (`@@ -a,b +c,d @@`, without git's function-name
+//! context).
+//!
 //! Every list is sorted by path (status, diffs) or in walk order (log),
 //! so equal repositories give byte-equal answers.
 

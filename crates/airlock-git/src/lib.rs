@@ -17,8 +17,13 @@
 //!   minimal one, opens it with gix isolated from system, global and
 //!   environment configuration, and prints one JSON answer ([`answer`]).
 //!
-//! gix lives here, not in the in-process broker, so a parser bug in it
-//! meets a hostile repository only inside the sandbox.
+//! gix lives here, not in the in-process source broker (`airlock-source`):
+//! gix is a large parser of attacker-controlled data, so it is never linked
+//! into an in-process code path that touches a repository, and a parser bug
+//! in it meets a hostile repository only inside the sandbox. It is built
+//! with `default-features = false, features = ["sha1", "status"]`: SHA-1
+//! repositories only. The snapshot's bounds (also ≤ 10,000 directories and
+//! 64 levels, `git.snapshot_too_large`) are DESIGN.md §4's.
 //!
 //! ```no_run
 //! use airlock_git::{snapshot, ControlIds, Limits, Operation};

@@ -2,28 +2,58 @@
 //!
 //! The walk starts at the repository directory's handle and opens every
 //! child by name beneath its parent's handle with `O_NOFOLLOW`
-//! ([`airlock_hostfs::Dir`], the walker source queries use too): no link
-//! is followed at any component, and every child must still be the inode
-//! the listing saw (else `path.race`). No mount is crossed: in the work
+//! ([`airlock_hostfs::Dir`], the one walker source queries use too):
+//! entries are listed with `fstatat(AT_SYMLINK_NOFOLLOW)`, every child must
+//! still be the inode the listing saw (else `path.race`), child directories
+//! are opened `O_NOFOLLOW`, files by hostfs's checked-file rule (`O_PATH`
+//! check, then reopened), links read from a checked `O_PATH` handle; no
+//! link is followed at any component. No mount is crossed: in the work
 //! tree a directory or file on another mount is skipped (`mount`), inside
 //! `.git` it refuses the query (`path.mount_crossing`). In the work tree,
-//! links are recorded as links and special files are skipped; nested `.git` entries (submodule pointers, nested repositories)
+//! links are recorded as links and special files are skipped; nested `.git`
+//! entries (submodule pointers, nested repositories)
 //! are skipped. `.git` itself must be a real directory: a `.git` file
-//! (`gitdir:` pointer) or link is refused, as is a linked worktree
-//! (`commondir`). Inside `.git` only what a query reads is copied: hooks,
-//! logs, modules, worktrees and the like are left out, links and special
-//! files are skipped, and `objects/info/alternates` is never copied, so an
-//! object store elsewhere is never consulted.
+//! (`gitdir:` pointer), a link, or a linked worktree (`commondir`) is
+//! `git.not_a_repository`. Inside `.git` only what a query reads is copied:
+//! `hooks`, `logs`, `modules`, `worktrees`, `lfs`, fsmonitor state and the
+//! like are left out, links and special files are skipped, and
+//! `objects/info/{alternates,http-alternates}` are never copied (listed as
+//! skipped), so an object store elsewhere is never consulted; borrowed
+//! objects are then missing (`git.repository_invalid`).
 //!
-//! The same grammar as reads: control directories (`.airlock`, and `.git`
-//! other than the top-level one, in any letter case) are never entered,
-//! copied or listed, and neither is any directory or file whose identity
-//! is one of airlock's own ([`ControlIds`]: the state directory, whatever
-//! its name). A regular file with more than one hard link is left out
-//! (its content is shared with a name elsewhere, which `read_file`
-//! refuses too), in `.git` as in the work tree, and counted in
-//! [`SnapshotStats::linked_files`]; a query that needed a left-out object
-//! fails with `git.repository_invalid`.
+//! Paths must be UTF-8, free of NUL, CR, LF and backslash, of `.`, `..` and
+//! empty components, and no two may differ only in ASCII case; `.git` in any
+//! case is allowed only as the top-level `.git` (`git.path_rejected` when an
+//! archive holds one). Limits count the files under `.git` too (loose
+//! objects count; a packed repository is the norm).
+//!
+//! The snapshot obeys the read grammar (issue 14): control directories (the
+//! path grammar's control names: `.airlock`, and `.git` other than the
+//! top-level one, in any letter case), in the work tree and inside `.git`,
+//! are never entered, copied or listed, and neither is any directory or
+//! file whose `(dev, ino)` is one of airlock's own ([`ControlIds`]),
+//! compared on the listed stat (so a bind mount of the state directory
+//! under any name is caught) and again on the opened handle; a repository
+//! or `.git` that is one of them is `path.control_dir`. These skips count
+//! in `skipped` (`control_dir`) but do not make the answer partial, and
+//! record no path.
+//!
+//! A regular file (or link) with more than one hard link is left out before
+//! a byte is read, in `.git` as in the work tree, and counted in
+//! [`SnapshotStats::linked_files`] (and `skipped.hardlink`): its content is
+//! shared with a name elsewhere, which `read_file` refuses. In `.git` this
+//! is the same rule on purpose: objects hard-linked by `git clone --local`
+//! are content-addressed, but a linked file is not proven to be only an
+//! object. A query that needed a left-out object fails with
+//! `git.repository_invalid` (`git repack -a -d` gives the clone its own
+//! copies).
+//!
+//! Work-tree files keep their host modification time in the archive when
+//! their ctime equals their mtime, else time 0: with the driver's
+//! `core.trustctime = false` and `core.checkstat = minimal`, gix then trusts
+//! the index's stat data as git does on the host and hashes only files whose
+//! time or size moved, while a change whose mtime was put back (ctime moved)
+//! is still hashed and seen.
 
 use crate::archive::Writer;
 use crate::error::GitError;

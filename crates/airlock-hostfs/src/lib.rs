@@ -32,6 +32,75 @@
 //! Reaching the host by absolute path needs a [`HostAuthority`], which only
 //! the binary makes.
 //!
+//! # One resolver, one walker, one checked file
+//!
+//! The most security-critical code exists once. Every path is resolved by
+//! [`Resolver`] (its two backends compared by one test table); every tree is
+//! walked by [`Dir::read_entries`] and the `open_child_*` calls, whose child
+//! must be the inode the listing saw (`path.race`) on its parent's mount
+//! (`path.mount_crossing`); every file is read through [`RegularFile`]'s one
+//! rule. They report a typed fault (`fault.rs`); the edges name it: this
+//! crate's [`Error`] codes for inputs, source queries and Git snapshots, the
+//! broker's codes in [`rooted`]. A caller that wants another code (a Git
+//! snapshot skipping a hard-linked file, a source query counting a race as
+//! `changed`) maps the code at its own edge; no parameter forks a rule.
+//!
+//! Nothing walked crosses a mount, Git snapshots included: a repository's
+//! content is what lies on the repository's mount, so a bind mount in a work
+//! tree cannot slip another tree's files into a snapshot (the walker's docs
+//! say how Git treats it).
+//!
+//! # Inputs
+//!
+//! An input is opened `O_PATH` first and checked (regular, one link, within
+//! size) before it is reopened for reading, so a refused file is never opened
+//! for reading at all. A snapshot whose size or ctime moves while it is read is
+//! refused (`input.changed`).
+//!
+//! # Publication
+//!
+//! Publication is by identity, never by name (ATTACKS 28). The held parent's
+//! `(dev, ino)` is checked against the descriptor; the output is copied into an
+//! unnamed `O_TMPFILE` (`0600`, `O_RDWR`) in the held parent and synced, and the
+//! receipt's size and hash are read back through that descriptor.
+//! `linkat(fd, "", parent, name, AT_EMPTY_PATH)` publishes exactly that inode
+//! and fails with `EEXIST` on a taken name (`output.exists`), so another user of
+//! a shared (`0777`/`1777`) output directory has nothing to swap. Kernels before
+//! 6.10 allow `AT_EMPTY_PATH` only with `CAP_DAC_READ_SEARCH`: there the link
+//! goes through `/proc/self/fd/N` with `AT_SYMLINK_FOLLOW`. A file system
+//! without `O_TMPFILE` gets a named candidate `.airlock-candidate-ID`,
+//! `renameat2(RENAME_NOREPLACE)`, then an `fstatat` of the output's name that
+//! must be the open candidate's `(dev, ino)`; otherwise
+//! `output.identity_mismatch` (the runtime journals it in
+//! `FilePublicationFinished`), and the foreign file is left in place, never
+//! unlinked, never vouched for. A named candidate is removed on failure only
+//! while its name is still its inode.
+//!
+//! # Control files
+//!
+//! [`read_control_file`] opens the directory, then the file beneath it with
+//! `O_NOFOLLOW | O_NONBLOCK`, requires a regular file, and takes the owner and
+//! mode of both by `fstat` on those handles, so the caller judges the very
+//! bytes it parses. [`holders`] names the directories that hold a control
+//! file: for each existing prefix of its path, the directory opened (`O_PATH`)
+//! and every directory above it by `openat(fd, "..")` up to `/`, so a link on
+//! the way counts where it lies and where it leads, and a missing file where
+//! it would be made.
+//!
+//! # Rooted operations (the named-root broker)
+//!
+//! [`rooted`] resolves beneath the root handle with no link and no mount
+//! crossed (`broker.symlink`, `broker.mount_crossing`, `broker.not_found`; an
+//! entry renamed while it is resolved or opened, once 16 `openat2` retries are
+//! spent, is `broker.race`), reads only regular files with one link
+//! (`broker.not_regular`, `broker.hardlink`), and lists names sorted, skipping
+//! (and counting) names the path rules refuse. A write is prepared as an
+//! `O_TMPFILE` (`0600`) written and `fsync`ed in the target's directory (its
+//! and the directory's `(dev, ino)` reported), then committed: linked under
+//! the staging name airlock chose (`.airlock-stage-` + 32 hex), renamed over
+//! the target, the directory synced, and the target must then be the prepared
+//! `(dev, ino)`, else `broker.race`.
+//!
 //! # What this crate does not do
 //!
 //! It is not a sandbox. It does not stop a process holding these handles

@@ -1,5 +1,35 @@
 //! The journal's files: locked, bounded, synced appends to the live
 //! segment, rotation into sealed segments, and reading them back in order.
+//!
+//! Concurrent processes append under an exclusive `flock`; an append reads
+//! only the tail of the live segment (and, only when the live segment is
+//! empty, the last sealed one's). [`Journal::append`] syncs the record
+//! before it returns; [`Journal::append_deferred`] writes it without its own
+//! `fdatasync`, for records that announce no effect, which become durable
+//! with the next synced record.
+//!
+//! Rotation: once an append would take the live segment past its bound
+//! (`[journal] segment_bytes`, default 64 MiB, 256 KiB … 256 MiB), the
+//! segment is synced and renamed (no replace) to
+//! `journal.d/NNNNNN.jsonl` under the exclusive lock, and the next append
+//! writes the signed `JournalSegmentStarted` header first. A handle whose
+//! live file was sealed by another process finds under the lock that the
+//! name leads elsewhere and reopens; a missing live file with a sealed
+//! segment continues from that segment's tail (as after a crash between
+//! sealing and the next append).
+//!
+//! Readers ([`Journal::records_where`], used by fail-stop, inspect/recover
+//! and attest with a filter, so only one segment and the matches are in
+//! memory) list the sealed segments and read the live one under a shared
+//! lock, then read the immutable sealed files.
+//!
+//! Export and prune: [`Journal::sealed_segment`] copies a sealed segment
+//! (never the live one; the CLI creates the target file and never replaces
+//! one) and [`Journal::mark_exported`] writes `journal.d/NNNNNN.exported`
+//! with its SHA-256. [`Journal::prune`] removes the sealed segments below N
+//! only when every one is exported and unchanged (else
+//! `journal.not_exported`) unless explicitly allowed, after appending a
+//! synced `JournalPruned` `{through, segments}`.
 
 use crate::error::JournalError;
 use crate::key::{check_private_file, Fault, JournalKey};

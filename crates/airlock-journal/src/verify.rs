@@ -1,4 +1,15 @@
 //! Offline verification of a journal's bytes against a pinned public key.
+//!
+//! All segments are checked as one chain: every `JournalSegmentStarted`
+//! header names its file's number and the previous segment's head; a header
+//! anywhere else fails. A pruned chain verifies from its first kept
+//! segment's header (`starts_after`): that proves every kept record is
+//! signed and chained from the last removed record's hash, which must equal
+//! the exported copy's head; it proves nothing about the removed records. A
+//! chain that starts after segment 1 without a `JournalPruned` record
+//! covering the gap fails, so removing old segments by hand is caught;
+//! cutting off the newest segments is truncation, caught only by an
+//! external anchor.
 
 use crate::key::PublicKey;
 use crate::record::{canonical, line_hash, FIELDS, GENESIS_PREV, MAX_RECORD_BYTES};

@@ -1,4 +1,9 @@
 //! An airlock envelope as an MCP `tools/call` result.
+//!
+//! `structuredContent` is the envelope, `isError` is `status != ok`, and the
+//! text starts with `CODE:`. An `approval.required` result adds `approval:
+//! {descriptor_sha256, invocation_id, waiting_for: "approver"}` and no
+//! command line: the agent cannot approve.
 
 use airlock_core::{Envelope, ReasonCode, Status};
 use rmcp::model::{CallToolResult, ContentBlock};

@@ -1,6 +1,15 @@
 //! The tools an MCP client sees: every manifest in the tools directory
 //! that airlock can run, by its `[tool] name`, with its argument schema and
 //! annotations derived from what the manifest grants.
+//!
+//! The catalog is read from `tools_dir` on every listing: every manifest
+//! that loads and passes `check_executable`, by `[tool] name` (a second
+//! manifest with a name already served is skipped). A call is looked up in
+//! the catalog and run from the catalog's manifest path, so a client can
+//! never name a path. `readOnlyHint` and `idempotentHint` hold when the
+//! manifest has no `create` entry; `destructiveHint` is always false
+//! (outputs are only ever new files) and `openWorldHint` false (no network
+//! in the sandbox).
 
 use airlock_core::manifest::Manifest;
 use airlock_runtime::{tools, Runtime};

@@ -4,6 +4,20 @@
 //! passes carries a [`Caller`] extension, which rmcp hands to the handler
 //! with the request's parts; a refusal is answered here with the HTTP
 //! status and an envelope naming the reason code.
+//!
+//! Every HTTP request, any method or path, passes this one axum middleware,
+//! in this order: `Origin` (absent: accepted; present: its normalized
+//! `scheme://host[:port]` must be in `[mcp] allowed_origins`, else 403
+//! `mcp.origin_forbidden`) → identity → a declared `Content-Length` ≤ 4 MiB
+//! (413 `mcp.body_too_large`; rmcp cuts a chunked body at the same limit) →
+//! session admission (`sessions.rs`). Identity for `--http` is
+//! `Authorization: Bearer T` (exactly one such header), compared in constant
+//! time (`token.rs`); for `--unix` it is the peer's uid
+//! (`socket.rs`). The handler's `call_tool` sets
+//! `CallRequest.principal` from the [`Caller`] (token: `[mcp]
+//! token_principal`, default the runtime's principal; socket: the uid's
+//! mapping): nothing in the body is consulted, and a gated server refuses a
+//! call without a `Caller`.
 
 use crate::sessions::BoundedSessions;
 use crate::token::Token;

@@ -1,5 +1,13 @@
 //! The MCP handler: `tools/list` from the catalog, `tools/call` through the
 //! pipeline on a thread of its own.
+//!
+//! Each call runs `Runtime::run` on a **new OS thread per call** (not
+//! tokio's blocking pool) that lives until the worker is reaped, so
+//! `die_with_caller(true)` stays right: the parent-death signal is tied to
+//! that thread, and killing the server kills every worker. One `Runtime`
+//! (its journal under its mutex and `flock`) serves all sessions. A client's
+//! cancellation does not stop a call already running; it ends at its
+//! deadline.
 
 use crate::answer::to_result;
 use crate::catalog::Catalog;

@@ -1,6 +1,15 @@
 //! The Unix socket of `airlock mcp --unix PATH`: made in a directory only
 //! the caller can change, with a mode that admits exactly the uids the
 //! operator mapped; who a peer is comes from the kernel (`SO_PEERCRED`).
+//!
+//! The peer's uid is taken per connection (tokio's `peer_cred`, handed to
+//! the gate through axum's `ConnectInfo`) and mapped by `[mcp.principals]`
+//! (`UID = "principal"`); an unmapped uid is 403 `mcp.peer_unmapped`. The
+//! socket's directory must be the caller's and not group- or other-writable
+//! (`mcp.socket_unsafe`); a stale socket of ours that nobody answers on is
+//! replaced. The socket is `0600` when only the server's uid (or root) is
+//! mapped, else `0666`: the mapping, not the file mode, is then the access
+//! control (a `0600` socket would make mapping any other uid pointless).
 
 use airlock_core::{ReasonCode, Refusal};
 use std::collections::BTreeMap;

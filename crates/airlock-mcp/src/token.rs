@@ -1,5 +1,12 @@
 //! The bearer token of `airlock mcp --http`: made at first start, kept in a
 //! `0600` file only its owner can read, compared in constant time.
+//!
+//! The file (default `STATE/mcp/token`, or `--token-file`) is made with
+//! `O_CREAT | O_EXCL | O_NOFOLLOW`, mode `0600`, from 32 `getrandom` bytes
+//! written as hex. An existing one must be a regular file with one link,
+//! owned by the server's euid, with `mode & 077 == 0`, holding 32–512 visible
+//! ASCII characters; anything else is `mcp.token_unsafe` (78) at start-up.
+//! Only its path is ever printed. Comparison is `subtle`'s `ct_eq`.
 
 use airlock_core::{ReasonCode, Refusal};
 use std::fs::{File, OpenOptions};

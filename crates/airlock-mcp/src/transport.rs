@@ -1,6 +1,11 @@
 //! Serving an [`AirlockServer`] over stdio, streamable HTTP on loopback, or
 //! streamable HTTP on a Unix socket. Both HTTP fronts pass every request
 //! through the [`crate::gate`] first.
+//!
+//! HTTP is rmcp's streamable transport at `/mcp`, with rmcp's session
+//! manager, on axum; `--http` binds loopback addresses only, and rmcp's
+//! Host check keeps its loopback allow-list. Over stdio, stdout carries only
+//! MCP; notes go to stderr.
 
 use crate::gate::{self, Gate, PeerCred};
 use crate::server::AirlockServer;

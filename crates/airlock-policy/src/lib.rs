@@ -19,7 +19,7 @@
 //!   `Airlock::Action::"tool_call::NAME"`.
 //! * **Context**: `context.invocation.id` (the invocation id),
 //!   `context.invocation.approved` (an approver approved this exact call) and
-//!   `context.invocation.resolved`, the descriptor (DESIGN.md §6), typed per
+//!   `context.invocation.resolved`, the descriptor (DESIGN.md §3), typed per
 //!   action: `args` holds each declared argument as an optional attribute
 //!   typed by [`ArgKind`]; JSON `null` leaves an attribute out; `argv` and
 //!   the `filesystem` lists are sets; `output_parent` is optional.
@@ -28,6 +28,20 @@
 //! Policies are validated in Cedar's strict mode, so a policy that names an
 //! attribute the schema does not have (a misspelt path, say) is refused at
 //! load instead of never matching. Every request is validated too.
+//!
+//! # Verdicts and the default policy
+//!
+//! A verdict allows only if Cedar allows **and** no policy errored: Cedar
+//! skips a `forbid` whose evaluation errors, which must not turn into a
+//! permit. Policy ids come from `@id`, else `FILE#policyN`. Without policy
+//! files the runtime evaluates the built-in default natively
+//! (`airlock.default.permit-low-medium`, and
+//! `airlock.default.forbid-linked-files`: a Git snapshot with `linked_files >
+//! 0`; `airlock policy show-default` prints its Cedar text): approved calls
+//! pass the permit, and the forbid wins over everything. Building a policy
+//! set for one tool takes 5–11 ms; a run builds it for its one tool, and a
+//! long-lived server should cache it per tool. The crate pins cedar-policy
+//! `~4.7`: later 4.x releases need a newer Rust than the workspace's.
 //!
 //! # Writing policies
 //!

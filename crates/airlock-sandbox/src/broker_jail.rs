@@ -26,11 +26,13 @@
 //! # What it does not do
 //!
 //! The broker runs as the caller's uid (it must create files the operator
-//! owns): Landlock, not the uid, keeps it to its roots. It shares the host
-//! kernel. Its memory is bounded by `RLIMIT_AS` and, where a cgroup is
-//! delegated, by the cgroup it shares with the worker of its submission
-//! (the caller adopts it into a [`SharedCgroup`](crate::SharedCgroup));
-//! its CPU time only by the submission's deadline.
+//! owns): Landlock, not the uid, keeps it to its roots. A root caller's
+//! broker is uid 0 with no capability in any namespace that owns the
+//! roots. It shares the host kernel. Its memory is bounded by `RLIMIT_AS`
+//! and, where a cgroup is delegated, by the cgroup it shares with the
+//! worker of its submission (the caller adopts it into a
+//! [`SharedCgroup`](crate::SharedCgroup)); its CPU time only by the
+//! submission's deadline.
 #![forbid(unsafe_code)]
 
 mod filter;

@@ -1,6 +1,23 @@
 //! Memory and process-count limits through a delegated cgroup v2, where
 //! the host offers one. Where it does not, nothing fails: the outcome says
 //! which limits were applied and why the others were not.
+//!
+//! Each worker gets a cgroup of its own under `[sandbox] cgroup_parent` (or
+//! under airlock's own cgroup) when that directory delegates `memory` and
+//! `pids` and is writable; otherwise memory is bounded by `RLIMIT_AS` per
+//! process and processes by `RLIMIT_NPROC`. Only a cgroup bounds the sum of
+//! what no rlimit counts: a memfd is a file, so `write`, `ftruncate` and
+//! `fallocate` stop at `RLIMIT_FSIZE` (`EFBIG`) and each memfd is bounded,
+//! but their number only by `RLIMIT_NOFILE`; pipe and socket buffers are
+//! bounded only by the kernel's per-pipe and per-user defaults.
+//!
+//! airlock does not create a delegation itself: `systemd-run --user` needs a
+//! user manager, which hosts without systemd lack. The operator makes a
+//! cgroup v2 directory with `+memory +pids` in its `cgroup.subtree_control`,
+//! writable by airlock's user, and names it. An isolated submission's broker
+//! and worker share one cgroup ([`SharedCgroup`]: the worker's memory limit,
+//! its pids + 1); the broker is adopted right after it is spawned, the
+//! worker's init before it forks.
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};

@@ -78,6 +78,61 @@
 //!   *caller* dies, the worker is killed by the init's own deadline
 //!   (timeout + 3 s), not at once.
 //!
+//! # How the native tier builds a worker
+//!
+//! The caller never forks without exec: the `airlock` binary re-executes itself
+//! as the sandbox init (a hidden marker argument, checked first in `main`) and
+//! passes the spec on a pipe and the staged files as inherited descriptors. The
+//! init unshares the user, pid, network, IPC, UTS and cgroup namespaces; PID 1
+//! unshares the mount namespace and builds a size-bounded tmpfs root (image
+//! directories bound read-only, a minimal `/etc` and `/dev`, a fresh `/proc`,
+//! a private `/tmp`). It **copies each input's bytes into the tmpfs and binds
+//! the copy read-only onto itself**, so no host inode, not even a private one,
+//! is mounted into the worker; it creates the output file and keeps its inode,
+//! then `pivot_root`s and detaches the old root. The worker runs as 65534 with
+//! no capabilities, `no_new_privs`, rlimits (`RLIMIT_FSIZE` = the output's
+//! `max_file_bytes`), Landlock (the kernel's ABI) and a seccomp deny-list. PID 1
+//! is non-dumpable, reaps everything, kills the namespace when the tool exits
+//! and only then exports at most `max_bytes` (the call's `max_file_bytes`)
+//! from the retained inode to the
+//! host staging file. When the caller is killed, `PR_SET_PDEATHSIG` takes the
+//! init, and PID 1's own death signal takes the namespace. The caller's private
+//! copies (staged inputs, the exported output) live in the call's staging-pool
+//! reservation.
+//!
+//! # Live stdio
+//!
+//! [`NativeTier::start_live`]: a fresh pipe's read end is inherited by the init
+//! (`InitSpec.stdin_fd`) and `dup2`ed to the worker's fd 0 instead of
+//! `/dev/null`; the caller keeps its write end and the stdout pipe's read end
+//! ([`LiveStdio`]); `wait` then drains only stderr and the status records.
+//! Same confinement, same deadline. Used by `[mcp]` tools, whose server speaks over
+//! stdio.
+//!
+//! # Worker-created output
+//!
+//! [`NativeTier::worker_creates_output`], used for `[mcp]` tools: the reference
+//! filesystem server writes with `O_EXCL` and, if the file exists, a temp file
+//! plus `rename`; neither works on a retained, pre-created output inode. With
+//! the option, PID 1 does not create the output; the output's parent directory
+//! gets its own recursive bind (inputs inside stay read-only binds) so it stays
+//! writable when the root goes read-only, and Landlock grants it read, write,
+//! truncate, list and make-regular only (no remove, symlink, directory, FIFO,
+//! link or refer). After every process is gone, PID 1 opens the output path
+//! with `O_NOFOLLOW`, requires a regular file with one link within `max_bytes`,
+//! and exports it; a missing output is refused. Other files made there stay in
+//! the private tmpfs and are discarded. This is weaker than the retained inode
+//! in one way only: the worker may create scratch files beside its output.
+//!
+//! # A bound program
+//!
+//! [`NativeTier::bind_program`] (the Git driver): the open executable is bound
+//! read-only at [`PROGRAM_PATH`] (`/.airlock/program`), and Landlock grants read
+//! and execute on that file only. The descriptor belongs to the caller's mount
+//! namespace, from which the kernel will not bind, so PID 1 binds the path
+//! `/proc/self/fd/N` names in its copied namespace and then requires the bound
+//! inode to equal the descriptor's.
+//!
 //! # Promises and the tests that hold them (`tests/native/`)
 //!
 //! | promise | test |

@@ -11,6 +11,15 @@
 //! `/etc/ld.so.cache` and `/etc/alternatives` is ever mounted. Then
 //! `pivot_root` and a detach of the old root; the root mount is made
 //! read-only, so only `/tmp` and the output remain writable.
+//!
+//! Inputs are copied rather than bound from the caller's staging copy (a
+//! departure from "bind the staged copy"): no host inode, not even a
+//! private one, is mounted into the worker. The provided files of an
+//! isolated submission are copies too, because their sources are sealed
+//! memfds, which the kernel will not bind. With
+//! [`NativeTier::worker_creates_output`](crate::NativeTier::worker_creates_output)
+//! the output's parent directory gets its own recursive bind instead of an
+//! output file (see the crate documentation, "Worker-created output").
 #![forbid(unsafe_code)]
 
 use std::fs::{DirBuilder, File, OpenOptions};

@@ -1,4 +1,10 @@
 //! What a finished worker reports.
+//!
+//! [`AppliedLimits`] says which limits were in force (whether a cgroup held
+//! memory and pids, and if not why, the Landlock ABI and status); the
+//! runtime turns it into every answer's `evidence.limits` (`memory`, `pids`:
+//! `cgroup` or `rlimit`; `ipc`: `seccomp-denied`; `memfd`: `cgroup` or
+//! `file-size`), and `airlock doctor` shows the same for the host.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;

@@ -1,6 +1,10 @@
 //! Masking the host's details in the worker's fresh `/proc` (ATTACKS case
 //! 27), as container runtimes do with the OCI runtime spec's default
-//! `maskedPaths` and `readonlyPaths`.
+//! `maskedPaths` and `readonlyPaths`. One table, [`PROC_PATHS`]: the OCI
+//! masked paths plus `cmdline`, `config.gz`, `kallsyms`, `modules`, the
+//! boot id, `meminfo` and the allocator, swap and disk statistics are
+//! masked; the OCI read-only paths (`/proc/sys`, `bus`, `fs`, `irq`,
+//! `sysrq-trigger`) become read-only binds.
 //!
 //! PID 1 applies [`PROC_PATHS`] right after it mounts `/proc` in the new
 //! root, before `pivot_root`: a masked file gets the tree's `/dev/null`

@@ -4,14 +4,17 @@
 //! The policy is *default allow* with a deny list: Landlock, the namespaces
 //! and the dropped capabilities are the primary walls; this filter removes
 //! the kernel surfaces that have historically turned a confined process
-//! into an escape (namespace and mount APIs, ptrace, BPF, io_uring, keyrings,
-//! module and kexec loading, calls that reach into another process). Denied
+//! into an escape (namespace calls, the mount API up to `open_tree_attr`,
+//! ptrace, BPF, io_uring, keyrings, module and kexec loading, calls that
+//! reach into another process, each listed with its reason below) and the
+//! System V IPC and POSIX message queue calls (see `ipc.rs`). Denied
 //! calls fail with `EPERM`. Sockets are the one allow-list inside it:
 //! `socket(2)` and `socketpair(2)` open only the families of
-//! [`ALLOWED_SOCKET_FAMILIES`], any other fails with `EAFNOSUPPORT` (ATTACKS
-//! case 26). `clone3` fails with `ENOSYS` so the C library falls back to
-//! `clone`, whose flags (in a register, unlike `clone3`'s struct) the filter
-//! can inspect. A call made
+//! [`ALLOWED_SOCKET_FAMILIES`] (unix, inet, inet6: the network namespace is
+//! empty), any other fails with `EAFNOSUPPORT` (ATTACKS case 26; vsock, for
+//! one, would share the host's port space on a VM host). `clone3` fails
+//! with `ENOSYS` so the C library falls back to `clone`, whose flags (in a
+//! register, unlike `clone3`'s struct) the filter can inspect. A call made
 //! with a foreign architecture's convention kills the process (seccompiler's
 //! architecture check); x32 system calls fail with `ENOSYS`.
 #![forbid(unsafe_code)]

@@ -1,5 +1,8 @@
 //! The bundled source tools (`tools/*.clad.toml` at the repository root),
-//! built into the binary so `airlock query` works in any project.
+//! built into the binary with `include_str!` so `airlock query` works in any
+//! project. A project's `tools_dir` may replace one only with a valid source
+//! manifest of the same operation (the runtime refuses anything else as
+//! `source.shadowed`).
 
 /// `(operation, manifest text)` of every bundled source tool.
 pub const BUNDLED: &[(&str, &str)] = &[

@@ -7,11 +7,16 @@
 //! JSON (sealed with `result_sha256` over its canonical form) and the
 //! [`SourceBoundary`] a prepared call binds: operation, path, limits, every
 //! byte range read with its hash, the result digest and [`BROKER_SHA256`],
-//! the digest of this crate's own source fixed at build time.
+//! the digest of this crate's own source fixed at build time (`build.rs`
+//! hashes the names and bytes of `crates/airlock-source/src/**` into
+//! `AIRLOCK_SOURCE_BROKER_SHA256`).
 //!
 //! Links, special files, files with more than one link, names outside the
 //! path grammar and `.git`/`.airlock` are never read; enumeration skips and
 //! counts them. A result cut by any limit says `partial: true` and why.
+//! How each limit counts (entries looked at, files yielded, levels, path
+//! bytes, grep's bytes and matches, excerpts) is DESIGN.md §4; entries are
+//! yielded depth-first in byte order of names.
 //!
 //! ```no_run
 //! use airlock_core::{RelPath, ResolverChoice, SourceOp};

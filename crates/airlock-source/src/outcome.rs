@@ -1,6 +1,18 @@
 //! What a query found besides its payload: skipped entries, the reasons a
 //! result is partial, the ranges read; and the sealing of a result with
 //! its digest.
+//!
+//! Skipped entries: symlinks, FIFOs, sockets and devices, files with more
+//! than one link (refused by `read_file` as `input.hardlink`, and skipped by
+//! listing and search, so a listing shows only what `read_file` can read),
+//! names the path grammar refuses, other mounts, and unreadable or changed
+//! entries are counted in `skipped` and make the result partial
+//! (`skipped_entries`); `.git` and `.airlock` are counted (`control_dir`)
+//! but, being outside the query's scope, do not make it partial.
+//!
+//! Sealing: `result_sha256` is the SHA-256 of the RFC 8785 form of
+//! everything else in the result. Text is rendered with invalid UTF-8
+//! replaced (`replaced_invalid_utf8`); range hashes cover the real bytes.
 
 use airlock_core::{sha256_tagged, SourceRange};
 use serde_json::{Map, Value};

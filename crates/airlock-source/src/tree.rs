@@ -5,8 +5,9 @@
 //! below its virtual root, in resolution and in enumeration alike; a
 //! virtual directory that holds ceilings but is itself covered by none is
 //! listed with only those ceilings in it. A path covered by no ceiling, and
-//! holding none, is `grant.no_ceiling`; a ceiling that cannot be opened is
-//! an error of the whole query, never an empty result.
+//! holding none, is `grant.no_ceiling`; a ceiling that cannot be opened
+//! (missing, a symlink, protected) fails the whole query (`config.ceiling`),
+//! never an empty success.
 
 use crate::outcome::{reason, Skip, Tally};
 use airlock_core::source::limits;

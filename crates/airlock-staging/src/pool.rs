@@ -1,5 +1,42 @@
 //! The pool: admission, release, adoption, reaping and status, each under
 //! the pool lock.
+//!
+//! `STATE/staging/` holds `lock`, `leases/ID` (one JSON record a
+//! reservation: bytes, files, charge, and the owner `(pid, start ticks)`, or
+//! none when durable) and `data/ID/` (`inputs/N`, `output`, a parser's raw
+//! output). The snapshots live here, not in `invocations/ID/`, so every
+//! private copy is charged and reaped in one place; the invocation directory
+//! keeps only `prepared.json` and the manifest.
+//!
+//! A call is admitted in prepare, after its inputs are opened and sized by
+//! their handles and its output parent is held, before a byte is copied:
+//! charge = input bytes + `max_file_bytes` (when it creates a file) + 4 KiB
+//! a file. A full pool is `staging.exhausted` (exit 75): nothing copied, no
+//! worker. `[staging] max_snapshots` (default 16, 1 … 512) and `max_bytes`
+//! (default 1 GiB) count running calls only.
+//!
+//! Every admission first reaps reservations whose owner is dead (data
+//! removed through no-follow handles first, then the record; a failed
+//! removal keeps the charge) and data no record names. Lease records are not
+//! synced: after a host crash every owner is dead, and a lost record leaves
+//! data that the next pass removes as an orphan.
+//!
+//! `airlock prepare` and approval-required runs make their reservation
+//! durable (synced, no owner): the snapshots stay charged until dispatch
+//! adopts it, an approver denies the call, it expires, or an operator runs
+//! `airlock staging release ID` (refused for a live holder, `staging.busy`;
+//! a second release is `staging.not_reserved`). Such a *pending* reservation
+//! (`pending: {principal, expires_at}` in its record) is admitted by
+//! [`Pool::admit_pending`] against a budget apart from the running pool: at
+//! most `[approval] max_pending` per principal, 512 in all, and `[staging]
+//! max_bytes` bytes in all (so the pool directory holds at most twice
+//! `max_bytes`); over it, `approval.quota` (exit 75) before a byte is
+//! copied. Waiting calls therefore never cause `staging.exhausted`. Adoption
+//! by dispatch moves a reservation into the running pool even when that is
+//! full (it was already counted). A kept call that stages nothing (no
+//! input, no output) holds no reservation while it waits and is admitted at
+//! dispatch, before its approval is used. A pending reservation past
+//! `expires_at` is stale: the next admission or `staging gc` reaps it.
 
 use crate::lock::{Held, PoolLock};
 use crate::record::{unix_now, Pending, Request, Reservation, MAX_RECORD_BYTES};

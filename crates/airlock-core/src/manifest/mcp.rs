@@ -21,7 +21,20 @@
 //! `[output] format` (`mcp.conflict`: there would be two things to run, or
 //! an MCP result that no parser reads); a `field_map` entry for an argument
 //! the manifest does not declare, or two arguments sent under one upstream
-//! name (`mcp.field_map`).
+//! name (`mcp.field_map`); a `server` word that is exactly a declared
+//! `{arg}` (`mcp.invalid`: server words are fixed). These are exit 65; at run time `mcp.protocol`, `mcp.tool_missing`
+//! and `mcp.tool_error` are `failed` (exit 1), and the deadline is
+//! `tool.timeout`.
+//!
+//! [`Manifest::build_argv`](super::Manifest::build_argv) returns the
+//! server's argv, so the descriptor's `argv` is what runs; the upstream
+//! arguments are a function of the bound arguments and the manifest, whose
+//! digest the descriptor binds.
+//!
+//! Node in the worker: V8 reserves far more address space than it uses, so
+//! an `[mcp]` manifest running node raises `[tool.limits] memory_bytes`
+//! (`RLIMIT_AS`); at the 1 GiB default node dies at start-up. npm's global
+//! modules live under `/usr` (`npm root -g`), inside the default image.
 
 use super::model::OutputFormat;
 use super::{BoundArgs, Manifest};

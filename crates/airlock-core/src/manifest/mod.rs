@@ -6,7 +6,11 @@
 //! structurally wrong (`manifest.invalid`, or the path and limit codes of
 //! `[filesystem]`). An existing ToolClad manifest loads unchanged even when
 //! it uses features airlock does not execute; [`Manifest::check_executable`]
-//! then refuses it with `manifest.unsupported` naming each feature.
+//! then refuses it with `manifest.unsupported` naming each feature. Each
+//! kind of tool has its own section and rules: `[command]`, `[source]`
+//! (`source.rs`), `[mcp]` (`mcp.rs`) and `[broker]` (named roots, beside
+//! `[command]`; beside `[filesystem]`, `[source]` or `[mcp]` it is
+//! `broker.conflict`).
 //!
 //! One call goes [`Manifest::bind_args`] → [`Manifest::filesystem_plan`] and
 //! [`Manifest::build_argv`]. No shell is involved anywhere: values are

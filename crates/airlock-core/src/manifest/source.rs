@@ -1,15 +1,24 @@
 //! The rules of a source manifest (`[source] operation = "…"`).
 //!
-//! A source tool is served by the fixed broker, so everything that would
-//! make it something else is refused (`source.conflict`): a `[tool] binary`,
-//! `[command]`, `[filesystem]`, `[mcp]`, `[session]`, `[http]`,
+//! A source tool is served by the fixed broker (or, for the Git operations,
+//! by the Git driver in a worker airlock starts itself), so everything that
+//! would make it something else is refused (`source.conflict`): a `[tool]
+//! binary`, `[command]`, `[filesystem]`, `[mcp]`, `[session]`, `[http]`,
 //! `[browser]`, a mode other than oneshot, callback dispatch, evidence
-//! capture, and output other than JSON with the builtin parser. An unknown
-//! operation is `source.operation_unknown`; arguments must be parameters of
-//! the operation, and its required parameters must be declared. Git
-//! operations are recognized but refused (`manifest.unsupported`) until the
-//! Git engine is wired in; exact-call approval of a source call is refused
-//! the same way (its result is not kept for a later dispatch).
+//! capture, `[tool.limits]` (no worker of its own runs), and output other
+//! than `format = "json"` with the builtin parser. An unknown operation is
+//! `source.operation_unknown`; arguments must be parameters of the
+//! operation (`read_file`: path, offset, limit; `list_files`: path;
+//! `grep_files`: pattern, path; the Git operations: path and, for
+//! `git_log`, max_count), and its required parameters must be declared.
+//! Values are checked by the manifest, then again by the engine that serves
+//! the operation. A leading `-` in a source argument is data: no argv is
+//! built.
+//!
+//! A source tool with `human_approval` or risk tier high or critical is
+//! refused (`manifest.unsupported`): its result is released only inside the
+//! call that prepared it, never kept for a later dispatch (so `airlock
+//! prepare` of a source tool is refused too).
 
 use super::model::{Dispatch, Mode, OutputFormat};
 use super::Manifest;

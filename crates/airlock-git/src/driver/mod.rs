@@ -1,11 +1,13 @@
 //! The driver: runs inside the worker, sees only the snapshot.
 //!
 //! The `airlock` binary is bound into the worker at
-//! [`airlock_sandbox::PROGRAM_PATH`] and executed with [`DRIVER_MARKER`],
-//! the request (JSON) and the archive's path. The driver unpacks the
-//! archive into its private `/tmp` with every path checked again
-//! ([`unpack`]), replaces the repository's configuration with a minimal
-//! one of its own ([`open`]), opens it with gix isolated from every
+//! `airlock_sandbox::PROGRAM_PATH` and executed with [`DRIVER_MARKER`],
+//! the request (JSON) and the archive's path (`/workspace/snapshot`, a
+//! staged input and the worker's only file; its image holds only `/lib*`
+//! and `/usr/lib*`: no shell, no `git`). The driver unpacks the archive
+//! into `/tmp/repo` with every path checked again
+//! (`unpack.rs`), replaces the repository's configuration with a minimal
+//! one of its own (`open.rs`), opens it with gix isolated from every
 //! system, global and environment setting, answers, and prints one JSON
 //! object. Exit 0 with the answer; otherwise exit 2 with
 //! `{"error":{"code","message"}}`.

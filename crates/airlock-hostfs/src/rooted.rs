@@ -214,7 +214,6 @@ fn check_components(comps: &[&str]) -> RootedResult<()> {
 /// through the one resolver. With `O_PATH` a final symlink is returned as
 /// itself; otherwise it is [`RootedError::Symlink`].
 fn open_beneath(resolver: &Resolver, root: BorrowedFd<'_>, comps: &[&str], flags: OFlags) -> RootedResult<OwnedFd> {
-    check_components(comps)?;
     resolver.open_components(root, comps, flags).map_err(|f| RootedError::from_fault(f, comps))
 }
 
@@ -242,7 +241,6 @@ pub fn read_file(resolver: &Resolver, root: impl AsFd, comps: &[&str], max: u64)
     if comps.is_empty() {
         return Err(RootedError::NotRegular { path: display(comps), what: "it is a directory" });
     }
-    check_components(comps)?;
     let file = RegularFile::beneath(resolver, root, comps, u64::MAX).map_err(|f| RootedError::from_fault(f, comps))?;
     let (dev, ino) = file.dev_ino();
     let size_hint = file.size().min(max);

@@ -173,7 +173,69 @@ pub struct Descriptor {
     pub command_boundary: CommandBoundary,
 }
 
+/// Who a call is for, as the catalog knows the tool: the part of a
+/// descriptor that does not depend on the call's arguments or files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolIdentity {
+    /// Tool name.
+    pub name: String,
+    /// Tool version (the manifest's, or airlock's for a built-in).
+    pub version: String,
+    /// `sha256:` digest of the manifest's bytes, or `builtin`.
+    pub manifest_sha256: String,
+    /// Risk tier (`low`, `medium`, `high`, `critical`).
+    pub risk_tier: String,
+    /// Whether the tool demands a human's approval of each call.
+    pub human_approval: bool,
+}
+
+impl ToolIdentity {
+    /// A tool built into airlock (`manifest_sha256` is `builtin`).
+    pub fn builtin(name: &str, version: &str, risk_tier: &str) -> Self {
+        ToolIdentity {
+            name: name.to_owned(),
+            version: version.to_owned(),
+            manifest_sha256: "builtin".to_owned(),
+            risk_tier: risk_tier.to_owned(),
+            human_approval: false,
+        }
+    }
+}
+
+/// What one call resolved to, beside its tool: the parts of a descriptor
+/// each call shape fills in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallShape {
+    /// How the tool is reached (`exec`, `source`, `git-snapshot`, `isolated`).
+    pub transport: String,
+    /// The validated arguments.
+    pub args: BTreeMap<String, String>,
+    /// The argv after substitution.
+    pub argv: Vec<String>,
+    /// Where the worker sees declared paths.
+    pub working_dir: String,
+    /// The resolved file boundary.
+    pub filesystem: FilesystemBoundary,
+}
+
 impl Descriptor {
+    /// The one way a descriptor is built, for every call shape.
+    pub fn new(tool: &ToolIdentity, shape: CallShape) -> Descriptor {
+        Descriptor {
+            version: DESCRIPTOR_VERSION,
+            tool: tool.name.clone(),
+            tool_version: tool.version.clone(),
+            manifest_sha256: tool.manifest_sha256.clone(),
+            args: shape.args,
+            argv: shape.argv,
+            transport: shape.transport,
+            risk_tier: tool.risk_tier.clone(),
+            human_approval: tool.human_approval,
+            working_dir: shape.working_dir,
+            command_boundary: CommandBoundary { filesystem: shape.filesystem },
+        }
+    }
+
     /// RFC 8785 canonical JSON bytes.
     pub fn canonical_json(&self) -> Vec<u8> {
         canonical_json(self)
@@ -201,18 +263,20 @@ mod tests {
 
     fn sample() -> Descriptor {
         let reads = vec![ReadGrant { path: "data/in.txt".into(), bytes: 3, sha256: sha256_tagged(b"abc") }];
-        Descriptor {
-            version: DESCRIPTOR_VERSION,
-            tool: "wc".into(),
-            tool_version: "1".into(),
+        let tool = ToolIdentity {
+            name: "wc".into(),
+            version: "1".into(),
             manifest_sha256: sha256_tagged(b"m"),
-            args: BTreeMap::from([("input".into(), "data/in.txt".into())]),
-            argv: vec!["wc".into(), "data/in.txt".into()],
-            transport: "exec".into(),
             risk_tier: "low".into(),
             human_approval: false,
-            working_dir: "/workspace".into(),
-            command_boundary: CommandBoundary {
+        };
+        Descriptor::new(
+            &tool,
+            CallShape {
+                transport: "exec".into(),
+                args: BTreeMap::from([("input".into(), "data/in.txt".into())]),
+                argv: vec!["wc".into(), "data/in.txt".into()],
+                working_dir: "/workspace".into(),
                 filesystem: FilesystemBoundary::new(
                     reads,
                     Some(&RelPath::parse("out/r.json").unwrap()),
@@ -220,7 +284,7 @@ mod tests {
                     Some(DirIdentity::new(u64::MAX, 7)),
                 ),
             },
-        }
+        )
     }
 
     #[test]

@@ -37,8 +37,8 @@ pub mod source;
 
 pub use config::{Ceiling, CeilingMode, Config, JournalSettings, ResolverChoice, Tier};
 pub use descriptor::{
-    canonical_json, sha256_tagged, CommandBoundary, Descriptor, DirIdentity, FilesystemBoundary, ReadGrant,
-    SnapshotBinding,
+    canonical_json, sha256_tagged, CallShape, CommandBoundary, Descriptor, DirIdentity, FilesystemBoundary, ReadGrant,
+    SnapshotBinding, ToolIdentity,
 };
 pub use envelope::{CreatedFile, Envelope, ErrorBody, Evidence, LimitsEvidence};
 pub use limits::{Limits, StagingLimits};

@@ -28,6 +28,21 @@ pub const MAX_PATH_BYTES: usize = 4096;
 /// The deepest path, in components.
 pub const MAX_DEPTH: usize = 64;
 
+/// The archive's framing bounds its size.
+impl Limits {
+    /// The largest archive a snapshot within these limits can produce: the
+    /// content, plus per record (at most `max_files` files and as many
+    /// directories) a tag, a path of at most 4,096 bytes and 20 bytes of
+    /// size and time, plus the header and end record. A staging pool can
+    /// reserve this before the walk and release the difference after it
+    /// ([`crate::SnapshotStats::archive_bytes`] is the real size).
+    pub fn max_archive_bytes(&self) -> u64 {
+        let per_record = 1 + 2 + MAX_PATH_BYTES as u64 + 20;
+        let header = MAGIC.len() as u64 + 9;
+        self.max_bytes + 2 * self.max_files * per_record + header
+    }
+}
+
 /// One archive record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Entry {
@@ -399,5 +414,27 @@ mod tests {
         count[n - 1] = 2;
         assert!(read(&count).is_err());
         assert!(read(b"NOT-AN-ARCHIVE").is_err());
+    }
+
+    #[test]
+    fn the_archive_bound_covers_a_full_archive() {
+        let l = Limits { max_bytes: 10, max_file_bytes: 10, max_files: 2 };
+        let mut w = Writer::new(Vec::new()).unwrap();
+        let long = "d".repeat(255);
+        let mut dir = String::new();
+        for _ in 0..2 {
+            dir = if dir.is_empty() { long.clone() } else { format!("{dir}/{}", "e".repeat(255)) };
+            w.dir(&dir).unwrap();
+        }
+        for i in 0..2u8 {
+            let path = format!("{dir}/{}", (b'a' + i) as char);
+            w.file(&path, 5, false, (0, 0), |o| {
+                std::io::Write::write_all(o, b"12345").unwrap();
+                Ok(5)
+            })
+            .unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        assert!((bytes.len() as u64) <= l.max_archive_bytes(), "{} > {}", bytes.len(), l.max_archive_bytes());
     }
 }

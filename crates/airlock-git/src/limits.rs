@@ -11,7 +11,8 @@ pub const MAX_FILE_BYTES: u64 = 64 << 20;
 pub const MAX_FILES: u64 = 10_000;
 
 /// Bounds on one snapshot; [`Limits::default`] is the maximum, and a
-/// caller may only lower them.
+/// caller may only lower them. The archive, which knows its framing, gives
+/// the largest archive they allow ([`Limits::max_archive_bytes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// Most bytes of file content in all.
@@ -30,18 +31,6 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// The largest archive a snapshot within these limits can produce: the
-    /// content, plus per record (at most `max_files` files and as many
-    /// directories) a tag, a path of at most 4,096 bytes and 20 bytes of
-    /// size and time, plus the header and end record. A staging pool can
-    /// reserve this before the walk and release the difference after it
-    /// ([`crate::SnapshotStats::archive_bytes`] is the real size).
-    pub fn max_archive_bytes(&self) -> u64 {
-        let per_record = 1 + 2 + crate::archive::MAX_PATH_BYTES as u64 + 20;
-        let header = crate::archive::MAGIC.len() as u64 + 9;
-        self.max_bytes + 2 * self.max_files * per_record + header
-    }
-
     /// Refuses (`git.snapshot_too_large`) once `files` files, `bytes` bytes
     /// in all or one file of `file_bytes` pass a bound; `path` names the
     /// file that passed it.
@@ -71,27 +60,5 @@ mod tests {
         assert!(l.check(MAX_FILES + 1, 0, 0, "x").is_err());
         assert!(l.check(1, MAX_SNAPSHOT_BYTES + 1, 0, "x").is_err());
         assert!(l.check(1, 0, MAX_FILE_BYTES + 1, "x").is_err());
-    }
-
-    #[test]
-    fn the_archive_bound_covers_a_full_archive() {
-        let l = Limits { max_bytes: 10, max_file_bytes: 10, max_files: 2 };
-        let mut w = crate::archive::Writer::new(Vec::new()).unwrap();
-        let long = "d".repeat(255);
-        let mut dir = String::new();
-        for _ in 0..2 {
-            dir = if dir.is_empty() { long.clone() } else { format!("{dir}/{}", "e".repeat(255)) };
-            w.dir(&dir).unwrap();
-        }
-        for i in 0..2u8 {
-            let path = format!("{dir}/{}", (b'a' + i) as char);
-            w.file(&path, 5, false, (0, 0), |o| {
-                std::io::Write::write_all(o, b"12345").unwrap();
-                Ok(5)
-            })
-            .unwrap();
-        }
-        let bytes = w.finish().unwrap();
-        assert!((bytes.len() as u64) <= l.max_archive_bytes(), "{} > {}", bytes.len(), l.max_archive_bytes());
     }
 }

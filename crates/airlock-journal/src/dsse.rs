@@ -89,6 +89,7 @@ fn decode(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::JournalErrorKind;
 
     #[test]
     fn pae_matches_the_spec_example() {
@@ -115,7 +116,7 @@ mod tests {
 
         let mut t = env.clone();
         t.payload = BASE64.encode(br#"{"ok":false}"#);
-        assert_eq!(verify(&t, &pk).unwrap_err().code(), "journal.signature_invalid");
+        assert_eq!(verify(&t, &pk).unwrap_err().kind(), JournalErrorKind::SignatureInvalid);
 
         let mut t = env.clone();
         t.payload_type = "application/json".into();

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// Why a journal, key or envelope operation was refused or failed.
 ///
-/// [`JournalError::code`] is for programs and never changes meaning; the
+/// [`JournalError::kind`] is for programs and never changes meaning; the
 /// `Display` text is for people.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -124,22 +124,95 @@ pub enum JournalError {
     },
 }
 
-impl JournalError {
-    /// The stable dotted reason code.
-    pub fn code(&self) -> &'static str {
+/// What kind of failure a [`JournalError`] is, for programs: one kind per
+/// variant. [`JournalErrorKind::as_str`] is the stable dotted code and never
+/// changes meaning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum JournalErrorKind {
+    /// `journal.key_missing`: the state directory has no `journal.key`.
+    KeyMissing,
+    /// `journal.key_unsafe`: the key file is not safe to use.
+    KeyUnsafe,
+    /// `journal.file_unsafe`: the journal file is not safe to use.
+    FileUnsafe,
+    /// `journal.io`: a system call on a journal file failed.
+    Io,
+    /// `journal.torn_tail`: the journal does not end with a newline.
+    TornTail,
+    /// `journal.record_too_large`: one record line would exceed [`crate::MAX_RECORD_BYTES`].
+    RecordTooLarge,
+    /// `journal.invalid_record`: a record that cannot be written faithfully.
+    InvalidRecord,
+    /// `journal.corrupt`: existing journal content cannot be read as records.
+    Corrupt,
+    /// `journal.key_mismatch`: the last record was signed by a different key.
+    KeyMismatch,
+    /// `journal.not_exported`: a prune would remove segments never exported.
+    NotExported,
+    /// `journal.public_key_invalid`: a public key does not parse.
+    PublicKeyInvalid,
+    /// `journal.signature_invalid`: a DSSE envelope does not verify.
+    SignatureInvalid,
+}
+
+impl JournalErrorKind {
+    /// Every kind.
+    pub const ALL: &'static [JournalErrorKind] = &[
+        JournalErrorKind::KeyMissing,
+        JournalErrorKind::KeyUnsafe,
+        JournalErrorKind::FileUnsafe,
+        JournalErrorKind::Io,
+        JournalErrorKind::TornTail,
+        JournalErrorKind::RecordTooLarge,
+        JournalErrorKind::InvalidRecord,
+        JournalErrorKind::Corrupt,
+        JournalErrorKind::KeyMismatch,
+        JournalErrorKind::NotExported,
+        JournalErrorKind::PublicKeyInvalid,
+        JournalErrorKind::SignatureInvalid,
+    ];
+
+    /// The stable dotted code, e.g. `journal.torn_tail`.
+    pub fn as_str(self) -> &'static str {
         match self {
-            JournalError::KeyMissing { .. } => "journal.key_missing",
-            JournalError::KeyUnsafe { .. } => "journal.key_unsafe",
-            JournalError::FileUnsafe { .. } => "journal.file_unsafe",
-            JournalError::Io { .. } => "journal.io",
-            JournalError::TornTail { .. } => "journal.torn_tail",
-            JournalError::RecordTooLarge { .. } => "journal.record_too_large",
-            JournalError::InvalidRecord { .. } => "journal.invalid_record",
-            JournalError::Corrupt { .. } => "journal.corrupt",
-            JournalError::KeyMismatch { .. } => "journal.key_mismatch",
-            JournalError::NotExported { .. } => "journal.not_exported",
-            JournalError::PublicKeyInvalid { .. } => "journal.public_key_invalid",
-            JournalError::SignatureInvalid { .. } => "journal.signature_invalid",
+            JournalErrorKind::KeyMissing => "journal.key_missing",
+            JournalErrorKind::KeyUnsafe => "journal.key_unsafe",
+            JournalErrorKind::FileUnsafe => "journal.file_unsafe",
+            JournalErrorKind::Io => "journal.io",
+            JournalErrorKind::TornTail => "journal.torn_tail",
+            JournalErrorKind::RecordTooLarge => "journal.record_too_large",
+            JournalErrorKind::InvalidRecord => "journal.invalid_record",
+            JournalErrorKind::Corrupt => "journal.corrupt",
+            JournalErrorKind::KeyMismatch => "journal.key_mismatch",
+            JournalErrorKind::NotExported => "journal.not_exported",
+            JournalErrorKind::PublicKeyInvalid => "journal.public_key_invalid",
+            JournalErrorKind::SignatureInvalid => "journal.signature_invalid",
+        }
+    }
+}
+
+impl std::fmt::Display for JournalErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl JournalError {
+    /// What kind of failure this is (see [`JournalErrorKind`]).
+    pub fn kind(&self) -> JournalErrorKind {
+        match self {
+            JournalError::KeyMissing { .. } => JournalErrorKind::KeyMissing,
+            JournalError::KeyUnsafe { .. } => JournalErrorKind::KeyUnsafe,
+            JournalError::FileUnsafe { .. } => JournalErrorKind::FileUnsafe,
+            JournalError::Io { .. } => JournalErrorKind::Io,
+            JournalError::TornTail { .. } => JournalErrorKind::TornTail,
+            JournalError::RecordTooLarge { .. } => JournalErrorKind::RecordTooLarge,
+            JournalError::InvalidRecord { .. } => JournalErrorKind::InvalidRecord,
+            JournalError::Corrupt { .. } => JournalErrorKind::Corrupt,
+            JournalError::KeyMismatch { .. } => JournalErrorKind::KeyMismatch,
+            JournalError::NotExported { .. } => JournalErrorKind::NotExported,
+            JournalError::PublicKeyInvalid { .. } => JournalErrorKind::PublicKeyInvalid,
+            JournalError::SignatureInvalid { .. } => JournalErrorKind::SignatureInvalid,
         }
     }
 
@@ -149,5 +222,32 @@ impl JournalError {
 
     pub(crate) fn corrupt(file: &Path, line: Option<u64>, reason: impl Into<String>) -> JournalError {
         JournalError::Corrupt { file: file.to_path_buf(), line, reason: reason.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_its_own_known_code() {
+        let codes: Vec<&str> = JournalErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        let distinct: std::collections::HashSet<&str> = codes.iter().copied().collect();
+        assert_eq!(distinct.len(), codes.len(), "{codes:?}");
+        for (kind, code) in JournalErrorKind::ALL.iter().zip(&codes) {
+            assert!(code.starts_with("journal.") && code.len() > "journal.".len(), "{kind:?}: {code}");
+            assert_eq!(&kind.to_string(), code);
+        }
+    }
+
+    #[test]
+    fn each_variant_has_the_kind_of_its_name() {
+        let file = PathBuf::from("journal.jsonl");
+        let e = JournalError::TornTail { file: file.clone(), size: 3 };
+        assert_eq!((e.kind(), e.kind().as_str()), (JournalErrorKind::TornTail, "journal.torn_tail"));
+        let e = JournalError::corrupt(&file, Some(2), "bad");
+        assert_eq!((e.kind(), e.kind().as_str()), (JournalErrorKind::Corrupt, "journal.corrupt"));
+        let e = JournalError::NotExported { segments: vec![1] };
+        assert_eq!((e.kind(), e.kind().as_str()), (JournalErrorKind::NotExported, "journal.not_exported"));
     }
 }

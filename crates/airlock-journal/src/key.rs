@@ -289,6 +289,7 @@ fn truncate(text: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::JournalErrorKind;
 
     #[test]
     fn debug_never_shows_the_seed() {
@@ -313,7 +314,7 @@ mod tests {
         assert_eq!(format!("{pk}"), text);
         for bad in ["", "ed25519:", &text[8..], &text[..70], &format!("{text}00"), "rsa:00", "ed25519:zz"] {
             let err = PublicKey::parse(bad).unwrap_err();
-            assert_eq!(err.code(), "journal.public_key_invalid", "{bad}");
+            assert_eq!(err.kind(), JournalErrorKind::PublicKeyInvalid, "{bad}");
         }
         assert_eq!(pk.key_id(), format!("sha256:{}", hex::encode(Sha256::digest(pk.as_bytes()))));
         assert_eq!(key.key_id(), pk.key_id());

@@ -79,7 +79,7 @@ mod time;
 mod verify;
 
 pub use dsse::{DsseEnvelope, DsseSignature};
-pub use error::JournalError;
+pub use error::{JournalError, JournalErrorKind};
 pub use journal::{Appended, Journal, Pruned, JOURNAL_FILE};
 pub use key::{JournalKey, PublicKey, KEY_FILE, PUBLIC_KEY_FILE};
 pub use reader::JournalReader;

@@ -176,6 +176,7 @@ pub(crate) fn encode_line(key: &JournalKey, draft: Draft<'_>) -> Result<Vec<u8>,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::JournalErrorKind;
     use serde_json::json;
 
     fn draft(body: Value) -> Draft<'static> {
@@ -223,11 +224,11 @@ mod tests {
         let key = JournalKey::from_seed(&[9u8; 32]);
         for body in [json!([]), json!("x"), json!(null), json!({"n": u64::MAX}), json!({"a": [{"n": -(1i64 << 60)}]})] {
             let err = encode_line(&key, draft(body.clone())).unwrap_err();
-            assert_eq!(err.code(), "journal.invalid_record", "{body}");
+            assert_eq!(err.kind(), JournalErrorKind::InvalidRecord, "{body}");
         }
         let mut d = draft(json!({}));
         d.kind = "";
-        assert_eq!(encode_line(&key, d).unwrap_err().code(), "journal.invalid_record");
+        assert_eq!(encode_line(&key, d).unwrap_err().kind(), JournalErrorKind::InvalidRecord);
         let ok = json!({"max": MAX_SAFE_INTEGER, "min": -(MAX_SAFE_INTEGER as i64), "f": 0.5});
         encode_line(&key, draft(ok)).unwrap();
     }
@@ -240,6 +241,6 @@ mod tests {
         let line = encode_line(&key, draft(json!({"p": "x".repeat(fits)}))).unwrap();
         assert_eq!(line.len() + 1, MAX_RECORD_BYTES);
         let err = encode_line(&key, draft(json!({"p": "x".repeat(fits + 1)}))).unwrap_err();
-        assert_eq!(err.code(), "journal.record_too_large");
+        assert_eq!(err.kind(), JournalErrorKind::RecordTooLarge);
     }
 }

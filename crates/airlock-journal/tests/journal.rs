@@ -1,7 +1,7 @@
 //! `journal.jsonl`: appends, reading back, and refusing to go on after damage.
 
 use crate::util::State;
-use airlock_journal::{kind, verify, Journal, JournalKey, PublicKey, GENESIS_PREV};
+use airlock_journal::{kind, verify, Journal, JournalErrorKind, JournalKey, PublicKey, GENESIS_PREV};
 use serde_json::json;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -77,9 +77,9 @@ fn a_torn_tail_stops_appends_and_reads() {
     f.write_all(br#"{"body":{},"invoc"#).unwrap();
     let before = std::fs::read(s.path("journal.jsonl")).unwrap();
     let err = journal.append(kind::WORKER_FINISHED, None, json!({})).unwrap_err();
-    assert_eq!(err.code(), "journal.torn_tail", "{err}");
+    assert_eq!(err.kind(), JournalErrorKind::TornTail, "{err}");
     assert!(err.to_string().contains("journal.jsonl"), "{err}");
-    assert_eq!(journal.records().unwrap_err().code(), "journal.torn_tail");
+    assert_eq!(journal.records().unwrap_err().kind(), JournalErrorKind::TornTail);
     assert_eq!(std::fs::read(s.path("journal.jsonl")).unwrap(), before, "nothing appended");
     let report = verify(&before, &pinned(&s));
     assert!(report.truncated_tail);
@@ -94,9 +94,9 @@ fn an_unreadable_last_line_stops_appends() {
     let mut f = std::fs::OpenOptions::new().append(true).open(s.path("journal.jsonl")).unwrap();
     f.write_all(b"not json\n").unwrap();
     let err = journal.append(kind::WORKER_FINISHED, None, json!({})).unwrap_err();
-    assert_eq!(err.code(), "journal.corrupt", "{err}");
+    assert_eq!(err.kind(), JournalErrorKind::Corrupt, "{err}");
     let err = journal.records().unwrap_err();
-    assert_eq!(err.code(), "journal.corrupt");
+    assert_eq!(err.kind(), JournalErrorKind::Corrupt);
     assert!(err.to_string().contains("line 2"), "{err}");
 }
 
@@ -109,7 +109,7 @@ fn an_overlong_last_line_stops_appends() {
     f.write_all(&vec![b'y'; 70_000]).unwrap();
     f.write_all(b"\n").unwrap();
     let err = journal.append(kind::WORKER_FINISHED, None, json!({})).unwrap_err();
-    assert_eq!(err.code(), "journal.corrupt", "{err}");
+    assert_eq!(err.kind(), JournalErrorKind::Corrupt, "{err}");
     assert!(err.to_string().contains("longer than"), "{err}");
 }
 
@@ -120,7 +120,7 @@ fn a_journal_written_under_another_key_is_not_continued() {
     let b = State::new();
     std::fs::copy(a.path("journal.jsonl"), b.path("journal.jsonl")).unwrap();
     let err = open(&b).append(kind::WORKER_FINISHED, None, json!({})).unwrap_err();
-    assert_eq!(err.code(), "journal.key_mismatch", "{err}");
+    assert_eq!(err.kind(), JournalErrorKind::KeyMismatch, "{err}");
 }
 
 #[test]
@@ -130,13 +130,13 @@ fn oversized_and_malformed_records_are_refused_and_leave_nothing() {
     journal.append(kind::WORKER_STARTED, None, json!({})).unwrap();
     let before = std::fs::read(s.path("journal.jsonl")).unwrap();
     let err = journal.append(kind::WORKER_FINISHED, None, json!({"stdout": "x".repeat(70_000)})).unwrap_err();
-    assert_eq!(err.code(), "journal.record_too_large", "{err}");
+    assert_eq!(err.kind(), JournalErrorKind::RecordTooLarge, "{err}");
     let err = journal.append(kind::WORKER_FINISHED, None, json!({"ino": u64::MAX})).unwrap_err();
-    assert_eq!(err.code(), "journal.invalid_record", "{err}");
+    assert_eq!(err.kind(), JournalErrorKind::InvalidRecord, "{err}");
     let err = journal.append(kind::WORKER_FINISHED, None, json!("text")).unwrap_err();
-    assert_eq!(err.code(), "journal.invalid_record", "{err}");
+    assert_eq!(err.kind(), JournalErrorKind::InvalidRecord, "{err}");
     let err = journal.append("", None, json!({})).unwrap_err();
-    assert_eq!(err.code(), "journal.invalid_record", "{err}");
+    assert_eq!(err.kind(), JournalErrorKind::InvalidRecord, "{err}");
     assert_eq!(std::fs::read(s.path("journal.jsonl")).unwrap(), before);
     assert_eq!(journal.append(kind::WORKER_FINISHED, None, json!({})).unwrap().seq, 2);
 }
@@ -148,7 +148,7 @@ fn refuses_an_unsafe_journal_file() {
         setup(&s);
         let key = JournalKey::open_or_create(&s.dir).unwrap();
         let err = Journal::open(&s.dir, key).unwrap_err();
-        assert_eq!(err.code(), "journal.file_unsafe", "{what}: {err}");
+        assert_eq!(err.kind(), JournalErrorKind::FileUnsafe, "{what}: {err}");
         assert!(err.to_string().contains("journal.jsonl"), "{what}: {err}");
     };
     check(
@@ -196,7 +196,7 @@ fn a_journal_unlinked_while_open_is_refused() {
     journal.append(kind::WORKER_STARTED, None, json!({})).unwrap();
     std::fs::remove_file(s.path("journal.jsonl")).unwrap();
     let err = journal.append(kind::WORKER_FINISHED, None, json!({})).unwrap_err();
-    assert_eq!(err.code(), "journal.file_unsafe", "{err}");
+    assert_eq!(err.kind(), JournalErrorKind::FileUnsafe, "{err}");
 }
 
 /// Bytes of the last line of `s`'s journal, newline included.
@@ -226,7 +226,7 @@ fn records_of_exactly_the_maximum_size_chain_on() {
     assert_eq!(last_line_len(&s), MAX_RECORD_BYTES);
     assert_eq!(journal.append(kind::WORKER_FINISHED, None, json!({})).unwrap().seq, 4);
     let err = journal.append(kind::WORKER_FINISHED, None, json!({"p": "x".repeat(pad + 1)})).unwrap_err();
-    assert_eq!(err.code(), "journal.record_too_large");
+    assert_eq!(err.kind(), JournalErrorKind::RecordTooLarge);
     let report = verify(&std::fs::read(s.path("journal.jsonl")).unwrap(), &pinned(&s));
     assert!(report.is_ok(), "{report:?}");
     assert_eq!(report.records, 4);

@@ -1,7 +1,7 @@
 //! `journal.key` and `journal.pub`: creation, checks on every load, races.
 
 use crate::util::State;
-use airlock_journal::{JournalKey, PublicKey};
+use airlock_journal::{JournalErrorKind, JournalKey, PublicKey};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::sync::{Arc, Barrier};
 
@@ -21,7 +21,7 @@ fn creates_a_private_32_byte_seed_and_a_public_key_file() {
     assert_eq!(JournalKey::open_or_create(&s.dir).unwrap().key_id(), key.key_id());
     assert_eq!(JournalKey::open(&s.dir).unwrap().key_id(), key.key_id());
     let empty = State::new();
-    assert_eq!(JournalKey::open(&empty.dir).unwrap_err().code(), "journal.key_missing");
+    assert_eq!(JournalKey::open(&empty.dir).unwrap_err().kind(), JournalErrorKind::KeyMissing);
     assert!(!empty.path("journal.key").exists());
 }
 
@@ -38,7 +38,7 @@ fn debug_does_not_show_the_seed() {
 
 fn assert_unsafe(s: &State, what: &str) {
     let err = JournalKey::open_or_create(&s.dir).unwrap_err();
-    assert_eq!(err.code(), "journal.key_unsafe", "{what}: {err}");
+    assert_eq!(err.kind(), JournalErrorKind::KeyUnsafe, "{what}: {err}");
     assert!(err.to_string().contains("journal.key"), "{what}: {err}");
 }
 

@@ -6,8 +6,8 @@
 
 use crate::util::State;
 use airlock_journal::{
-    kind, parse_segment_file, segment_file, verify, Journal, JournalKey, PublicKey, JOURNAL_PRUNED, MIN_SEGMENT_BYTES,
-    SEGMENTS_DIR, SEGMENT_STARTED,
+    kind, parse_segment_file, segment_file, verify, Journal, JournalErrorKind, JournalKey, PublicKey, JOURNAL_PRUNED,
+    MIN_SEGMENT_BYTES, SEGMENTS_DIR, SEGMENT_STARTED,
 };
 use serde_json::json;
 use std::io::Write;
@@ -160,12 +160,12 @@ fn prune_removes_only_exported_segments_unless_allowed_and_the_rest_verifies() {
     let n = sealed(&s);
     assert!(n.len() >= 4, "{n:?}");
     let err = journal.prune(3, false).unwrap_err();
-    assert_eq!(err.code(), "journal.not_exported", "{err}");
+    assert_eq!(err.kind(), JournalErrorKind::NotExported, "{err}");
     assert_eq!(sealed(&s), n, "nothing removed");
     // Export 1 and 2 (the marker must match the bytes).
     for k in [1, 2] {
         let bytes = journal.sealed_segment(k).unwrap();
-        assert_eq!(journal.mark_exported(k, b"other").unwrap_err().code(), "journal.corrupt");
+        assert_eq!(journal.mark_exported(k, b"other").unwrap_err().kind(), JournalErrorKind::Corrupt);
         journal.mark_exported(k, &bytes).unwrap();
     }
     let pruned = journal.prune(3, false).unwrap();
@@ -224,7 +224,7 @@ fn a_torn_sealed_segment_is_reported_and_a_torn_live_one_stops_appends() {
     let mut f = std::fs::OpenOptions::new().append(true).open(s.path("journal.jsonl")).unwrap();
     f.write_all(br#"{"body":{},"invoc"#).unwrap();
     let err = journal.append(kind::WORKER_FINISHED, None, json!({})).unwrap_err();
-    assert_eq!(err.code(), "journal.torn_tail", "{err}");
+    assert_eq!(err.kind(), JournalErrorKind::TornTail, "{err}");
     let report = journal.verify_chain(&pinned(&s)).unwrap();
     assert!(report.truncated_tail && !report.is_ok());
 }

@@ -12,7 +12,7 @@
 //! in the sandbox).
 
 use airlock_core::manifest::Manifest;
-use airlock_runtime::{tools, Runtime};
+use airlock_runtime::{catalog, Runtime};
 use rmcp::model::{Tool, ToolAnnotations};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -40,7 +40,7 @@ impl Catalog {
     /// Reads the tools directory of `runtime` now.
     pub fn load(runtime: &Runtime) -> Catalog {
         let mut catalog = Catalog::default();
-        for path in tools::list_manifests(&runtime.config().tools_dir) {
+        for path in catalog::list_manifests(runtime.authority(), &runtime.config().tools_dir) {
             let loaded = match runtime.load_tool(&path.display().to_string()) {
                 Ok(t) => t,
                 Err(r) => {
@@ -61,7 +61,7 @@ impl Catalog {
         }
         // The bundled source tools the tools directory does not shadow are
         // served by name (the runtime loads them from the binary).
-        for m in airlock_runtime::bundled_missing_from(&runtime.config().tools_dir) {
+        for m in airlock_runtime::bundled_missing_from(runtime.authority(), &runtime.config().tools_dir) {
             if catalog.find(m.name()).is_none() {
                 catalog.entries.push(Entry { tool: describe(&m), manifest: PathBuf::from(m.name()) });
             }

@@ -14,6 +14,43 @@
 //! A prepared call waits at most `[approval] ttl`; an approver may instead
 //! deny it (`airlock approvals deny`), which settles it and releases its
 //! staging room.
+//!
+//! # Approval
+//!
+//! `needs_approval` = risk tier high or critical, or `human_approval`. The run
+//! stops after a durable prepare whose record holds the principal,
+//! `prepared_at` and `expires_at` (`[approval] ttl`, default 24 h, ≤ 30 d);
+//! the agent's answer names the invocation id and digest and gives no command.
+//! An approval is a signed statement (DESIGN.md §3, "Journal") by the
+//! approver's own key; `[[approval.approvers]]` pins `id` and `public_key =
+//! "ed25519:<64 hex>"` (the journal key's text form; points checked at
+//! start-up).
+//!
+//! `airlock approve` loads the key (raw 32-byte seed, `O_NOFOLLOW`, owned by
+//! the caller, `0600`, one link, in a directory no other user may write, and,
+//! by `(dev, ino)` of every ancestor, not inside a ceiling, a broker root or
+//! the state dir; `approver init` creates it under the same rules, by default
+//! in `$XDG_CONFIG_HOME/airlock/` or `~/.config/airlock/` made `0700`), finds
+//! the one waiting call with the digest (`--invocation` when several share
+//! it), stores `STATE/approvals/ID` (replacing a file that does not verify)
+//! and journals `ApprovalGranted` (approver, key id, expiry, signature).
+//!
+//! Dispatch refuses a denied call (`approval.denied`) or an expired one
+//! (`approval.expired`) before reading anything, then verifies the stored
+//! approval against the pinned keys only (`approval.no_approvers`,
+//! `approval.unknown_approver`, `approval.invalid` for a bad signature or
+//! another digest or invocation, `approval.expired`), and consumes it by a
+//! no-replace rename to `ID.used` (+ `ApprovalConsumed` with approver and key
+//! id) before `STATE/invocations/ID/dispatched` is created exclusively; it
+//! re-hashes every snapshot against the descriptor and re-holds the output
+//! parent by its recorded identity. `approvals deny` writes `denied` and then
+//! takes the same exclusive `dispatched` marker (of a deny and a dispatch at
+//! once, one wins), releases the reservation and journals `ApprovalDenied`.
+//!
+//! Not covered: an agent that can read an approver's key file can approve
+//! (same uid: `airlock doctor` warns when the default key is readable); an
+//! approver who must write the state directory to store an approval runs as a
+//! user who can.
 
 pub(crate) mod key;
 mod statement;
@@ -21,7 +58,6 @@ mod statement;
 pub use key::{check_placement, default_key_path, forbidden_places, key_path, ApproverKey, DEFAULT_KEY_FILE};
 pub use statement::{pinned, PinnedApprover, SignedApproval, Statement, MAX_APPROVAL_BYTES, STATEMENT_TYPE};
 
-use crate::prepare::PreparedCall;
 use crate::store::PreparedRecord;
 use crate::Runtime;
 use airlock_core::{ReasonCode, Refusal};
@@ -105,7 +141,7 @@ impl Runtime {
     /// refusing one kept where calls can reach it.
     pub fn approver_key(&self, path: Option<&std::path::Path>) -> Result<ApproverKey, Refusal> {
         let path = key_path(path)?;
-        ApproverKey::load(&path, &forbidden_places(self.config()))
+        ApproverKey::load(self.authority(), &path, &forbidden_places(self.config()))
     }
 
     /// Signs an approval of the one waiting call with `digest` (or of
@@ -351,22 +387,21 @@ impl Runtime {
         Ok(())
     }
 
-    /// Verifies the stored approval of `call` against the pinned keys, its
-    /// digest, its invocation id and its expiry, then uses it, once: a
-    /// call with no approval (or whose approval was used) is
-    /// `approval.required`.
-    pub(crate) fn consume_approval(&self, call: &PreparedCall) -> Result<(), Refusal> {
+    /// Verifies the stored approval of prepared call `id` (descriptor
+    /// `digest`) against the pinned keys, its digest, its invocation id and
+    /// its expiry, then uses it, once: a call with no approval (or whose
+    /// approval was used) is `approval.required`.
+    pub(crate) fn consume_approval(&self, id: &str, digest: &str) -> Result<(), Refusal> {
         let pins = self.pinned_approvers()?;
-        let id = call.invocation_id();
         let approvals = self.approvals()?;
         let signed = read_approval(&approvals, id).map_err(|r| match r.code {
             ReasonCode::ApprovalInvalid => r,
             _ => Refusal::new(
                 ReasonCode::ApprovalRequired,
-                format!("{id} (descriptor {}) has no approval: it waits for an approver", call.digest()),
+                format!("{id} (descriptor {digest}) has no approval: it waits for an approver"),
             ),
         })?;
-        let approver = signed.verify(&pins, call.digest(), id, airlock_staging::unix_now())?;
+        let approver = signed.verify(&pins, digest, id, airlock_staging::unix_now())?;
         approvals.rename_noreplace(id, &format!("{id}.used")).map_err(|_| {
             Refusal::new(
                 ReasonCode::ApprovalRequired,
@@ -377,7 +412,7 @@ impl Runtime {
         self.record(
             kind::APPROVAL_CONSUMED,
             Some(id),
-            json!({ "descriptor_sha256": call.digest(), "approver": approver.id, "key_id": signed.key_id }),
+            json!({ "descriptor_sha256": digest, "approver": approver.id, "key_id": signed.key_id }),
         )
     }
 }

@@ -2,7 +2,7 @@
 //! published, in a DSSE envelope signed with the journal key, so that
 //! standard supply-chain tooling can check it.
 
-use crate::ledger;
+use crate::failure;
 use crate::Runtime;
 use airlock_core::{canonical_json, ReasonCode, Refusal};
 use airlock_journal::dsse::{self, DsseEnvelope};
@@ -23,7 +23,7 @@ impl Runtime {
         let mine = self
             .journal()
             .records_where(|r| r.invocation_id.as_deref() == Some(id))
-            .map_err(ledger::journal_refusal)?;
+            .map_err(failure::journal_refusal)?;
         let finished = mine.iter().rev().find(|r| r.kind == kind::INVOCATION_FINISHED);
         let prepared = mine.iter().find(|r| r.kind == kind::INVOCATION_PREPARED);
         let (Some(finished), Some(prepared)) = (finished, prepared) else {

@@ -7,6 +7,19 @@
 //! invocation id while the call runs, so every journal record of that call
 //! carries it ([`Runtime::record`], [`Runtime::note`]) without each step
 //! passing it along; Cedar sees the same value.
+//!
+//! # Principals
+//!
+//! A call's principal is its request's (`CallRequest.principal`, set by a front
+//! from an authenticated identity: the MCP transport, the command line's
+//! `--principal`), else `[policy] principal` (default `local`). It is
+//! registered for the invocation id while the call runs (`caller.rs`), and
+//! `Runtime::record`/`Runtime::note` put it in every journal record body
+//! of that call (`"principal"`); records of no call (recovery, approvals)
+//! carry the acting process's. The prepared record keeps it (`prepared.json`
+//! format 2), so a dispatched call stays its preparer's: Cedar judges the
+//! preparer, whoever dispatches. The envelope's `evidence.principal` and the
+//! attestation's `predicate.principal` name it.
 
 use crate::{ledger, Runtime};
 use airlock_core::Refusal;

@@ -12,25 +12,49 @@
 //! is refused when its opened handle's identity is among them. A ceiling
 //! that reaches the project through another path (a bind mount, a link
 //! the operator followed) has the same identity and is refused too.
+//!
+//! # Ceilings and control files
+//!
+//! A ceiling directory that is itself a symlink is refused (`path.symlink`),
+//! since another host process could have swapped it. `/proc`, `/sys` and
+//! `/dev` are judged on the path the kernel reports for the opened handle.
+//! A ceiling inside the state directory is always refused; a ceiling may
+//! contain the state directory only when the state directory sits under a
+//! control-directory name (`.airlock`), which the path grammar makes
+//! unreachable. That exception is kept by identity: walking up from the
+//! state handle, each step's name is the last component of the kernel's path
+//! for the handle, confirmed by `fstatat(parent, name, NOFOLLOW)`; a ceiling
+//! above the first control-named step is allowed.
+//!
+//! The config file (or, with none, `./airlock.toml` where discovery would find
+//! one), `tools_dir`, the directory of each `[policy] files` pattern and the
+//! state directory are airlock's control files ([`control::ControlFiles::of`]:
+//! one line a kind). At start-up every directory holding one is collected as
+//! `(dev, ino)`: for each existing prefix of its path, the directory opened
+//! (`O_PATH`) and every directory above it by `openat(fd, "..")` up to `/`, so
+//! a link on the way counts where it lies and where it leads, and a missing
+//! file where it would be made. A ceiling or broker root whose opened handle
+//! is one of them is `config.control_file_exposed` (refused, 78), whatever its
+//! mode: checked for existing ceilings and `[broker.roots]` at start-up, and
+//! again whenever a ceiling or root is opened. A bind mount of the project has
+//! the project's identity.
+//!
+//! Control files are read by `airlock_hostfs::read_control_file` (the file
+//! opened beneath its directory's handle without following a link, owner and
+//! mode of both from `fstat` on those handles); owned by someone other than
+//! the euid or root, or writable by group or others, is
+//! `config.control_file_unsafe` (78), like a symlink. Only the direct
+//! directory is checked, not every ancestor (ssh checks up to the home
+//! directory). `policy schema`'s tool list still reads manifests plainly: it
+//! types policies, and no call runs from it.
 
 use crate::control::ControlFiles;
 use airlock_core::config::PROTECTED_HOST_PATHS;
 use airlock_core::path::is_control_name;
 use airlock_core::{Ceiling, Config, ReasonCode, Refusal};
 use airlock_hostfs::{Ancestor, Dir, HostAuthority, PrivateDir};
-pub(crate) use rustix_path::fd_path;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-
-mod rustix_path {
-    use std::os::fd::AsRawFd;
-    use std::path::PathBuf;
-
-    /// The path the kernel reports for an open descriptor.
-    pub fn fd_path(fd: &impl AsRawFd) -> Option<PathBuf> {
-        std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()
-    }
-}
 
 /// What ceilings are checked against, collected once when the runtime opens.
 #[derive(Debug, Clone)]
@@ -52,15 +76,16 @@ impl Protected {
     /// Collects the identities of the state directory `state` and of every
     /// directory that holds one of `config`'s control files.
     pub fn new(authority: &HostAuthority, config: &Config, state: &PrivateDir) -> Result<Protected, Refusal> {
-        let state_dir = fd_path(&std::os::fd::AsFd::as_fd(state.dir()))
-            .or_else(|| std::fs::canonicalize(&config.state_dir).ok())
+        let state_dir = authority
+            .path_of(std::os::fd::AsFd::as_fd(state.dir()))
+            .or_else(|| authority.canonicalize(&config.state_dir).ok())
             .unwrap_or_else(|| config.state_dir.clone());
         let state_ancestry = state.dir().ancestry().map_err(|e| {
             Refusal::new(ReasonCode::ConfigStateDir, format!("{}: {}", config.state_dir.display(), e.message()))
         })?;
         let state_hidden_at =
             state_ancestry.iter().position(|a| a.name.as_ref().and_then(|n| n.to_str()).is_some_and(is_control_name));
-        let controls = ControlFiles::of(config);
+        let controls = ControlFiles::of(authority, config);
         let mut holders = HashMap::new();
         for (i, file) in controls.0.iter().enumerate() {
             for id in airlock_hostfs::holders(authority, &file.path) {
@@ -90,8 +115,9 @@ pub fn open_as(
             format!("{label} {:?}: {} {what}: {}", ceiling.spec, ceiling.host.display(), e.message()),
         )
     })?;
-    let real = fd_path(&std::os::fd::AsFd::as_fd(&dir))
-        .or_else(|| std::fs::canonicalize(&ceiling.host).ok())
+    let real = authority
+        .path_of(std::os::fd::AsFd::as_fd(&dir))
+        .or_else(|| authority.canonicalize(&ceiling.host).ok())
         .ok_or_else(|| {
             Refusal::new(ReasonCode::ConfigCeiling, format!("{label} {:?}: cannot tell where it leads", ceiling.spec))
         })?;
@@ -108,7 +134,7 @@ pub fn check_at_start(authority: &HostAuthority, config: &Config, protected: &Pr
     let ceilings = config.ceilings.iter().map(|c| (format!("ceiling {:?}", c.spec), &c.host));
     for (what, path) in ceilings.chain(roots) {
         let Ok(dir) = Dir::open_ceiling(authority, path) else { continue };
-        let real = fd_path(&std::os::fd::AsFd::as_fd(&dir)).unwrap_or_else(|| path.clone());
+        let real = authority.path_of(std::os::fd::AsFd::as_fd(&dir)).unwrap_or_else(|| path.clone());
         check(&dir, &real, protected).map_err(|(code, why)| {
             let code = match code {
                 ReasonCode::ConfigCeiling if what.starts_with('[') => ReasonCode::BrokerRootUnusable,

@@ -36,7 +36,7 @@ pub struct ControlFiles(pub Vec<ControlFile>);
 impl ControlFiles {
     /// The control files `config` names. One line per kind: a new kind of
     /// control file (an approver key …) is one more `push`.
-    pub fn of(config: &Config) -> ControlFiles {
+    pub fn of(authority: &HostAuthority, config: &Config) -> ControlFiles {
         let mut files = ControlFiles::default();
         match &config.source {
             Some(path) => files.push("the configuration file", absolute(path)),
@@ -52,7 +52,7 @@ impl ControlFiles {
         // The approver key at its default place, where one exists: a tool
         // that could read it could approve (keys named with --key are kept
         // out of ceilings and roots when they are made and used).
-        if let Some(key) = crate::approval::key::default_key_path().filter(|k| k.exists()) {
+        if let Some(key) = crate::approval::key::default_key_path().filter(|k| authority.exists_nofollow(k)) {
             files.push("the default approver key", key);
         }
         files
@@ -155,9 +155,9 @@ mod tests {
         let base = Path::new("/srv/p");
         let text = "tools_dir = \"t\"\n[policy]\nfiles = [\"pol/*.cedar\", \"one.cedar\"]\n";
         let c = Config::parse(text, Some(&base.join("airlock.toml")), base).unwrap();
-        let paths: Vec<_> = ControlFiles::of(&c).0.into_iter().map(|f| f.path).collect();
+        let paths: Vec<_> = ControlFiles::of(&HostAuthority::ambient(), &c).0.into_iter().map(|f| f.path).collect();
         assert_eq!(paths, [base.join("airlock.toml"), base.join("t"), base.join("pol"), base.to_path_buf()]);
-        let none = ControlFiles::of(&Config::embedded_default(base));
+        let none = ControlFiles::of(&HostAuthority::ambient(), &Config::embedded_default(base));
         assert_eq!(none.0[0].path, base.join("airlock.toml"));
     }
 }

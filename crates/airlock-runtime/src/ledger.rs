@@ -2,26 +2,38 @@
 //! before the effect it announces; pending-publication markers that make a
 //! crashed publication block new effects (fail-stop) until an operator
 //! recovers it; and the test-only crash points.
+//!
+//! # Journaling
+//!
+//! One record a step through `Runtime::record` (synced before the effect it
+//! announces: `WorkerStarted`, `FilePublicationPrepared`,
+//! `FilePublicationFinished`) or `Runtime::note` (records that announce no
+//! effect: `InvocationPrepared` within a run, `InvocationAuthorized`,
+//! `WorkerFinished`, `InvocationRefused`, `InvocationFinished`, appended without
+//! their own `fdatasync` and durable with the next synced record). The journal
+//! refuses numbers above 2^53, so [`ledger::record`]/[`ledger::note`] turn any
+//! integer beyond ±(2^53 − 1) in a body into its decimal string
+//! ([`ledger::exact_numbers`]): a step is never left unjournaled by a number.
+//! `WorkerStarted` holds `argv` only up to 4 KiB of words (the word that does
+//! not fit is cut at a character boundary), with `argv_truncated`,
+//! `argv_bytes` and `argv_sha256` (SHA-256 of each word followed by NUL; the
+//! full argv is in the descriptor), so a long argument costs a bounded record.
+//!
+//! An end that cannot be journaled keeps the answer: a call that ran answers
+//! with its `created_files` and the journal's error (`journal_end`); an
+//! isolated submission whose `WorkerFinished` or `BrokerOperations` fails to
+//! append is not ended early by it.
 
 use airlock_core::{ReasonCode, Refusal};
 use airlock_hostfs::PrivateDir;
-use airlock_journal::{Journal, JournalError};
+use airlock_journal::Journal;
 use airlock_staging::ProcessIdentity;
 use serde_json::Value;
 
+use crate::failure::journal_refusal;
+
 /// Directory of pending-publication markers, `ID@PID.START`.
 pub const PENDING: &str = "pending";
-
-/// Maps a journal error to a refusal with the journal's own code in the message.
-pub fn journal_refusal(e: JournalError) -> Refusal {
-    let code = match e.code() {
-        "journal.key_unsafe" | "journal.key_missing" | "journal.file_unsafe" => ReasonCode::JournalKeyUnsafe,
-        "journal.io" | "journal.record_too_large" | "journal.invalid_record" => ReasonCode::JournalIo,
-        "journal.not_exported" => ReasonCode::JournalNotExported,
-        _ => ReasonCode::JournalCorrupt,
-    };
-    Refusal::new(code, format!("{}: {e}", e.code()))
-}
 
 /// Appends one record; the call returns once it (and every record before
 /// it) is durable. For records that announce an effect. Integers beyond

@@ -2,7 +2,7 @@
 //! against the tools in the tools directory, so that a syntax or schema
 //! error stops airlock naming the file and line.
 
-use crate::{control, tools};
+use crate::{catalog, control};
 use airlock_core::{Config, ReasonCode, Refusal};
 use airlock_hostfs::HostAuthority;
 use std::path::{Path, PathBuf};
@@ -23,24 +23,15 @@ fn wildcard(pattern: &str, name: &str) -> bool {
 /// The files the patterns name, relative to the config's directory; a `*`
 /// may appear in the last component. A pattern that names nothing is an
 /// error rather than silently no policy.
-pub fn expand(base: &Path, patterns: &[String]) -> Result<Vec<PathBuf>, Refusal> {
+pub fn expand(authority: &HostAuthority, base: &Path, patterns: &[String]) -> Result<Vec<PathBuf>, Refusal> {
     let mut out = Vec::new();
     for pattern in patterns {
         let full = base.join(pattern);
         let name = full.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
         let found: Vec<PathBuf> = if name.contains('*') {
             let dir = full.parent().unwrap_or(base);
-            let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .filter(|e| e.file_name().to_str().is_some_and(|n| wildcard(&name, n)))
-                .map(|e| e.path())
-                .filter(|p| p.is_file())
-                .collect();
-            v.sort();
-            v
-        } else if full.is_file() {
+            authority.files_in(dir, |n| wildcard(&name, n))
+        } else if authority.stat(&full).is_ok_and(|m| m.is_file()) {
             vec![full]
         } else {
             Vec::new()
@@ -54,39 +45,17 @@ pub fn expand(base: &Path, patterns: &[String]) -> Result<Vec<PathBuf>, Refusal>
 }
 
 /// Reads every configured policy file as `(display name, text)` and checks
-/// the set against the tools in the tools directory. Each file is a control
+/// the set against every tool a policy may name (returned with it). Each file is a control
 /// file: read without following a link, and refused unless it and its
 /// directory are the caller's or root's and closed to others' writes.
-pub fn load(authority: &HostAuthority, config: &Config) -> Result<Vec<(String, String)>, Refusal> {
+pub fn load(authority: &HostAuthority, config: &Config) -> Result<crate::engine::CedarPolicy, Refusal> {
     let mut sources = Vec::new();
-    for path in expand(&config.base_dir, &config.policy_files)? {
+    for path in expand(authority, &config.base_dir, &config.policy_files)? {
         let text = control::read_text(authority, control::POLICY, &path, MAX_POLICY_BYTES)?;
         let name = path.strip_prefix(&config.base_dir).unwrap_or(&path).display().to_string();
         sources.push((name, text));
     }
-    let specs = tool_specs(&config.tools_dir);
-    airlock_policy::PolicySet::load(&sources, &specs)
-        .map_err(|e| Refusal::new(ReasonCode::PolicyInvalid, e.message().to_owned()))?;
-    Ok(sources)
-}
-
-/// Every tool a policy may name, so that policies validate whatever tool a
-/// call is for: the runnable manifests in `tools_dir`, the bundled source
-/// tools it does not shadow, and the Git queries (whose Cedar shape the
-/// Git engine defines, whatever manifest names them).
-pub fn tool_specs(tools_dir: &std::path::Path) -> Vec<airlock_policy::ToolSpec> {
-    let is_git = |m: &airlock_core::manifest::Manifest| matches!(m.source_operation(), Some(Ok(op)) if op.is_git());
-    tools::list_manifests(tools_dir)
-        .iter()
-        .filter_map(|p| {
-            std::fs::read_to_string(p).ok().and_then(|t| airlock_core::manifest::Manifest::parse(&t, "").ok())
-        })
-        .chain(crate::source::bundled_missing_from(tools_dir))
-        .filter(|m| m.check_executable().is_ok() && !is_git(m))
-        .map(|m| airlock_policy::ToolSpec::from_manifest(&m))
-        .chain(crate::git_query::policy_specs())
-        .chain(std::iter::once(crate::isolated::adhoc_policy_spec()))
-        .collect()
+    crate::engine::CedarPolicy::load(sources, catalog::tool_specs(authority, &config.tools_dir))
 }
 
 #[cfg(test)]

@@ -75,7 +75,9 @@ fn dev_ino(v: &Value) -> Option<(u64, u64)> {
 
 impl Runtime {
     fn records_of(&self, id: &str) -> Result<Vec<Record>, Refusal> {
-        self.journal().records_where(|r| r.invocation_id.as_deref() == Some(id)).map_err(ledger::journal_refusal)
+        self.journal()
+            .records_where(|r| r.invocation_id.as_deref() == Some(id))
+            .map_err(crate::failure::journal_refusal)
     }
 
     /// Re-opens the output's parent through the configured ceiling and

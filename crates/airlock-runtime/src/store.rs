@@ -7,6 +7,17 @@
 //! call is built in `invocations/.tmp-…` and renamed into place without
 //! replacing anything, so an id is used once and a crash leaves no
 //! half-written invocation under a real id.
+//!
+//! # Prepared calls and invocation ids
+//!
+//! A prepared call lives in `STATE/invocations/ID/` (`prepared.json` and the
+//! exact manifest bytes; its snapshots are in its staging reservation), built
+//! under a temporary name and renamed into place with `RENAME_NOREPLACE`; a
+//! reused id is `invocation.duplicate`. `STATE/invocations/ID` is created for
+//! every prepared call and for every refusal that named a valid id, so an id
+//! the journal has seen is refused before any file is read. A call run at once
+//! (`airlock run`) does not sync its prepared record (nothing later needs it to
+//! survive a crash); `airlock prepare` does.
 
 use airlock_core::{Descriptor, DirIdentity, ReasonCode, Refusal};
 use airlock_hostfs::PrivateDir;
@@ -76,6 +87,19 @@ pub struct PreparedRecord {
     pub expires_at: Option<u64>,
 }
 
+/// How a prepared call is committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// Kept for a later dispatch: everything synced.
+    Kept,
+    /// Run at once by this process (a later dispatch finds its staging
+    /// reservation gone: `staging.not_reserved`).
+    RunNow,
+    /// Of a shape that is never dispatched: committed already marked
+    /// [`DISPATCHED`], so a dispatch of its id is `invocation.duplicate`.
+    RunOnly,
+}
+
 /// A prepared call being written; removed on drop unless committed.
 pub struct PendingInvocation<'a> {
     invocations: &'a PrivateDir,
@@ -94,12 +118,8 @@ impl<'a> PendingInvocation<'a> {
 
     /// Writes the record and manifest, then renames the directory to the
     /// invocation id; an id in use is `invocation.duplicate`.
-    pub fn commit(
-        mut self,
-        record: &PreparedRecord,
-        manifest_text: &str,
-        durable: bool,
-    ) -> Result<PrivateDir, Refusal> {
+    pub fn commit(mut self, record: &PreparedRecord, manifest_text: &str, how: Commit) -> Result<PrivateDir, Refusal> {
+        let durable = how == Commit::Kept;
         let json = serde_json::to_vec_pretty(record).map_err(|e| Refusal::new(ReasonCode::Internal, e.to_string()))?;
         // The directory is private and renamed into place whole, so its
         // files need no rename of their own; `durable` adds the syncs that
@@ -109,6 +129,9 @@ impl<'a> PendingInvocation<'a> {
             f.write_all(bytes)
                 .and_then(|()| if durable { f.sync_all() } else { Ok(()) })
                 .map_err(|e| Refusal::new(ReasonCode::Internal, format!("writing {name}: {e}")))?;
+        }
+        if how == Commit::RunOnly {
+            self.dir.create_file(DISPATCHED).map_err(Refusal::from)?;
         }
         if durable {
             self.dir.sync().map_err(Refusal::from)?;

@@ -47,8 +47,8 @@ impl fmt::Display for OsErrno {
 /// worker.
 ///
 /// Each privileged step has its own variant whose message names the call and
-/// its arguments, e.g. `pivot_root(".", ".")`. [`SandboxError::reason_code`]
-/// gives the stable dotted code for programs.
+/// its arguments, e.g. `pivot_root(".", ".")`. [`SandboxError::kind`]
+/// gives what programs decide on.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[non_exhaustive]
 pub enum SandboxError {
@@ -275,33 +275,110 @@ pub enum SandboxError {
     },
 }
 
-impl SandboxError {
-    /// The stable dotted reason code of this error.
-    ///
-    /// `sandbox.unavailable` (the host cannot run this tier),
-    /// `sandbox.limits_unavailable` (a cgroup was required and is not delegated),
-    /// `sandbox.invalid_spec`, `worker.exec_failed`,
-    /// `broker.digest_mismatch` (a sealed program is not the pinned one),
-    /// `broker.unavailable` (a program could not be sealed, or the broker
-    /// not started or signalled),
-    /// `sandbox.setup_failed` (any other step).
-    pub fn reason_code(&self) -> &'static str {
+/// What kind of failure a [`SandboxError`] is, for programs: the caller
+/// decides what to report from this, never from the message.
+///
+/// [`SandboxErrorKind::as_str`] is the stable dotted code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SandboxErrorKind {
+    /// `sandbox.invalid_spec`: the worker spec is malformed.
+    InvalidSpec,
+    /// `sandbox.unavailable`: the host cannot run this tier (including a
+    /// user namespace the host refuses).
+    Unavailable,
+    /// `sandbox.limits_unavailable`: a cgroup was required and is not delegated.
+    LimitsUnavailable,
+    /// `worker.exec_failed`: the tool's program could not be executed.
+    ExecFailed,
+    /// `broker.digest_mismatch`: a sealed program is not the pinned one.
+    DigestMismatch,
+    /// `broker.unavailable`: a program could not be sealed, or the broker
+    /// not started or signalled.
+    BrokerUnavailable,
+    /// `sandbox.setup_failed`: any other step of starting, confining,
+    /// waiting for or cleaning up a worker.
+    SetupFailed,
+}
+
+impl SandboxErrorKind {
+    /// Every kind.
+    pub const ALL: &'static [SandboxErrorKind] = &[
+        SandboxErrorKind::InvalidSpec,
+        SandboxErrorKind::Unavailable,
+        SandboxErrorKind::LimitsUnavailable,
+        SandboxErrorKind::ExecFailed,
+        SandboxErrorKind::DigestMismatch,
+        SandboxErrorKind::BrokerUnavailable,
+        SandboxErrorKind::SetupFailed,
+    ];
+
+    /// The stable dotted code, e.g. `sandbox.unavailable`.
+    pub fn as_str(self) -> &'static str {
         match self {
-            SandboxError::InvalidSpec(_) => "sandbox.invalid_spec",
-            SandboxError::Unavailable(_) => "sandbox.unavailable",
-            SandboxError::LimitsUnavailable(_) => "sandbox.limits_unavailable",
-            // A refused user namespace is the host saying no, not a bug.
-            SandboxError::Unshare { errno, .. } | SandboxError::UidMap { errno, .. }
-                if matches!(errno.0, libc::EPERM | libc::EACCES | libc::ENOSPC | libc::EINVAL | libc::ENOSYS) =>
-            {
-                "sandbox.unavailable"
-            }
-            SandboxError::Exec { .. } => "worker.exec_failed",
-            SandboxError::DigestMismatch { .. } => "broker.digest_mismatch",
-            SandboxError::Sealed { .. } | SandboxError::Broker { .. } => "broker.unavailable",
-            _ => "sandbox.setup_failed",
+            SandboxErrorKind::InvalidSpec => "sandbox.invalid_spec",
+            SandboxErrorKind::Unavailable => "sandbox.unavailable",
+            SandboxErrorKind::LimitsUnavailable => "sandbox.limits_unavailable",
+            SandboxErrorKind::ExecFailed => "worker.exec_failed",
+            SandboxErrorKind::DigestMismatch => "broker.digest_mismatch",
+            SandboxErrorKind::BrokerUnavailable => "broker.unavailable",
+            SandboxErrorKind::SetupFailed => "sandbox.setup_failed",
         }
     }
+}
+
+impl fmt::Display for SandboxErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl SandboxError {
+    /// What kind of failure this is (see [`SandboxErrorKind`]).
+    ///
+    /// Every variant is named here, so a new one must choose its kind.
+    pub fn kind(&self) -> SandboxErrorKind {
+        use SandboxErrorKind as K;
+        match self {
+            SandboxError::InvalidSpec(_) => K::InvalidSpec,
+            SandboxError::Unavailable(_) => K::Unavailable,
+            SandboxError::LimitsUnavailable(_) => K::LimitsUnavailable,
+            // A refused user namespace is the host saying no, not a bug.
+            SandboxError::Unshare { errno, .. } | SandboxError::UidMap { errno, .. } if host_refused(*errno) => {
+                K::Unavailable
+            }
+            SandboxError::Exec { .. } => K::ExecFailed,
+            SandboxError::DigestMismatch { .. } => K::DigestMismatch,
+            SandboxError::Sealed { .. } | SandboxError::Broker { .. } => K::BrokerUnavailable,
+            SandboxError::Descriptor { .. }
+            | SandboxError::SpawnInit { .. }
+            | SandboxError::Unshare { .. }
+            | SandboxError::UidMap { .. }
+            | SandboxError::Fork { .. }
+            | SandboxError::MountPropagation { .. }
+            | SandboxError::MountTmpfs { .. }
+            | SandboxError::MountProc { .. }
+            | SandboxError::BindMount { .. }
+            | SandboxError::Remount { .. }
+            | SandboxError::BuildRoot { .. }
+            | SandboxError::StageInput { .. }
+            | SandboxError::PivotRoot { .. }
+            | SandboxError::UmountOldRoot { .. }
+            | SandboxError::Chdir { .. }
+            | SandboxError::ProcessAttr { .. }
+            | SandboxError::Rlimit { .. }
+            | SandboxError::Landlock(_)
+            | SandboxError::Seccomp(_)
+            | SandboxError::Wait { .. }
+            | SandboxError::Export { .. }
+            | SandboxError::Protocol(_) => K::SetupFailed,
+        }
+    }
+}
+
+/// Whether a failed `unshare`/map write is the host refusing user
+/// namespaces (rather than a fault of ours).
+fn host_refused(errno: OsErrno) -> bool {
+    matches!(errno.0, libc::EPERM | libc::EACCES | libc::ENOSPC | libc::EINVAL | libc::ENOSYS)
 }
 
 /// Shorthand for building an error from an `io::Error` or `Errno`.
@@ -324,23 +401,43 @@ mod tests {
         let text = e.to_string();
         assert!(text.starts_with("mount(\"/usr\", \"/mnt/usr\", NULL, MS_BIND|MS_REC, NULL): "), "{text}");
         assert!(text.contains("os error 1"), "{text}");
-        assert_eq!(e.reason_code(), "sandbox.setup_failed");
+        assert_eq!(e.kind(), SandboxErrorKind::SetupFailed);
     }
 
     #[test]
     fn sealing_and_broker_errors_use_the_broker_codes() {
         let e = SandboxError::DigestMismatch { program: "b".into(), expected: "0".into(), actual: "1".into() };
-        assert_eq!(e.reason_code(), "broker.digest_mismatch");
+        assert_eq!(e.kind(), SandboxErrorKind::DigestMismatch);
         let e = SandboxError::Sealed { call: "memfd_create".into(), errno: OsErrno(libc::EMFILE) };
-        assert_eq!(e.reason_code(), "broker.unavailable");
+        assert_eq!(e.kind(), SandboxErrorKind::BrokerUnavailable);
     }
 
     #[test]
     fn refused_user_namespace_means_unavailable() {
         let e = SandboxError::Unshare { flags: "CLONE_NEWUSER".into(), errno: OsErrno(libc::EPERM) };
-        assert_eq!(e.reason_code(), "sandbox.unavailable");
+        assert_eq!(e.kind(), SandboxErrorKind::Unavailable);
         let e = SandboxError::Unshare { flags: "CLONE_NEWUSER".into(), errno: OsErrno(libc::ENOMEM) };
-        assert_eq!(e.reason_code(), "sandbox.setup_failed");
+        assert_eq!(e.kind(), SandboxErrorKind::SetupFailed);
+    }
+
+    #[test]
+    fn every_kind_has_its_own_known_code() {
+        let codes: Vec<&str> = SandboxErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        let distinct: std::collections::HashSet<&str> = codes.iter().copied().collect();
+        assert_eq!(distinct.len(), codes.len(), "{codes:?}");
+        let known = [
+            "sandbox.invalid_spec",
+            "sandbox.unavailable",
+            "sandbox.limits_unavailable",
+            "worker.exec_failed",
+            "broker.digest_mismatch",
+            "broker.unavailable",
+            "sandbox.setup_failed",
+        ];
+        assert_eq!(codes, known);
+        for kind in SandboxErrorKind::ALL {
+            assert_eq!(kind.to_string(), kind.as_str());
+        }
     }
 
     #[test]
@@ -348,6 +445,6 @@ mod tests {
         let e = SandboxError::Exec { program: "nope".into(), errno: OsErrno(libc::ENOENT) };
         let json = serde_json::to_string(&e).unwrap();
         assert_eq!(serde_json::from_str::<SandboxError>(&json).unwrap(), e);
-        assert_eq!(e.reason_code(), "worker.exec_failed");
+        assert_eq!(e.kind(), SandboxErrorKind::ExecFailed);
     }
 }

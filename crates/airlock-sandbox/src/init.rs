@@ -15,6 +15,7 @@ use rustix::process::{Gid, Pid, PidfdFlags, Signal, Uid, WaitOptions};
 use rustix::thread::UnshareFlags;
 
 use crate::error::{errno, OsErrno, SandboxError};
+use crate::pid1::Inherited;
 use crate::sys::Forked;
 use crate::wire::{InitSpec, StatusMsg, StatusWriter, MAX_SPEC_BYTES};
 
@@ -178,24 +179,6 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
     };
     status.send(&StatusMsg::Pid1Exited { code, signal, deadline_kill });
     Ok(0)
-}
-
-/// The descriptors the init inherited for PID 1, owned (all close-on-exec).
-pub(crate) struct Inherited {
-    /// The staged inputs, in spec order.
-    pub inputs: Vec<OwnedFd>,
-    /// The host staging file of the output.
-    pub output: Option<OwnedFd>,
-    /// The provided files, in spec order.
-    pub provided: Vec<OwnedFd>,
-    /// The worker's end of the file-system socket.
-    pub fs_socket: Option<OwnedFd>,
-}
-
-impl Inherited {
-    fn all(&self) -> impl Iterator<Item = &OwnedFd> {
-        self.inputs.iter().chain(self.output.iter()).chain(self.provided.iter()).chain(self.fs_socket.iter())
-    }
 }
 
 /// The host uid and gid a root caller's workers run as.

@@ -203,10 +203,11 @@ pub use broker_jail::{
     confine_broker, spawn_broker, spawn_broker_with, BrokerOptions, BrokerProcess, BROKER_FIRST_ROOT_FD,
 };
 pub use cgroup::{cgroup_delegation, cgroup_limits_available, CgroupDelegation, SharedCgroup};
-pub use error::{OsErrno, SandboxError};
+pub use error::{OsErrno, SandboxError, SandboxErrorKind};
 pub use ipc::IPC_ENFORCEMENT;
-pub use native::{LiveStdio, NativeTier, NativeWorker};
+pub use native::{LiveStdio, NativeTier};
 pub use outcome::{AppliedLimits, Enforcement, ExitStatusKind, OutputExport, WorkerOutcome};
+pub use parent::NativeWorker;
 pub use probe::{probe, HostSupport};
 pub use sealed::SealedProgram;
 pub use spec::{

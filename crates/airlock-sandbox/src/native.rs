@@ -6,21 +6,21 @@
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
 use rustix::pipe::PipeFlags;
-use rustix::process::{Pid, PidfdFlags, Signal};
+use rustix::process::{Pid, PidfdFlags};
 
 use crate::cgroup::{SharedCgroup, WorkerCgroup};
 use crate::error::{errno, SandboxError};
 use crate::init::INIT_MARKER;
-use crate::outcome::{AppliedLimits, WorkerOutcome};
+use crate::outcome::AppliedLimits;
+use crate::parent::{kill_init, NativeWorker, Pipes};
 use crate::spec::{WorkerSpec, FS_SOCKET_FD};
 use crate::wire::{InitInput, InitOutput, InitProvided, InitSpec};
-use crate::worker::{KillHandle, Tier, Worker};
+use crate::worker::Tier;
 
 /// The native tier.
 ///
@@ -136,23 +136,6 @@ impl NativeTier {
     }
 }
 
-/// A running native worker.
-#[derive(Debug)]
-pub struct NativeWorker {
-    pub(crate) guard: InitGuard,
-    pub(crate) pidfd: Arc<OwnedFd>,
-    pub(crate) killed: Arc<AtomicBool>,
-    /// `None` when the caller holds it ([`LiveStdio`]).
-    pub(crate) stdout: Option<OwnedFd>,
-    pub(crate) stderr: OwnedFd,
-    pub(crate) status: OwnedFd,
-    pub(crate) deadline: Instant,
-    pub(crate) stdout_limit: usize,
-    pub(crate) stderr_limit: usize,
-    pub(crate) has_output: bool,
-    pub(crate) limits: AppliedLimits,
-}
-
 fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
     rustix::pipe::pipe_with(PipeFlags::CLOEXEC)
         .map_err(|e| SandboxError::Descriptor { call: "pipe2(O_CLOEXEC)".into(), errno: errno(e) })
@@ -169,7 +152,8 @@ fn dup_for_init(fd: &impl std::os::fd::AsFd) -> Result<OwnedFd, SandboxError> {
 
 /// The worker's standard input and output as live pipes to the caller
 /// (for tools that speak a protocol over stdio, such as an MCP server).
-/// Standard error is still drained and bounded by [`Worker::wait`].
+/// Standard error is still drained and bounded by
+/// [`Worker::wait`](crate::Worker::wait).
 #[derive(Debug)]
 pub struct LiveStdio {
     /// Write end of the worker's standard input; dropping it gives the
@@ -184,9 +168,9 @@ impl NativeTier {
     /// Like [`Tier::start`], but the worker's stdin and stdout stay live
     /// pipes to the caller instead of `/dev/null` and a captured buffer.
     /// Everything else is the same: the same confinement, the same files,
-    /// the same deadline (the caller must still call [`Worker::wait`], which
-    /// then drains only stderr and the status records). The worker's
-    /// `outcome.stdout` is empty.
+    /// the same deadline (the caller must still call
+    /// [`Worker::wait`](crate::Worker::wait), which then drains only stderr
+    /// and the status records). The worker's `outcome.stdout` is empty.
     pub fn start_live(&self, spec: WorkerSpec) -> Result<(NativeWorker, LiveStdio), SandboxError> {
         let (worker, live) = self.start_with(spec, true)?;
         let live = live.ok_or_else(|| SandboxError::Protocol("live stdio was not set up".into()))?;
@@ -428,27 +412,12 @@ impl NativeTier {
             let why = limits.cgroup_skipped.unwrap_or_else(|| "the init could not join the cgroup".into());
             return Err(SandboxError::LimitsUnavailable(why));
         }
-        let worker = NativeWorker {
-            guard: InitGuard { child: Some(child), cgroup, pidfd: Arc::clone(&pidfd) },
-            pidfd,
-            killed: Arc::new(AtomicBool::new(false)),
-            stdout: None,
-            stderr: stderr_r,
-            status: status_r,
-            deadline: started + spec.timeout,
-            stdout_limit: spec.stdout_limit,
-            stderr_limit: spec.stderr_limit,
-            has_output: spec.output.is_some(),
-            limits,
+        let (stdout, live_stdio) = match stdin_w {
+            Some(w) => (None, Some(LiveStdio { stdin: std::fs::File::from(w), stdout: std::fs::File::from(stdout_r) })),
+            None => (Some(stdout_r), None),
         };
-        let mut worker = worker;
-        let live_stdio = match stdin_w {
-            Some(w) => Some(LiveStdio { stdin: std::fs::File::from(w), stdout: std::fs::File::from(stdout_r) }),
-            None => {
-                worker.stdout = Some(stdout_r);
-                None
-            }
-        };
+        let pipes = Pipes { stdout, stderr: stderr_r, status: status_r };
+        let worker = NativeWorker::new(child, cgroup, pidfd, pipes, &spec, started, limits);
         // A dead init shows up as a protocol error in wait(), not here.
         let _ = spec_w.write_all(&spec_bytes);
         drop(spec_w);
@@ -465,57 +434,5 @@ impl Tier for NativeTier {
 
     fn start(&self, spec: WorkerSpec) -> Result<NativeWorker, SandboxError> {
         self.start_with(spec, false).map(|(worker, _)| worker)
-    }
-}
-
-impl Worker for NativeWorker {
-    fn kill_handle(&self) -> KillHandle {
-        let (pidfd, killed) = (Arc::clone(&self.pidfd), Arc::clone(&self.killed));
-        KillHandle::new(move || {
-            killed.store(true, Ordering::SeqCst);
-            kill_init(&pidfd)
-        })
-    }
-
-    fn kill(&mut self) -> Result<(), SandboxError> {
-        self.kill_handle().kill()
-    }
-
-    fn wait(self) -> Result<WorkerOutcome, SandboxError> {
-        crate::parent::wait(self)
-    }
-}
-
-/// Owns the init process and the cgroup until [`Worker::wait`] takes them;
-/// a worker dropped without being waited for is killed, and reaped (and its
-/// cgroup removed) on a background thread.
-#[derive(Debug)]
-pub(crate) struct InitGuard {
-    pub(crate) child: Option<Child>,
-    pub(crate) cgroup: Option<WorkerCgroup>,
-    pub(crate) pidfd: Arc<OwnedFd>,
-}
-
-impl Drop for InitGuard {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = kill_init(&self.pidfd);
-            let cgroup = self.cgroup.take();
-            let _ = std::thread::Builder::new().name("airlock-sandbox-reaper".into()).spawn(move || {
-                let _ = child.wait();
-                if let Some(cg) = cgroup {
-                    cg.remove();
-                }
-            });
-        }
-    }
-}
-
-/// SIGKILL to the init through its pidfd (no pid reuse race); PID 1 follows
-/// it through its parent-death signal and takes the namespace with it.
-pub(crate) fn kill_init(pidfd: &OwnedFd) -> Result<(), SandboxError> {
-    match rustix::process::pidfd_send_signal(pidfd, Signal::KILL) {
-        Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
-        Err(e) => Err(SandboxError::Wait { call: "pidfd_send_signal(init, SIGKILL)".into(), errno: errno(e) }),
     }
 }

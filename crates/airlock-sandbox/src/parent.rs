@@ -1,6 +1,8 @@
-//! The caller's side of a native worker: drain stdout/stderr within their
-//! bounds (never letting the worker block on a full pipe), enforce the
-//! deadline, reap the init, read the status records, confirm cleanup.
+//! The caller's side of a native worker: [`NativeWorker`], the handle
+//! [`NativeTier`](crate::NativeTier) returns once the init is spawned. Its
+//! wait drains stdout/stderr within their bounds (never letting the worker
+//! block on a full pipe), enforces the deadline, reaps the init, reads the
+//! status records and confirms cleanup; its kill handle signals the init.
 //!
 //! Cleanup is confirmed from facts, not hopes: the status pipe is held open
 //! by the init and by PID 1 until they exit (the worker never has it), so
@@ -10,16 +12,75 @@
 #![forbid(unsafe_code)]
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::Ordering;
+use std::process::Child;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
-use rustix::process::{Pid, PidfdFlags};
+use rustix::process::{Pid, PidfdFlags, Signal};
 
+use crate::cgroup::WorkerCgroup;
 use crate::error::{errno, SandboxError};
-use crate::native::{kill_init, NativeWorker};
-use crate::outcome::{ExitStatusKind, OutputExport, WorkerOutcome};
+use crate::outcome::{AppliedLimits, ExitStatusKind, OutputExport, WorkerOutcome};
+use crate::spec::WorkerSpec;
 use crate::wire::{StatusMsg, MAX_STATUS_BYTES};
+use crate::worker::{KillHandle, Worker};
+
+/// A running native worker.
+#[derive(Debug)]
+pub struct NativeWorker {
+    guard: InitGuard,
+    pidfd: Arc<OwnedFd>,
+    killed: Arc<AtomicBool>,
+    /// `None` when the caller holds it ([`LiveStdio`](crate::LiveStdio)).
+    stdout: Option<OwnedFd>,
+    stderr: OwnedFd,
+    status: OwnedFd,
+    deadline: Instant,
+    stdout_limit: usize,
+    stderr_limit: usize,
+    has_output: bool,
+    limits: AppliedLimits,
+}
+
+/// The caller's ends of a started init's pipes.
+pub(crate) struct Pipes {
+    /// The worker's standard output, unless the caller holds it live.
+    pub stdout: Option<OwnedFd>,
+    /// The worker's standard error.
+    pub stderr: OwnedFd,
+    /// The init's status records.
+    pub status: OwnedFd,
+}
+
+impl NativeWorker {
+    /// The handle of the init `child` (signalled through `pidfd`, joined to
+    /// `cgroup` when there is one), started at `started` for `spec`.
+    pub(crate) fn new(
+        child: Child,
+        cgroup: Option<WorkerCgroup>,
+        pidfd: Arc<OwnedFd>,
+        pipes: Pipes,
+        spec: &WorkerSpec,
+        started: Instant,
+        limits: AppliedLimits,
+    ) -> NativeWorker {
+        NativeWorker {
+            guard: InitGuard { child: Some(child), cgroup, pidfd: Arc::clone(&pidfd) },
+            pidfd,
+            killed: Arc::new(AtomicBool::new(false)),
+            stdout: pipes.stdout,
+            stderr: pipes.stderr,
+            status: pipes.status,
+            deadline: started + spec.timeout,
+            stdout_limit: spec.stdout_limit,
+            stderr_limit: spec.stderr_limit,
+            has_output: spec.output.is_some(),
+            limits,
+        }
+    }
+}
 
 /// How long after a kill the caller waits for the sandbox to disappear.
 const KILL_GRACE: Duration = Duration::from_secs(5);
@@ -147,7 +208,7 @@ fn pid1_gone(host_pid: i32, init_pid: u32, until: Instant) -> bool {
     exited_by(&fd, until)
 }
 
-pub(crate) fn wait(mut w: NativeWorker) -> Result<WorkerOutcome, SandboxError> {
+fn wait_worker(mut w: NativeWorker) -> Result<WorkerOutcome, SandboxError> {
     let mut streams = [
         Stream { fd: w.stdout.take(), sink: Bounded::new(w.stdout_limit) },
         Stream { fd: Some(w.stderr), sink: Bounded::new(w.stderr_limit) },
@@ -245,6 +306,58 @@ pub(crate) fn wait(mut w: NativeWorker) -> Result<WorkerOutcome, SandboxError> {
         cgroup_limits_applied: limits.cgroup_limits_applied,
         limits,
     })
+}
+
+impl Worker for NativeWorker {
+    fn kill_handle(&self) -> KillHandle {
+        let (pidfd, killed) = (Arc::clone(&self.pidfd), Arc::clone(&self.killed));
+        KillHandle::new(move || {
+            killed.store(true, Ordering::SeqCst);
+            kill_init(&pidfd)
+        })
+    }
+
+    fn kill(&mut self) -> Result<(), SandboxError> {
+        self.kill_handle().kill()
+    }
+
+    fn wait(self) -> Result<WorkerOutcome, SandboxError> {
+        wait_worker(self)
+    }
+}
+
+/// Owns the init process and the cgroup until [`Worker::wait`] takes them;
+/// a worker dropped without being waited for is killed, and reaped (and its
+/// cgroup removed) on a background thread.
+#[derive(Debug)]
+struct InitGuard {
+    child: Option<Child>,
+    cgroup: Option<WorkerCgroup>,
+    pidfd: Arc<OwnedFd>,
+}
+
+impl Drop for InitGuard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = kill_init(&self.pidfd);
+            let cgroup = self.cgroup.take();
+            let _ = std::thread::Builder::new().name("airlock-sandbox-reaper".into()).spawn(move || {
+                let _ = child.wait();
+                if let Some(cg) = cgroup {
+                    cg.remove();
+                }
+            });
+        }
+    }
+}
+
+/// SIGKILL to the init through its pidfd (no pid reuse race); PID 1 follows
+/// it through its parent-death signal and takes the namespace with it.
+pub(crate) fn kill_init(pidfd: &OwnedFd) -> Result<(), SandboxError> {
+    match rustix::process::pidfd_send_signal(pidfd, Signal::KILL) {
+        Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
+        Err(e) => Err(SandboxError::Wait { call: "pidfd_send_signal(init, SIGKILL)".into(), errno: errno(e) }),
+    }
 }
 
 #[cfg(test)]

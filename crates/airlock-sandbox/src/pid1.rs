@@ -15,11 +15,30 @@ use rustix::event::{PollFd, PollFlags};
 use rustix::process::{WaitOptions, WaitStatus};
 
 use crate::error::{errno, SandboxError};
-use crate::init::Inherited;
 use crate::mounts::{verify_retained, RetainedOutput};
 use crate::outcome::{ExitStatusKind, OutputExport};
 use crate::sys::Forked;
 use crate::wire::{InitSpec, StatusMsg, StatusWriter};
+
+/// What PID 1 is given: the descriptors the init inherited for it, owned
+/// (all close-on-exec).
+pub(crate) struct Inherited {
+    /// The staged inputs, in spec order.
+    pub inputs: Vec<OwnedFd>,
+    /// The host staging file of the output.
+    pub output: Option<OwnedFd>,
+    /// The provided files, in spec order.
+    pub provided: Vec<OwnedFd>,
+    /// The worker's end of the file-system socket.
+    pub fs_socket: Option<OwnedFd>,
+}
+
+impl Inherited {
+    /// Every descriptor, for marking them close-on-exec.
+    pub(crate) fn all(&self) -> impl Iterator<Item = &OwnedFd> {
+        self.inputs.iter().chain(self.output.iter()).chain(self.provided.iter()).chain(self.fs_socket.iter())
+    }
+}
 
 /// Runs PID 1. Never returns.
 ///

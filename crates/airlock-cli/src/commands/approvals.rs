@@ -21,7 +21,8 @@ pub fn init(config: &Config, key: Option<&Path>, id: Option<&str>) -> Result<Env
     airlock_core::approval::check_approver_id(&id).map_err(|why| crate::usage(format!("--id {id:?}: {why}")))?;
     let path = key_path(key)?;
     let is_default = key.is_none() || default_key_path().as_deref() == Some(path.as_path());
-    let created = ApproverKey::create(&path, is_default, &forbidden_places(config))?;
+    let authority = airlock_hostfs::HostAuthority::ambient();
+    let created = ApproverKey::create(&authority, &path, is_default, &forbidden_places(config))?;
     let public_key = created.public_key_text();
     let paste = format!("[[approval.approvers]]\nid = \"{id}\"\npublic_key = \"{public_key}\"\n");
     eprintln!(

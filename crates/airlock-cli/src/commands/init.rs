@@ -59,7 +59,7 @@ pub fn run(config: Option<&Path>) -> Result<Envelope, Refusal> {
     let state = base.join(".airlock");
     let state_dir = PrivateDir::open_or_create(&HostAuthority::ambient(), &state)?;
     let key =
-        airlock_journal::JournalKey::open_or_create(&state_dir).map_err(airlock_runtime::ledger::journal_refusal)?;
+        airlock_journal::JournalKey::open_or_create(&state_dir).map_err(airlock_runtime::failure::journal_refusal)?;
     let content = serde_json::json!({
         "created": created,
         "kept": kept,

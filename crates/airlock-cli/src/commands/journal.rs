@@ -46,7 +46,7 @@ pub fn verify(config: &Config, public_key: Option<&Path>, journal: Option<&Path>
         ),
         None => JournalReader::new(&state()?)
             .and_then(|reader| reader.verify_chain(&key))
-            .map_err(airlock_runtime::ledger::journal_refusal)?,
+            .map_err(airlock_runtime::failure::journal_refusal)?,
     };
     let content = json!({
         "records": report.records,
@@ -77,7 +77,7 @@ pub fn verify(config: &Config, public_key: Option<&Path>, journal: Option<&Path>
 
 /// Prints the journal: one line a record, or one envelope with `--json`.
 pub fn show(runtime: &Runtime, as_json: bool) -> Result<Answer, Refusal> {
-    let records = runtime.journal().records().map_err(airlock_runtime::ledger::journal_refusal)?;
+    let records = runtime.journal().records().map_err(airlock_runtime::failure::journal_refusal)?;
     if as_json {
         return Ok(Envelope { content: Some(json!({ "records": records })), ..Envelope::ok() }.into());
     }
@@ -95,11 +95,11 @@ pub fn show(runtime: &Runtime, as_json: bool) -> Result<Answer, Refusal> {
 pub fn export(runtime: &Runtime, segment: u64, file: &Path) -> Result<Envelope, Refusal> {
     use std::io::Write;
     let journal = runtime.journal();
-    let bytes = journal.sealed_segment(segment).map_err(airlock_runtime::ledger::journal_refusal)?;
+    let bytes = journal.sealed_segment(segment).map_err(airlock_runtime::failure::journal_refusal)?;
     let io = |e: std::io::Error| Refusal::new(ReasonCode::Usage, format!("{}: {e}", file.display()));
     let mut out = std::fs::OpenOptions::new().write(true).create_new(true).open(file).map_err(io)?;
     out.write_all(&bytes).and_then(|()| out.sync_all()).map_err(io)?;
-    let sha256 = journal.mark_exported(segment, &bytes).map_err(airlock_runtime::ledger::journal_refusal)?;
+    let sha256 = journal.mark_exported(segment, &bytes).map_err(airlock_runtime::failure::journal_refusal)?;
     Ok(Envelope {
         content: Some(json!({ "segment": segment, "bytes": bytes.len(), "sha256": sha256, "file": file })),
         ..Envelope::ok()
@@ -109,7 +109,8 @@ pub fn export(runtime: &Runtime, segment: u64, file: &Path) -> Result<Envelope, 
 /// Removes the sealed segments below `before` (see
 /// [`airlock_journal::Journal::prune`]).
 pub fn prune(runtime: &Runtime, before: u64, allow_unexported: bool) -> Result<Envelope, Refusal> {
-    let pruned = runtime.journal().prune(before, allow_unexported).map_err(airlock_runtime::ledger::journal_refusal)?;
+    let pruned =
+        runtime.journal().prune(before, allow_unexported).map_err(airlock_runtime::failure::journal_refusal)?;
     Ok(Envelope {
         content: Some(json!({ "removed": pruned.removed, "unexported": pruned.unexported })),
         ..Envelope::ok()

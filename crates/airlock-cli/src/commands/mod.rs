@@ -52,7 +52,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         return Ok(Answer::Text(airlock_policy::PolicySet::default_policies().to_owned()));
     }
     if let Command::Policy(crate::cli::PolicyCommand::Schema) = cli.command {
-        let specs = airlock_runtime::policy_tool_specs(&config.tools_dir);
+        let specs = airlock_runtime::policy_tool_specs(&HostAuthority::ambient(), &config.tools_dir);
         return Ok(Answer::Text(airlock_policy::schema_text(&specs)));
     }
     let mut runtime = Runtime::open(HostAuthority::ambient(), config, settings::resolver_override()?)?;

@@ -2,7 +2,7 @@
 
 use crate::cli::ToolsCommand;
 use airlock_core::{Envelope, Refusal};
-use airlock_runtime::{tools, Runtime};
+use airlock_runtime::{catalog, Runtime};
 use serde_json::{json, Value};
 
 /// Runs a `tools` subcommand.
@@ -46,7 +46,7 @@ fn describe(runtime: &Runtime, tool: &str, label: &str) -> Value {
 }
 
 fn list(runtime: &Runtime) -> Result<Envelope, Refusal> {
-    let found = tools::list_manifests(&runtime.config().tools_dir);
+    let found = catalog::list_manifests(runtime.authority(), &runtime.config().tools_dir);
     let bundled_name = |p: &std::path::Path| {
         let file = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         airlock_source::BUNDLED.iter().map(|(n, _)| *n).find(|n| file == format!("{n}.clad.toml"))
@@ -73,9 +73,9 @@ fn list(runtime: &Runtime) -> Result<Envelope, Refusal> {
 
 fn validate(runtime: &Runtime, names: Vec<String>) -> Result<Envelope, Refusal> {
     let paths: Vec<std::path::PathBuf> = if names.is_empty() {
-        tools::list_manifests(&runtime.config().tools_dir)
+        catalog::list_manifests(runtime.authority(), &runtime.config().tools_dir)
     } else {
-        names.iter().map(|n| tools::locate(n, &runtime.config().tools_dir)).collect::<Result<_, _>>()?
+        names.iter().map(|n| catalog::locate(n, &runtime.config().tools_dir)).collect::<Result<_, _>>()?
     };
     let mut results = Vec::with_capacity(paths.len());
     let mut first_error: Option<Refusal> = None;

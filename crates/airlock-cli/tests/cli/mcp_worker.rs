@@ -62,7 +62,7 @@ for line in sys.stdin:
 
 /// An `[mcp]` manifest around the provider; `server_extra` is appended to
 /// its argv, `tool` is the upstream tool called.
-fn mcp_manifest(name: &str, server_extra: &str, tool: &str) -> String {
+pub(crate) fn mcp_manifest(name: &str, server_extra: &str, tool: &str) -> String {
     format!(
         r#"[tool]
 name = "{name}"

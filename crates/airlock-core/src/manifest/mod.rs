@@ -252,6 +252,17 @@ impl Manifest {
         &self.sha256
     }
 
+    /// The tool as a descriptor names it.
+    pub fn identity(&self) -> crate::descriptor::ToolIdentity {
+        crate::descriptor::ToolIdentity {
+            name: self.name().to_owned(),
+            version: self.tool.version.clone(),
+            manifest_sha256: self.sha256().to_owned(),
+            risk_tier: self.tool.risk_tier.to_string(),
+            human_approval: self.tool.human_approval,
+        }
+    }
+
     /// The tool name.
     pub fn name(&self) -> &str {
         &self.tool.name

@@ -9,11 +9,12 @@
 //! user that runs calls.
 
 use airlock_core::{Config, ReasonCode, Refusal};
+use airlock_hostfs::HostAuthority;
 use ed25519_dalek::SigningKey;
 use rustix::fs::{Mode, OFlags};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use zeroize::Zeroizing;
 
@@ -60,15 +61,15 @@ pub fn forbidden_places(config: &Config) -> Vec<(String, PathBuf)> {
 /// Refuses a key whose directory is, or lies beneath, one of `places`:
 /// each ancestor of the key's directory is compared by `(dev, ino)` with
 /// each place (a place that does not exist holds nothing).
-pub fn check_placement(key: &Path, places: &[(String, PathBuf)]) -> Result<(), Refusal> {
+pub fn check_placement(authority: &HostAuthority, key: &Path, places: &[(String, PathBuf)]) -> Result<(), Refusal> {
     let dir = parent_of(key);
-    let real = std::fs::canonicalize(&dir).map_err(|e| unusable(key, format_args!("its directory: {e}")))?;
+    let real = authority.canonicalize(&dir).map_err(|e| unusable(key, format_args!("its directory: {e}")))?;
     let ids: Vec<(&str, (u64, u64))> = places
         .iter()
-        .filter_map(|(label, p)| std::fs::metadata(p).ok().map(|m| (label.as_str(), (m.dev(), m.ino()))))
+        .filter_map(|(label, p)| authority.stat(p).ok().map(|m| (label.as_str(), (m.dev(), m.ino()))))
         .collect();
     for ancestor in real.ancestors() {
-        let Ok(m) = std::fs::metadata(ancestor) else { continue };
+        let Ok(m) = authority.stat(ancestor) else { continue };
         if let Some((label, _)) = ids.iter().find(|(_, id)| *id == (m.dev(), m.ino())) {
             return Err(unusable(
                 key,
@@ -91,9 +92,9 @@ fn parent_of(key: &Path) -> PathBuf {
 
 /// Refuses a key directory that another user could change: it must be a
 /// directory owned by this user (or root) with no group or other write bit.
-fn check_directory(key: &Path) -> Result<(), Refusal> {
+fn check_directory(authority: &HostAuthority, key: &Path) -> Result<(), Refusal> {
     let dir = parent_of(key);
-    let m = std::fs::metadata(&dir).map_err(|e| unusable(key, format_args!("its directory: {e}")))?;
+    let m = authority.stat(&dir).map_err(|e| unusable(key, format_args!("its directory: {e}")))?;
     let euid = rustix::process::geteuid().as_raw();
     if !m.is_dir() {
         return Err(unusable(key, "its parent is not a directory"));
@@ -129,17 +130,20 @@ impl ApproverKey {
     /// Makes a new key at `path` (refused if something is there, if its
     /// directory is writable by others, or if it lies in one of `places`).
     /// The default directory is created `0700`; a named one must exist.
-    pub fn create(path: &Path, is_default: bool, places: &[(String, PathBuf)]) -> Result<ApproverKey, Refusal> {
+    pub fn create(
+        authority: &HostAuthority,
+        path: &Path,
+        is_default: bool,
+        places: &[(String, PathBuf)],
+    ) -> Result<ApproverKey, Refusal> {
         let dir = parent_of(path);
         if is_default {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&dir)
+            authority
+                .create_dir_all(&dir, 0o700)
                 .map_err(|e| unusable(path, format_args!("creating {}: {e}", dir.display())))?;
         }
-        check_placement(path, places)?;
-        check_directory(path)?;
+        check_placement(authority, path, places)?;
+        check_directory(authority, path)?;
         let mut seed = Zeroizing::new([0u8; SEED_BYTES]);
         let mut filled = 0;
         while filled < SEED_BYTES {
@@ -150,7 +154,7 @@ impl ApproverKey {
             }
         }
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rustix::fs::open(path, flags, Mode::from_raw_mode(0o600)).map_err(|e| {
+        let fd = authority.open_with(path, flags, Mode::from_raw_mode(0o600)).map_err(|e| {
             if e == rustix::io::Errno::EXIST {
                 unusable(path, "a file is already there; use it, or choose another --key FILE")
             } else {
@@ -159,10 +163,10 @@ impl ApproverKey {
         })?;
         let mut file = File::from(fd);
         if let Err(e) = file.write_all(&seed[..]).and_then(|()| file.sync_all()) {
-            let _ = std::fs::remove_file(path);
+            let _ = authority.remove_file(path);
             return Err(unusable(path, format_args!("writing: {e}")));
         }
-        if let Ok(d) = File::open(&dir) {
+        if let Ok(d) = authority.open_read(&dir) {
             let _ = d.sync_all();
         }
         Ok(ApproverKey { signing: SigningKey::from_bytes(&seed), path: path.to_path_buf() })
@@ -172,9 +176,9 @@ impl ApproverKey {
     /// regular file of exactly 32 bytes, owned by this user, with no group
     /// or other permission bit and one link, in a directory only its owner
     /// may change, outside every one of `places`.
-    pub fn load(path: &Path, places: &[(String, PathBuf)]) -> Result<ApproverKey, Refusal> {
+    pub fn load(authority: &HostAuthority, path: &Path, places: &[(String, PathBuf)]) -> Result<ApproverKey, Refusal> {
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-        let fd = rustix::fs::open(path, flags, Mode::empty()).map_err(|e| match e {
+        let fd = authority.open_with(path, flags, Mode::empty()).map_err(|e| match e {
             rustix::io::Errno::NOENT => unusable(
                 path,
                 "there is no key here; an approver makes one with `airlock approver init` (as their own user)",
@@ -202,8 +206,8 @@ impl ApproverKey {
         if st.st_size != SEED_BYTES as i64 {
             return Err(unusable(path, format_args!("it is {} bytes, not {SEED_BYTES}", st.st_size)));
         }
-        check_directory(path)?;
-        check_placement(path, places)?;
+        check_directory(authority, path)?;
+        check_placement(authority, path, places)?;
         let mut seed = Zeroizing::new([0u8; SEED_BYTES]);
         File::from(fd).read_exact(&mut seed[..]).map_err(|e| unusable(path, format_args!("read: {e}")))?;
         Ok(ApproverKey { signing: SigningKey::from_bytes(&seed), path: path.to_path_buf() })

@@ -53,7 +53,7 @@ fn main() {
     let result = tier.start(spec).and_then(|w| w.wait());
     let json = match result {
         Ok(outcome) => serde_json::json!({ "outcome": outcome }),
-        Err(e) => serde_json::json!({ "error": e.to_string(), "code": e.reason_code() }),
+        Err(e) => serde_json::json!({ "error": e.to_string(), "code": e.kind().as_str() }),
     };
     println!("{json}");
 }

@@ -7,7 +7,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use airlock_sandbox::{Tier, Worker, FS_SOCKET_ENV};
+use airlock_sandbox::{SandboxErrorKind, Tier, Worker, FS_SOCKET_ENV};
 
 use crate::util::{run, sh, show, text, tier};
 
@@ -101,5 +101,5 @@ fn a_socket_is_required_to_be_a_socket() {
     let mut spec = sh("true", &[]);
     spec.fs_socket = Some(OwnedFd::from(std::fs::File::open("/dev/null").unwrap()));
     let err = tier().start(spec).unwrap_err();
-    assert_eq!(err.reason_code(), "sandbox.invalid_spec", "{err}");
+    assert_eq!(err.kind(), SandboxErrorKind::InvalidSpec, "{err}");
 }

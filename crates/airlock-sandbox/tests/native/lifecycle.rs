@@ -1,7 +1,7 @@
 //! Deadlines, bounds, kills and errors.
 use std::time::{Duration, Instant};
 
-use airlock_sandbox::{ExitStatusKind, Tier, Worker, WorkerSpec};
+use airlock_sandbox::{ExitStatusKind, SandboxErrorKind, Tier, Worker, WorkerSpec};
 
 use crate::util::*;
 
@@ -55,7 +55,7 @@ fn a_kill_handle_stops_the_worker() {
 #[test]
 fn a_missing_program_is_a_typed_error() {
     let err = tier().start(WorkerSpec::new(["no-such-tool-xyz"])).unwrap().wait().unwrap_err();
-    assert_eq!(err.reason_code(), "worker.exec_failed", "{err}");
+    assert_eq!(err.kind(), SandboxErrorKind::ExecFailed, "{err}");
     assert!(err.to_string().contains("no-such-tool-xyz"), "{err}");
 }
 
@@ -63,19 +63,19 @@ fn a_missing_program_is_a_typed_error() {
 fn a_bad_spec_is_refused_before_anything_starts() {
     let mut spec = WorkerSpec::new(["true"]);
     spec.working_dir = "/tmp/x".into();
-    assert_eq!(tier().start(spec).unwrap_err().reason_code(), "sandbox.invalid_spec");
+    assert_eq!(tier().start(spec).unwrap_err().kind(), SandboxErrorKind::InvalidSpec);
     let dir = Dir::new();
     dir.write("a", b"a");
     let mut spec = WorkerSpec::new(["true"]);
     spec.inputs.push(dir.input("a", "../a"));
-    assert_eq!(tier().start(spec).unwrap_err().reason_code(), "sandbox.invalid_spec");
+    assert_eq!(tier().start(spec).unwrap_err().kind(), SandboxErrorKind::InvalidSpec);
 }
 
 #[test]
 fn a_non_init_program_is_a_protocol_error() {
     let tier = airlock_sandbox::NativeTier::new("/bin/true".into());
     let err = tier.start(WorkerSpec::new(["true"])).unwrap().wait().unwrap_err();
-    assert_eq!(err.reason_code(), "sandbox.setup_failed", "{err}");
+    assert_eq!(err.kind(), SandboxErrorKind::SetupFailed, "{err}");
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Memory outside the address space: System V IPC and POSIX message queues
 //! are denied, a memfd stops at the file-size limit, and a tier that
 //! requires a cgroup refuses to start where none is delegated.
-use airlock_sandbox::{Enforcement, SharedCgroup, Tier, WorkerSpec};
+use airlock_sandbox::{Enforcement, SandboxErrorKind, SharedCgroup, Tier, WorkerSpec};
 
 use crate::util::*;
 
@@ -53,7 +53,7 @@ fn a_required_cgroup_that_is_not_delegated_refuses_before_anything_starts() {
     let mut tier = tier();
     tier.cgroup_parent(not_delegated.tmp.path().to_path_buf()).require_cgroup(true);
     let e = tier.start(sh("echo started", &[&m])).map(|_| ()).unwrap_err();
-    assert_eq!(e.reason_code(), "sandbox.limits_unavailable", "{e}");
+    assert_eq!(e.kind(), SandboxErrorKind::LimitsUnavailable, "{e}");
     assert!(e.to_string().contains("does not delegate"), "{e}");
     assert!(processes_with(&m).is_empty());
 

@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::io::Write;
 
-use airlock_sandbox::{ProvidedFile, Tier, WorkerSpec};
+use airlock_sandbox::{ProvidedFile, SandboxErrorKind, Tier, WorkerSpec};
 use rustix::fs::{MemfdFlags, SealFlags};
 
 use crate::util::{run, sh, show, text, Dir};
@@ -83,6 +83,6 @@ fn provided_paths_stay_beneath_the_airlock_dir() {
         let mut spec = sh("true", &[]);
         spec.provided.push(ProvidedFile { path: path.into(), file: sealed(b"x"), executable: false });
         let err = crate::util::tier().start(spec).map(|_| ()).unwrap_err();
-        assert_eq!(err.reason_code(), "sandbox.invalid_spec", "{path}: {err}");
+        assert_eq!(err.kind(), SandboxErrorKind::InvalidSpec, "{path}: {err}");
     }
 }

@@ -72,7 +72,7 @@ pub fn run(spec: WorkerSpec) -> WorkerOutcome {
     let argv = spec.argv.clone();
     match tier().start(spec).and_then(|w| w.wait()) {
         Ok(o) => o,
-        Err(e) => panic!("{argv:?} failed to run: {e} ({})", e.reason_code()),
+        Err(e) => panic!("{argv:?} failed to run: {e} ({})", e.kind()),
     }
 }
 

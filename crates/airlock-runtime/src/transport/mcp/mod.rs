@@ -11,15 +11,33 @@
 //! server that will not exit kills the worker and publishes nothing:
 //! whatever the server wrote, during startup or the call, stays in the
 //! sandbox's private tmpfs and is discarded with it.
+//!
+//! # MCP workers
+//!
+//! The MCP worker client lives here (`transport/mcp/`), not in `airlock-mcp`:
+//! `airlock-mcp` depends on the runtime, and the runtime stays synchronous (no
+//! tokio). It is a small newline-delimited JSON-RPC client: `initialize`
+//! (protocol 2025-06-18) → `notifications/initialized` → `tools/list`
+//! (cursors, ≤ 16 pages) → one `tools/call`; server requests are answered
+//! -32601, notifications ignored, messages bounded at 8 MiB, every wait
+//! bounded by the call's deadline; a reader thread keeps draining stdout after
+//! the session so the server never blocks. After a result without `isError`
+//! stdin is closed and the server must exit by itself within 5 s
+//! (`SHUTDOWN_GRACE`), then the usual judge (cleanup, limits, exit 0) and
+//! publication run; anything else kills the worker at once and publishes
+//! nothing. The worker runs with live stdio (`NativeTier::start_live`) and
+//! creates its own output (`NativeTier::worker_creates_output`).
 
 mod client;
 
-use crate::authorize::AuthorizedCall;
-use crate::verdict::{exit_number, judge, output_tail, sandbox_code};
+use super::exec::ExecPayload;
+use crate::engine::answer;
+use crate::engine::verdict::{judge, output_tail};
+use crate::engine::AuthorizedCall;
+use crate::failure::sandbox_refusal;
 use crate::Runtime;
 use airlock_core::manifest::McpSpec;
-use airlock_core::{Envelope, ErrorBody, ReasonCode, Refusal};
-use airlock_journal::kind;
+use airlock_core::{Envelope, ReasonCode, Refusal};
 use airlock_sandbox::{Worker as _, WorkerOutcome, WorkerSpec};
 use client::{Client, ClientError};
 use serde_json::{json, Value};
@@ -40,8 +58,8 @@ enum Verdict {
 
 impl Runtime {
     /// Steps 3–5 for an `[mcp]` tool (see the module documentation).
-    pub(crate) fn execute_mcp(&self, spec: McpSpec, call: AuthorizedCall) -> Result<Envelope, Refusal> {
-        let (prepared, decision) = call.into_parts();
+    pub(crate) fn execute_mcp(&self, spec: McpSpec, call: AuthorizedCall<ExecPayload>) -> Result<Envelope, Refusal> {
+        let (mut prepared, decision) = call.into_parts();
         let mut tier = self.native_tier()?;
         // MCP file servers create their output exclusively (O_EXCL), so the
         // worker makes the file; it is exported only if it is a regular file
@@ -49,27 +67,20 @@ impl Runtime {
         tier.worker_creates_output(true);
         let d = prepared.descriptor().clone();
         let id = prepared.invocation_id().to_owned();
-        let call_staging = prepared.staged()?;
         let manifest = prepared.manifest();
         // Standard output is the live MCP connection, not captured.
         let worker_spec = WorkerSpec { stdout_limit: 0, ..self.worker_spec(&prepared)? };
         let timeout = worker_spec.timeout;
         let args = manifest.bind_args(&[], &named(&d.args))?;
         let upstream_args = spec.arguments(&args);
-        self.record(
-            kind::WORKER_STARTED,
-            Some(&id),
-            crate::ledger::worker_started_body(&d.argv, json!({ "mcp_tool": spec.tool })),
-        )?;
+        let step = self.worker_started(&id, &d.argv, json!({ "mcp_tool": spec.tool }))?;
         let deadline = Instant::now() + timeout;
-        let started = tier.start_live(worker_spec).map_err(|e| {
-            Refusal::new(sandbox_code(e.reason_code()), format!("the MCP server {:?}: {e}", spec.server[0]))
-        });
-        let (worker, live) = match started {
+        let (worker, live) = match tier.start_live(worker_spec) {
             Ok(w) => w,
-            Err(r) => {
-                self.note(kind::WORKER_FINISHED, Some(&id), json!({ "error": r.code.as_str() }))?;
-                return Err(r);
+            Err(e) => {
+                let refusal = sandbox_refusal(&e, &format!("the MCP server {:?}", spec.server[0]));
+                step.finished(Err(&refusal))?;
+                return Err(refusal);
             }
         };
         let kill = worker.kill_handle();
@@ -94,30 +105,14 @@ impl Runtime {
                 client.close();
             }
         }
-        let outcome =
-            worker.wait().map_err(|e| Refusal::new(sandbox_code(e.reason_code()), format!("the MCP server: {e}")));
+        let outcome = worker.wait().map_err(|e| sandbox_refusal(&e, "the MCP server"));
         drop(stop_tx);
-        self.note(
-            kind::WORKER_FINISHED,
-            Some(&id),
-            match &outcome {
-                Ok(o) => json!({
-                    "exit_code": exit_number(o.exit),
-                    "timed_out": o.timed_out,
-                    "cleanup_confirmed": o.cleanup_confirmed,
-                    "output_bytes": o.output.as_ref().map(|e| e.bytes),
-                    "mcp_result": matches!(verdict, Verdict::Success(_)),
-                }),
-                Err(r) => json!({ "error": r.code.as_str(), "message": r.message }),
-            },
-        )?;
+        step.finished(outcome.as_ref())?;
         let outcome = outcome?;
-        let base = crate::run::finished_envelope(&prepared, &decision.policy_ids, &outcome);
-        let fail = |refusal: Refusal, content: Option<Value>| Envelope {
-            status: refusal.code.status(),
-            error: Some(ErrorBody { code: refusal.code, message: refusal.message }),
-            content: content.or_else(|| Some(json!({ "stderr": output_tail(&outcome.stderr) }))),
-            ..base.clone()
+        let base = answer::finished(&prepared, &decision.policy_ids, Some((&outcome, None)));
+        let fail = |refusal: Refusal, content: Option<Value>| {
+            let content = content.or_else(|| Some(json!({ "stderr": output_tail(&outcome.stderr) })));
+            answer::failed(&base, refusal, content)
         };
         let envelope = match verdict {
             Verdict::Failure(refusal, content) => fail(refusal, content),
@@ -130,7 +125,7 @@ impl Runtime {
                     )
                 }) {
                     Err(refusal) => fail(refusal, Some(result)),
-                    Ok(()) => match self.publish(&prepared, call_staging) {
+                    Ok(()) => match self.publish(&prepared, prepared.output(), prepared.staged()?) {
                         Ok(created_files) => Envelope { content: Some(result), created_files, ..base.clone() },
                         Err(refusal) => fail(refusal, Some(result)),
                     },

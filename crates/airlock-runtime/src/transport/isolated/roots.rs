@@ -114,7 +114,7 @@ impl Runtime {
                     };
                     Refusal::new(code, r.message)
                 })?;
-                let real = ceilings::fd_path(&dir.as_fd()).unwrap_or_else(|| grant.path.clone());
+                let real = self.authority().path_of(dir.as_fd()).unwrap_or_else(|| grant.path.clone());
                 Ok(OpenRoot { grant: grant.clone(), dir, real })
             })
             .collect()

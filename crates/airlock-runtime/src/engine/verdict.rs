@@ -1,8 +1,21 @@
 //! Judging what a worker did, and how it is reported: whether the call
-//! succeeded, the reason code of a sandbox failure, the exit number, the
-//! kept tail of its output and `evidence.limits`. Every call shape that
-//! runs a worker (tools, MCP workers, Git queries, isolated submissions)
-//! uses these, so they depend on nothing of the pipeline.
+//! succeeded, the exit number, the kept tail of its output and
+//! `evidence.limits` (a sandbox failure's code is [`crate::failure`]'s).
+//! Every call shape that runs a worker (tools, MCP workers, Git queries,
+//! isolated submissions) uses these, so they depend on nothing of the
+//! pipeline.
+//!
+//! # Resource limits
+//!
+//! `[sandbox] require_cgroup = true` refuses every worker call with
+//! `sandbox.limits_unavailable` (status `refused`, exit 78: the host cannot
+//! enforce the configuration, like `sandbox.unavailable`) when no cgroup can
+//! hold both the memory and the pids limit. It is checked when the tier is
+//! made, before any worker or broker starts, and again by the tier itself
+//! before it spawns the init (and after adoption); `airlock doctor` fails with
+//! the same code. Every answer of a call that ran a worker (tool, `[mcp]`,
+//! isolated, Git driver) carries `evidence.limits` from the sandbox's
+//! `AppliedLimits` (this module).
 
 use airlock_core::{LimitsEvidence, ReasonCode, Refusal};
 use airlock_sandbox::{AppliedLimits, ExitStatusKind, WorkerOutcome};
@@ -80,14 +93,4 @@ pub(crate) fn exit_number(exit: ExitStatusKind) -> i32 {
 pub(crate) fn output_tail(bytes: &[u8]) -> String {
     let start = bytes.len().saturating_sub(OUTPUT_KEPT);
     String::from_utf8_lossy(&bytes[start..]).into_owned()
-}
-
-/// The reason code of a sandbox failure's own code.
-pub(crate) fn sandbox_code(code: &str) -> ReasonCode {
-    match code {
-        "sandbox.unavailable" => ReasonCode::SandboxUnavailable,
-        "worker.exec_failed" => ReasonCode::ToolFailed,
-        "sandbox.limits_unavailable" => ReasonCode::SandboxLimitsUnavailable,
-        _ => ReasonCode::SandboxSetup,
-    }
 }

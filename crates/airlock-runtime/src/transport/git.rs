@@ -24,21 +24,57 @@
 //! 4. **Answer**: the driver's JSON, with what the snapshot left out
 //!    (`partial`, `partial_reasons`, `skipped`), is the envelope's
 //!    `content`. Nothing is published. Every step is journaled like a tool call.
+//!
+//! # Git queries
+//!
+//! The repository directory is resolved beneath its ceiling
+//! through handles and copied by `airlock_git::snapshot::take` into ONE archive
+//! file in the call's staging directory. The snapshot reserves
+//! `Limits::max_archive_bytes()` in the shared staging pool (purpose
+//! `git_snapshot`) before the walk; the reservation is lowered to the
+//! archive's real size once it is written and released after the driver is
+//! reaped. The control identities it must not enter (`airlock_git::ControlIds`)
+//! are the state directory's held handle, `tools_dir` and the config file; a
+//! repository or `.git` that is one of them is `path.control_dir`.
+//!
+//! Cedar sees the query as the action `tool_call::git_status` (etc.) with
+//! arguments `path` (String) and `max_count` (Long); these four actions are
+//! part of the schema policies are validated against: one list
+//! (`catalog::tool_specs`) serves start-up validation, Git authorization
+//! and `airlock policy schema`, and a manifest naming a Git operation never
+//! adds a second spec. Without policy files the default permits them unless
+//! the snapshot found a hard-linked file (`policy.denied`,
+//! `airlock.default.forbid-linked-files`, in the native default and in
+//! `airlock policy show-default` alike), so that someone notices; a Cedar
+//! policy may permit it and the answer then says so.
+//!
+//! The driver runs in a native worker whose only file is the archive
+//! (`/workspace/snapshot`, a staged input) and whose image holds only `/lib*`
+//! and `/usr/lib*` (no shell, no `git`); the `airlock` binary is the driver
+//! (`NativeTier::bind_program`), dispatched by `main` on a hidden marker
+//! argument before anything else. Driver errors come back as
+//! `{"error":{code,message}}` and become the envelope's error; only `git.*`
+//! codes are believed, anything else from the worker is `tool.failed`.
+//! Refusals reserve the invocation id and are journaled like tool calls; a
+//! query that ran journals prepared, authorized, worker started, worker
+//! finished and finished. It publishes nothing.
 
+use crate::engine::{answer, AuthorizedCall, CallStart, Preparation, Transport};
+use crate::failure::sandbox_refusal;
 use crate::{ceilings, Runtime};
-use airlock_core::{
-    CommandBoundary, Descriptor, Envelope, ErrorBody, Evidence, FilesystemBoundary, ReadGrant, ReasonCode, Refusal,
-    RelPath, SnapshotBinding, Tier,
-};
+use airlock_core::{Envelope, FilesystemBoundary, ReadGrant, ReasonCode, Refusal, RelPath, SnapshotBinding, Tier};
 use airlock_git::{snapshot, ControlIds, Limits, Operation, Request, SnapshotStats};
 use airlock_hostfs::Dir;
-use airlock_journal::kind;
-use airlock_sandbox::{ImageMount, StagedInput, Tier as _, Worker as _, WorkerLimits, WorkerSpec, PROGRAM_PATH};
+use airlock_sandbox::{
+    ImageMount, NativeTier, StagedInput, Tier as _, Worker as _, WorkerLimits, WorkerSpec, PROGRAM_PATH,
+};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// `transport` of a Git query's descriptor.
+pub const GIT_TRANSPORT: &str = "git-snapshot";
 /// Name of the archive in the call's staging directory and in the worker.
 const ARCHIVE: &str = "snapshot";
 /// Bytes of the driver's answer kept; a larger answer is `limit.output_size`.
@@ -53,89 +89,81 @@ const SCRATCH_MARGIN: u64 = 16 << 20;
 /// loader needs, no `bin` directory (so no shell, no `git`).
 const DRIVER_IMAGE: &[&str] = &["/lib", "/lib64", "/lib32", "/usr/lib", "/usr/lib64", "/usr/lib32"];
 
-/// What a finished snapshot leaves for the worker.
-struct Prepared {
-    descriptor: Descriptor,
-    digest: String,
-    stats: SnapshotStats,
+/// One Git query: the operation and its arguments (`path`, `max_count`).
+pub(crate) struct Git<'a> {
+    pub operation: &'a str,
+    pub args: &'a BTreeMap<String, String>,
 }
 
-impl Runtime {
-    /// Answers one Git query (`operation` is `git_status`, `git_log`,
-    /// `git_diff` or `git_staged_diff`; `args` are `path` and, for
-    /// `git_log`, `max_count`). `Err` is a refusal before anything ran; a
-    /// query that ran answers `Ok` with its status.
-    pub fn git_query(
-        &self,
-        operation: &str,
-        args: &BTreeMap<String, String>,
-        invocation_id: &str,
-    ) -> Result<Envelope, Refusal> {
-        let _caller = self.enter_call(invocation_id, self.principal_of(None));
-        let id = crate::id::check_invocation_id(invocation_id).ok().map(|()| invocation_id);
-        let result = self.git_query_journaled(operation, args, invocation_id);
-        self.journal_end(id, result)
-    }
+/// What a Git query carries from its snapshot to its driver.
+#[derive(Debug)]
+pub struct GitPayload {
+    op: Operation,
+    request: Request,
+    stats: SnapshotStats,
+    tier: NativeTier,
+}
 
-    pub(crate) fn git_query_journaled(
-        &self,
-        operation: &str,
-        args: &BTreeMap<String, String>,
-        id: &str,
-    ) -> Result<Envelope, Refusal> {
-        crate::id::check_invocation_id(id)?;
-        let (op, path, request) = parse_args(operation, args)?;
-        let record = self.invocations()?.create_subdir(id).map_err(|e| {
-            Refusal::new(ReasonCode::InvocationDuplicate, format!("invocation id {id:?} was used before: {e}"))
-        })?;
-        if self.config().tier != Tier::Native {
+impl Transport for Git<'_> {
+    type Payload = GitPayload;
+    const NAME: &'static str = GIT_TRANSPORT;
+    const WRITES: bool = false;
+    const NOT_KEPT: Option<&'static str> =
+        Some("it is a Git query: it is answered in one call (`airlock query`), not kept for dispatch");
+
+    fn prepare(self, rt: &Runtime, start: &CallStart<'_>) -> Result<Preparation<GitPayload>, Refusal> {
+        let (op, path, request) = parse_args(self.operation, self.args)?;
+        if rt.config().tier != Tier::Native {
             return Err(Refusal::new(
                 ReasonCode::SandboxUnavailable,
-                format!("tier {:?} cannot run Git queries yet; they need the native tier", self.config().tier),
+                format!("tier {:?} cannot run Git queries yet; they need the native tier", rt.config().tier),
             ));
         }
-        let tier = self.native_tier()?;
-        // 1. Prepare: resolve, reserve the snapshot's bound in the staging
-        // pool, snapshot, give back what the archive did not use, describe.
-        let repo = self.open_repository(&path)?;
+        let tier = rt.native_tier()?;
+        // Resolve, reserve the snapshot's bound in the staging pool,
+        // snapshot, give back what the archive did not use, describe.
+        let repo = rt.open_repository(&path)?;
         let limits = Limits::default();
-        let mut lease = self.pool().admit(&airlock_staging::Request {
-            invocation_id: id.to_owned(),
+        let mut lease = rt.pool().admit(&airlock_staging::Request {
+            invocation_id: start.invocation_id.to_owned(),
             purpose: airlock_staging::Purpose::GitSnapshot,
             bytes: limits.max_archive_bytes(),
             files: 1,
         })?;
         let mut archive = lease.data().create_file(ARCHIVE)?;
         let stats =
-            snapshot::take(&repo, op.scope(), limits, &self.control_ids(), &mut archive).map_err(Refusal::from)?;
+            snapshot::take(&repo, op.scope(), limits, &rt.control_ids(), &mut archive).map_err(Refusal::from)?;
         drop(archive);
         lease.shrink(stats.archive_bytes, 1)?;
-        let prepared = self.describe(op, &path, args, stats);
-        record.write_new_file("git_query.json", &prepared.descriptor.canonical_json())?;
-        self.note(
-            kind::INVOCATION_PREPARED,
-            Some(id),
-            json!({
-                "descriptor_sha256": prepared.digest,
-                "tool": op.as_str(),
-                "reads": prepared.descriptor.command_boundary.filesystem.reads,
-                "snapshot": prepared.descriptor.command_boundary.filesystem.snapshot,
-                "owner_pid": std::process::id(),
-            }),
-        )?;
+        let filesystem = boundary(&path, &stats);
+        let mut journal = serde_json::Map::new();
+        journal.insert("reads".into(), json!(filesystem.reads));
+        journal.insert("snapshot".into(), json!(filesystem.snapshot));
+        Ok(Preparation {
+            args: self.args.clone(),
+            argv: vec![op.as_str().to_owned()],
+            filesystem,
+            inputs: Vec::new(),
+            output: None,
+            lease: Some(lease),
+            journal,
+            payload: GitPayload { op, request, stats, tier },
+        })
+    }
 
-        // 2. Authorize.
-        let policy_ids = self.authorize_builtin(&prepared.descriptor, &policy_spec(&prepared.descriptor.tool), id)?;
-
-        // 3. Run the driver on the archive alone.
-        let mut tier = tier;
-        let program = std::fs::File::open(tier.init_program()).map_err(|e| {
+    fn execute(rt: &Runtime, call: AuthorizedCall<GitPayload>) -> Result<Envelope, Refusal> {
+        let (mut prepared, decision) = call.into_parts();
+        let id = prepared.invocation_id().to_owned();
+        let GitPayload { op, request, stats, tier } = prepared.payload();
+        // The driver runs on the archive alone.
+        let mut tier = tier.clone();
+        let program = rt.authority().open_read(tier.init_program()).map_err(|e| {
             Refusal::new(ReasonCode::SandboxUnavailable, format!("opening the airlock executable for the driver: {e}"))
         })?;
         tier.bind_program(Arc::new(program));
-        let working_dir = self.config().working_dir.clone();
+        let working_dir = rt.config().working_dir.clone();
         let request_json =
-            serde_json::to_string(&request).map_err(|e| Refusal::new(ReasonCode::Internal, e.to_string()))?;
+            serde_json::to_string(request).map_err(|e| Refusal::new(ReasonCode::Internal, e.to_string()))?;
         let mut spec = WorkerSpec::new([
             PROGRAM_PATH.to_string(),
             airlock_git::driver::DRIVER_MARKER.to_string(),
@@ -143,73 +171,38 @@ impl Runtime {
             format!("{working_dir}/{ARCHIVE}"),
         ]);
         spec.working_dir = working_dir;
-        spec.inputs.push(StagedInput { virtual_path: ARCHIVE.into(), file: lease.data().open_file(ARCHIVE)? });
+        spec.inputs.push(StagedInput { virtual_path: ARCHIVE.into(), file: prepared.staged()?.open_file(ARCHIVE)? });
         spec.image = DRIVER_IMAGE
             .iter()
-            .filter(|p| std::path::Path::new(p).symlink_metadata().is_ok())
+            .filter(|p| rt.authority().lstat(std::path::Path::new(p)).is_ok())
             .map(ImageMount::new)
             .collect();
-        spec.limits = driver_limits(&prepared.stats);
+        spec.limits = driver_limits(stats);
         spec.timeout = DRIVER_TIMEOUT;
         spec.stdout_limit = ANSWER_LIMIT;
         spec.stderr_limit = 64 << 10;
-        self.record(
-            kind::WORKER_STARTED,
-            Some(id),
-            crate::ledger::worker_started_body(
-                &[PROGRAM_PATH.to_owned(), "git-driver".to_owned(), op.as_str().to_owned()],
-                json!({}),
-            ),
-        )?;
-        let outcome = tier
-            .start(spec)
-            .and_then(|w| w.wait())
-            .map_err(|e| Refusal::new(crate::verdict::sandbox_code(e.reason_code()), format!("the Git driver: {e}")));
-        self.note(kind::WORKER_FINISHED,
-            Some(id),
-            match &outcome {
-                Ok(o) => {
-                    json!({ "exit": format!("{:?}", o.exit), "timed_out": o.timed_out, "cleanup_confirmed": o.cleanup_confirmed })
-                }
-                Err(r) => json!({ "error": r.code.as_str(), "message": r.message }),
-            },
-        )?;
+        let argv = [PROGRAM_PATH.to_owned(), "git-driver".to_owned(), op.as_str().to_owned()];
+        let step = rt.worker_started(&id, &argv, json!({}))?;
+        let outcome = tier.start(spec).and_then(|w| w.wait()).map_err(|e| sandbox_refusal(&e, "the Git driver"));
+        step.finished(outcome.as_ref())?;
         let outcome = outcome?;
+        let mut base = answer::finished(&prepared, &decision.policy_ids, Some((&outcome, None)));
+        base.descriptor = Some(prepared.descriptor().clone());
+        let answered = judge(&outcome).map(|mut content| {
+            stats.annotate(&mut content);
+            content
+        });
         // The archive is removed and its room given back (a failure here
         // is reaped once this process is gone).
-        let _ = lease.release();
-
-        // 4. Answer.
-        let base = Envelope {
-            invocation_id: Some(id.to_owned()),
-            tool: Some(op.as_str().to_owned()),
-            stage: Some("finished"),
-            exit_code: Some(match outcome.exit {
-                airlock_sandbox::ExitStatusKind::Exited(c) => c,
-                airlock_sandbox::ExitStatusKind::Signaled(s) => 128 + s,
-            }),
-            descriptor: Some(prepared.descriptor.clone()),
-            evidence: Some(Evidence {
-                descriptor_sha256: Some(prepared.digest.clone()),
-                policy_ids,
-                principal: Some(self.record_principal(Some(id))),
-                limits: Some(crate::verdict::limits_evidence(&outcome.limits, None)),
-            }),
-            ..Envelope::ok()
-        };
-        Ok(match judge(&outcome) {
-            Ok(mut content) => {
-                prepared.stats.annotate(&mut content);
-                Envelope { content: Some(content), ..base }
-            }
-            Err(r) => Envelope {
-                status: r.code.status(),
-                error: Some(ErrorBody { code: r.code, message: r.message }),
-                ..base
-            },
+        prepared.release_staging();
+        Ok(match answered {
+            Ok(content) => Envelope { content: Some(content), ..base },
+            Err(r) => answer::failed(&base, r, None),
         })
     }
+}
 
+impl Runtime {
     /// The identities a snapshot never enters: the state directory (from
     /// its held handle) and every control file and directory that exists
     /// (config file, `tools_dir`, policy directories, the default approver
@@ -218,8 +211,8 @@ impl Runtime {
         use std::os::unix::fs::MetadataExt;
         let mut ids = ControlIds::new();
         ids.insert(self.state().dir().dev_ino());
-        for control in crate::control::ControlFiles::of(self.config()).0 {
-            if let Ok(m) = std::fs::symlink_metadata(&control.path) {
+        for control in crate::control::ControlFiles::of(self.authority(), self.config()).0 {
+            if let Ok(m) = self.authority().lstat(&control.path) {
                 ids.insert((m.dev(), m.ino()));
             }
         }
@@ -250,62 +243,25 @@ impl Runtime {
             }
         }
     }
-
-    fn describe(
-        &self,
-        op: Operation,
-        path: &Option<RelPath>,
-        args: &BTreeMap<String, String>,
-        stats: SnapshotStats,
-    ) -> Prepared {
-        let sha256 = format!("sha256:{}", stats.sha256_hex);
-        let shown = path.as_ref().map_or(".".to_string(), |p| p.as_str().to_owned());
-        let read = ReadGrant { path: shown, bytes: stats.archive_bytes, sha256: sha256.clone() };
-        let mut filesystem = FilesystemBoundary::new(vec![read], None, airlock_git::MAX_FILE_BYTES, None);
-        filesystem.snapshot = Some(SnapshotBinding {
-            kind: "git".into(),
-            files: stats.files,
-            bytes: stats.bytes,
-            archive_bytes: stats.archive_bytes,
-            sha256,
-            linked_files: stats.linked_files,
-            skipped: stats.skipped,
-        });
-        let descriptor = Descriptor {
-            version: airlock_core::descriptor::DESCRIPTOR_VERSION,
-            tool: op.as_str().to_owned(),
-            tool_version: env!("CARGO_PKG_VERSION").to_owned(),
-            manifest_sha256: "builtin".into(),
-            args: args.clone(),
-            argv: vec![op.as_str().to_owned()],
-            transport: "git-snapshot".into(),
-            risk_tier: "low".into(),
-            human_approval: false,
-            working_dir: self.config().working_dir.clone(),
-            command_boundary: CommandBoundary { filesystem },
-        };
-        let digest = descriptor.digest();
-        Prepared { descriptor, digest, stats }
-    }
 }
 
-/// The Cedar view of one Git query: action `tool_call::OPERATION`, with
-/// arguments `path` (String) and `max_count` (Long).
-fn policy_spec(operation: &str) -> airlock_policy::ToolSpec {
-    airlock_policy::ToolSpec {
-        name: operation.to_owned(),
-        action: None,
-        resource: None,
-        args: vec![
-            ("path".into(), airlock_policy::ArgKind::String),
-            ("max_count".into(), airlock_policy::ArgKind::Long),
-        ],
-    }
-}
-
-/// Every Git query's Cedar view (policies are validated against them at start-up).
-pub(crate) fn policy_specs() -> impl Iterator<Item = airlock_policy::ToolSpec> {
-    Operation::ALL.into_iter().map(|op| policy_spec(op.as_str()))
+/// The boundary of a query over `stats`: `reads` names the archive,
+/// `snapshot` describes it.
+fn boundary(path: &Option<RelPath>, stats: &SnapshotStats) -> FilesystemBoundary {
+    let sha256 = format!("sha256:{}", stats.sha256_hex);
+    let shown = path.as_ref().map_or(".".to_string(), |p| p.as_str().to_owned());
+    let read = ReadGrant { path: shown, bytes: stats.archive_bytes, sha256: sha256.clone() };
+    let mut filesystem = FilesystemBoundary::new(vec![read], None, airlock_git::MAX_FILE_BYTES, None);
+    filesystem.snapshot = Some(SnapshotBinding {
+        kind: "git".into(),
+        files: stats.files,
+        bytes: stats.bytes,
+        archive_bytes: stats.archive_bytes,
+        sha256,
+        linked_files: stats.linked_files,
+        skipped: stats.skipped,
+    });
+    filesystem
 }
 
 /// The operation, the repository path (`None` for `.`) and the driver's request.

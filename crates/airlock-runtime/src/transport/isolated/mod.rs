@@ -9,6 +9,73 @@
 //! the `airlock-fs` client and its Python module. Airlock checks and relays
 //! every operation ([`relay`]), saves a recovery record before any write is
 //! named ([`records`]), and on close removes leftover staging entries.
+//!
+//! # Isolated submissions
+//!
+//! `airlock isolated --root NAME=PATH:RIGHTS … -- COMMAND` and manifests with
+//! `[broker] roots = ["data:r", "out:wl"]` (paths from `airlock.toml`
+//! `[broker.roots]`) run this shape. Each root is opened like a ceiling (no
+//! link as its last component, never `/proc`/`/sys`/`/dev` or the state
+//! directory, never a tree holding a control file) and bound into the
+//! descriptor's `broker` section. Approval-required isolated tools are refused
+//! (`manifest.unsupported`) for now.
+//!
+//! Processes: the worker is a native-tier worker with no host file at all: fd
+//! 3 is one end of a socketpair (`AIRLOCK_FS_FD=3`), and
+//! `/.airlock/bin/airlock-fs` and `/.airlock/python/airlock_fs.py` are copies
+//! made by PID 1 in its tmpfs (`WorkerSpec.provided`; the sources are sealed
+//! memfds, which the kernel will not bind); `PATH` and `PYTHONPATH` point at
+//! them, and `AIRLOCK_FS_ROOTS` lists `name:rights`. airlock holds the other end
+//! and a second socketpair to the broker. The broker (`airlock-broker`, found
+//! beside `airlock`, or `[broker] program`) is copied into a sealed memfd while
+//! it is hashed and executed from that memfd, so the copy that was hashed (and
+//! compared with `--broker-sha256` / `program_sha256`, else
+//! `broker.digest_mismatch`, nothing started) is the copy that runs; the client
+//! binary is sealed and pinned the same way (`client_sha256`). The broker gets
+//! the socket as fd 0 and one directory handle per root as fds 3…, rights on
+//! its command line. Where a cgroup is delegated, the broker and the worker
+//! share one (`SharedCgroup`: the worker's memory limit, its pids + 1): the
+//! broker is adopted right after it is spawned, the worker's init before it
+//! forks; otherwise each is bounded by its own rlimits and
+//! `evidence.limits.broker` says `rlimit`.
+//!
+//! Checks in airlock (`isolated/relay.rs`), in order: the call is charged
+//! (calls) on receipt; the frame is decoded strictly, every number bounded
+//! there (`airlock_fsproto` `validate`): an id (or a prepared-write id) over
+//! 2^53 − 1 is `broker.protocol`, a `max` over the operation's limit (64 KiB a
+//! read, 256 names a list) `broker.limit`, so no unbounded number reaches a
+//! budget, an answer or the journal; the id must increase; the operation's
+//! budget is charged (reads charge their `max`, lists their `max`, writes
+//! their payload), never refunded; then the root and right
+//! (`broker.denied`), the size limits (64 KiB a read or write, 256 names a
+//! list, `broker.limit`) and the path rules (`airlock_fsproto::check_path`:
+//! the worker sees the `path.*` code; the staging prefix in any letter case is
+//! `broker.path_reserved`). Outstanding = frames received and not yet
+//! answered; more than `outstanding` is `broker.budget`. The first failed
+//! operation is answered, then the worker's socket is shut and the worker
+//! killed: the envelope is `failed`, `broker.operation_failed` (exit 1), with
+//! the operation and its own code at `content.broker.failure`.
+//!
+//! Writes and recovery: between the broker's `write_prepare` and
+//! `write_commit` airlock saves `STATE/isolated/ID/w-N.json` (root name, path
+//! and identity, the target directory's components and identity, the prepared
+//! file's identity, the staging name, the target) and syncs it and its
+//! directory, so any named staging entry has a durable record first. Closing
+//! the submission (after the worker and broker are gone) removes each record's
+//! staging entry only if it is still a regular file with the recorded `(dev,
+//! ino)` in the recorded directory, then the records; anything undecided keeps
+//! them and answers `broker.cleanup_failed`. `airlock isolated recover --root
+//! …` does the same for every submission whose owner process is gone (live
+//! ones are reported `busy`), refusing (`broker.recovery_roots`) when a record
+//! names a root not granted at the same path and identity; it is journaled
+//! (`BrokerRecovered`) and can be repeated. A target is therefore always the
+//! old file or the new one: the new inode is complete and synced before it is
+//! named.
+//!
+//! Evidence: `InvocationPrepared` (roots), `InvocationAuthorized`,
+//! `WorkerStarted` (both helper digests, synced), one `BrokerWrite` per write
+//! renamed into place, `WorkerFinished`, `BrokerOperations` (usage, SHA-256 of
+//! the operation log, the failure, the cleanup) and `InvocationFinished`.
 
 mod helpers;
 mod records;
@@ -22,28 +89,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_core::broker::BrokerBoundary;
-use airlock_core::descriptor::DESCRIPTOR_VERSION;
 use airlock_core::manifest::OutputFormat;
 use airlock_core::output::parse_output;
-use airlock_core::{
-    CommandBoundary, CreatedFile, Descriptor, Envelope, ErrorBody, Evidence, FilesystemBoundary, ReasonCode, Refusal,
-};
-use airlock_journal::kind;
-use airlock_sandbox::{ProvidedFile, SharedCgroup, Tier as _, Worker as _, WorkerLimits, WorkerSpec};
+use airlock_core::{CreatedFile, Envelope, FilesystemBoundary, ReasonCode, Refusal};
+use airlock_sandbox::{ProvidedFile, SealedProgram, SharedCgroup, Tier as _, Worker as _, WorkerLimits, WorkerSpec};
 use serde_json::json;
 
-use crate::prepare::CallRequest;
-use crate::store::{PendingInvocation, PreparedRecord};
-use crate::tools::LoadedTool;
-use crate::{id, ledger, Runtime};
+use super::exec::CallRequest;
+use crate::catalog::{self, LoadedTool};
+use crate::engine::verdict::{exit_number, limits_evidence, output_tail};
+use crate::engine::{answer, AuthorizedCall, CallStart, Preparation, Transport};
+use crate::failure::sandbox_refusal;
+use crate::Runtime;
 pub use helpers::helper_report;
 use relay::{Relay, RelayEnd};
 pub use roots::RootGrant;
 
 /// `transport` of an isolated submission's descriptor.
 pub const ISOLATED_TRANSPORT: &str = "isolated";
-/// The tool name of a command-line submission (`airlock isolated -- CMD`).
-pub const ADHOC_TOOL: &str = "isolated";
 /// Journal kind: the operations of a submission, summarized at its end.
 pub const BROKER_OPERATIONS: &str = "BrokerOperations";
 /// Journal kind: one write renamed into place.
@@ -76,182 +139,120 @@ pub struct IsolatedRequest {
     pub principal: Option<String>,
 }
 
-/// Everything one submission needs, from either front.
-struct Submission {
-    tool: String,
-    tool_version: String,
-    manifest_sha256: String,
-    manifest_text: String,
-    origin: String,
+/// One isolated submission, from either front.
+pub(crate) struct Isolated {
     args: BTreeMap<String, String>,
     argv: Vec<String>,
-    risk_tier: String,
-    human_approval: bool,
     roots: Vec<RootGrant>,
     timeout: Duration,
     format: OutputFormat,
     broker_pin: Option<String>,
-    spec: airlock_policy::ToolSpec,
-    invocation_id: String,
 }
 
-/// The Cedar view of a command-line submission: action
-/// `tool_call::isolated`, no arguments.
-pub(crate) fn adhoc_policy_spec() -> airlock_policy::ToolSpec {
-    airlock_policy::ToolSpec { name: ADHOC_TOOL.into(), action: None, resource: None, args: Vec::new() }
+/// What an authorized submission runs with: its roots open, its helpers sealed.
+#[derive(Debug)]
+pub struct IsolatedPayload {
+    argv: Vec<String>,
+    timeout: Duration,
+    format: OutputFormat,
+    roots: Vec<roots::OpenRoot>,
+    broker: SealedProgram,
+    client: SealedProgram,
 }
 
-impl Runtime {
-    /// Runs one command-line submission: `airlock isolated --root … -- CMD`.
-    pub fn isolated(&self, request: &IsolatedRequest) -> Result<Envelope, Refusal> {
-        let _caller = self.enter_call(&request.invocation_id, self.principal_of(request.principal.as_deref()));
-        let id = id::check_invocation_id(&request.invocation_id).ok().map(|()| request.invocation_id.as_str());
-        let submission = Submission {
-            tool: ADHOC_TOOL.into(),
-            tool_version: env!("CARGO_PKG_VERSION").into(),
-            manifest_sha256: "builtin".into(),
-            manifest_text: String::new(),
-            origin: "command line".into(),
-            args: BTreeMap::new(),
-            argv: request.argv.clone(),
-            risk_tier: "medium".into(),
-            human_approval: false,
-            roots: request.roots.clone(),
-            timeout: request.timeout.unwrap_or(DEFAULT_TIMEOUT),
-            format: OutputFormat::Text,
-            broker_pin: request.broker_sha256.clone(),
-            spec: adhoc_policy_spec(),
-            invocation_id: request.invocation_id.clone(),
-        };
-        let result = self.submit(submission);
-        self.journal_end(id, result)
-    }
+impl Transport for Isolated {
+    type Payload = IsolatedPayload;
+    const NAME: &'static str = ISOLATED_TRANSPORT;
+    const WRITES: bool = true;
+    const NOT_KEPT: Option<&'static str> =
+        Some("it reaches named roots through the broker: it runs in one call (`airlock run`), not kept for dispatch");
 
-    /// A manifest with `[broker]` (from `Runtime::run`).
-    pub(crate) fn run_isolated_tool(&self, request: &CallRequest, tool: LoadedTool) -> Result<Envelope, Refusal> {
-        let manifest = &tool.manifest;
-        manifest.check_executable()?;
-        let def = manifest.broker.as_ref().ok_or_else(|| Refusal::new(ReasonCode::Internal, "not a [broker] tool"))?;
-        let roots = def.roots.iter().map(|e| RootGrant::from_manifest(e, self)).collect::<Result<Vec<_>, _>>()?;
-        let args = manifest.bind_args(&request.positional, &request.named)?;
-        let argv = manifest.build_argv(&args)?;
-        let submission = Submission {
-            tool: manifest.name().to_owned(),
-            tool_version: manifest.tool.version.clone(),
-            manifest_sha256: manifest.sha256().to_owned(),
-            manifest_text: tool.text.clone(),
-            origin: tool.origin.display().to_string(),
-            args: args.as_strings(),
-            argv,
-            risk_tier: manifest.tool.risk_tier.to_string(),
-            human_approval: manifest.tool.human_approval,
-            roots,
-            timeout: Duration::from_secs(manifest.tool.timeout_seconds),
-            format: manifest.output.as_ref().map_or(OutputFormat::Text, |o| o.format),
-            broker_pin: None,
-            spec: airlock_policy::ToolSpec::from_manifest(manifest),
-            invocation_id: request.invocation_id.clone(),
-        };
-        self.submit(submission)
-    }
-
-    fn submit(&self, sub: Submission) -> Result<Envelope, Refusal> {
-        ledger::refuse_if_unconfirmed(self.state(), self.journal())?;
-        id::check_invocation_id(&sub.invocation_id)?;
-        let invocations = self.invocations()?;
-        id::check_unused(&invocations, &sub.invocation_id)?;
-        if crate::approval::needs_approval(&sub.risk_tier, sub.human_approval) {
-            return Err(Refusal::new(
-                ReasonCode::ManifestUnsupported,
-                format!("{} needs an exact-call approval, which isolated submissions do not take yet", sub.tool),
-            ));
-        }
-        if sub.argv.is_empty() {
+    fn prepare(self, rt: &Runtime, _start: &CallStart<'_>) -> Result<Preparation<IsolatedPayload>, Refusal> {
+        if self.argv.is_empty() {
             return Err(Refusal::new(ReasonCode::BrokerRootInvalid, "no command was given after `--`"));
         }
-        let roots = self.open_roots(&sub.roots)?;
-        let cfg = &self.config().broker;
+        let roots = rt.open_roots(&self.roots)?;
+        let cfg = &rt.config().broker;
         let broker_path = helpers::locate(cfg.program.as_deref(), helpers::BROKER_BIN)?;
-        let broker_pin = sub.broker_pin.as_deref().or(cfg.program_sha256.as_deref());
+        let broker_pin = self.broker_pin.as_deref().or(cfg.program_sha256.as_deref());
         let broker = helpers::seal(&broker_path, broker_pin, "broker")?;
         let client_path = helpers::locate(cfg.client.as_deref(), helpers::CLIENT_BIN)?;
         let client = helpers::seal(&client_path, cfg.client_sha256.as_deref(), "client")?;
-
         let boundary = BrokerBoundary::new(
             roots.iter().map(roots::OpenRoot::describe).collect(),
             cfg.budgets,
             broker.sha256_hex(),
             client.sha256_hex(),
         );
+        let mut journal = serde_json::Map::new();
+        journal.insert("roots".into(), json!(boundary.roots));
         let mut filesystem = FilesystemBoundary::new(Vec::new(), None, 0, None);
         filesystem.broker = Some(boundary);
-        let descriptor = Descriptor {
-            version: DESCRIPTOR_VERSION,
-            tool: sub.tool.clone(),
-            tool_version: sub.tool_version.clone(),
-            manifest_sha256: sub.manifest_sha256.clone(),
-            args: sub.args.clone(),
-            argv: sub.argv.clone(),
-            transport: ISOLATED_TRANSPORT.into(),
-            risk_tier: sub.risk_tier.clone(),
-            human_approval: sub.human_approval,
-            working_dir: self.config().working_dir.clone(),
-            command_boundary: CommandBoundary { filesystem },
-        };
-        let record = PreparedRecord {
-            format: crate::store::RECORD_FORMAT,
-            invocation_id: sub.invocation_id.clone(),
-            principal: self.record_principal(Some(&sub.invocation_id)),
-            manifest_origin: sub.origin.clone(),
-            descriptor_sha256: descriptor.digest(),
-            descriptor,
+        Ok(Preparation {
+            args: self.args,
+            argv: self.argv.clone(),
+            filesystem,
             inputs: Vec::new(),
             output: None,
-            prepared_at: None,
-            expires_at: None,
-        };
-        let store = PendingInvocation::begin(&invocations)?.commit(&record, &sub.manifest_text, false)?;
-        // Run once, here: a later `airlock dispatch` of this id is a duplicate.
-        store.create_file(crate::store::DISPATCHED)?;
-        let id = sub.invocation_id.as_str();
-        let digest = record.descriptor_sha256.clone();
-        self.note(
-            kind::INVOCATION_PREPARED,
-            Some(id),
-            json!({
-                "descriptor_sha256": digest,
-                "tool": sub.tool,
-                "manifest_sha256": sub.manifest_sha256,
-                "transport": ISOLATED_TRANSPORT,
-                "roots": record.descriptor.command_boundary.filesystem.broker.as_ref().map(|b| &b.roots),
-                "owner_pid": std::process::id(),
-            }),
-        )?;
-        let policy_ids = self.authorize_builtin(&record.descriptor, &sub.spec, id)?;
-        let base = Envelope {
-            invocation_id: Some(id.to_owned()),
-            tool: Some(sub.tool.clone()),
-            stage: Some("finished"),
-            evidence: Some(Evidence {
-                descriptor_sha256: Some(digest),
-                policy_ids,
-                principal: Some(record.principal.clone()),
-                limits: None,
-            }),
-            ..Envelope::ok()
-        };
-        let run = Run { sub: &sub, roots: &roots, broker: &broker, client: &client, descriptor: &record.descriptor };
-        self.execute_isolated(run, base)
+            lease: None,
+            journal,
+            payload: IsolatedPayload {
+                argv: self.argv,
+                timeout: self.timeout,
+                format: self.format,
+                roots,
+                broker,
+                client,
+            },
+        })
+    }
+
+    fn execute(rt: &Runtime, call: AuthorizedCall<IsolatedPayload>) -> Result<Envelope, Refusal> {
+        rt.execute_isolated(call)
     }
 }
 
-/// What `execute_isolated` works with.
-struct Run<'a> {
-    sub: &'a Submission,
-    roots: &'a [roots::OpenRoot],
-    broker: &'a airlock_sandbox::SealedProgram,
-    client: &'a airlock_sandbox::SealedProgram,
-    descriptor: &'a Descriptor,
+impl Runtime {
+    /// Runs one command-line submission: `airlock isolated --root … -- CMD`.
+    pub fn isolated(&self, request: &IsolatedRequest) -> Result<Envelope, Refusal> {
+        let principal = self.principal_of(request.principal.as_deref());
+        self.as_call(&request.invocation_id, principal, || {
+            let submission = Isolated {
+                args: BTreeMap::new(),
+                argv: request.argv.clone(),
+                roots: request.roots.clone(),
+                timeout: request.timeout.unwrap_or(DEFAULT_TIMEOUT),
+                format: OutputFormat::Text,
+                broker_pin: request.broker_sha256.clone(),
+            };
+            let start = CallStart { invocation_id: &request.invocation_id, principal, keep: false, expires_at: None };
+            self.drive(submission, &catalog::adhoc_isolated_tool(), start)
+        })
+    }
+
+    /// A manifest with `[broker]` (from `Runtime::run`).
+    pub(crate) fn run_isolated_tool(
+        &self,
+        request: &CallRequest,
+        tool: &LoadedTool,
+        start: CallStart<'_>,
+    ) -> Result<Envelope, Refusal> {
+        let manifest = &tool.manifest;
+        manifest.check_executable()?;
+        let def = manifest.broker.as_ref().ok_or_else(|| Refusal::new(ReasonCode::Internal, "not a [broker] tool"))?;
+        let roots = def.roots.iter().map(|e| RootGrant::from_manifest(e, self)).collect::<Result<Vec<_>, _>>()?;
+        let args = manifest.bind_args(&request.positional, &request.named)?;
+        let argv = manifest.build_argv(&args)?;
+        let submission = Isolated {
+            args: args.as_strings(),
+            argv,
+            roots,
+            timeout: Duration::from_secs(manifest.tool.timeout_seconds),
+            format: manifest.output.as_ref().map_or(OutputFormat::Text, |o| o.format),
+            broker_pin: None,
+        };
+        self.drive(submission, &tool.call_tool(), start)
+    }
 }
 
 fn unavailable(what: &str) -> impl FnOnce(std::io::Error) -> Refusal + '_ {
@@ -259,15 +260,19 @@ fn unavailable(what: &str) -> impl FnOnce(std::io::Error) -> Refusal + '_ {
 }
 
 impl Runtime {
-    fn execute_isolated(&self, run: Run<'_>, base: Envelope) -> Result<Envelope, Refusal> {
-        let Run { sub, roots, broker, client, descriptor } = run;
-        let id = sub.invocation_id.as_str();
+    fn execute_isolated(&self, call: AuthorizedCall<IsolatedPayload>) -> Result<Envelope, Refusal> {
+        let (prepared, decision) = call.into_parts();
+        let base = answer::finished(&prepared, &decision.policy_ids, None);
+        let sub = prepared.payload();
+        let IsolatedPayload { roots, broker, client, .. } = sub;
+        let id = prepared.invocation_id();
         let mut tier = self.native_tier()?;
-        let budgets = descriptor.command_boundary.filesystem.broker.as_ref().map(|b| b.budgets).unwrap_or_default();
+        let budgets =
+            prepared.descriptor().command_boundary.filesystem.broker.as_ref().map(|b| b.budgets).unwrap_or_default();
 
         let (broker_here, broker_there) = UnixStream::pair().map_err(unavailable("socketpair for the broker"))?;
         let (worker_here, worker_there) = UnixStream::pair().map_err(unavailable("socketpair for the worker"))?;
-        let spec = self.isolated_worker_spec(sub, roots, client, OwnedFd::from(worker_there))?;
+        let spec = self.isolated_worker_spec(sub, OwnedFd::from(worker_there))?;
         // One budget for the pair where a cgroup is delegated: the broker is
         // adopted into it as soon as it exists, the worker's init before it
         // forks. Dropped (whatever is left killed, the cgroup removed) when
@@ -285,18 +290,20 @@ impl Runtime {
             }
             None => "rlimit",
         };
-        self.record(
-            kind::WORKER_STARTED,
-            Some(id),
-            ledger::worker_started_body(
-                &sub.argv,
-                json!({ "broker_sha256": broker.sha256_hex(), "client_sha256": client.sha256_hex() }),
-            ),
+        let step = self.worker_started(
+            id,
+            &sub.argv,
+            json!({ "broker_sha256": broker.sha256_hex(), "client_sha256": client.sha256_hex() }),
         )?;
         let deadline = Instant::now() + sub.timeout;
-        let worker = tier.start(spec).map_err(|e| {
-            Refusal::new(crate::verdict::sandbox_code(e.reason_code()), format!("the isolated worker: {e}"))
-        })?;
+        let worker = match tier.start(spec) {
+            Ok(worker) => worker,
+            Err(e) => {
+                let refusal = sandbox_refusal(&e, "the isolated worker");
+                step.finished(Err(&refusal))?;
+                return Err(refusal);
+            }
+        };
         let kill = worker.kill_handle();
         // Made once the worker exists (an earlier failure leaves nothing to
         // recover), and before the relay serves its first write.
@@ -329,25 +336,12 @@ impl Runtime {
         let broker_exit = wait_broker(&mut broker_proc, Duration::from_secs(5));
         let broker_stderr = broker_stderr.join().unwrap_or_default();
         let cleanup = records.close(self.resolver(), self.state(), id, roots);
-        let outcome = outcome.map_err(|e| {
-            Refusal::new(crate::verdict::sandbox_code(e.reason_code()), format!("the isolated worker: {e}"))
-        });
+        let outcome = outcome.map_err(|e| sandbox_refusal(&e, "the isolated worker"));
         // From here a record that cannot be journaled no longer ends the
         // call early: writes may have landed, and the answer lists them
         // whatever happens to the journal (the first such failure becomes
         // the answer's error).
-        let finished = self.note(
-            kind::WORKER_FINISHED,
-            Some(id),
-            match &outcome {
-                Ok(o) => json!({
-                    "exit_code": crate::verdict::exit_number(o.exit),
-                    "timed_out": o.timed_out,
-                    "cleanup_confirmed": o.cleanup_confirmed,
-                }),
-                Err(r) => json!({ "error": r.code.as_str(), "message": r.message }),
-            },
-        );
+        let finished = step.finished(outcome.as_ref());
         let log_sha256 = relay::sha256_hex(&serde_json::to_vec(&log).unwrap_or_default());
         let failure = match &end {
             RelayEnd::Failed(f) => Some(f.clone()),
@@ -375,10 +369,7 @@ impl Runtime {
         let outcome = match outcome {
             Ok(o) => o,
             Err(r) if created_files.is_empty() => return Err(r),
-            Err(r) => {
-                let refused = Envelope::from_refusal(&r);
-                return Ok(Envelope { status: refused.status, error: refused.error, created_files, ..base });
-            }
+            Err(r) => return Ok(answer::with_error(Envelope { created_files, ..base }, &r)),
         };
         let broker_summary = json!({
             "usage": usage,
@@ -387,22 +378,16 @@ impl Runtime {
             "failure": failure,
         });
         let tails = json!({
-            "stdout": crate::verdict::output_tail(&outcome.stdout),
-            "stderr": crate::verdict::output_tail(&outcome.stderr),
+            "stdout": output_tail(&outcome.stdout),
+            "stderr": output_tail(&outcome.stderr),
         });
         let mut evidence = base.evidence.clone().unwrap_or_default();
-        evidence.limits = Some(crate::verdict::limits_evidence(&outcome.limits, Some(broker_bound)));
-        let base = Envelope {
-            exit_code: Some(crate::verdict::exit_number(outcome.exit)),
-            created_files,
-            evidence: Some(evidence),
-            ..base
-        };
-        let failed = |code: ReasonCode, message: String, detail: serde_json::Value| Envelope {
-            status: code.status(),
-            error: Some(ErrorBody { code, message }),
-            content: Some(json!({ "output": detail, "broker": broker_summary })),
-            ..base.clone()
+        evidence.limits = Some(limits_evidence(&outcome.limits, Some(broker_bound)));
+        let base =
+            Envelope { exit_code: Some(exit_number(outcome.exit)), created_files, evidence: Some(evidence), ..base };
+        let failed = |code: ReasonCode, message: String, detail: serde_json::Value| {
+            let content = json!({ "output": detail, "broker": broker_summary });
+            answer::failed(&base, Refusal::new(code, message), Some(content))
         };
         let broker_exit = broker_exit.map_err(|why| format!("{why}: {}", broker_stderr.trim_end()));
         if let Err((code, message)) = verdict(&end, cleanup.map(|_| ()), broker_exit, &outcome, sub.timeout) {
@@ -461,13 +446,8 @@ impl Runtime {
 
     /// The worker: the command, no host file, the socket at fd 3, copies of
     /// the client and its Python module under `/.airlock`.
-    fn isolated_worker_spec(
-        &self,
-        sub: &Submission,
-        roots: &[roots::OpenRoot],
-        client: &airlock_sandbox::SealedProgram,
-        socket: OwnedFd,
-    ) -> Result<WorkerSpec, Refusal> {
+    fn isolated_worker_spec(&self, sub: &IsolatedPayload, socket: OwnedFd) -> Result<WorkerSpec, Refusal> {
+        let IsolatedPayload { roots, client, .. } = sub;
         let client_copy = client.file().try_clone().map_err(unavailable("duplicating the client"))?;
         let granted: Vec<String> = roots.iter().map(|r| format!("{}:{}", r.grant.name, r.grant.rights)).collect();
         let mut spec = WorkerSpec::new(sub.argv.clone());
@@ -515,7 +495,7 @@ fn verdict(
     cleanup.map_err(|r| (r.code, r.message))?;
     broker_exit.map_err(|why| (ReasonCode::BrokerFailed, why))?;
     // An isolated worker has no output file: nothing is exported.
-    crate::verdict::judge(outcome, timeout.as_secs(), 0).map_err(|r| (r.code, r.message))
+    crate::engine::verdict::judge(outcome, timeout.as_secs(), 0).map_err(|r| (r.code, r.message))
 }
 
 /// Waits for the broker to exit by itself (it reads end-of-file once the

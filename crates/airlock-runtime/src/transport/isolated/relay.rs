@@ -389,12 +389,13 @@ impl<'a> Relay<'a> {
         BrokerRequest { id: 0, op, root, path: None, max: None, data: None, prepared: None, stage: None }
     }
 
+    /// Forwards a read or a list of `req.path` bounded by `req.max`.
+    fn bounded(&mut self, op: BrokerOp, req: &Request, root: u32) -> Result<BrokerResponse, Fail> {
+        self.call(BrokerRequest { path: Some(req.path.clone()), max: req.max, ..Self::broker_request(op, root) })
+    }
+
     fn read(&mut self, req: &Request, root: u32) -> Result<Response, Fail> {
-        let response = self.call(BrokerRequest {
-            path: Some(req.path.clone()),
-            max: req.max,
-            ..Self::broker_request(BrokerOp::Read, root)
-        })?;
+        let response = self.bounded(BrokerOp::Read, req, root)?;
         let data = response.data.ok_or_else(|| fail("broker.lost", "a read answer without data"))?;
         let bytes = b64_decode(&data).map_err(|e| fail("broker.lost", e.to_string()))?;
         if bytes.len() as u64 > req.max.unwrap_or(0) {
@@ -405,11 +406,7 @@ impl<'a> Relay<'a> {
     }
 
     fn list(&mut self, req: &Request, root: u32) -> Result<Response, Fail> {
-        let response = self.call(BrokerRequest {
-            path: Some(req.path.clone()),
-            max: req.max,
-            ..Self::broker_request(BrokerOp::List, root)
-        })?;
+        let response = self.bounded(BrokerOp::List, req, root)?;
         let names = response.names.ok_or_else(|| fail("broker.lost", "a list answer without names"))?;
         if names.len() as u64 > req.max.unwrap_or(0) {
             return Err(fail("broker.lost", "the broker listed more than asked"));

@@ -1,0 +1,112 @@
+//! Step 4: publishing a call's one output through its held parent, in
+//! journaled steps, for every shape that creates a file.
+//!
+//! # Publication steps and recovery
+//!
+//! Pending marker `STATE/pending/ID@PID.START` (synced) → candidate written and
+//! synced (unnamed; or, without `O_TMPFILE`, `.airlock-candidate-ID`, named
+//! from the id so a crash before any record still leaves it findable) →
+//! `FilePublicationPrepared` (`candidate_mode` `tmpfile`|`named`,
+//! `candidate_name` or null, the candidate's `(dev, ino)`, size, hash) →
+//! `linkat` (or `RENAME_NOREPLACE` + identity check) + directory fsync →
+//! `FilePublicationFinished` → marker removed.
+//!
+//! Recovery decides by identity: the output's name holding the recorded inode
+//! with the recorded size and hash is `published` (other bytes: `conflict`); a
+//! named candidate that is the recorded inode is published by recovery (and
+//! checked again after the rename); an unnamed candidate died with its
+//! process, so a free name is `never_linked` and settles as nothing published
+//! without `--discard`; without an intent, a named candidate is removed only if
+//! it is a regular file owned by airlock's user. A marker with a dead owner and
+//! no recorded outcome blocks new effects (`journal.unconfirmed`); one whose
+//! outcome is recorded is cleared automatically. Test-only crash points
+//! (`AIRLOCK_TEST_CRASH_AT`) exist only in debug builds.
+
+use super::prepared::PreparedCall;
+use crate::{ledger, Runtime};
+use airlock_core::{CreatedFile, ReasonCode, Refusal};
+use airlock_hostfs::{HeldOutput, PrivateDir};
+use airlock_journal::kind;
+use serde_json::json;
+
+/// The output file in the call's staging data, where the worker's export lands.
+pub(crate) const OUTPUT_FILE: &str = "output";
+
+impl Runtime {
+    /// Publishes the one output in journaled steps: pending marker, synced
+    /// candidate (an unnamed `O_TMPFILE` where the file system allows it),
+    /// `FilePublicationPrepared` (the candidate's mode, identity, size and
+    /// hash), a no-replace link or rename checked by identity and a
+    /// directory sync, `FilePublicationFinished`, marker removed. A crash
+    /// anywhere leaves the marker, which blocks new effects until recovery.
+    pub(crate) fn publish<P>(
+        &self,
+        prepared: &PreparedCall<P>,
+        held: Option<&HeldOutput>,
+        staging: &PrivateDir,
+    ) -> Result<Vec<CreatedFile>, Refusal> {
+        let (Some(held), Some(rec)) = (held, prepared.record().output.as_ref()) else {
+            return Ok(Vec::new());
+        };
+        let id = prepared.invocation_id();
+        let publication_id = format!("{id}/0");
+        let expected = (parse_id(&rec.parent.dev)?, parse_id(&rec.parent.ino)?);
+        let mut file = staging.open_file(OUTPUT_FILE)?;
+        let max = prepared.descriptor().command_boundary.filesystem.max_file_bytes;
+        let marker = ledger::mark_pending(self.state(), id)?;
+        ledger::crash_point("before_candidate");
+        let candidate = match held.write_candidate(&mut file, max, expected, id, ledger::candidate_mode()) {
+            Ok(c) => c,
+            Err(e) => {
+                marker.clear()?;
+                return Err(e.into());
+            }
+        };
+        ledger::crash_point("before_prepared");
+        let c = candidate.file().clone();
+        let intent = json!({
+            "publication_id": publication_id,
+            "path": rec.path,
+            "destination_name": held.name(),
+            "candidate_mode": candidate.mode().as_str(),
+            "candidate_name": candidate.name(),
+            "parent": rec.parent,
+            "candidate": { "dev": c.dev_ino.0.to_string(), "ino": c.dev_ino.1.to_string() },
+            "bytes": c.bytes,
+            "sha256": format!("sha256:{}", c.sha256_hex),
+        });
+        if let Err(r) = self.record(kind::FILE_PUBLICATION_PREPARED, Some(id), intent) {
+            drop(candidate);
+            marker.clear()?;
+            return Err(r);
+        }
+        ledger::crash_point("after_prepared");
+        let published = candidate.publish();
+        ledger::crash_point("after_publish");
+        let finished = match &published {
+            Ok(_) => json!({ "publication_id": publication_id, "result": "confirmed" }),
+            Err(e) => json!({
+                "publication_id": publication_id,
+                "result": "error",
+                "code": e.code().as_str(),
+                "message": e.message(),
+            }),
+        };
+        // If this append fails the outcome stays unconfirmed: the marker is
+        // kept and new effects wait for recovery.
+        self.record(kind::FILE_PUBLICATION_FINISHED, Some(id), finished)?;
+        ledger::crash_point("after_finished");
+        marker.clear()?;
+        let published = published?;
+        Ok(vec![CreatedFile {
+            path: rec.path.clone(),
+            bytes: published.bytes,
+            sha256: format!("sha256:{}", published.sha256_hex),
+        }])
+    }
+}
+
+fn parse_id(s: &str) -> Result<u64, Refusal> {
+    s.parse()
+        .map_err(|_| Refusal::new(ReasonCode::Internal, format!("bad directory identity {s:?} in the prepared record")))
+}

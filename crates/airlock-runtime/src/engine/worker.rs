@@ -1,0 +1,52 @@
+//! Step 3's journal: every shape that starts a worker (a tool, an MCP
+//! server, the Git driver, an isolated command) records `WorkerStarted`
+//! (synced: the start is an effect) with the argv's prefix and digest and
+//! what the shape started (an MCP tool's name, a broker's digests), and
+//! `WorkerFinished` with one body for every shape — `exit_code`,
+//! `timed_out`, `cleanup_confirmed`, `output_bytes`, or `error` and
+//! `message` when the worker could not be run.
+
+use super::verdict::exit_number;
+use crate::{ledger, Runtime};
+use airlock_core::Refusal;
+use airlock_journal::kind;
+use airlock_sandbox::WorkerOutcome;
+use serde_json::{json, Value};
+
+/// A worker whose start was journaled; [`WorkerStep::finished`] records its end.
+#[derive(Debug)]
+#[must_use = "a started worker's end must be journaled"]
+pub(crate) struct WorkerStep<'a> {
+    runtime: &'a Runtime,
+    id: &'a str,
+}
+
+impl Runtime {
+    /// Journals `WorkerStarted` for invocation `id` (the argv's prefix and
+    /// digest, and `extra`) before the worker starts.
+    pub(crate) fn worker_started<'a>(
+        &'a self,
+        id: &'a str,
+        argv: &[String],
+        extra: Value,
+    ) -> Result<WorkerStep<'a>, Refusal> {
+        self.record(kind::WORKER_STARTED, Some(id), ledger::worker_started_body(argv, extra))?;
+        Ok(WorkerStep { runtime: self, id })
+    }
+}
+
+impl WorkerStep<'_> {
+    /// Journals `WorkerFinished`: the one body for `outcome`.
+    pub(crate) fn finished(self, outcome: Result<&WorkerOutcome, &Refusal>) -> Result<(), Refusal> {
+        let body = match outcome {
+            Ok(o) => json!({
+                "exit_code": exit_number(o.exit),
+                "timed_out": o.timed_out,
+                "cleanup_confirmed": o.cleanup_confirmed,
+                "output_bytes": o.output.as_ref().map(|e| e.bytes),
+            }),
+            Err(r) => json!({ "error": r.code.as_str(), "message": r.message }),
+        };
+        self.runtime.note(kind::WORKER_FINISHED, Some(self.id), body)
+    }
+}

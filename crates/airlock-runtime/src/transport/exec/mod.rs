@@ -1,0 +1,219 @@
+//! The exec shape: a `[command]` (or `[mcp]`) tool run in a worker with
+//! private snapshots of its declared inputs and one new output.
+//!
+//! Prepare ([`prepare`]) validates the arguments, resolves every input and
+//! the output's parent through handles, reserves staging room and
+//! snapshots the inputs. The run starts the worker on the native tier
+//! (an `[mcp]` tool's upstream server through [`super::mcp`]), parses its
+//! output (a custom parser in a worker of its own, [`parser`]), and
+//! publishes the one output only if the tool exited 0, its output parsed,
+//! its output file stayed within bounds and was exported intact, and the
+//! worker's processes are confirmed gone. It is the one shape that can be
+//! kept by `airlock prepare` and dispatched later ([`dispatch`]).
+
+mod dispatch;
+mod parser;
+mod prepare;
+
+pub use prepare::CallRequest;
+
+use crate::engine::publish::OUTPUT_FILE;
+use crate::engine::verdict::{judge, output_tail};
+use crate::engine::{answer, AuthorizedCall, PreparedCall, Transport};
+use crate::failure::sandbox_refusal;
+use crate::Runtime;
+use airlock_core::manifest::{Manifest, OutputFormat};
+use airlock_core::output::{parse_output, DEFAULT_MAX_OUTPUT_BYTES};
+use airlock_core::{Envelope, ReasonCode, Refusal, Tier};
+use airlock_hostfs::HeldOutput;
+use airlock_sandbox::{
+    NativeTier, StagedInput, StagedOutput, Tier as _, Worker as _, WorkerLimits, WorkerOutcome, WorkerSpec,
+};
+use parser::{run_parser, ParserPlace};
+use serde_json::json;
+use std::time::Duration;
+
+/// Bytes of standard error read from the worker.
+const STDERR_LIMIT: usize = 64 * 1024;
+
+/// `transport` of an exec call's descriptor (an `[mcp]` tool's too).
+pub const EXEC_TRANSPORT: &str = "exec";
+
+/// The exec shape's part of a prepared call.
+#[derive(Debug)]
+pub struct ExecPayload {
+    /// The manifest exactly as prepared.
+    manifest: Manifest,
+    /// The held output parent, if the call creates a file.
+    output: Option<HeldOutput>,
+}
+
+impl PreparedCall<ExecPayload> {
+    /// The manifest exactly as prepared.
+    pub fn manifest(&self) -> &Manifest {
+        &self.payload().manifest
+    }
+
+    /// The held output parent, if the call creates a file.
+    pub fn output(&self) -> Option<&HeldOutput> {
+        self.payload().output.as_ref()
+    }
+
+    /// Opens the snapshot of input `index` (declaration order), read-only.
+    pub fn open_snapshot(&self, index: usize) -> Result<std::fs::File, Refusal> {
+        let name = &self
+            .record()
+            .inputs
+            .get(index)
+            .ok_or_else(|| Refusal::new(ReasonCode::Internal, "no such input"))?
+            .snapshot;
+        let inputs = self.staged()?.open_subdir(crate::store::INPUTS_DIR)?;
+        Ok(inputs.open_file(name)?)
+    }
+}
+
+/// One exec call: the request and its tool's manifest (read once).
+pub(crate) struct Exec<'a> {
+    pub request: &'a CallRequest,
+    pub manifest: Manifest,
+}
+
+impl Transport for Exec<'_> {
+    type Payload = ExecPayload;
+    const NAME: &'static str = EXEC_TRANSPORT;
+    const WRITES: bool = true;
+    const NOT_KEPT: Option<&'static str> = None;
+
+    fn prepare(
+        self,
+        rt: &Runtime,
+        start: &crate::engine::CallStart<'_>,
+    ) -> Result<crate::engine::Preparation<ExecPayload>, Refusal> {
+        rt.prepare_exec(self, start)
+    }
+
+    fn execute(rt: &Runtime, call: AuthorizedCall<ExecPayload>) -> Result<Envelope, Refusal> {
+        if rt.config().tier != Tier::Native {
+            return Err(Refusal::new(
+                ReasonCode::SandboxUnavailable,
+                format!("tier {:?} is not built yet; this build runs the native tier", rt.config().tier),
+            ));
+        }
+        match call.prepared().manifest().mcp_spec()? {
+            Some(spec) => rt.execute_mcp(spec, call),
+            None => rt.execute_command(call),
+        }
+    }
+}
+
+impl Runtime {
+    fn execute_command(&self, call: AuthorizedCall<ExecPayload>) -> Result<Envelope, Refusal> {
+        let (mut prepared, decision) = call.into_parts();
+        let tier = self.native_tier()?;
+        let manifest = prepared.manifest();
+        let parser = manifest.output.as_ref().and_then(|o| o.custom_parser()).map(str::to_owned);
+        if let Some(p) = &parser {
+            if !self.config().parsers.iter().any(|allowed| allowed == p) {
+                return Err(Refusal::new(
+                    ReasonCode::OutputParserNotAllowed,
+                    format!("the custom parser {p:?} is not in [sandbox] parsers {:?}", self.config().parsers),
+                ));
+            }
+        }
+        let spec = self.worker_spec(&prepared)?;
+        let step = self.worker_started(prepared.invocation_id(), &prepared.descriptor().argv, json!({}))?;
+        let outcome = run_worker(&tier, spec, "the tool");
+        step.finished(outcome.as_ref())?;
+        let outcome = outcome?;
+
+        let base = answer::finished(&prepared, &decision.policy_ids, Some((&outcome, None)));
+        let max_file = prepared.descriptor().command_boundary.filesystem.max_file_bytes;
+        let content = judge(&outcome, manifest.tool.timeout_seconds, max_file).and_then(|()| match &parser {
+            None => {
+                let format = manifest.output.as_ref().map(|o| o.format).unwrap_or(OutputFormat::Text);
+                parse_output(format, &outcome.stdout)
+            }
+            Some(program) => {
+                let place = ParserPlace {
+                    staging: prepared.staged()?,
+                    working_dir: &self.config().working_dir,
+                    image: self.image(),
+                };
+                run_parser(&tier, program, &outcome.stdout, place, manifest)
+            }
+        });
+        let tails = json!({ "stdout": output_tail(&outcome.stdout), "stderr": output_tail(&outcome.stderr) });
+        let envelope = match content {
+            Err(refusal) => answer::failed(&base, refusal, Some(tails)),
+            Ok(content) => match self.publish(&prepared, prepared.output(), prepared.staged()?) {
+                Ok(created_files) => Envelope { content: Some(content), created_files, ..base },
+                Err(refusal) => answer::failed(&base, refusal, None),
+            },
+        };
+        // The staged copies are removed and their reservation released
+        // before the answer is given.
+        prepared.release_staging();
+        Ok(envelope)
+    }
+
+    /// The worker for a prepared call, tool or MCP server alike: its argv,
+    /// its snapshots read-only, (if it creates one) an empty output file in
+    /// its staging data, the image, its limits and its timeout.
+    pub(crate) fn worker_spec(&self, prepared: &PreparedCall<ExecPayload>) -> Result<WorkerSpec, Refusal> {
+        let mut inputs = Vec::with_capacity(prepared.record().inputs.len());
+        for (index, rec) in prepared.record().inputs.iter().enumerate() {
+            inputs.push(StagedInput { virtual_path: rec.path.clone(), file: prepared.open_snapshot(index)? });
+        }
+        let d = prepared.descriptor();
+        let fs = &d.command_boundary.filesystem;
+        let output = match fs.create.first() {
+            None => None,
+            Some(path) => Some(StagedOutput {
+                virtual_path: path.clone(),
+                file: prepared.staged()?.create_file(OUTPUT_FILE)?,
+                max_bytes: fs.max_file_bytes,
+            }),
+        };
+        let manifest = prepared.manifest();
+        Ok(WorkerSpec {
+            argv: d.argv.clone(),
+            env: Vec::new(),
+            working_dir: self.config().working_dir.clone(),
+            inputs,
+            output,
+            image: self.image(),
+            limits: worker_limits(manifest, fs.max_file_bytes),
+            timeout: Duration::from_secs(manifest.tool.timeout_seconds),
+            stdout_limit: stdout_limit(manifest),
+            stderr_limit: STDERR_LIMIT,
+            fs_socket: None,
+            provided: Vec::new(),
+        })
+    }
+}
+
+fn worker_limits(manifest: &Manifest, max_file_bytes: u64) -> WorkerLimits {
+    // One byte of headroom: a tool that writes past the bound then leaves a
+    // file of max+1 bytes, which the export reports as over the limit, where
+    // a limit of exactly max would silently truncate to a publishable size.
+    let mut limits = WorkerLimits { file_size: max_file_bytes.saturating_add(1), ..WorkerLimits::default() };
+    if let Some(l) = &manifest.tool.limits {
+        limits.memory_bytes = l.memory_bytes.or(limits.memory_bytes);
+        limits.cpu_seconds = l.cpu_seconds.or(limits.cpu_seconds);
+        limits.pids = l.pids.or(limits.pids);
+        limits.open_files = l.open_files.or(limits.open_files);
+        limits.scratch_bytes = l.scratch_bytes.unwrap_or(limits.scratch_bytes);
+    }
+    limits
+}
+
+/// Starts a worker and waits for it; a sandbox failure is a refusal naming `what`.
+fn run_worker(tier: &NativeTier, spec: WorkerSpec, what: &str) -> Result<WorkerOutcome, Refusal> {
+    tier.start(spec).and_then(|worker| worker.wait()).map_err(|e| sandbox_refusal(&e, what))
+}
+
+/// `[output] max_bytes` of the tool's standard output, as a pipe bound.
+fn stdout_limit(manifest: &Manifest) -> usize {
+    let max = manifest.output.as_ref().and_then(|o| o.max_bytes).unwrap_or(DEFAULT_MAX_OUTPUT_BYTES);
+    usize::try_from(max).unwrap_or(usize::MAX)
+}

@@ -1,0 +1,166 @@
+//! The exec shape's step 1: validate, resolve through handles, snapshot,
+//! hold the output parent.
+
+use super::{Exec, ExecPayload};
+use crate::engine::{CallStart, Preparation};
+use crate::store::{RecordedInput, RecordedOutput};
+use crate::{ceilings, Runtime};
+use airlock_core::{CeilingMode, FilesystemBoundary, ReadGrant, ReasonCode, Refusal, RelPath};
+use airlock_hostfs::{HeldOutput, InputFile};
+use serde_json::json;
+
+/// What a caller asks for.
+#[derive(Debug, Clone, Default)]
+pub struct CallRequest {
+    /// A manifest path or tool name.
+    pub tool: String,
+    /// Positional values, in `position` order.
+    pub positional: Vec<String>,
+    /// Named values.
+    pub named: Vec<(String, serde_json::Value)>,
+    /// The invocation id (see [`crate::new_invocation_id`]).
+    pub invocation_id: String,
+    /// Who makes the call (`Airlock::Agent` id), as a front authenticated
+    /// it; `None` is the runtime's principal (`[policy] principal` or
+    /// `--principal`). Never taken from a request body.
+    pub principal: Option<String>,
+}
+
+impl Runtime {
+    /// The exec shape's step 1 (see the engine): validate the arguments,
+    /// open and check every input before reading any, hold the output's
+    /// parent, reserve staging room, snapshot.
+    pub(super) fn prepare_exec(
+        &self,
+        exec: Exec<'_>,
+        start: &CallStart<'_>,
+    ) -> Result<Preparation<ExecPayload>, Refusal> {
+        let Exec { request, manifest } = exec;
+        manifest.check_executable()?;
+        let args = manifest.bind_args(&request.positional, &request.named)?;
+        let argv = manifest.build_argv(&args)?;
+        let plan = manifest.filesystem_plan(&args)?;
+        let limits = &self.config().limits;
+        if plan.reads.len() > limits.max_inputs {
+            return Err(Refusal::new(
+                ReasonCode::LimitInputs,
+                format!("{} inputs declared, more than {}", plan.reads.len(), limits.max_inputs),
+            ));
+        }
+        let max_file_bytes = limits.file_bytes(plan.max_file_bytes)?;
+
+        // Open and check every input before reading any of them.
+        let mut opened = Vec::with_capacity(plan.reads.len());
+        let mut declared_bytes: u64 = 0;
+        for path in &plan.reads {
+            let (ceiling, rel) = self.ceiling_for(path)?;
+            let rel = rel.ok_or_else(|| {
+                Refusal::new(ReasonCode::InputNotRegular, format!("input {:?} is a ceiling directory", path.as_str()))
+            })?;
+            let dir = ceilings::open(self.authority(), ceiling, self.protected())?;
+            let file = InputFile::open(self.resolver(), &dir, &rel, path, max_file_bytes)?;
+            declared_bytes += file.size();
+            if declared_bytes > limits.max_input_bytes {
+                return Err(input_bytes_refusal(declared_bytes, limits.max_input_bytes));
+            }
+            opened.push((path.clone(), file));
+        }
+
+        let output = match &plan.create {
+            None => None,
+            Some(path) => Some(self.hold_output(path)?),
+        };
+
+        // Room in the shared staging pool is reserved before a byte is
+        // copied: the inputs as sized by their handles (a snapshot that
+        // grows is refused), the output's bound, and a per-file overhead.
+        // A call kept for a later dispatch is charged to its principal's
+        // pending budget instead, and expires; if it stages nothing it
+        // holds no room at all until it is dispatched.
+        let room = airlock_staging::Request {
+            invocation_id: start.invocation_id.to_owned(),
+            purpose: airlock_staging::Purpose::Call,
+            bytes: declared_bytes.saturating_add(if plan.create.is_some() { max_file_bytes } else { 0 }),
+            files: opened.len() as u64 + u64::from(plan.create.is_some()),
+        };
+        let lease = match start.expires_at {
+            None => Some(self.pool().admit(&room)?),
+            Some(_) if room.files == 0 => None,
+            Some(expires_at) => {
+                let waiting = airlock_staging::Pending { principal: start.principal.to_owned(), expires_at };
+                Some(self.pool().admit_pending(&room, &waiting, self.config().approval.max_pending)?)
+            }
+        };
+        let inputs_dir = match &lease {
+            Some(lease) => Some(lease.data().create_subdir(crate::store::INPUTS_DIR).map_err(Refusal::from)?),
+            None => None,
+        };
+        let mut reads = Vec::with_capacity(opened.len());
+        let mut recorded = Vec::with_capacity(opened.len());
+        let mut total: u64 = 0;
+        for (index, (path, file)) in opened.into_iter().enumerate() {
+            let name = index.to_string();
+            let inputs_dir =
+                inputs_dir.as_ref().ok_or_else(|| Refusal::new(ReasonCode::Internal, "no staging room"))?;
+            let mut dest = inputs_dir.create_file(&name).map_err(Refusal::from)?;
+            let info = file.snapshot_into(&mut dest, max_file_bytes)?;
+            total += info.bytes;
+            if total > limits.max_input_bytes {
+                return Err(input_bytes_refusal(total, limits.max_input_bytes));
+            }
+            let grant = ReadGrant { path: path.as_str().to_owned(), bytes: info.bytes, sha256: info.sha256_tagged() };
+            recorded.push(RecordedInput {
+                path: grant.path.clone(),
+                snapshot: name,
+                bytes: grant.bytes,
+                sha256: grant.sha256.clone(),
+            });
+            reads.push(grant);
+        }
+
+        let output_parent = output.as_ref().map(|o| o.parent().identity());
+        let filesystem = FilesystemBoundary::new(reads, plan.create.as_ref(), max_file_bytes, output_parent.clone());
+        let mut journal = serde_json::Map::new();
+        journal.insert("reads".into(), json!(filesystem.reads));
+        journal.insert("create".into(), json!(filesystem.create));
+        Ok(Preparation {
+            args: args.as_strings(),
+            argv,
+            filesystem,
+            inputs: recorded,
+            output: plan
+                .create
+                .as_ref()
+                .zip(output_parent)
+                .map(|(p, parent)| RecordedOutput { path: p.as_str().to_owned(), parent }),
+            lease,
+            journal,
+            payload: ExecPayload { manifest, output },
+        })
+    }
+
+    pub(super) fn ceiling_for(&self, path: &RelPath) -> Result<(&airlock_core::Ceiling, Option<RelPath>), Refusal> {
+        self.config().ceiling_for(path).ok_or_else(|| {
+            Refusal::new(ReasonCode::GrantNoCeiling, format!("no configured ceiling covers {:?}", path.as_str()))
+        })
+    }
+
+    pub(super) fn hold_output(&self, path: &RelPath) -> Result<HeldOutput, Refusal> {
+        let (ceiling, rel) = self.ceiling_for(path)?;
+        if ceiling.mode != CeilingMode::Rw {
+            return Err(Refusal::new(
+                ReasonCode::GrantReadOnly,
+                format!("output {:?} is under the read-only ceiling {:?}", path.as_str(), ceiling.spec),
+            ));
+        }
+        let rel = rel.ok_or_else(|| {
+            Refusal::new(ReasonCode::OutputExists, format!("output {:?} is a ceiling directory", path.as_str()))
+        })?;
+        let dir = ceilings::open(self.authority(), ceiling, self.protected())?;
+        Ok(HeldOutput::hold(self.resolver(), &dir, &rel, path)?)
+    }
+}
+
+fn input_bytes_refusal(total: u64, max: u64) -> Refusal {
+    Refusal::new(ReasonCode::LimitInputBytes, format!("inputs total {total} bytes or more, more than {max}"))
+}

@@ -2,12 +2,16 @@
 //!
 //! The walk starts at the repository directory's handle and opens every
 //! child by name beneath its parent's handle with `O_NOFOLLOW`
-//! ([`airlock_hostfs::Dir`]): entries are listed with
-//! `fstatat(AT_SYMLINK_NOFOLLOW)`, child directories opened `O_NOFOLLOW` on
-//! the same mount, files `O_PATH`-checked then reopened, links read with
-//! `readlinkat`; no link is followed at any component. In the work tree,
-//! links are recorded as links, special files and mount crossings are
-//! skipped; nested `.git` entries (submodule pointers, nested repositories)
+//! ([`airlock_hostfs::Dir`], the one walker source queries use too):
+//! entries are listed with `fstatat(AT_SYMLINK_NOFOLLOW)`, every child must
+//! still be the inode the listing saw (else `path.race`), child directories
+//! are opened `O_NOFOLLOW`, files by hostfs's checked-file rule (`O_PATH`
+//! check, then reopened), links read from a checked `O_PATH` handle; no
+//! link is followed at any component. No mount is crossed: in the work
+//! tree a directory or file on another mount is skipped (`mount`), inside
+//! `.git` it refuses the query (`path.mount_crossing`). In the work tree,
+//! links are recorded as links and special files are skipped; nested `.git`
+//! entries (submodule pointers, nested repositories)
 //! are skipped. `.git` itself must be a real directory: a `.git` file
 //! (`gitdir:` pointer), a link, or a linked worktree (`commondir`) is
 //! `git.not_a_repository`. Inside `.git` only what a query reads is copied:
@@ -57,7 +61,7 @@ use crate::limits::Limits;
 use crate::query::Scope;
 use airlock_core::path::is_control_name;
 use airlock_core::ReasonCode;
-use airlock_hostfs::{Dir, EntryKind, TreeEntry};
+use airlock_hostfs::{Dir, Entry, EntryKind};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
@@ -98,7 +102,8 @@ pub enum Skip {
     Symlink,
     /// A FIFO, socket or device.
     Special,
-    /// A directory on another mount.
+    /// A directory or file on another mount, in the work tree (inside
+    /// `.git` one refuses the query).
     Mount,
     /// `objects/info/alternates` (borrowed objects are never consulted).
     Alternates,
@@ -228,10 +233,23 @@ fn join(parent: &str, name: &str) -> String {
     }
 }
 
-fn utf8(entry: &TreeEntry, parent: &str) -> Result<String, GitError> {
-    entry.name.to_str().map(str::to_owned).ok_or_else(|| {
-        GitError::new(ReasonCode::GitPathRejected, format!("a name in {parent:?} is not UTF-8: {:?}", entry.name))
+fn utf8(entry: &Entry, parent: &str) -> Result<String, GitError> {
+    entry.name_str().map(str::to_owned).ok_or_else(|| {
+        let name = String::from_utf8_lossy(&entry.name);
+        GitError::new(ReasonCode::GitPathRejected, format!("a name in {parent:?} is not UTF-8: {name:?}"))
     })
+}
+
+/// The entries of `dir`; more than [`MAX_DIR_ENTRIES`] is `limit.inputs`.
+fn list(dir: &Dir) -> Result<Vec<Entry>, GitError> {
+    let (entries, more) = dir.read_entries(MAX_DIR_ENTRIES)?;
+    if more {
+        return Err(GitError::new(
+            ReasonCode::LimitInputs,
+            format!("a directory holds more than {MAX_DIR_ENTRIES} entries"),
+        ));
+    }
+    Ok(entries)
 }
 
 fn control_refused(what: &str) -> GitError {
@@ -254,10 +272,10 @@ pub fn take<W: Write>(
     if control.contains(repo.dev_ino()) {
         return Err(control_refused("the repository directory"));
     }
-    let top = repo.list_tree(MAX_DIR_ENTRIES)?;
+    let top = list(repo)?;
     let git = top
         .iter()
-        .find(|e| e.name == ".git")
+        .find(|e| e.name == b".git")
         .ok_or_else(|| GitError::new(ReasonCode::GitNotRepository, "the directory has no .git directory"))?;
     if git.kind != EntryKind::Directory {
         return Err(GitError::new(
@@ -265,11 +283,11 @@ pub fn take<W: Write>(
             "its .git is not a directory (a gitdir pointer file or a link is never followed)",
         ));
     }
-    let git_dir = repo.open_tree_dir(".git".as_ref())?;
+    let git_dir = repo.open_child_dir(git)?;
     if control.contains(git_dir.dev_ino()) {
         return Err(control_refused("its .git"));
     }
-    if git_dir.list_tree(MAX_DIR_ENTRIES)?.iter().any(|e| e.name == "commondir") {
+    if list(&git_dir)?.iter().any(|e| e.name == b"commondir") {
         return Err(GitError::new(
             ReasonCode::GitNotRepository,
             "its .git is a linked worktree (commondir); the common directory is never followed",
@@ -324,18 +342,12 @@ impl<W: Write> Walk<'_, W> {
     /// Opens the child directory `entry`, or `None` (counted) when it is one
     /// of airlock's own (as listed, so also when mounted elsewhere, or once
     /// opened) or on another mount (if `mounts_skipped`).
-    fn enter(
-        &mut self,
-        dir: &Dir,
-        entry: &TreeEntry,
-        path: &str,
-        mounts_skipped: bool,
-    ) -> Result<Option<Dir>, GitError> {
+    fn enter(&mut self, dir: &Dir, entry: &Entry, path: &str, mounts_skipped: bool) -> Result<Option<Dir>, GitError> {
         if self.control.contains(entry.dev_ino) {
             self.skip(Skip::ControlDir, None);
             return Ok(None);
         }
-        let sub = match dir.open_tree_dir(&entry.name) {
+        let sub = match dir.open_child_dir(entry) {
             Ok(sub) => sub,
             Err(e) if mounts_skipped && e.code() == ReasonCode::PathMountCrossing => {
                 self.skip(Skip::Mount, Some(path.to_owned()));
@@ -368,8 +380,10 @@ impl<W: Write> Walk<'_, W> {
     /// under `.git` keep theirs (the index's time is what git's racy check uses).
     ///
     /// A file with more than one hard link (as listed, or once opened) is
-    /// left out before a byte of it is read; so is one of airlock's own.
-    fn file(&mut self, dir: &Dir, entry: &TreeEntry, path: &str, in_work_tree: bool) -> Result<(), GitError> {
+    /// left out before a byte of it is read; so is one of airlock's own,
+    /// and, in the work tree, a file on another mount (inside `.git` that
+    /// refuses the query, as a directory on another mount does).
+    fn file(&mut self, dir: &Dir, entry: &Entry, path: &str, in_work_tree: bool) -> Result<(), GitError> {
         if self.control.contains(entry.dev_ino) {
             self.skip(Skip::ControlDir, None);
             return Ok(());
@@ -379,13 +393,20 @@ impl<W: Write> Walk<'_, W> {
             return Ok(());
         }
         self.limits.check(self.stats.files + 1, self.stats.bytes + entry.size, entry.size, path)?;
-        let file = dir.open_tree_file(&entry.name, self.limits.max_file_bytes)?;
+        let file = match dir.open_child_file(entry, dir.mount_id()?) {
+            Ok(file) => file,
+            Err(e) if e.code() == ReasonCode::InputHardlink => {
+                self.skip(Skip::Hardlink, Some(path.to_owned()));
+                return Ok(());
+            }
+            Err(e) if in_work_tree && e.code() == ReasonCode::PathMountCrossing => {
+                self.skip(Skip::Mount, Some(path.to_owned()));
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
         if self.control.contains(file.dev_ino()) {
             self.skip(Skip::ControlDir, None);
-            return Ok(());
-        }
-        if file.nlink() > 1 {
-            self.skip(Skip::Hardlink, Some(path.to_owned()));
             return Ok(());
         }
         let size = file.size();
@@ -399,21 +420,21 @@ impl<W: Write> Walk<'_, W> {
 
     /// A link with more than one hard link is left out like a file (its
     /// target is its content).
-    fn link(&mut self, dir: &Dir, entry: &TreeEntry, path: &str) -> Result<(), GitError> {
+    fn link(&mut self, dir: &Dir, entry: &Entry, path: &str) -> Result<(), GitError> {
         if entry.nlink > 1 {
             self.skip(Skip::Hardlink, Some(path.to_owned()));
             return Ok(());
         }
         self.stats.files += 1;
         self.limits.check(self.stats.files, self.stats.bytes, 0, path)?;
-        let target = dir.read_tree_link(&entry.name, crate::archive::MAX_PATH_BYTES)?;
+        let target = dir.read_child_link(entry, crate::archive::MAX_PATH_BYTES)?;
         self.writer.link(path, &target)
     }
 
     /// `.git` (or a directory beneath it): files and directories only;
     /// control directories (`.git/.airlock`, …) are never entered.
     fn git_dir(&mut self, dir: &Dir, path: &str, scope: Scope) -> Result<(), GitError> {
-        for entry in dir.list_tree(MAX_DIR_ENTRIES)? {
+        for entry in list(dir)? {
             let name = utf8(&entry, path)?;
             let child = join(path, &name);
             let left_out = (path == ".git"
@@ -448,7 +469,7 @@ impl<W: Write> Walk<'_, W> {
     /// The work tree: files, links (as links) and directories; control
     /// directories (`.airlock`, nested `.git`, in any case) and special
     /// files are skipped.
-    fn work_tree(&mut self, dir: &Dir, path: &str, entries: Vec<TreeEntry>) -> Result<(), GitError> {
+    fn work_tree(&mut self, dir: &Dir, path: &str, entries: Vec<Entry>) -> Result<(), GitError> {
         for entry in entries {
             let name = utf8(&entry, path)?;
             let child = join(path, &name);
@@ -463,8 +484,8 @@ impl<W: Write> Walk<'_, W> {
                 EntryKind::Directory => {
                     if let Some(sub) = self.enter(dir, &entry, &child, true)? {
                         self.dir(&child)?;
-                        let list = sub.list_tree(MAX_DIR_ENTRIES)?;
-                        self.work_tree(&sub, &child, list)?;
+                        let entries = list(&sub)?;
+                        self.work_tree(&sub, &child, entries)?;
                     }
                 }
                 EntryKind::Regular => self.file(dir, &entry, &child, true)?,

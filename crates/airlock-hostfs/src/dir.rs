@@ -53,6 +53,12 @@ impl Dir {
         Ok(Dir { fd, dev: st.st_dev, ino: st.st_ino })
     }
 
+    /// Wraps a descriptor whose `fstat` the caller took and checked to be a
+    /// directory.
+    pub(crate) fn from_checked(fd: OwnedFd, st: &rustix::fs::Stat) -> Dir {
+        Dir { fd, dev: st.st_dev, ino: st.st_ino }
+    }
+
     /// A second handle to the same directory.
     pub fn try_clone(&self) -> Result<Dir> {
         let fd = rustix::io::fcntl_dupfd_cloexec(&self.fd, 3)

@@ -25,6 +25,11 @@ impl Error {
         Error { code, message: format!("{call}: {errno}"), errno: Some(errno) }
     }
 
+    /// An error with every part given (the edge from [`crate::fault::Fault`]).
+    pub(crate) fn from_parts(code: ReasonCode, message: String, errno: Option<Errno>) -> Self {
+        Error { code, message, errno }
+    }
+
     /// The stable reason code.
     pub fn code(&self) -> ReasonCode {
         self.code

@@ -4,21 +4,25 @@
 //! ceiling's directory handle, never by string prefix and never following a
 //! link at any component:
 //!
-//! - [`Resolver`]: `openat2(RESOLVE_BENEATH | NO_SYMLINKS | NO_MAGICLINKS |
-//!   NO_XDEV)` where the kernel allows it, and a per-component `O_NOFOLLOW`
-//!   walk that gives the same answers where it does not;
-//! - [`InputFile`]: opens an input `O_PATH` first, checks it is a regular file
-//!   with one link and within bounds, then reopens it non-blocking and reads a
-//!   bounded snapshot, hashing while it reads;
+//! - [`Resolver`]: the one resolver. `openat2(RESOLVE_BENEATH | NO_SYMLINKS
+//!   | NO_MAGICLINKS | NO_XDEV)` where the kernel allows it, and a
+//!   per-component `O_NOFOLLOW` walk that gives the same answers where it
+//!   does not; inputs, outputs, source queries and the broker all use it;
+//! - [`RegularFile`]: the one checked file. Opened `O_PATH` first, checked
+//!   to be a regular file with one link (and within a bound), then reopened
+//!   non-blocking as the same inode; every file read goes through it;
+//! - [`InputFile`]: a declared input opened as a [`RegularFile`] within
+//!   `max_file_bytes`, and its bounded snapshot, hashed while it is read;
 //! - [`HeldOutput`]: holds an output's parent directory open and records its
 //!   `(dev, ino)`; refuses an existing output of any kind; publishes a
 //!   [`Candidate`] by identity (an `O_TMPFILE` linked from its descriptor,
 //!   or a checked no-replace rename);
-//! - [`Dir::read_entries`], [`Dir::open_child_file`], [`RegularFile`]:
-//!   enumeration and bounded range reads for the source broker, with the
-//!   same no-follow, one-link, regular-file rules;
+//! - [`Dir::read_entries`], [`Dir::open_child_dir`], [`Dir::open_child_file`]:
+//!   the one walker, for source queries and Git snapshots alike (every
+//!   child checked to be the listed inode on its parent's mount);
 //! - [`rooted`]: read, list and replace-by-rename beneath a granted root
-//!   directory, for the filesystem broker (its own error type and codes);
+//!   directory, for the filesystem broker (through the same resolver and
+//!   checked file, with the broker's error type and codes);
 //! - [`read_control_file`], [`holders`], [`Dir::ancestry`]: airlock's own
 //!   control files read without following a link, with their owner and
 //!   mode, and directories named by `(dev, ino)` up to `/`;
@@ -27,6 +31,24 @@
 //!
 //! Reaching the host by absolute path needs a [`HostAuthority`], which only
 //! the binary makes.
+//!
+//! # One resolver, one walker, one checked file
+//!
+//! The most security-critical code exists once. Every path is resolved by
+//! [`Resolver`] (its two backends compared by one test table); every tree is
+//! walked by [`Dir::read_entries`] and the `open_child_*` calls, whose child
+//! must be the inode the listing saw (`path.race`) on its parent's mount
+//! (`path.mount_crossing`); every file is read through [`RegularFile`]'s one
+//! rule. They report a typed fault (`fault.rs`); the edges name it: this
+//! crate's [`Error`] codes for inputs, source queries and Git snapshots, the
+//! broker's codes in [`rooted`]. A caller that wants another code (a Git
+//! snapshot skipping a hard-linked file, a source query counting a race as
+//! `changed`) maps the code at its own edge; no parameter forks a rule.
+//!
+//! Nothing walked crosses a mount, Git snapshots included: a repository's
+//! content is what lies on the repository's mount, so a bind mount in a work
+//! tree cannot slip another tree's files into a snapshot (the walker's docs
+//! say how Git treats it).
 //!
 //! # Inputs
 //!
@@ -104,19 +126,23 @@
 #![deny(missing_docs)]
 
 mod authority;
+mod checked;
 mod control;
 mod dir;
 mod error;
+mod fault;
 mod input;
 mod output;
 mod private;
 mod publish;
 mod resolve;
 pub mod rooted;
-mod tree;
+#[cfg(test)]
+mod testutil;
 mod walk;
 
 pub use authority::HostAuthority;
+pub use checked::{RangeRead, RegularFile};
 pub use control::{holders, read_control_file, Ancestor, ControlFile, Owner};
 pub use dir::Dir;
 pub use error::{Error, Result};
@@ -125,5 +151,4 @@ pub use output::HeldOutput;
 pub use private::{random_suffix, PrivateDir};
 pub use publish::{Candidate, CandidateMode, EntryIdentity, Published, CANDIDATE_PREFIX};
 pub use resolve::{Resolver, ResolverKind};
-pub use tree::{ChildFile, TreeEntry};
-pub use walk::{Entry, EntryKind, RangeRead, RegularFile};
+pub use walk::{Entry, EntryKind};

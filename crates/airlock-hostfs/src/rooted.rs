@@ -3,11 +3,14 @@
 //! Every function takes the root as a directory handle and the path as
 //! components that already passed the protocol's path grammar
 //! (`airlock_fsproto::check_path`); an empty slice names the root itself.
-//! Resolution never follows a link at any component and never crosses a
-//! mount: one `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
-//! RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV)` call, or, where the
-//! [`Resolver`] says so, a per-component `O_PATH | O_NOFOLLOW` walk that
-//! compares every step's mount id with the root's.
+//! Resolution goes through the crate's one [`Resolver`] (never following a
+//! link at any component and never crossing a mount: `openat2` with
+//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |
+//! RESOLVE_NO_XDEV`, or the per-component `O_PATH | O_NOFOLLOW` walk that
+//! compares every step's mount id with the root's), and a read through
+//! its one checked file ([`crate::RegularFile`]); this module only maps
+//! their typed faults to [`RootedError`] (the broker's codes), in
+//! `RootedError::from_fault`.
 //!
 //! - [`read_file`]: the final entry is opened `O_PATH` first and must be a
 //!   regular file with one link before it is reopened for reading, so a
@@ -32,20 +35,14 @@
 //! rule "grant trees must not be rearranged by untrusted host processes"
 //! applies, and staging names are unreachable through the path grammar.
 
-use crate::resolve::{Resolver, ResolverKind};
+use crate::checked::RegularFile;
+use crate::fault::{fstat, is_component, mount_id, Fault, FaultKind};
+use crate::resolve::Resolver;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat, StatxFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, StatxFlags};
 use rustix::io::Errno;
 use std::collections::BinaryHeap;
 use std::io::Read;
-
-const RESOLVE: ResolveFlags = ResolveFlags::BENEATH
-    .union(ResolveFlags::NO_SYMLINKS)
-    .union(ResolveFlags::NO_MAGICLINKS)
-    .union(ResolveFlags::NO_XDEV);
-
-/// `openat2` may fail with `EAGAIN` when a rename elsewhere races the lookup.
-const EAGAIN_RETRIES: usize = 16;
 
 /// Why an operation beneath a root was refused or failed. Each variant has
 /// exactly one reason code ([`RootedError::code`]).
@@ -137,6 +134,27 @@ impl RootedError {
     fn io(call: impl Into<String>, errno: Errno) -> RootedError {
         RootedError::Io { call: call.into(), errno }
     }
+
+    /// The broker's name for what the resolver or the checked file found
+    /// while working on `comps` (this module's one edge).
+    fn from_fault(f: Fault, comps: &[&str]) -> RootedError {
+        let path = display(comps);
+        match f.kind {
+            FaultKind::Missing => RootedError::NotFound { path },
+            FaultKind::Symlink => RootedError::Symlink { path },
+            FaultKind::MountCrossing => RootedError::MountCrossing { path },
+            FaultKind::NotDirectory => RootedError::NotRegular { path, what: "a component is not a directory" },
+            FaultKind::Directory => RootedError::NotRegular { path, what: "it is a directory" },
+            FaultKind::Special => {
+                RootedError::NotRegular { path, what: "it is not a regular file (FIFO, socket or device)" }
+            }
+            FaultKind::Hardlink(links) => RootedError::Hardlink { path, links },
+            FaultKind::Race => RootedError::io(format!("{path:?}: {}", f.message), Errno::AGAIN),
+            FaultKind::TooLarge => RootedError::io(f.message, f.errno.unwrap_or(Errno::FBIG)),
+            FaultKind::NotComponent => RootedError::io(f.message, f.errno.unwrap_or(Errno::INVAL)),
+            FaultKind::Io => RootedError::io(f.message, f.errno.unwrap_or(Errno::IO)),
+        }
+    }
 }
 
 /// Shorthand for this module's results.
@@ -182,7 +200,7 @@ fn display(comps: &[&str]) -> String {
 /// change the meaning of a resolution (a separator, `.`/`..`, NUL, empty).
 fn check_components(comps: &[&str]) -> RootedResult<()> {
     for c in comps {
-        if c.is_empty() || *c == "." || *c == ".." || c.contains('/') || c.contains('\0') {
+        if !is_component(c.as_bytes()) {
             return Err(RootedError::io(
                 format!("resolve {:?}: invalid component {c:?}", display(comps)),
                 Errno::INVAL,
@@ -192,100 +210,11 @@ fn check_components(comps: &[&str]) -> RootedResult<()> {
     Ok(())
 }
 
-fn fstat(fd: BorrowedFd<'_>, what: &str) -> RootedResult<Stat> {
-    rustix::fs::fstat(fd).map_err(|e| RootedError::io(format!("fstat({what})"), e))
-}
-
-fn mount_id(fd: BorrowedFd<'_>, comps: &[&str]) -> RootedResult<u64> {
-    rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID)
-        .map(|s| s.stx_mnt_id)
-        .map_err(|e| RootedError::io(format!("statx(mnt_id) resolving {:?}", display(comps)), e))
-}
-
-/// Maps an errno of a lookup of `comps` to an error; `ENOTDIR` is decided by
-/// looking (without following) at the entry that caused it.
-fn classify(errno: Errno, dir: BorrowedFd<'_>, name: &str, comps: &[&str], call: &str) -> RootedError {
-    let path = display(comps);
-    match errno {
-        Errno::NOENT => RootedError::NotFound { path },
-        Errno::LOOP => RootedError::Symlink { path },
-        Errno::XDEV => RootedError::MountCrossing { path },
-        Errno::NOTDIR => match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-            Ok(st) => match FileType::from_raw_mode(st.st_mode) {
-                FileType::Symlink => RootedError::Symlink { path },
-                FileType::Directory => {
-                    RootedError::io(format!("{call}({path:?}): swapped while resolved"), Errno::AGAIN)
-                }
-                _ => RootedError::NotRegular { path, what: "a component is not a directory" },
-            },
-            Err(Errno::NOENT) => RootedError::NotFound { path },
-            Err(e) => RootedError::io(format!("fstatat({name:?}) resolving {path:?}"), e),
-        },
-        e => RootedError::io(format!("{call}(root, {path:?})"), e),
-    }
-}
-
-/// Opens `comps` beneath `root` with `flags` (plus `O_NOFOLLOW | O_CLOEXEC`).
-/// With `O_PATH` a final symlink is returned as itself; otherwise it is
-/// [`RootedError::Symlink`].
+/// Opens `comps` beneath `root` with `flags` (plus `O_NOFOLLOW | O_CLOEXEC`)
+/// through the one resolver. With `O_PATH` a final symlink is returned as
+/// itself; otherwise it is [`RootedError::Symlink`].
 fn open_beneath(resolver: &Resolver, root: BorrowedFd<'_>, comps: &[&str], flags: OFlags) -> RootedResult<OwnedFd> {
-    check_components(comps)?;
-    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    if comps.is_empty() {
-        return rustix::fs::openat(root, ".", flags, Mode::empty())
-            .map_err(|e| RootedError::io(format!("openat(root, \".\", {flags:?})"), e));
-    }
-    match resolver.kind() {
-        ResolverKind::Openat2 => open_openat2(root, comps, flags),
-        ResolverKind::Emulated => open_emulated(root, comps, flags),
-    }
-}
-
-fn open_openat2(root: BorrowedFd<'_>, comps: &[&str], flags: OFlags) -> RootedResult<OwnedFd> {
-    let path = comps.join("/");
-    let mut tries = 0;
-    loop {
-        match rustix::fs::openat2(root, path.as_str(), flags, Mode::empty(), RESOLVE) {
-            Ok(fd) => return Ok(fd),
-            Err(Errno::AGAIN) if tries < EAGAIN_RETRIES => tries += 1,
-            // ENOTDIR does not say which component: find it with the walk.
-            Err(Errno::NOTDIR) => {
-                return match open_emulated(root, comps, flags) {
-                    Err(e) => Err(e),
-                    Ok(_) => {
-                        Err(RootedError::io(format!("openat2(root, {path:?}): changed while resolved"), Errno::AGAIN))
-                    }
-                }
-            }
-            Err(errno) => return Err(classify(errno, root, &path, comps, "openat2")),
-        }
-    }
-}
-
-fn open_emulated(root: BorrowedFd<'_>, comps: &[&str], flags: OFlags) -> RootedResult<OwnedFd> {
-    let root_mount = mount_id(root, comps)?;
-    let mut current: Option<OwnedFd> = None;
-    for (i, name) in comps.iter().enumerate() {
-        let base = current.as_ref().map_or(root, |fd| fd.as_fd());
-        let last = i + 1 == comps.len();
-        let step = if last { flags } else { OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC };
-        let fd = rustix::fs::openat(base, *name, step, Mode::empty())
-            .map_err(|e| classify(e, base, name, &comps[..=i], "openat"))?;
-        let st = fstat(fd.as_fd(), name)?;
-        let ty = FileType::from_raw_mode(st.st_mode);
-        if !last && ty != FileType::Directory {
-            return Err(if ty == FileType::Symlink {
-                RootedError::Symlink { path: display(comps) }
-            } else {
-                RootedError::NotRegular { path: display(comps), what: "a component is not a directory" }
-            });
-        }
-        if mount_id(fd.as_fd(), comps)? != root_mount {
-            return Err(RootedError::MountCrossing { path: display(comps) });
-        }
-        current = Some(fd);
-    }
-    current.ok_or_else(|| RootedError::io("resolve(root, \"\")", Errno::INVAL))
+    resolver.open_components(root, comps, flags).map_err(|f| RootedError::from_fault(f, comps))
 }
 
 /// `openat2(root, comps, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)` with no link
@@ -300,20 +229,6 @@ pub fn open_dir_beneath(resolver: &Resolver, root: impl AsFd, comps: &[&str]) ->
     })
 }
 
-fn check_regular(st: &Stat, comps: &[&str]) -> RootedResult<()> {
-    let path = display(comps);
-    match FileType::from_raw_mode(st.st_mode) {
-        FileType::RegularFile => {}
-        FileType::Symlink => return Err(RootedError::Symlink { path }),
-        FileType::Directory => return Err(RootedError::NotRegular { path, what: "it is a directory" }),
-        _ => return Err(RootedError::NotRegular { path, what: "it is not a regular file (FIFO, socket or device)" }),
-    }
-    if st.st_nlink != 1 {
-        return Err(RootedError::Hardlink { path, links: st.st_nlink });
-    }
-    Ok(())
-}
-
 /// Reads at most `max` bytes from the start of the regular file `comps`
 /// (fewer at its end) and returns them with the file's identity.
 ///
@@ -326,21 +241,14 @@ pub fn read_file(resolver: &Resolver, root: impl AsFd, comps: &[&str], max: u64)
     if comps.is_empty() {
         return Err(RootedError::NotRegular { path: display(comps), what: "it is a directory" });
     }
-    let probe = open_beneath(resolver, root, comps, OFlags::PATH)?;
-    let st = fstat(probe.as_fd(), "O_PATH probe")?;
-    check_regular(&st, comps)?;
-    let fd = open_beneath(resolver, root, comps, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY)?;
-    let now = fstat(fd.as_fd(), "reopened file")?;
-    if FileId::of(&now) != FileId::of(&st) {
-        return Err(RootedError::io(format!("reopen({:?}): replaced while opened", display(comps)), Errno::AGAIN));
-    }
-    check_regular(&now, comps)?;
-    let size_hint = u64::try_from(now.st_size).unwrap_or(0).min(max);
+    let file = RegularFile::beneath(resolver, root, comps, u64::MAX).map_err(|f| RootedError::from_fault(f, comps))?;
+    let (dev, ino) = file.dev_ino();
+    let size_hint = file.size().min(max);
     let mut bytes = Vec::with_capacity(usize::try_from(size_hint).unwrap_or(0));
-    std::fs::File::from(fd).take(max).read_to_end(&mut bytes).map_err(|e| {
+    file.into_file().take(max).read_to_end(&mut bytes).map_err(|e| {
         RootedError::io(format!("read({:?})", display(comps)), Errno::from_io_error(&e).unwrap_or(Errno::IO))
     })?;
-    Ok((bytes, FileId::of(&now)))
+    Ok((bytes, FileId { dev, ino }))
 }
 
 /// Lists the directory `comps` (empty: the root): at most `max` names,
@@ -425,7 +333,7 @@ pub fn prepare_write(
                 // (EBUSY) after the work; say what it is first.
                 let at = rustix::fs::statx(&dir, *name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::MNT_ID)
                     .map_err(|e| RootedError::io(format!("statx({path:?}, AT_SYMLINK_NOFOLLOW, STATX_MNT_ID)"), e))?;
-                if at.stx_mnt_id != mount_id(dir.as_fd(), comps)? {
+                if at.stx_mnt_id != mount_id(dir.as_fd()).map_err(|f| RootedError::from_fault(f, comps))? {
                     return Err(RootedError::MountCrossing { path });
                 }
             }
@@ -449,8 +357,9 @@ pub fn prepare_write(
         }
     }
     rustix::fs::fsync(&file).map_err(|e| RootedError::io(format!("fsync(tmpfile for {path:?})"), e))?;
-    let file_id = FileId::of(&fstat(file.as_fd(), "tmpfile")?);
-    let dir_id = FileId::of(&fstat(dir.as_fd(), "parent dir")?);
+    let stat = |fd: BorrowedFd<'_>, what: &str| fstat(fd, what).map_err(|f| RootedError::from_fault(f, comps));
+    let file_id = FileId::of(&stat(file.as_fd(), "tmpfile")?);
+    let dir_id = FileId::of(&stat(dir.as_fd(), "parent dir")?);
     Ok(PreparedWrite { dir, file, name: (*name).to_owned(), path, dir_id, file_id, bytes: bytes.len() as u64 })
 }
 

@@ -10,18 +10,24 @@
 //!   one component at a time, checking each step is a directory on the same
 //!   mount, for hosts where openat2 is missing or blocked by seccomp.
 //!
-//! Paths reaching a resolver have already passed
-//! [`airlock_core::RelPath`]'s grammar, so they hold no `..`, `.`, empty
-//! component or leading `/`; the resolvers still refuse anything the kernel
-//! reports as an escape.
+//! This is the crate's one resolver: inputs, outputs, source queries and
+//! the filesystem broker ([`crate::rooted`]) all resolve through it. It
+//! reports a typed [`Fault`]; [`Resolver::open_beneath`] maps it to this
+//! crate's [`Error`] and [`crate::rooted`] to the broker's codes.
+//!
+//! Paths reaching a resolver have already passed a grammar
+//! ([`airlock_core::RelPath`]'s, or the broker protocol's), so they hold no
+//! `..`, `.`, empty component or leading `/`; the resolvers still refuse
+//! anything the kernel reports as an escape.
 
 mod emulated;
 mod openat2;
 
 use crate::error::{Error, Result};
+use crate::fault::{Fault, FaultKind};
 use airlock_core::{ReasonCode, RelPath, ResolverChoice};
 use rustix::fd::{BorrowedFd, OwnedFd};
-use rustix::fs::{AtFlags, FileType, OFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 /// Which backend a [`Resolver`] uses.
@@ -88,36 +94,57 @@ impl Resolver {
     /// returned as itself; otherwise a final symlink is `path.symlink`.
     /// A missing component is `input.missing` (callers re-code it).
     pub fn open_beneath(&self, root: BorrowedFd<'_>, path: &RelPath, flags: OFlags) -> Result<OwnedFd> {
+        let comps: Vec<&str> = path.components().collect();
+        Ok(self.open_components(root, &comps, flags)?)
+    }
+
+    /// Opens the components `comps` beneath `root` with `flags` (plus
+    /// `O_NOFOLLOW | O_CLOEXEC`); no component may be empty, `.`, `..` or
+    /// hold `/` or NUL (callers pass a grammar-checked path). An empty
+    /// slice opens `root` itself.
+    pub(crate) fn open_components(
+        &self,
+        root: BorrowedFd<'_>,
+        comps: &[&str],
+        flags: OFlags,
+    ) -> Result<OwnedFd, Fault> {
         let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        if let Some(bad) = comps.iter().find(|c| !crate::fault::is_component(c.as_bytes())) {
+            return Err(Fault::new(FaultKind::NotComponent, format!("{bad:?} is not a single path component")));
+        }
+        if comps.is_empty() {
+            return rustix::fs::openat(root, ".", flags, Mode::empty())
+                .map_err(|e| Fault::syscall(FaultKind::Io, format_args!("openat(root, \".\", {flags:?})"), e));
+        }
         match self.kind {
-            ResolverKind::Openat2 => openat2::open(root, path, flags),
-            ResolverKind::Emulated => emulated::open(root, path, flags),
+            ResolverKind::Openat2 => openat2::open(root, comps, flags),
+            ResolverKind::Emulated => emulated::open(root, comps, flags),
         }
     }
 }
 
-/// Maps an errno from resolving `path` to a reason code, looking at the
-/// offending entry (without following it) when the errno is ambiguous.
-pub(crate) fn classify(errno: Errno, dir: BorrowedFd<'_>, name: &str, call: &str, path: &RelPath) -> Error {
-    let code = match errno {
-        Errno::NOENT => ReasonCode::InputMissing,
-        Errno::LOOP => ReasonCode::PathSymlink,
-        Errno::XDEV => ReasonCode::PathMountCrossing,
-        Errno::AGAIN => ReasonCode::PathRace,
+/// Maps an errno from resolving `comps` (at the entry `name` beneath
+/// `dir`) to a fault, looking at the offending entry (without following
+/// it) when the errno is ambiguous.
+fn classify(errno: Errno, dir: BorrowedFd<'_>, name: &str, call: &str, comps: &[&str]) -> Fault {
+    let kind = match errno {
+        Errno::NOENT => FaultKind::Missing,
+        Errno::LOOP => FaultKind::Symlink,
+        Errno::XDEV => FaultKind::MountCrossing,
+        Errno::AGAIN => FaultKind::Race,
         // Look at the entry without following it. If it is a directory (or
         // gone) now, it was swapped while we looked: a race, not a file.
         Errno::NOTDIR => match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => match FileType::from_raw_mode(st.st_mode) {
-                FileType::Symlink => ReasonCode::PathSymlink,
-                FileType::Directory => ReasonCode::PathRace,
-                _ => ReasonCode::PathNotDirectory,
+                FileType::Symlink => FaultKind::Symlink,
+                FileType::Directory => FaultKind::Race,
+                _ => FaultKind::NotDirectory,
             },
-            Err(_) => ReasonCode::PathRace,
+            Err(_) => FaultKind::Race,
         },
-        Errno::ACCESS | Errno::PERM => ReasonCode::InputUnreadable,
-        _ => ReasonCode::InputUnreadable,
+        _ => FaultKind::Io,
     };
-    Error::syscall(code, format_args!("{call}(dirfd, {:?})", path.as_str()), errno)
+    Fault::syscall(kind, format_args!("{call}(dirfd, {:?})", comps.join("/")), errno)
 }
 
 #[cfg(test)]

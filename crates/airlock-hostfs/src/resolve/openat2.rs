@@ -1,8 +1,7 @@
 //! The `openat2(2)` backend.
 
 use super::classify;
-use crate::error::{Error, Result};
-use airlock_core::{ReasonCode, RelPath};
+use crate::fault::{Fault, FaultKind};
 use rustix::fd::{BorrowedFd, OwnedFd};
 use rustix::fs::{Mode, OFlags, ResolveFlags, CWD};
 use rustix::io::Errno;
@@ -23,23 +22,24 @@ pub(super) fn supported() -> bool {
         .get_or_init(|| rustix::fs::openat2(CWD, ".", OFlags::PATH | OFlags::CLOEXEC, Mode::empty(), RESOLVE).is_ok())
 }
 
-pub(super) fn open(root: BorrowedFd<'_>, path: &RelPath, flags: OFlags) -> Result<OwnedFd> {
+pub(super) fn open(root: BorrowedFd<'_>, comps: &[&str], flags: OFlags) -> Result<OwnedFd, Fault> {
+    let path = comps.join("/");
     let mut tries = 0;
     loop {
         match rustix::fs::openat2(root, path.as_str(), flags, Mode::empty(), RESOLVE) {
             Ok(fd) => return Ok(fd),
             Err(Errno::AGAIN) if tries < EAGAIN_RETRIES => tries += 1,
-            Err(Errno::NOTDIR) => return Err(classify_notdir(root, path, flags)),
-            Err(errno) => return Err(classify(errno, root, path.as_str(), "openat2", path)),
+            Err(Errno::NOTDIR) => return Err(classify_notdir(root, comps, flags)),
+            Err(errno) => return Err(classify(errno, root, &path, "openat2", comps)),
         }
     }
 }
 
 /// `ENOTDIR` from a whole-path lookup does not say which component; find
-/// it with the same no-follow rules so both backends give the same code.
-fn classify_notdir(root: BorrowedFd<'_>, path: &RelPath, flags: OFlags) -> Error {
-    match super::emulated::open(root, path, flags) {
-        Err(e) => e,
-        Ok(_) => Error::new(ReasonCode::PathRace, format!("{:?} changed while it was resolved", path.as_str())),
+/// it with the same no-follow rules so both backends give the same answer.
+fn classify_notdir(root: BorrowedFd<'_>, comps: &[&str], flags: OFlags) -> Fault {
+    match super::emulated::open(root, comps, flags) {
+        Err(f) => f,
+        Ok(_) => Fault::new(FaultKind::Race, format!("{:?} changed while it was resolved", comps.join("/"))),
     }
 }

@@ -1,6 +1,6 @@
 //! Every case runs against both backends and must give the same answer.
 
-use super::{Resolver, ResolverKind};
+use super::Resolver;
 use crate::{Dir, HeldOutput, HostAuthority, InputFile};
 use airlock_core::{ReasonCode, RelPath};
 use rustix::fd::AsFd;
@@ -8,15 +8,7 @@ use rustix::fs::OFlags;
 use std::fs;
 use std::os::unix::fs::symlink;
 
-fn backends() -> Vec<Resolver> {
-    let mut v = vec![Resolver::with_kind(ResolverKind::Emulated)];
-    if Resolver::openat2_supported() {
-        v.push(Resolver::with_kind(ResolverKind::Openat2));
-    } else {
-        eprintln!("openat2 unsupported here: only the emulated resolver is tested");
-    }
-    v
-}
+use crate::testutil::backends;
 
 struct Tree {
     tmp: tempfile::TempDir,

@@ -2,20 +2,13 @@
 //! backend and must give the same answer.
 
 use super::*;
+use crate::resolve::ResolverKind;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-fn backends() -> Vec<Resolver> {
-    let mut v = vec![Resolver::with_kind(ResolverKind::Emulated)];
-    if Resolver::openat2_supported() {
-        v.push(Resolver::with_kind(ResolverKind::Openat2));
-    } else {
-        eprintln!("openat2 unsupported here: only the emulated resolver is tested");
-    }
-    v
-}
+use crate::testutil::{assert_mount_child, backends, run_in_mount_namespace};
 
 fn open_root(path: &Path) -> OwnedFd {
     rustix::fs::open(path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).unwrap()
@@ -467,35 +460,17 @@ fn a_swapped_stage_entry_is_never_reported_as_written() {
     assert!(ok > 0, "some writes landed");
 }
 
-/// Set by [`a_mount_inside_the_root_is_refused`] in the child it runs under
-/// `unshare -m`.
-const MOUNT_CHILD_ENV: &str = "AIRLOCK_ROOTED_MOUNT_CHILD";
-
 /// Runs in a private mount namespace (root only): a bind mount inside the
 /// root is a mount crossing for every operation, on both backends.
 #[test]
 fn a_mount_inside_the_root_is_refused() {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("skipped: bind mounts need root (run in a private mount namespace)");
-        return;
-    }
-    let exe = std::env::current_exe().unwrap();
-    let out = std::process::Command::new("unshare")
-        .args(["-m", "--propagation", "private", "--"])
-        .arg(exe)
-        .args(["--exact", "rooted::tests::mount_crossing_child", "--ignored", "--nocapture", "--test-threads=1"])
-        .env(MOUNT_CHILD_ENV, "1")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{text}");
-    assert!(text.contains("1 passed"), "the child test ran: {text}");
+    run_in_mount_namespace("rooted::tests::mount_crossing_child");
 }
 
 #[test]
 #[ignore = "run by a_mount_inside_the_root_is_refused in a private mount namespace"]
 fn mount_crossing_child() {
-    assert_eq!(std::env::var(MOUNT_CHILD_ENV).as_deref(), Ok("1"), "only under unshare -m");
+    assert_mount_child();
     let t = tempfile::tempdir().unwrap();
     let root_path = t.path().join("root");
     let other = t.path().join("other");

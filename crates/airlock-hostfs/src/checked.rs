@@ -1,0 +1,218 @@
+//! The one checked regular file: every file this crate opens for reading
+//! (a declared input, a source query's file, a Git snapshot's file, a
+//! broker read) is opened by [`RegularFile::open_checked`], and nowhere
+//! else.
+//!
+//! The rule, in this order, so that a refusal reads no byte and a FIFO,
+//! socket or device is never opened for reading:
+//!
+//! 1. open the entry `O_PATH | O_NOFOLLOW` (reads nothing, no side effect
+//!    on a FIFO or device) and `fstat` it;
+//! 2. the caller's check of that probe (the walker compares it with the
+//!    listed entry's identity and its directory's mount);
+//! 3. it must be a regular file (a link is [`FaultKind::Symlink`], a
+//!    directory [`FaultKind::Directory`], anything else
+//!    [`FaultKind::Special`]) with exactly one link
+//!    ([`FaultKind::Hardlink`]) and at most the caller's bound
+//!    ([`FaultKind::TooLarge`]);
+//! 4. reopen it `O_RDONLY | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW`; the
+//!    reopened handle must be the same inode ([`FaultKind::Race`]) and pass
+//!    step 3 again.
+//!
+//! How the entry is reached (the [`crate::Resolver`] beneath a handle, or
+//! one name in a listed directory) is the caller's; what a refusal is
+//! called (`input.*`, `path.*`, `broker.*`, a skipped entry) is decided at
+//! each caller's edge from the [`FaultKind`].
+
+use crate::dir::Dir;
+use crate::error::{Error, Result};
+use crate::fault::{fstat, not_regular, Fault, FaultKind};
+use crate::resolve::Resolver;
+use airlock_core::{ReasonCode, RelPath};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fs::{OFlags, Stat};
+use sha2::{Digest, Sha256};
+use std::fs::File;
+use std::io::{Read, Write};
+
+/// Size of one read while copying.
+const CHUNK: u64 = 256 * 1024;
+
+/// A regular file with one link, open for reading, checked but not yet read.
+#[derive(Debug)]
+pub struct RegularFile {
+    file: File,
+    stat: Stat,
+}
+
+/// Bytes of one range and their hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangeRead {
+    /// The bytes read.
+    pub bytes: Vec<u8>,
+    /// Lowercase hex SHA-256 of `bytes`.
+    pub sha256_hex: String,
+}
+
+/// Step 3 of the rule.
+fn check(st: &Stat, max_bytes: u64) -> Result<(), Fault> {
+    if let Some(fault) = not_regular(st) {
+        return Err(fault);
+    }
+    if st.st_nlink != 1 {
+        return Err(Fault::new(
+            FaultKind::Hardlink(st.st_nlink),
+            format!("it has {} hard links; only files with exactly one are read", st.st_nlink),
+        ));
+    }
+    if st.st_size as u64 > max_bytes {
+        return Err(Fault::new(FaultKind::TooLarge, format!("it is {} bytes, more than {max_bytes}", st.st_size)));
+    }
+    Ok(())
+}
+
+impl RegularFile {
+    /// Opens a file by the rule of this module: `open(flags)` reaches the
+    /// entry (it is called with `O_PATH` first, then with `O_RDONLY |
+    /// O_NONBLOCK | O_NOCTTY`; it adds `O_NOFOLLOW | O_CLOEXEC`), `probe`
+    /// is the caller's check of the `O_PATH` handle's `fstat`, and
+    /// `max_bytes` bounds the size (`u64::MAX`: no bound).
+    pub(crate) fn open_checked(
+        mut open: impl FnMut(OFlags) -> Result<OwnedFd, Fault>,
+        probe: impl FnOnce(&OwnedFd, &Stat) -> Result<(), Fault>,
+        max_bytes: u64,
+    ) -> Result<RegularFile, Fault> {
+        let path_fd = open(OFlags::PATH)?;
+        let st = fstat(&path_fd, "O_PATH probe")?;
+        probe(&path_fd, &st)?;
+        check(&st, max_bytes)?;
+        let fd = open(OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY)?;
+        let again = fstat(&fd, "reopened file")?;
+        if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino) {
+            return Err(Fault::new(FaultKind::Race, "the file was replaced while it was opened"));
+        }
+        check(&again, max_bytes)?;
+        Ok(RegularFile { file: File::from(fd), stat: again })
+    }
+
+    /// Size when opened.
+    pub fn size(&self) -> u64 {
+        self.stat.st_size as u64
+    }
+
+    /// Whether any execute bit was set when opened.
+    pub fn executable(&self) -> bool {
+        self.stat.st_mode & 0o111 != 0
+    }
+
+    /// Its modification time when opened: seconds and nanoseconds.
+    pub fn mtime(&self) -> (i64, u32) {
+        (self.stat.st_mtime, self.stat.st_mtime_nsec as u32)
+    }
+
+    /// Its status-change time when opened: seconds and nanoseconds.
+    pub fn ctime(&self) -> (i64, u32) {
+        (self.stat.st_ctime, self.stat.st_ctime_nsec as u32)
+    }
+
+    /// Its hard-link count when opened (always 1: the rule refuses others).
+    pub fn nlink(&self) -> u64 {
+        self.stat.st_nlink
+    }
+
+    /// Its `(st_dev, st_ino)` when opened.
+    pub fn dev_ino(&self) -> (u64, u64) {
+        (self.stat.st_dev, self.stat.st_ino)
+    }
+
+    /// The open file, for a caller that reads it its own way.
+    pub(crate) fn into_file(self) -> File {
+        self.file
+    }
+
+    /// `input.changed` unless the size and change time are still those
+    /// seen when the file was opened.
+    fn unchanged(&self) -> Result<()> {
+        let after = fstat(&self.file, "file after reading")?;
+        if after.st_size != self.stat.st_size
+            || (after.st_ctime, after.st_ctime_nsec) != (self.stat.st_ctime, self.stat.st_ctime_nsec)
+        {
+            return Err(Error::new(ReasonCode::InputChanged, "the file changed while it was read; try again"));
+        }
+        Ok(())
+    }
+
+    /// Reads at most `max` bytes from `offset` with `pread`, hashing them.
+    /// A file whose size or change time moved while it was read is refused
+    /// (`input.changed`).
+    pub fn read_range(&self, offset: u64, max: u64) -> Result<RangeRead> {
+        let want = max.min(self.size().saturating_sub(offset));
+        let mut bytes = vec![0u8; usize::try_from(want).unwrap_or(usize::MAX)];
+        let mut got = 0usize;
+        while got < bytes.len() {
+            match rustix::io::pread(&self.file, &mut bytes[got..], offset + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(Error::syscall(ReasonCode::InputUnreadable, "pread", e)),
+            }
+        }
+        bytes.truncate(got);
+        if (got as u64) < want {
+            return Err(Error::new(ReasonCode::InputChanged, "the file shrank while it was read; try again"));
+        }
+        self.unchanged()?;
+        let sha256_hex = hex::encode(Sha256::digest(&bytes));
+        Ok(RangeRead { bytes, sha256_hex })
+    }
+
+    /// Copies exactly the size seen at open into `dest` and returns it. A
+    /// file that grows, shrinks or whose change time moves while it is
+    /// read is `input.changed` (the caller discards what reached `dest`).
+    pub fn copy_into(mut self, dest: &mut impl Write) -> Result<u64> {
+        let want = self.size();
+        // One byte more than the file, so growth is seen.
+        let mut buf = vec![0u8; (want + 1).min(CHUNK) as usize];
+        let mut total = 0u64;
+        loop {
+            let room = (want + 1 - total).min(buf.len() as u64) as usize;
+            let n = match self.file.read(&mut buf[..room]) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::new(ReasonCode::InputUnreadable, format!("read: {e}"))),
+            };
+            total += n as u64;
+            if total > want {
+                return Err(Error::new(ReasonCode::InputChanged, "the file grew while it was read; try again"));
+            }
+            dest.write_all(&buf[..n]).map_err(|e| Error::new(ReasonCode::Internal, format!("write: {e}")))?;
+        }
+        if total != want {
+            return Err(Error::new(ReasonCode::InputChanged, "the file shrank while it was read; try again"));
+        }
+        self.unchanged()?;
+        Ok(total)
+    }
+}
+
+impl RegularFile {
+    /// Opens `rel` beneath `dir` for reading by the rule of this module:
+    /// resolved with no link at any component and no mount crossed, then
+    /// checked (`path.symlink`, `input.not_regular`, `input.hardlink`,
+    /// `path.race`). No byte is read.
+    pub fn open_beneath(resolver: &Resolver, dir: &Dir, rel: &RelPath) -> Result<RegularFile> {
+        let comps: Vec<&str> = rel.components().collect();
+        Ok(RegularFile::beneath(resolver, dir.as_fd(), &comps, u64::MAX)?)
+    }
+
+    /// [`RegularFile::open_beneath`] for components, with a size bound.
+    pub(crate) fn beneath(
+        resolver: &Resolver,
+        root: BorrowedFd<'_>,
+        comps: &[&str],
+        max_bytes: u64,
+    ) -> Result<RegularFile, Fault> {
+        RegularFile::open_checked(|flags| resolver.open_components(root, comps, flags), |_, _| Ok(()), max_bytes)
+    }
+}

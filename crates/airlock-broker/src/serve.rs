@@ -119,8 +119,14 @@ impl Broker {
                 if max > MAX_IO_BYTES {
                     return Ok(refused(id, codes::LIMIT, format!("a read is at most {MAX_IO_BYTES} bytes, not {max}")));
                 }
-                Ok(match rooted::read_file(&self.resolver, &root.fd, &comps, max) {
-                    Ok((bytes, _)) => BrokerResponse { id, data: Some(b64_encode(&bytes)), ..Default::default() },
+                let offset = req.offset.unwrap_or(0);
+                Ok(match rooted::read_file(&self.resolver, &root.fd, &comps, offset, max) {
+                    Ok(read) => BrokerResponse {
+                        id,
+                        data: Some(b64_encode(&read.bytes)),
+                        stamp: Some(read.stamp),
+                        ..Default::default()
+                    },
                     Err(e) => from_rooted(id, e),
                 })
             }
@@ -141,6 +147,7 @@ impl Broker {
                     Ok(l) => BrokerResponse {
                         id,
                         names: Some(l.names),
+                        kinds: Some(l.kinds),
                         skipped: Some(l.skipped),
                         truncated: Some(l.truncated),
                         ..Default::default()
@@ -148,7 +155,8 @@ impl Broker {
                     Err(e) => from_rooted(id, e),
                 })
             }
-            BrokerOp::WritePrepare => self.prepare(req),
+            BrokerOp::WritePrepare | BrokerOp::WriteOpen => self.prepare(req),
+            BrokerOp::WriteAppend => self.append(req),
             BrokerOp::WriteCommit => {
                 let pending = self.take_pending(req)?;
                 let stage = req.stage.as_deref().unwrap_or_default();
@@ -170,22 +178,22 @@ impl Broker {
         if self.prepared.contains_key(&id) {
             return Err(Fatal::Protocol(format!("request id {id} already names a prepared write")));
         }
-        let bytes = b64_decode(req.data.as_deref().unwrap_or_default()).map_err(|e| Fatal::Protocol(e.to_string()))?;
+        let bytes = frame_bytes(req)?;
         let (root, comps) = match self.checked(req, |r| r.write, false) {
             Ok(ok) => ok,
             Err(r) => return Ok(refused(id, r.code, r.message)),
         };
-        if bytes.len() as u64 > MAX_IO_BYTES {
-            return Ok(refused(
-                id,
-                codes::LIMIT,
-                format!("a write is at most {MAX_IO_BYTES} bytes, not {}", bytes.len()),
-            ));
+        if let Some(refusal) = over_frame(id, &bytes) {
+            return Ok(refusal);
         }
         if self.prepared.len() >= MAX_OUTSTANDING {
             return Ok(refused(id, codes::LIMIT, format!("at most {MAX_OUTSTANDING} prepared writes at once")));
         }
-        let write = match rooted::prepare_write(&self.resolver, &root.fd, &comps, &bytes) {
+        let made = match req.op {
+            BrokerOp::WriteOpen => rooted::open_write(&self.resolver, &root.fd, &comps),
+            _ => rooted::prepare_write(&self.resolver, &root.fd, &comps, &bytes),
+        };
+        let write = match made {
             Ok(w) => w,
             Err(e) => return Ok(from_rooted(id, e)),
         };
@@ -196,8 +204,25 @@ impl Broker {
         Ok(BrokerResponse { id, identity: Some(identity), ..Default::default() })
     }
 
-    /// The pending write a commit or abort names, which must have been
-    /// prepared on the same root.
+    /// Appends one frame to an opened (or prepared) write on the same root;
+    /// answers the bytes it holds now. A failed append drops the write.
+    fn append(&mut self, req: &BrokerRequest) -> Result<BrokerResponse, Fatal> {
+        let id = req.id;
+        let bytes = frame_bytes(req)?;
+        let mut pending = self.take_pending(req)?;
+        if let Some(refusal) = over_frame(id, &bytes) {
+            return Ok(refusal);
+        }
+        if let Err(e) = pending.write.append(&bytes) {
+            return Ok(from_rooted(id, e));
+        }
+        let written = pending.write.bytes();
+        self.prepared.insert(req.prepared.unwrap_or_default(), pending);
+        Ok(BrokerResponse { id, written: Some(written), ..Default::default() })
+    }
+
+    /// The pending write a commit, abort or append names, which must have
+    /// been prepared on the same root.
     fn take_pending(&mut self, req: &BrokerRequest) -> Result<Pending, Fatal> {
         let prepared = req.prepared.unwrap_or_default();
         match self.prepared.remove(&prepared) {
@@ -232,6 +257,18 @@ impl Broker {
         let comps = check_path(path, allow_dot).map_err(|e| Refusal { code: e.code, message: e.message })?;
         Ok((root, comps))
     }
+}
+
+/// A write frame's bytes (`data`, base64; none for `write_open`).
+fn frame_bytes(req: &BrokerRequest) -> Result<Vec<u8>, Fatal> {
+    b64_decode(req.data.as_deref().unwrap_or_default()).map_err(|e| Fatal::Protocol(e.to_string()))
+}
+
+/// The refusal of a write frame over [`MAX_IO_BYTES`].
+fn over_frame(id: u64, bytes: &[u8]) -> Option<BrokerResponse> {
+    (bytes.len() as u64 > MAX_IO_BYTES).then(|| {
+        refused(id, codes::LIMIT, format!("a write frame is at most {MAX_IO_BYTES} bytes, not {}", bytes.len()))
+    })
 }
 
 #[cfg(test)]

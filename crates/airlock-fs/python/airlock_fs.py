@@ -5,9 +5,19 @@ connected socket to airlock. Every call sends one frame (a big-endian u32
 length, then one compact UTF-8 JSON object) and receives one back::
 
     import airlock_fs
-    text = airlock_fs.read("data", "message.txt", 4096)
-    airlock_fs.write("results", "copy.txt", text)
-    names, skipped = airlock_fs.list("data", ".")
+    text = airlock_fs.read("data", "message.txt")        # the whole file
+    head = airlock_fs.read("data", "message.txt", 4096)  # at most 4096 bytes
+    airlock_fs.write("results", "copy.txt", text)        # any size
+    listing = airlock_fs.list("data", ".")
+    for name, kind in zip(listing.names, listing.kinds): ...
+    listing.truncated, listing.skipped
+
+A read streams the file in frames of at most 64 KiB, each after the first
+sending the first frame's ``version``: a file that grows, shrinks or is
+replaced meanwhile raises ``FsError`` (``broker.changed``), as does a budget
+that ends first (``broker.budget``); a read never returns a silently short
+file. A write of more than one frame is a chunked write, named only at its
+commit.
 
 A refused or failed call raises ``FsError`` with ``.code`` (``broker.denied``,
 ``broker.not_found``, ``path.traversal``, ...) and ``.message``. Transport
@@ -22,13 +32,14 @@ and processes sharing the socket must take turns.
 import base64
 import binascii
 import builtins
+import collections
 import json
 import os
 import socket
 import struct
 import time
 
-__all__ = ["FsError", "read", "write", "list", "list_dir", "MAX_IO_BYTES", "MAX_LIST_NAMES"]
+__all__ = ["FsError", "Listing", "read", "write", "list", "list_dir", "MAX_IO_BYTES", "MAX_LIST_NAMES"]
 
 #: Most bytes of one frame body (either direction).
 MAX_FRAME = 96 * 1024
@@ -41,7 +52,16 @@ ENV_FD = "AIRLOCK_FS_FD"
 
 _PROTOCOL = "broker.protocol"
 _IO = "broker.io"
-_RESPONSE_FIELDS = frozenset(["id", "data", "written", "names", "skipped", "truncated", "error"])
+_CHANGED = "broker.changed"
+_READ_GROUP = ("data", "size", "eof", "version")
+_LIST_GROUP = ("names", "kinds", "skipped", "truncated")
+_RESPONSE_FIELDS = frozenset(_READ_GROUP + _LIST_GROUP + ("id", "written", "stream", "aborted", "error"))
+_KINDS = frozenset(["file", "dir", "link", "other"])
+
+#: A listing: ``names`` (sorted by bytes), ``kinds`` (``file``, ``dir``,
+#: ``link`` or ``other``, one per name), ``skipped`` (entries whose names
+#: break the path rules) and ``truncated`` (more names than ``maximum``).
+Listing = collections.namedtuple("Listing", ["names", "kinds", "skipped", "truncated"])
 
 
 class FsError(Exception):
@@ -148,14 +168,20 @@ class _Connection:
         if not _is_u64(response.get("id")):
             raise self.fail(_PROTOCOL, "malformed answer: no id")
         error = response.get("error")
+        read_all = all(k in response for k in _READ_GROUP)
+        list_all = all(k in response for k in _LIST_GROUP)
         groups = [
-            "data" in response,
+            read_all,
             "written" in response,
-            all(k in response for k in ("names", "skipped", "truncated")),
+            list_all,
+            "stream" in response,
+            "aborted" in response,
             error is not None,
         ]
-        list_any = any(k in response for k in ("names", "skipped", "truncated"))
-        if sum(groups) != 1 or (list_any and not groups[2]):
+        partial = (not read_all and any(k in response for k in _READ_GROUP)) or (
+            not list_all and any(k in response for k in _LIST_GROUP)
+        )
+        if sum(groups) != 1 or partial:
             raise self.fail(_PROTOCOL, "an answer must hold exactly one result or an error")
         if error is not None and not (
             isinstance(error, dict)
@@ -184,13 +210,20 @@ def _check_max(maximum):
         raise TypeError("maximum must be a non-negative int")
 
 
-def read(root, path, maximum=MAX_IO_BYTES):
-    """Reads at most ``maximum`` bytes of the regular file ``path`` in ``root``."""
-    _check_args(root, path)
-    _check_max(maximum)
-    conn = _connection
-    r = conn.call({"op": "read", "root": root, "path": path, "max": maximum})
-    if not isinstance(r.get("data"), str):
+def _read_frame(conn, root, path, offset, maximum, version):
+    request = {"op": "read", "root": root, "path": path, "max": maximum}
+    if offset:
+        request["offset"] = offset
+    if version is not None:
+        request["version"] = version
+    r = conn.call(request)
+    ok = (
+        isinstance(r.get("data"), str)
+        and _is_u64(r.get("size"))
+        and isinstance(r.get("eof"), bool)
+        and isinstance(r.get("version"), str)
+    )
+    if not ok:
         raise conn.fail(_PROTOCOL, "a read was answered without data")
     try:
         data = base64.b64decode(r["data"].encode("ascii"), validate=True)
@@ -198,42 +231,96 @@ def read(root, path, maximum=MAX_IO_BYTES):
         raise conn.fail(_PROTOCOL, "bad base64: {}".format(e)) from None
     if len(data) > maximum:
         raise conn.fail(_PROTOCOL, "{} bytes answered a read of at most {}".format(len(data), maximum))
-    return data
+    return data, r["size"], r["eof"], r["version"]
+
+
+def read(root, path, maximum=None, offset=0):
+    """Reads the regular file ``path`` in ``root``: all of it, or at most
+    ``maximum`` bytes, from ``offset``; streamed in frames of 64 KiB.
+
+    Raises ``FsError`` (``broker.changed``) if the file changes between
+    frames, and whatever a budget or refusal ends the read with: the bytes
+    returned are always one version of the file.
+    """
+    _check_args(root, path)
+    if maximum is not None:
+        _check_max(maximum)
+    _check_max(offset)
+    conn = _connection
+    chunks = []
+    pos, done, first = offset, 0, None
+    while True:
+        want = MAX_IO_BYTES if maximum is None else min(maximum - done, MAX_IO_BYTES)
+        if first is not None:
+            want = min(want, max(first[0] - pos, 0))
+        data, size, eof, version = _read_frame(conn, root, path, pos, want, None if first is None else first[1])
+        if first is None:
+            first = (size, version)
+        elif size != first[0]:
+            raise FsError(_CHANGED, "{}:{} was {} bytes, now {}".format(root, path, first[0], size))
+        chunks.append(data)
+        pos += len(data)
+        done += len(data)
+        if eof or done == maximum:
+            return b"".join(chunks)
+        if len(data) < want:
+            raise conn.fail(_PROTOCOL, "a read of {} bytes got {} before the end".format(want, len(data)))
 
 
 def write(root, path, data):
-    """Creates or replaces the regular file ``path`` in ``root`` with ``data`` (bytes)."""
+    """Creates or replaces the regular file ``path`` in ``root`` with ``data``
+    (bytes, any size): one frame up to 64 KiB, else a chunked write that is
+    named only when all of it arrived."""
     _check_args(root, path)
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError("data must be bytes")
     data = bytes(data)
     conn = _connection
-    r = conn.call({"op": "write", "root": root, "path": path, "data": base64.b64encode(data).decode("ascii")})
-    if r.get("written") != len(data) or not _is_u64(r.get("written")):
-        raise conn.fail(_PROTOCOL, "a write of {} bytes was answered with {!r}".format(len(data), r.get("written")))
+    if len(data) < MAX_IO_BYTES:
+        r = conn.call({"op": "write", "root": root, "path": path, "data": base64.b64encode(data).decode("ascii")})
+        _expect_written(conn, r, len(data))
+        return
+    r = conn.call({"op": "write_open", "root": root, "path": path})
+    stream = r.get("stream")
+    if not _is_u64(stream):
+        raise conn.fail(_PROTOCOL, "a write_open was answered without a stream")
+    for start in range(0, len(data), MAX_IO_BYTES):
+        chunk = data[start : start + MAX_IO_BYTES]
+        request = {"op": "write_append", "root": root, "path": path, "data": "", "stream": stream}
+        request["data"] = base64.b64encode(chunk).decode("ascii")
+        _expect_written(conn, conn.call(request), start + len(chunk))
+    r = conn.call({"op": "write_commit", "root": root, "path": path, "stream": stream})
+    _expect_written(conn, r, len(data))
+
+
+def _expect_written(conn, r, want):
+    if r.get("written") != want or not _is_u64(r.get("written")):
+        raise conn.fail(_PROTOCOL, "a write of {} bytes was answered with {!r}".format(want, r.get("written")))
 
 
 def list_dir(root, path=".", maximum=MAX_LIST_NAMES):
     """Lists at most ``maximum`` names of the directory ``path`` in ``root``.
 
-    Returns ``(names, skipped)``: the names sorted by bytes, and how many
-    entries were left out because their names break the path rules.
+    Returns a ``Listing`` (``names``, ``kinds``, ``skipped``, ``truncated``).
     """
     _check_args(root, path)
     _check_max(maximum)
     conn = _connection
     r = conn.call({"op": "list", "root": root, "path": path, "max": maximum})
-    names, skipped, truncated = r.get("names"), r.get("skipped"), r.get("truncated")
+    names, kinds, skipped, truncated = r.get("names"), r.get("kinds"), r.get("skipped"), r.get("truncated")
     ok = (
         isinstance(names, builtins.list)
         and all(isinstance(n, str) for n in names)
+        and isinstance(kinds, builtins.list)
+        and len(kinds) == len(names)
+        and all(k in _KINDS for k in kinds)
         and _is_u64(skipped)
         and isinstance(truncated, bool)
         and len(names) <= maximum
     )
     if not ok:
         raise conn.fail(_PROTOCOL, "a list was answered without valid names")
-    return names, skipped
+    return Listing(names, kinds, skipped, truncated)
 
 
 #: The same as ``list_dir`` (this name hides the built-in ``list`` inside the module).

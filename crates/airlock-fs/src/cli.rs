@@ -1,25 +1,35 @@
 //! The `airlock-fs` command: one operation per run, for shell scripts.
 //!
 //! ```text
-//! airlock-fs read ROOT PATH [--max N]     the bytes to stdout (default max 65536)
-//! airlock-fs write ROOT PATH              the bytes from stdin (up to 65,537 are sent)
-//! airlock-fs list ROOT [PATH] [--max N]   one name a line (default PATH ".", max 256)
+//! airlock-fs read ROOT PATH [--offset N] [--max N]
+//!                                         the whole file (from N, at most N
+//!                                         bytes) to stdout, in 64 KiB frames
+//! airlock-fs write ROOT PATH              stdin, of any size, to the file
+//! airlock-fs list ROOT [PATH] [--max N]   `KIND<TAB>NAME` a line, KIND one of
+//!                                         file, dir, link, other (default
+//!                                         PATH ".", max 256)
 //! ```
 //!
 //! Exit status 0 on success; 1 when the operation was refused or failed
-//! (`CODE: message` on stderr); 2 on a usage error. A listing that skipped
-//! entries or was cut short says so on stderr (`skipped: N`, `truncated`).
-//! `--` ends the options, for a path that starts with `-`.
+//! (`CODE: message` on stderr), including a file that changed between the
+//! frames of a read (`broker.changed`) or a budget that ended it
+//! (`broker.budget`): a read never stops short silently; 2 on a usage
+//! error. A read that stopped at `--max` before the end says so on stderr
+//! (`stopped at N of S bytes (--max)`, exit 0). A listing that skipped
+//! entries or was cut short says so on stderr (`skipped: N`, `truncated:
+//! …`). A write is named only once all of stdin arrived: a failure leaves
+//! the old file (or none). `--` ends the options, for a path that starts
+//! with `-`.
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
-use airlock_fsproto::{MAX_IO_BYTES, MAX_LIST_NAMES};
+use airlock_fsproto::MAX_LIST_NAMES;
 
 use crate::client::Client;
 use crate::error::FsError;
 
-const USAGE: &str = "usage: airlock-fs read ROOT PATH [--max N]
+const USAGE: &str = "usage: airlock-fs read ROOT PATH [--offset N] [--max N]
        airlock-fs write ROOT PATH          (data on stdin)
        airlock-fs list ROOT [PATH] [--max N]
 ";
@@ -27,14 +37,16 @@ const USAGE: &str = "usage: airlock-fs read ROOT PATH [--max N]
 /// One parsed command line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
-    /// `read ROOT PATH [--max N]`.
+    /// `read ROOT PATH [--offset N] [--max N]`.
     Read {
         /// Root name.
         root: String,
         /// Path in the root.
         path: String,
-        /// Most bytes wanted.
-        max: u64,
+        /// Where to start.
+        offset: u64,
+        /// Most bytes wanted (`None`: to the end of the file).
+        max: Option<u64>,
     },
     /// `write ROOT PATH`.
     Write {
@@ -58,7 +70,8 @@ pub enum Command {
 
 /// Parses the arguments after the program name, strictly: a known
 /// operation, exactly its positional arguments, `--max N` (decimal digits)
-/// at most once and only for `read` and `list`, nothing else.
+/// at most once and only for `read` and `list`, `--offset N` at most once
+/// and only for `read`, nothing else.
 pub fn parse(args: &[String]) -> Result<Command, String> {
     let (op, rest) = match args.split_first() {
         None => return Err("no operation given".into()),
@@ -67,7 +80,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     if matches!(op, "--help" | "-h") && rest.is_empty() {
         return Ok(Command::Help);
     }
-    let (mut positional, mut max, mut options_done) = (Vec::new(), None, false);
+    let (mut positional, mut max, mut offset, mut options_done) = (Vec::new(), None, None, false);
     let mut it = rest.iter();
     while let Some(a) = it.next() {
         if options_done || !a.starts_with('-') || a == "-" {
@@ -76,8 +89,13 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
             options_done = true;
         } else if a == "--max" && op != "write" {
             let n = it.next().ok_or("--max needs a number")?;
-            if max.replace(parse_number(n)?).is_some() {
+            if max.replace(parse_number("--max", n)?).is_some() {
                 return Err("--max given twice".into());
+            }
+        } else if a == "--offset" && op == "read" {
+            let n = it.next().ok_or("--offset needs a number")?;
+            if offset.replace(parse_number("--offset", n)?).is_some() {
+                return Err("--offset given twice".into());
             }
         } else {
             return Err(format!("unknown option {a:?} for {op}"));
@@ -86,7 +104,7 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     let mut positional = positional.into_iter();
     let mut take = |what: &str| positional.next().ok_or(format!("{op} needs {what}"));
     let command = match op {
-        "read" => Command::Read { root: take("ROOT")?, path: take("PATH")?, max: max.unwrap_or(MAX_IO_BYTES) },
+        "read" => Command::Read { root: take("ROOT")?, path: take("PATH")?, offset: offset.unwrap_or(0), max },
         "write" => Command::Write { root: take("ROOT")?, path: take("PATH")? },
         "list" => Command::List {
             root: take("ROOT")?,
@@ -101,11 +119,11 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     }
 }
 
-fn parse_number(s: &str) -> Result<u64, String> {
+fn parse_number(option: &str, s: &str) -> Result<u64, String> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("--max {s:?} is not a decimal number"));
+        return Err(format!("{option} {s:?} is not a decimal number"));
     }
-    s.parse().map_err(|_| format!("--max {s:?} is too large"))
+    s.parse().map_err(|_| format!("{option} {s:?} is too large"))
 }
 
 /// Runs the command with the process's arguments, streams and
@@ -152,24 +170,24 @@ pub fn execute(
 ) -> Result<(), FsError> {
     let out = |e: std::io::Error| FsError::io(format!("writing stdout: {e}"));
     match command {
-        Command::Read { root, path, max } => {
-            let bytes = client.read(root, path, *max)?;
-            stdout.write_all(&bytes).and_then(|()| stdout.flush()).map_err(out)
+        Command::Read { root, path, offset, max } => {
+            let mut sink = std::io::BufWriter::with_capacity(1 << 16, &mut *stdout);
+            let done = client.read_into(root, path, *offset, *max, &mut sink)?;
+            sink.flush().map_err(out)?;
+            drop(sink);
+            if !done.complete {
+                let (n, size) = (done.bytes, done.size);
+                let _ = writeln!(stderr, "stopped at {n} of {size} bytes (--max)");
+            }
+            Ok(())
         }
-        Command::Write { root, path } => {
-            // One byte past the limit, so airlock sees (and refuses) an
-            // oversized write rather than a silently cut one.
-            let mut data = Vec::new();
-            stdin
-                .take(MAX_IO_BYTES + 1)
-                .read_to_end(&mut data)
-                .map_err(|e| FsError::io(format!("reading stdin: {e}")))?;
-            client.write(root, path, &data)
-        }
+        Command::Write { root, path } => client.write_from(root, path, stdin).map(|_| ()),
         Command::List { root, path, max } => {
             let listing = client.list(root, path, *max)?;
             let mut text = String::new();
-            for name in &listing.names {
+            for (name, kind) in listing.names.iter().zip(&listing.kinds) {
+                text.push_str(kind.as_str());
+                text.push('\t');
                 text.push_str(name);
                 text.push('\n');
             }
@@ -179,7 +197,7 @@ pub fn execute(
                 let _ = writeln!(stderr, "skipped: {}", listing.skipped);
             }
             if listing.truncated {
-                let _ = writeln!(stderr, "truncated");
+                let _ = writeln!(stderr, "truncated: the directory has more than {max} names (--max, at most 256)");
             }
             Ok(())
         }
@@ -199,11 +217,11 @@ mod tests {
     fn operations_parse_with_their_defaults() {
         assert_eq!(
             parse(&args(&["read", "data", "a.txt"])),
-            Ok(Command::Read { root: "data".into(), path: "a.txt".into(), max: 65536 })
+            Ok(Command::Read { root: "data".into(), path: "a.txt".into(), offset: 0, max: None })
         );
         assert_eq!(
-            parse(&args(&["read", "--max", "10", "data", "a.txt"])),
-            Ok(Command::Read { root: "data".into(), path: "a.txt".into(), max: 10 })
+            parse(&args(&["read", "--max", "10", "data", "a.txt", "--offset", "7"])),
+            Ok(Command::Read { root: "data".into(), path: "a.txt".into(), offset: 7, max: Some(10) })
         );
         assert_eq!(
             parse(&args(&["write", "out", "r.json"])),
@@ -219,7 +237,7 @@ mod tests {
         );
         assert_eq!(
             parse(&args(&["read", "data", "--", "-odd"])),
-            Ok(Command::Read { root: "data".into(), path: "-odd".into(), max: 65536 })
+            Ok(Command::Read { root: "data".into(), path: "-odd".into(), offset: 0, max: None })
         );
         assert_eq!(parse(&args(&["--help"])), Ok(Command::Help));
     }
@@ -239,6 +257,10 @@ mod tests {
             &["read", "data", "a", "--max", "1", "--max", "2"],
             &["read", "data", "a", "--max=1"],
             &["write", "data", "a", "--max", "1"],
+            &["write", "data", "a", "--offset", "1"],
+            &["list", "data", ".", "--offset", "1"],
+            &["read", "data", "a", "--offset", "1", "--offset", "2"],
+            &["read", "data", "a", "--offset", "-1"],
             &["write", "data"],
             &["list", "data", "a", "b"],
             &["list", "-x", "data"],

@@ -1,10 +1,12 @@
 //! The Rust client: one call at a time over the worker's socket.
 
+use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 
 use airlock_fsproto::{
-    b64_decode, b64_encode, decode, encode, read_frame, write_frame, Op, Request, Response, ENV_FD, MAX_FRAME,
+    b64_decode, b64_encode, codes, decode, encode, read_frame, write_frame, EntryKind, Op, Request, Response, ENV_FD,
+    MAX_FRAME, MAX_IO_BYTES,
 };
 use rustix::process::{getpid, pidfd_getfd, pidfd_open, PidfdFlags, PidfdGetfdFlags};
 
@@ -16,10 +18,37 @@ use crate::ids::Ids;
 pub struct Listing {
     /// Entry names, sorted by bytes, at most the `max` asked for.
     pub names: Vec<String>,
+    /// What each name is (file, dir, link, other), in the same order.
+    pub kinds: Vec<EntryKind>,
     /// Entries left out because their names break the path rules.
     pub skipped: u64,
     /// More names existed than `max`.
     pub truncated: bool,
+}
+
+/// One read frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// The bytes from the offset asked.
+    pub bytes: Vec<u8>,
+    /// The file's size when read.
+    pub size: u64,
+    /// These bytes reach the end of the file.
+    pub eof: bool,
+    /// The file's version, to send with the next frame of the same read.
+    pub version: String,
+}
+
+/// How a streamed read ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Streamed {
+    /// Bytes delivered.
+    pub bytes: u64,
+    /// The file's size.
+    pub size: u64,
+    /// Whether the read reached the end of the file (`false`: it stopped
+    /// at the `max` asked for).
+    pub complete: bool,
 }
 
 /// A connection to airlock over the worker's file-system socket.
@@ -63,30 +92,156 @@ impl Client {
         Ok(Client { stream: UnixStream::from(fd), ids: Ids::default(), broken: false })
     }
 
-    /// Reads at most `max` bytes of the regular file `path` in `root`.
-    pub fn read(&mut self, root: &str, path: &str, max: u64) -> Result<Vec<u8>, FsError> {
-        let r = self.call(Op::Read, root, path, Some(max), None)?;
-        let data = match (r.data, r.written, r.names) {
-            (Some(d), None, None) => d,
+    /// Reads the whole regular file `path` in `root`, streamed in frames of
+    /// at most 64 KiB. A file that changes between frames is refused
+    /// (`broker.changed`); a budget that ends first is `broker.budget`.
+    pub fn read(&mut self, root: &str, path: &str) -> Result<Vec<u8>, FsError> {
+        let mut bytes = Vec::new();
+        self.read_into(root, path, 0, None, &mut bytes)?;
+        Ok(bytes)
+    }
+
+    /// Reads at most `max` bytes of `path` from `offset` (fewer only at the
+    /// end of the file), streamed like [`Client::read`].
+    pub fn read_range(&mut self, root: &str, path: &str, offset: u64, max: u64) -> Result<Vec<u8>, FsError> {
+        let mut bytes = Vec::new();
+        self.read_into(root, path, offset, Some(max), &mut bytes)?;
+        Ok(bytes)
+    }
+
+    /// Streams `path` from `offset` into `out`, frame by frame, to the end
+    /// of the file or `max` bytes. Every frame after the first sends the
+    /// first frame's version, so a file that grows, shrinks or is replaced
+    /// meanwhile fails the read (`broker.changed`) instead of mixing two
+    /// versions; the bytes already written to `out` are then not the file.
+    pub fn read_into(
+        &mut self,
+        root: &str,
+        path: &str,
+        offset: u64,
+        max: Option<u64>,
+        out: &mut impl Write,
+    ) -> Result<Streamed, FsError> {
+        let (mut pos, mut done) = (offset, 0u64);
+        let mut first: Option<(u64, String)> = None;
+        loop {
+            let mut want = max.map_or(MAX_IO_BYTES, |m| (m - done).min(MAX_IO_BYTES));
+            if let Some((size, _)) = &first {
+                want = want.min(size.saturating_sub(pos));
+            }
+            let version = first.as_ref().map(|(_, v)| v.as_str());
+            let frame = self.read_frame(root, path, pos, want, version)?;
+            let n = frame.bytes.len() as u64;
+            match &first {
+                Some((size, _)) if *size != frame.size => {
+                    let (was, now) = (*size, frame.size);
+                    return Err(FsError::new(codes::CHANGED, format!("{root}:{path} was {was} bytes, now {now}")));
+                }
+                Some(_) => {}
+                None => first = Some((frame.size, frame.version.clone())),
+            }
+            out.write_all(&frame.bytes).map_err(|e| FsError::io(format!("writing what was read: {e}")))?;
+            (pos, done) = (pos + n, done + n);
+            let size = frame.size;
+            if frame.eof {
+                return Ok(Streamed { bytes: done, size, complete: true });
+            }
+            if max == Some(done) {
+                return Ok(Streamed { bytes: done, size, complete: false });
+            }
+            if n < want {
+                return Err(self.fail(FsError::protocol(format!("a read of {want} bytes got {n} before the end"))));
+            }
+        }
+    }
+
+    /// One read frame: at most `max` bytes from `offset`; with `version`,
+    /// refused (`broker.changed`) unless the file is still that version.
+    pub fn read_frame(
+        &mut self,
+        root: &str,
+        path: &str,
+        offset: u64,
+        max: u64,
+        version: Option<&str>,
+    ) -> Result<Frame, FsError> {
+        let request = Request {
+            max: Some(max),
+            offset: (offset > 0).then_some(offset),
+            version: version.map(str::to_owned),
+            ..self.request(Op::Read, root, path)
+        };
+        let r = self.call(request)?;
+        let (data, size, eof, version) = match (r.data, r.size, r.eof, r.version) {
+            (Some(d), Some(s), Some(e), Some(v)) => (d, s, e, v),
             _ => return Err(self.fail(FsError::protocol("a read was answered without data"))),
         };
         let bytes = b64_decode(&data).map_err(|e| self.fail(e.into()))?;
         if bytes.len() as u64 > max {
             return Err(self.fail(FsError::protocol(format!("{} bytes answered a read of at most {max}", bytes.len()))));
         }
-        Ok(bytes)
+        Ok(Frame { bytes, size, eof, version })
     }
 
-    /// Creates or replaces the regular file `path` in `root` with `data`.
-    /// The size is airlock's to judge; a request too large to frame
-    /// ([`MAX_FRAME`](airlock_fsproto::MAX_FRAME)) is refused here with
-    /// `broker.protocol` and nothing is sent.
+    /// Creates or replaces the regular file `path` in `root` with `data`:
+    /// one `write` when it fits a frame (64 KiB), a chunked write otherwise.
     pub fn write(&mut self, root: &str, path: &str, data: &[u8]) -> Result<(), FsError> {
-        let r = self.call(Op::Write, root, path, None, Some(b64_encode(data)))?;
-        match (r.data, r.written, r.names) {
-            (None, Some(n), None) if n == data.len() as u64 => Ok(()),
-            (None, Some(n), None) => {
-                Err(self.fail(FsError::protocol(format!("a write of {} bytes was answered with {n}", data.len()))))
+        let written = self.write_from(root, path, &mut &data[..])?;
+        if written != data.len() as u64 {
+            return Err(self.fail(FsError::protocol(format!("{} bytes were sent, {written} written", data.len()))));
+        }
+        Ok(())
+    }
+
+    /// Creates or replaces `path` in `root` with everything `src` yields,
+    /// streamed: up to 64 KiB is one `write`; more is a chunked write
+    /// (`write_open`, `write_append` per 64 KiB, `write_commit`), named only
+    /// at the commit. If `src` fails the write is aborted and nothing is
+    /// named. Returns the bytes written.
+    pub fn write_from(&mut self, root: &str, path: &str, src: &mut impl Read) -> Result<u64, FsError> {
+        let mut chunk = vec![0u8; MAX_IO_BYTES as usize];
+        let n = fill(src, &mut chunk)?;
+        if n < chunk.len() {
+            let data = Some(b64_encode(&chunk[..n]));
+            let r = self.call(Request { data, ..self.request(Op::Write, root, path) })?;
+            return self.expect_written(r, n as u64);
+        }
+        let r = self.call(self.request(Op::WriteOpen, root, path))?;
+        let stream = match (r.stream, r.written, r.data) {
+            (Some(s), None, None) => s,
+            _ => return Err(self.fail(FsError::protocol("a write_open was answered without a stream"))),
+        };
+        let mut total = 0u64;
+        let mut n = n;
+        loop {
+            if n > 0 {
+                let data = Some(b64_encode(&chunk[..n]));
+                let r =
+                    self.call(Request { data, stream: Some(stream), ..self.request(Op::WriteAppend, root, path) })?;
+                total = self.expect_written(r, total + n as u64)?;
+            }
+            if n < chunk.len() {
+                break;
+            }
+            n = match fill(src, &mut chunk) {
+                Ok(n) => n,
+                Err(e) => {
+                    // Best effort: the reason to report is the input's.
+                    let _ = self.call(Request { stream: Some(stream), ..self.request(Op::WriteAbort, root, path) });
+                    return Err(e);
+                }
+            };
+        }
+        let r = self.call(Request { stream: Some(stream), ..self.request(Op::WriteCommit, root, path) })?;
+        self.expect_written(r, total)
+    }
+
+    /// `written` of a write answer, which must be `want`.
+    fn expect_written(&mut self, r: Response, want: u64) -> Result<u64, FsError> {
+        match (r.data, r.written, r.names, r.stream) {
+            (None, Some(n), None, None) if n == want => Ok(n),
+            (None, Some(n), None, None) => {
+                Err(self.fail(FsError::protocol(format!("a write of {want} bytes was answered with {n}"))))
             }
             _ => Err(self.fail(FsError::protocol("a write was answered without a byte count"))),
         }
@@ -95,9 +250,11 @@ impl Client {
     /// Lists at most `max` entry names of the directory `path` (`.` for the
     /// root itself) in `root`.
     pub fn list(&mut self, root: &str, path: &str, max: u64) -> Result<Listing, FsError> {
-        let r = self.call(Op::List, root, path, Some(max), None)?;
-        let listing = match (r.data, r.written, r.names, r.skipped, r.truncated) {
-            (None, None, Some(names), Some(skipped), Some(truncated)) => Listing { names, skipped, truncated },
+        let r = self.call(Request { max: Some(max), ..self.request(Op::List, root, path) })?;
+        let listing = match (r.data, r.written, r.names, r.kinds, r.skipped, r.truncated) {
+            (None, None, Some(names), Some(kinds), Some(skipped), Some(truncated)) => {
+                Listing { names, kinds, skipped, truncated }
+            }
             _ => return Err(self.fail(FsError::protocol("a list was answered without names"))),
         };
         if listing.names.len() as u64 > max {
@@ -107,21 +264,31 @@ impl Client {
         Ok(listing)
     }
 
-    /// One exchange: the request out, its answer back, an `error` answer
-    /// turned into the peer's [`FsError`].
-    fn call(
-        &mut self,
-        op: Op,
-        root: &str,
-        path: &str,
-        max: Option<u64>,
-        data: Option<String>,
-    ) -> Result<Response, FsError> {
+    /// A request for `op` on `root`/`path` with no other field (its id is
+    /// set when it is sent).
+    fn request(&self, op: Op, root: &str, path: &str) -> Request {
+        Request {
+            id: 0,
+            op,
+            root: root.to_string(),
+            path: path.to_string(),
+            max: None,
+            offset: None,
+            version: None,
+            data: None,
+            stream: None,
+        }
+    }
+
+    /// One exchange: the request out (with the next id), its answer back,
+    /// an `error` answer turned into the peer's [`FsError`].
+    fn call(&mut self, request: Request) -> Result<Response, FsError> {
         if self.broken {
             return Err(FsError::protocol("the connection failed earlier and is unusable"));
         }
         let id = self.ids.next();
-        let body = encode(&Request { id, op, root: root.to_string(), path: path.to_string(), max, data });
+        let op = request.op;
+        let body = encode(&Request { id, ..request });
         if body.len() > MAX_FRAME {
             // Nothing was sent: the connection is still in step.
             return Err(FsError::protocol(format!(
@@ -153,6 +320,20 @@ impl Client {
         self.broken = true;
         e
     }
+}
+
+/// Reads from `src` until `buf` is full or the input ends; the bytes read.
+fn fill(src: &mut impl Read, buf: &mut [u8]) -> Result<usize, FsError> {
+    let mut got = 0;
+    while got < buf.len() {
+        match src.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(FsError::io(format!("reading the data to write: {e}"))),
+        }
+    }
+    Ok(got)
 }
 
 /// A descriptor number: decimal digits only, no sign, no leading zeros

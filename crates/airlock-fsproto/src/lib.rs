@@ -23,9 +23,12 @@
 //! # The messages
 //!
 //! A frame is at most 96 KiB, its JSON nested at most 3 deep. Worker →
-//! airlock: `{id, op: read|write|list, root, path, max | data (base64)}`;
-//! airlock → worker: `{id, data | written | names + skipped + truncated |
-//! error {code, message}}`. Ids strictly increase across everything sent on
+//! airlock: `{id, op, root, path, …}` with `read` (`max`, `offset`?,
+//! `version`?), `list` (`max`), `write` (`data`, base64), and a chunked
+//! write for more than one frame: `write_open`, `write_append` (`stream`,
+//! `data`), `write_commit` / `write_abort` (`stream`). airlock → worker:
+//! `{id, data + size + eof + version | written | names + kinds + skipped +
+//! truncated | stream | aborted | error {code, message}}`. Ids strictly increase across everything sent on
 //! the socket: clients use `max(last + 1, CLOCK_MONOTONIC ns)`, so the
 //! sequential `airlock-fs` processes of one shell script agree. airlock →
 //! broker names roots by index and splits a write into `write_prepare` (an
@@ -33,7 +36,8 @@
 //! its and the directory's `(dev, ino)`), `write_commit` (link it under the
 //! staging name airlock chose, `.airlock-stage-` + 32 hex, rename it over the
 //! target, sync the directory, check the target is the prepared file) and
-//! `write_abort`.
+//! `write_abort`; a chunked write is `write_open` (the same unnamed file,
+//! empty), `write_append` …, then the same `write_commit`.
 //!
 //! Grants: root names are `[a-z][a-z0-9_-]{0,63}`, 1–64 roots a submission;
 //! the rights `r` (read), `w` (create or replace) and `l` (list) are
@@ -47,7 +51,8 @@ mod paths;
 pub use frame::{decode, encode, framed, read_frame, take_frame, write_frame, ProtoError};
 pub use grant::{check_root_name, Rights, RightsError};
 pub use message::{
-    b64_decode, b64_encode, BrokerOp, BrokerRequest, BrokerResponse, ErrorBody, Op, Request, Response, WriteIdentity,
+    b64_decode, b64_encode, BrokerOp, BrokerRequest, BrokerResponse, EntryKind, ErrorBody, Op, ReadStamp, Request,
+    Response, WriteIdentity,
 };
 pub use paths::{check_component, check_path, check_stage_name, PathError};
 
@@ -60,6 +65,12 @@ pub const MAX_DEPTH: usize = 3;
 pub const MAX_IO_BYTES: u64 = 64 * 1024;
 /// Most names one list returns.
 pub const MAX_LIST_NAMES: u64 = 256;
+/// The largest read offset: 2^53 − 1, like [`MAX_ID`].
+pub const MAX_OFFSET: u64 = MAX_ID;
+/// Hex digits of a read's `version`.
+pub const VERSION_LEN: usize = 32;
+/// Most chunked writes one submission holds open at once.
+pub const MAX_OPEN_WRITES: usize = 4;
 /// The largest id (of a request or of a prepared write): 2^53 − 1, the
 /// largest integer every JSON reader holds exactly and the journal writes
 /// as a number. A larger id is a protocol error.
@@ -101,6 +112,9 @@ pub mod codes {
     /// An entry on the path changed while it was resolved or opened (a
     /// concurrent rename); nothing was read or written. Retrying may work.
     pub const RACE: &str = "broker.race";
+    /// The file changed while it was read: between two frames of a
+    /// streamed read (its `version` differs) or during one frame.
+    pub const CHANGED: &str = "broker.changed";
     /// Any other I/O failure.
     pub const IO: &str = "broker.io";
     /// The submission already failed; no further operation is served.

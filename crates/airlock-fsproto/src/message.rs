@@ -7,7 +7,7 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
 use crate::frame::ProtoError;
-use crate::{codes, MAX_ID, MAX_IO_BYTES, MAX_LIST_NAMES};
+use crate::{codes, MAX_ID, MAX_IO_BYTES, MAX_LIST_NAMES, MAX_OFFSET, VERSION_LEN};
 
 /// Refuses `value` over `max` in `field` with `code`.
 fn at_most(field: &'static str, value: u64, max: u64, code: &'static str) -> Result<(), ProtoError> {
@@ -31,12 +31,20 @@ pub fn b64_decode(text: &str) -> Result<Vec<u8>, ProtoError> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Op {
-    /// Read up to `max` bytes of a regular file.
+    /// Read up to `max` bytes of a regular file from `offset` (default 0).
     Read,
-    /// Create or replace a regular file with `data`.
+    /// Create or replace a regular file with `data` (one frame).
     Write,
     /// List up to `max` names of a directory.
     List,
+    /// Start a chunked write of `path`: answers a `stream` number.
+    WriteOpen,
+    /// Append `data` to the chunked write `stream`.
+    WriteAppend,
+    /// Make the chunked write `stream` the content of its path.
+    WriteCommit,
+    /// Drop the chunked write `stream` unnamed.
+    WriteAbort,
 }
 
 impl Op {
@@ -46,7 +54,52 @@ impl Op {
             Op::Read => "read",
             Op::Write => "write",
             Op::List => "list",
+            Op::WriteOpen => "write_open",
+            Op::WriteAppend => "write_append",
+            Op::WriteCommit => "write_commit",
+            Op::WriteAbort => "write_abort",
         }
+    }
+
+    /// Whether the operation needs the `w` right (every write step).
+    pub fn writes(self) -> bool {
+        !matches!(self, Op::Read | Op::List)
+    }
+}
+
+/// What a listed entry is (never followed: a link is `link`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link.
+    Link,
+    /// A FIFO, socket or device.
+    Other,
+}
+
+impl EntryKind {
+    /// The lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::File => "file",
+            EntryKind::Dir => "dir",
+            EntryKind::Link => "link",
+            EntryKind::Other => "other",
+        }
+    }
+}
+
+/// Checks a read's `version`: [`VERSION_LEN`] lower-case hex digits.
+fn check_version(version: Option<&str>) -> Result<(), ProtoError> {
+    match version {
+        Some(v) if v.len() != VERSION_LEN || !v.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) => {
+            Err(ProtoError::Malformed(format!("version must be {VERSION_LEN} lower-case hex digits")))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -65,26 +118,54 @@ pub struct Request {
     /// Read and list: the most bytes or names wanted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<u64>,
-    /// Write: the content, base64.
+    /// Read: where to start (absent: 0), at most [`MAX_OFFSET`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// Read: the `version` an earlier frame of the same file answered; a
+    /// file whose version differs now is refused (`broker.changed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Write, write_append: the content, base64.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
+    /// write_append, write_commit, write_abort: the number `write_open`
+    /// answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<u64>,
 }
 
 impl Request {
-    /// Checks the fields present match the operation (`max` for read and
-    /// list, `data` for write, nothing else), the id is at most [`MAX_ID`]
-    /// (`broker.protocol`) and `max` within the operation's limit:
+    /// Checks the fields present match the operation (`max` for read, with
+    /// `offset` and `version` optional; `max` for list; `data` for write;
+    /// nothing for write_open; `stream` and `data` for write_append;
+    /// `stream` for write_commit and write_abort), the id, stream and
+    /// offset are at most [`MAX_ID`] / [`MAX_OFFSET`] (`broker.protocol`),
+    /// a version is well formed, and `max` within the operation's limit:
     /// [`MAX_IO_BYTES`] for a read, [`MAX_LIST_NAMES`] for a list
     /// (`broker.limit`).
     pub fn validate(&self) -> Result<(), ProtoError> {
+        let (m, o, v, d, s) = (
+            self.max.is_some(),
+            self.offset.is_some(),
+            self.version.is_some(),
+            self.data.is_some(),
+            self.stream.is_some(),
+        );
         let ok = match self.op {
-            Op::Read | Op::List => self.max.is_some() && self.data.is_none(),
-            Op::Write => self.max.is_none() && self.data.is_some(),
+            Op::Read => m && !d && !s,
+            Op::List => m && !o && !v && !d && !s,
+            Op::Write => !m && !o && !v && d && !s,
+            Op::WriteOpen => !m && !o && !v && !d && !s,
+            Op::WriteAppend => !m && !o && !v && d && s,
+            Op::WriteCommit | Op::WriteAbort => !m && !o && !v && !d && s,
         };
         if !ok {
             return Err(ProtoError::Malformed(format!("fields do not match the {} operation", self.op.as_str())));
         }
         at_most("id", self.id, MAX_ID, codes::PROTOCOL)?;
+        at_most("stream", self.stream.unwrap_or(0), MAX_ID, codes::PROTOCOL)?;
+        at_most("offset", self.offset.unwrap_or(0), MAX_OFFSET, codes::PROTOCOL)?;
+        check_version(self.version.as_deref())?;
         match (self.op, self.max) {
             (Op::Read, Some(max)) => at_most("max", max, MAX_IO_BYTES, codes::LIMIT),
             (Op::List, Some(max)) => at_most("max", max, MAX_LIST_NAMES, codes::LIMIT),
@@ -103,8 +184,10 @@ pub struct ErrorBody {
     pub message: String,
 }
 
-/// Airlock → worker. Exactly one of: `data` (read), `written` (write),
-/// `names` with `skipped` and `truncated` (list), `error`.
+/// Airlock → worker. Exactly one of: `data` with `size`, `eof` and
+/// `version` (read), `written` (write, write_append: the stream's bytes so
+/// far, write_commit), `names` with `kinds`, `skipped` and `truncated`
+/// (list), `stream` (write_open), `aborted` (write_abort), `error`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Response {
@@ -113,18 +196,38 @@ pub struct Response {
     /// Read: the bytes, base64.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
-    /// Write: bytes written.
+    /// Read: the file's size when read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// Read: these bytes reach the end of the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eof: Option<bool>,
+    /// Read: the file's version (identity, size and change time, hashed);
+    /// send it back with the next frame's read to be refused
+    /// (`broker.changed`) if the file changed in between.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Write, write_append, write_commit: bytes written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written: Option<u64>,
     /// List: valid names, sorted by bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub names: Option<Vec<String>>,
+    /// List: what each name is, in the same order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kinds: Option<Vec<EntryKind>>,
     /// List: entries left out because their names break the path rules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<u64>,
     /// List: more names existed than `max`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<bool>,
+    /// write_open: the number naming the chunked write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<u64>,
+    /// write_abort: dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborted: Option<bool>,
     /// The operation failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorBody>,
@@ -140,14 +243,22 @@ impl Response {
     /// is at most [`MAX_ID`].
     pub fn validate(&self) -> Result<(), ProtoError> {
         at_most("id", self.id, MAX_ID, codes::PROTOCOL)?;
-        let list = self.names.is_some() && self.skipped.is_some() && self.truncated.is_some();
-        let list_any = self.names.is_some() || self.skipped.is_some() || self.truncated.is_some();
-        let groups = [self.data.is_some(), self.written.is_some(), list, self.error.is_some()];
-        if groups.iter().filter(|g| **g).count() == 1 && (list || !list_any) {
-            Ok(())
-        } else {
-            Err(ProtoError::Malformed("a response must hold exactly one result or an error".into()))
+        at_most("stream", self.stream.unwrap_or(0), MAX_ID, codes::PROTOCOL)?;
+        let read_parts = [self.data.is_some(), self.size.is_some(), self.eof.is_some(), self.version.is_some()];
+        let list_parts = [self.names.is_some(), self.kinds.is_some(), self.skipped.is_some(), self.truncated.is_some()];
+        let (read, list) = (read_parts.iter().all(|p| *p), list_parts.iter().all(|p| *p));
+        let partial = (!read && read_parts.iter().any(|p| *p)) || (!list && list_parts.iter().any(|p| *p));
+        let groups =
+            [read, self.written.is_some(), list, self.stream.is_some(), self.aborted.is_some(), self.error.is_some()];
+        if groups.iter().filter(|g| **g).count() != 1 || partial {
+            return Err(ProtoError::Malformed("a response must hold exactly one result or an error".into()));
         }
+        if let (Some(names), Some(kinds)) = (&self.names, &self.kinds) {
+            if names.len() != kinds.len() {
+                return Err(ProtoError::Malformed("a list must give one kind per name".into()));
+            }
+        }
+        check_version(self.version.as_deref())
     }
 }
 
@@ -155,7 +266,7 @@ impl Response {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BrokerOp {
-    /// Read up to `max` bytes of a regular file with one link.
+    /// Read up to `max` bytes from `offset` of a regular file with one link.
     Read,
     /// List up to `max` names.
     List,
@@ -167,6 +278,11 @@ pub enum BrokerOp {
     WriteCommit,
     /// Drop a prepared file unnamed.
     WriteAbort,
+    /// Like `write_prepare` with no bytes yet: a private unnamed file in
+    /// the target's directory, answered by its identity.
+    WriteOpen,
+    /// Append `data` to the opened file `prepared`; answers the bytes so far.
+    WriteAppend,
 }
 
 /// Airlock → broker. Roots are indices into the broker's handles.
@@ -185,10 +301,14 @@ pub struct BrokerRequest {
     /// `read`, `list`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<u64>,
-    /// `write_prepare`: content, base64.
+    /// `read`: where to start (absent: 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// `write_prepare`, `write_append`: content, base64.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
-    /// `write_commit`, `write_abort`: the prepare's id.
+    /// `write_commit`, `write_abort`, `write_append`: the prepare's (or
+    /// open's) id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepared: Option<u64>,
     /// `write_commit`: the staging name.
@@ -203,6 +323,7 @@ impl BrokerRequest {
     pub fn validate(&self) -> Result<(), ProtoError> {
         at_most("id", self.id, MAX_ID, codes::PROTOCOL)?;
         at_most("prepared", self.prepared.unwrap_or(0), MAX_ID, codes::PROTOCOL)?;
+        at_most("offset", self.offset.unwrap_or(0), MAX_OFFSET, codes::PROTOCOL)?;
         let (p, m, d, pr, s) = (
             self.path.is_some(),
             self.max.is_some(),
@@ -210,11 +331,15 @@ impl BrokerRequest {
             self.prepared.is_some(),
             self.stage.is_some(),
         );
+        let o = self.offset.is_some();
         let ok = match self.op {
-            BrokerOp::Read | BrokerOp::List => p && m && !d && !pr && !s,
-            BrokerOp::WritePrepare => p && !m && d && !pr && !s,
-            BrokerOp::WriteCommit => !p && !m && !d && pr && s,
-            BrokerOp::WriteAbort => !p && !m && !d && pr && !s,
+            BrokerOp::Read => p && m && !d && !pr && !s,
+            BrokerOp::List => p && m && !o && !d && !pr && !s,
+            BrokerOp::WritePrepare => p && !m && !o && d && !pr && !s,
+            BrokerOp::WriteOpen => p && !m && !o && !d && !pr && !s,
+            BrokerOp::WriteAppend => !p && !m && !o && d && pr && !s,
+            BrokerOp::WriteCommit => !p && !m && !o && !d && pr && s,
+            BrokerOp::WriteAbort => !p && !m && !o && !d && pr && !s,
         };
         if ok {
             Ok(())
@@ -241,6 +366,23 @@ pub struct WriteIdentity {
     pub bytes: u64,
 }
 
+/// What a read saw of its file: identity, size and change time, the same
+/// before and after the bytes were read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadStamp {
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+    /// `st_size`.
+    pub size: u64,
+    /// `st_ctime` seconds.
+    pub ctime: i64,
+    /// `st_ctime` nanoseconds.
+    pub ctime_nsec: u32,
+}
+
 /// Broker → airlock.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -250,19 +392,25 @@ pub struct BrokerResponse {
     /// `read`: the bytes, base64.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
+    /// `read`: the file as read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamp: Option<ReadStamp>,
     /// `list`: valid names, sorted by bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub names: Option<Vec<String>>,
+    /// `list`: each name's kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kinds: Option<Vec<EntryKind>>,
     /// `list`: names left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<u64>,
     /// `list`: more names existed than `max`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<bool>,
-    /// `write_prepare`: the prepared file.
+    /// `write_prepare`, `write_open`: the prepared file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<WriteIdentity>,
-    /// `write_commit`: bytes now at the target.
+    /// `write_commit`: bytes now at the target; `write_append`: bytes so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub written: Option<u64>,
     /// `write_abort`: dropped.
@@ -307,6 +455,29 @@ mod tests {
         }
         let surplus: Request = decode(br#"{"id":1,"op":"read","root":"d","path":"a","max":1,"data":""}"#).unwrap();
         assert!(surplus.validate().is_err());
+        let offset: Request = decode(br#"{"id":1,"op":"read","root":"d","path":"a","max":1,"offset":9}"#).unwrap();
+        offset.validate().unwrap();
+        for bad in [
+            &br#"{"id":1,"op":"list","root":"d","path":".","max":1,"offset":1}"#[..],
+            br#"{"id":1,"op":"read","root":"d","path":"a","max":1,"version":"zz"}"#,
+            br#"{"id":1,"op":"write_open","root":"d","path":"a","data":""}"#,
+            br#"{"id":1,"op":"write_append","root":"d","path":"a","data":""}"#,
+            br#"{"id":1,"op":"write_commit","root":"d","path":"a"}"#,
+            br#"{"id":1,"op":"write_abort","root":"d","path":"a","stream":1,"data":""}"#,
+            br#"{"id":1,"op":"write_commit","root":"d","path":"a","stream":9007199254740992}"#,
+            br#"{"id":1,"op":"read","root":"d","path":"a","max":1,"offset":9007199254740992}"#,
+        ] {
+            let r: Request = decode(bad).unwrap();
+            assert!(r.validate().is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+        for good in [
+            &br#"{"id":1,"op":"write_open","root":"d","path":"a"}"#[..],
+            br#"{"id":1,"op":"write_append","root":"d","path":"a","stream":1,"data":""}"#,
+            br#"{"id":1,"op":"write_commit","root":"d","path":"a","stream":1}"#,
+            br#"{"id":1,"op":"write_abort","root":"d","path":"a","stream":1}"#,
+        ] {
+            decode::<Request>(good).unwrap().validate().unwrap();
+        }
         let missing: Request = decode(br#"{"id":1,"op":"write","root":"d","path":"a"}"#).unwrap();
         assert!(missing.validate().is_err());
     }
@@ -331,13 +502,35 @@ mod tests {
 
     #[test]
     fn responses_hold_one_result() {
-        Response { id: 1, data: Some(b64_encode(b"hi")), ..Default::default() }.validate().unwrap();
+        assert!(Response { id: 1, data: Some(b64_encode(b"hi")), ..Default::default() }.validate().is_err());
         Response::error(2, "broker.denied", "no").validate().unwrap();
-        let list =
-            Response { id: 3, names: Some(vec![]), skipped: Some(0), truncated: Some(false), ..Default::default() };
+        let list = Response {
+            id: 3,
+            names: Some(vec!["a".into()]),
+            kinds: Some(vec![EntryKind::Dir]),
+            skipped: Some(0),
+            truncated: Some(false),
+            ..Default::default()
+        };
         list.validate().unwrap();
+        assert!(Response { kinds: Some(vec![]), ..list.clone() }.validate().is_err(), "one kind per name");
+        assert!(Response { kinds: None, ..list }.validate().is_err());
         assert!(Response { id: 4, ..Default::default() }.validate().is_err());
         assert!(Response { id: 5, names: Some(vec![]), ..Default::default() }.validate().is_err());
+        let read = Response {
+            id: 7,
+            data: Some(String::new()),
+            size: Some(0),
+            eof: Some(true),
+            version: Some("0".repeat(crate::VERSION_LEN)),
+            ..Default::default()
+        };
+        read.validate().unwrap();
+        assert!(Response { eof: None, ..read.clone() }.validate().is_err());
+        assert!(Response { version: Some("X".repeat(crate::VERSION_LEN)), ..read.clone() }.validate().is_err());
+        assert!(Response { stream: Some(1), ..read }.validate().is_err());
+        Response { id: 8, stream: Some(8), ..Default::default() }.validate().unwrap();
+        Response { id: 9, aborted: Some(true), ..Default::default() }.validate().unwrap();
         let two = Response { id: 6, written: Some(1), error: Response::error(6, "x", "y").error, ..Default::default() };
         assert!(two.validate().is_err());
     }
@@ -350,6 +543,7 @@ mod tests {
             root: 0,
             path: None,
             max: None,
+            offset: None,
             data: None,
             prepared: Some(1),
             stage: Some("s".into()),

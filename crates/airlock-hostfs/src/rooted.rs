@@ -14,9 +14,13 @@
 //!
 //! - [`read_file`]: the final entry is opened `O_PATH` first and must be a
 //!   regular file with one link before it is reopened for reading, so a
-//!   FIFO or device is never opened for reading;
-//! - [`list_dir`]: sorted names, without names the grammar refuses;
-//! - [`prepare_write`] / [`PreparedWrite::commit`]: a write never modifies
+//!   FIFO or device is never opened for reading; one frame from an offset,
+//!   with the file's identity, size and change time, the same before and
+//!   after the bytes were read;
+//! - [`list_dir`]: sorted names and their kinds, without names the grammar
+//!   refuses;
+//! - [`prepare_write`] (or [`open_write`] then [`PreparedWrite::append`] …)
+//!   / [`PreparedWrite::commit`]: a write never modifies
 //!   an existing inode. The bytes go to an unnamed `O_TMPFILE` in the target's
 //!   directory; commit links it under a staging name, renames that over the
 //!   target, syncs the directory and checks the target is now that inode.
@@ -38,11 +42,11 @@
 use crate::checked::RegularFile;
 use crate::fault::{fstat, is_component, mount_id, Fault, FaultKind};
 use crate::resolve::Resolver;
+use airlock_fsproto::EntryKind;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, StatxFlags};
 use rustix::io::Errno;
 use std::collections::BinaryHeap;
-use std::io::Read;
 
 /// Why an operation beneath a root was refused or failed. Each variant has
 /// exactly one reason code ([`RootedError::code`]).
@@ -100,6 +104,13 @@ pub enum RootedError {
         /// The prepared file.
         expected: FileId,
     },
+    /// The file's size or change time moved while one frame was read
+    /// (`broker.changed`).
+    #[error("{path:?}: the file changed while it was read (size or change time moved); read it again")]
+    Changed {
+        /// The path, relative to the root.
+        path: String,
+    },
     /// A system call failed (`broker.io`), or an entry changed while it was
     /// worked on (`EAGAIN`: `broker.race`).
     #[error("{call}: {errno}")]
@@ -126,6 +137,7 @@ impl RootedError {
             RootedError::NotFound { .. } => codes::NOT_FOUND,
             RootedError::NotRegular { .. } => codes::NOT_REGULAR,
             RootedError::Hardlink { .. } => codes::HARDLINK,
+            RootedError::Changed { .. } => codes::CHANGED,
             RootedError::Io { errno: Errno::AGAIN, .. } | RootedError::Replaced { .. } => codes::RACE,
             RootedError::Io { .. } => codes::IO,
         }
@@ -175,12 +187,23 @@ impl FileId {
     }
 }
 
+/// One frame of a file and the file as it was while it was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRead {
+    /// The bytes from the offset asked (fewer than asked only at the end).
+    pub bytes: Vec<u8>,
+    /// The file's identity, size and change time.
+    pub stamp: airlock_fsproto::ReadStamp,
+}
+
 /// A directory listing.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Listing {
     /// Entry names (never `.` or `..`), sorted bytewise, at most the
     /// requested maximum: the smallest names of the directory.
     pub names: Vec<String>,
+    /// What each name is (never followed), in the same order.
+    pub kinds: Vec<airlock_fsproto::EntryKind>,
     /// Entries left out because their name is not UTF-8 or the path grammar
     /// refuses it (this includes staging entries).
     pub skipped: u64,
@@ -229,26 +252,52 @@ pub fn open_dir_beneath(resolver: &Resolver, root: impl AsFd, comps: &[&str]) ->
     })
 }
 
-/// Reads at most `max` bytes from the start of the regular file `comps`
-/// (fewer at its end) and returns them with the file's identity.
+/// Reads at most `max` bytes from `offset` of the regular file `comps`
+/// (fewer at its end, none past it) and returns them with the file's
+/// identity, size and change time.
 ///
 /// The entry is opened `O_PATH | O_NOFOLLOW` first and must be a regular
 /// file with exactly one link; only then is it reopened `O_RDONLY |
 /// O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`, and the reopened inode must be the
-/// checked one (else [`RootedError::Io`] with `EAGAIN`).
-pub fn read_file(resolver: &Resolver, root: impl AsFd, comps: &[&str], max: u64) -> RootedResult<(Vec<u8>, FileId)> {
+/// checked one (else [`RootedError::Io`] with `EAGAIN`). A file whose size
+/// or change time moved while the bytes were read, or that gave fewer bytes
+/// than its size promised, is [`RootedError::Changed`].
+pub fn read_file(
+    resolver: &Resolver,
+    root: impl AsFd,
+    comps: &[&str],
+    offset: u64,
+    max: u64,
+) -> RootedResult<FileRead> {
     let root = root.as_fd();
     if comps.is_empty() {
         return Err(RootedError::NotRegular { path: display(comps), what: "it is a directory" });
     }
     let file = RegularFile::beneath(resolver, root, comps, u64::MAX).map_err(|f| RootedError::from_fault(f, comps))?;
     let (dev, ino) = file.dev_ino();
-    let size_hint = file.size().min(max);
-    let mut bytes = Vec::with_capacity(usize::try_from(size_hint).unwrap_or(0));
-    file.into_file().take(max).read_to_end(&mut bytes).map_err(|e| {
-        RootedError::io(format!("read({:?})", display(comps)), Errno::from_io_error(&e).unwrap_or(Errno::IO))
-    })?;
-    Ok((bytes, FileId { dev, ino }))
+    let (size, (ctime, ctime_nsec)) = (file.size(), file.ctime());
+    let want = max.min(size.saturating_sub(offset));
+    // `want` is at most `max`, which the callers bound to one frame.
+    let mut bytes = vec![0u8; usize::try_from(want).unwrap_or(0)];
+    let file = file.into_file();
+    let mut got = 0usize;
+    while got < bytes.len() {
+        match rustix::io::pread(&file, &mut bytes[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(RootedError::io(format!("pread({:?})", display(comps)), e)),
+        }
+    }
+    let after = fstat(file.as_fd(), "file after reading").map_err(|f| RootedError::from_fault(f, comps))?;
+    if got < bytes.len()
+        || after.st_size as u64 != size
+        || (after.st_ctime, after.st_ctime_nsec as u32) != (ctime, ctime_nsec)
+    {
+        return Err(RootedError::Changed { path: display(comps) });
+    }
+    let stamp = airlock_fsproto::ReadStamp { dev, ino, size, ctime, ctime_nsec };
+    Ok(FileRead { bytes, stamp })
 }
 
 /// Lists the directory `comps` (empty: the root): at most `max` names,
@@ -258,9 +307,9 @@ pub fn read_file(resolver: &Resolver, root: impl AsFd, comps: &[&str], max: u64)
 /// stays bounded by `max` whatever the directory holds.
 pub fn list_dir(resolver: &Resolver, root: impl AsFd, comps: &[&str], max: usize) -> RootedResult<Listing> {
     let fd = open_dir_beneath(resolver, root, comps)?;
-    let mut stream = rustix::fs::Dir::new(fd).map_err(|e| RootedError::io("fdopendir", e))?;
-    // A max-heap of the smallest `max` names seen so far.
-    let mut kept: BinaryHeap<String> = BinaryHeap::new();
+    let mut stream = rustix::fs::Dir::read_from(&fd).map_err(|e| RootedError::io("fdopendir", e))?;
+    // A max-heap of the smallest `max` names seen so far, with their kinds.
+    let mut kept: BinaryHeap<(String, EntryKind)> = BinaryHeap::new();
     let mut listing = Listing::default();
     while let Some(next) = stream.read() {
         let entry = next.map_err(|e| RootedError::io(format!("getdents64({:?})", display(comps)), e))?;
@@ -276,17 +325,34 @@ pub fn list_dir(resolver: &Resolver, root: impl AsFd, comps: &[&str], max: usize
             }
         };
         if kept.len() < max {
-            kept.push(name.to_owned());
+            kept.push((name.to_owned(), entry_kind(&fd, name, entry.file_type())));
         } else {
             listing.truncated = true;
-            if kept.peek().is_some_and(|largest| name < largest.as_str()) {
+            if kept.peek().is_some_and(|(largest, _)| name < largest.as_str()) {
                 kept.pop();
-                kept.push(name.to_owned());
+                kept.push((name.to_owned(), entry_kind(&fd, name, entry.file_type())));
             }
         }
     }
-    listing.names = kept.into_sorted_vec();
+    (listing.names, listing.kinds) = kept.into_sorted_vec().into_iter().unzip();
     Ok(listing)
+}
+
+/// The kind `getdents` reported, or (where the file system does not say)
+/// what `fstatat(AT_SYMLINK_NOFOLLOW)` finds; an entry gone meanwhile is
+/// `other`.
+fn entry_kind(dir: &OwnedFd, name: &str, reported: FileType) -> EntryKind {
+    let of = |t: FileType| match t {
+        FileType::RegularFile => EntryKind::File,
+        FileType::Directory => EntryKind::Dir,
+        FileType::Symlink => EntryKind::Link,
+        _ => EntryKind::Other,
+    };
+    match reported {
+        FileType::Unknown => rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_or(EntryKind::Other, |st| of(FileType::from_raw_mode(st.st_mode))),
+        t => of(t),
+    }
 }
 
 /// A write whose bytes are synced in an unnamed file beside its target,
@@ -303,20 +369,30 @@ pub struct PreparedWrite {
     bytes: u64,
 }
 
-/// Prepares replacing (or creating) the regular file `comps` with `bytes`.
-///
-/// The parent (every component but the last) is resolved like
-/// [`open_dir_beneath`]; an existing target must be a regular file (a
-/// symlink is [`RootedError::Symlink`], a file mounted over the name
-/// [`RootedError::MountCrossing`], anything else [`RootedError::NotRegular`];
-/// its link count does not matter, since it is never opened). The bytes are written to an `O_TMPFILE` (mode `0600`) in
-/// that directory and synced.
+/// Prepares replacing (or creating) the regular file `comps` with `bytes`:
+/// [`open_write`], [`PreparedWrite::append`] and `fsync`.
 pub fn prepare_write(
     resolver: &Resolver,
     root: impl AsFd,
     comps: &[&str],
     bytes: &[u8],
 ) -> RootedResult<PreparedWrite> {
+    let mut write = open_write(resolver, root, comps)?;
+    write.append(bytes)?;
+    write.sync()?;
+    Ok(write)
+}
+
+/// Opens an empty unnamed file to replace (or create) the regular file
+/// `comps`, for [`PreparedWrite::append`] (a chunked write).
+///
+/// The parent (every component but the last) is resolved like
+/// [`open_dir_beneath`]; an existing target must be a regular file (a
+/// symlink is [`RootedError::Symlink`], a file mounted over the name
+/// [`RootedError::MountCrossing`], anything else [`RootedError::NotRegular`];
+/// its link count does not matter, since it is never opened). The file is
+/// an `O_TMPFILE` (mode `0600`) in that directory.
+pub fn open_write(resolver: &Resolver, root: impl AsFd, comps: &[&str]) -> RootedResult<PreparedWrite> {
     let root = root.as_fd();
     check_components(comps)?;
     let Some((name, parent)) = comps.split_last() else {
@@ -347,20 +423,10 @@ pub fn prepare_write(
     let file =
         rustix::fs::openat(&dir, ".", OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))
             .map_err(|e| RootedError::io(format!("openat(dir of {path:?}, \".\", O_TMPFILE|O_WRONLY, 0600)"), e))?;
-    let mut written = 0;
-    while written < bytes.len() {
-        match rustix::io::write(&file, &bytes[written..]) {
-            Ok(0) => return Err(RootedError::io(format!("write(tmpfile for {path:?})"), Errno::IO)),
-            Ok(n) => written += n,
-            Err(Errno::INTR) => continue,
-            Err(e) => return Err(RootedError::io(format!("write(tmpfile for {path:?})"), e)),
-        }
-    }
-    rustix::fs::fsync(&file).map_err(|e| RootedError::io(format!("fsync(tmpfile for {path:?})"), e))?;
     let stat = |fd: BorrowedFd<'_>, what: &str| fstat(fd, what).map_err(|f| RootedError::from_fault(f, comps));
     let file_id = FileId::of(&stat(file.as_fd(), "tmpfile")?);
     let dir_id = FileId::of(&stat(dir.as_fd(), "parent dir")?);
-    Ok(PreparedWrite { dir, file, name: (*name).to_owned(), path, dir_id, file_id, bytes: bytes.len() as u64 })
+    Ok(PreparedWrite { dir, file, name: (*name).to_owned(), path, dir_id, file_id, bytes: 0 })
 }
 
 impl PreparedWrite {
@@ -380,12 +446,33 @@ impl PreparedWrite {
         self.bytes
     }
 
+    /// Appends `bytes` to the unnamed file (nothing is named or synced).
+    pub fn append(&mut self, bytes: &[u8]) -> RootedResult<()> {
+        let mut written = 0;
+        while written < bytes.len() {
+            match rustix::io::write(&self.file, &bytes[written..]) {
+                Ok(0) => return Err(RootedError::io(format!("write(tmpfile for {:?})", self.path), Errno::IO)),
+                Ok(n) => written += n,
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(RootedError::io(format!("write(tmpfile for {:?})", self.path), e)),
+            }
+        }
+        self.bytes += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// `fsync` of the unnamed file.
+    fn sync(&self) -> RootedResult<()> {
+        rustix::fs::fsync(&self.file).map_err(|e| RootedError::io(format!("fsync(tmpfile for {:?})", self.path), e))
+    }
+
     /// The target's directory handle (for [`remove_stage_entry`]).
     pub fn dir(&self) -> BorrowedFd<'_> {
         self.dir.as_fd()
     }
 
-    /// Makes the bytes the target's content: `linkat(file, "", dir,
+    /// Makes the bytes the target's content: `fsync(file)` (a chunked
+    /// write's appends are synced here, before any name), `linkat(file, "", dir,
     /// stage_name, AT_EMPTY_PATH)`, then `renameat(dir, stage_name, dir,
     /// target)`, which replaces the name without opening the old inode,
     /// then `fsync(dir)`. If the rename fails, the staging entry is removed
@@ -398,6 +485,7 @@ impl PreparedWrite {
     /// caller picks it, e.g. to write a recovery record first).
     pub fn commit(self, stage_name: &str) -> RootedResult<u64> {
         check_components(&[stage_name])?;
+        self.sync()?;
         let path = &self.path;
         rustix::fs::linkat(&self.file, "", &self.dir, stage_name, AtFlags::EMPTY_PATH).map_err(|e| {
             RootedError::io(format!("linkat(tmpfile, \"\", dir of {path:?}, {stage_name:?}, AT_EMPTY_PATH)"), e)

@@ -27,7 +27,17 @@ fn broker() -> (tempfile::TempDir, Broker) {
 }
 
 fn req(id: u64, op: BrokerOp, root: u32, path: Option<&str>) -> BrokerRequest {
-    BrokerRequest { id, op, root, path: path.map(str::to_owned), max: None, data: None, prepared: None, stage: None }
+    BrokerRequest {
+        id,
+        op,
+        root,
+        path: path.map(str::to_owned),
+        max: None,
+        offset: None,
+        data: None,
+        prepared: None,
+        stage: None,
+    }
 }
 
 fn read(id: u64, root: u32, path: &str, max: u64) -> BrokerRequest {

@@ -7,7 +7,7 @@ use airlock_fsproto::{b64_decode, b64_encode, codes, write_frame, BrokerOp, Brok
 use crate::util::{start, Roots, MAIN};
 
 fn req(id: u64, op: BrokerOp, root: u32) -> BrokerRequest {
-    BrokerRequest { id, op, root, path: None, max: None, data: None, prepared: None, stage: None }
+    BrokerRequest { id, op, root, path: None, max: None, offset: None, data: None, prepared: None, stage: None }
 }
 
 fn read(id: u64, root: u32, path: &str) -> BrokerRequest {

@@ -57,8 +57,8 @@ fn run(line: &str, roots: &[OwnedFd], resolver: &Resolver) -> String {
             rustix::fs::openat(root(i), *rel, flags | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))
                 .map_or_else(errno, |_| "ok".into())
         }
-        ["hostfs-read", i, p] => match rooted::read_file(resolver, root(i), &comps(p), 1024) {
-            Ok((bytes, _)) => format!("ok {}", String::from_utf8_lossy(&bytes)),
+        ["hostfs-read", i, p] => match rooted::read_file(resolver, root(i), &comps(p), 0, 1024) {
+            Ok(read) => format!("ok {}", String::from_utf8_lossy(&read.bytes)),
             Err(e) => format!("err {}: {e}", e.code()),
         },
         ["hostfs-list", i, p] => match rooted::list_dir(resolver, root(i), &comps(p), 100) {

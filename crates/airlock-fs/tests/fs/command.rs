@@ -2,7 +2,7 @@
 
 use airlock_fsproto::Op;
 
-use crate::peer::{contents, names, Peer};
+use crate::peer::{contents, kinds, names, Peer};
 use crate::spawn::{airlock_fs, run_with_socket, show};
 
 fn cmd(args: &[&str], stdin: &[u8]) -> (std::process::Output, crate::peer::Log) {
@@ -24,31 +24,55 @@ fn read_prints_the_raw_bytes() {
 }
 
 #[test]
-fn write_sends_stdin_up_to_one_byte_past_the_limit() {
+fn read_streams_the_whole_file_and_says_where_max_stopped_it() {
+    let (o, log) = cmd(&["read", "data", "big.bin"], b"");
+    assert!(o.status.success(), "{}", show(&o));
+    assert_eq!(o.stdout, contents("big.bin"));
+    assert!(o.stderr.is_empty(), "{}", show(&o));
+    assert_eq!(log.requests.len(), 4);
+    let (o, _) = cmd(&["read", "data", "big.bin", "--offset", "10", "--max", "100000"], b"");
+    assert!(o.status.success(), "{}", show(&o));
+    assert_eq!(o.stdout, contents("big.bin")[10..100_010]);
+    assert_eq!(String::from_utf8_lossy(&o.stderr), "stopped at 100000 of 200000 bytes (--max)\n");
+    let (o, _) = cmd(&["read", "growing", "x"], b"");
+    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).starts_with("broker.changed: "), "{}", show(&o));
+}
+
+#[test]
+fn write_streams_stdin_of_any_size() {
     let (o, log) = cmd(&["write", "out", "r.bin"], b"\x00payload\xff");
     assert!(o.status.success(), "{}", show(&o));
     assert!(o.stdout.is_empty());
     assert_eq!(log.requests[0].op, Op::Write);
     assert_eq!(log.requests[0].data.as_deref(), Some("AHBheWxvYWT/"));
-    // 100,000 bytes on stdin: 65,537 are sent and airlock (here the peer)
-    // refuses them; the command does not judge the size itself.
+    // 100,000 bytes on stdin: a chunked write of two frames.
     let (o, log) = cmd(&["write", "out", "big"], &vec![b'x'; 100_000]);
-    assert_eq!(o.status.code(), Some(1), "{}", show(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).starts_with("broker.limit: "), "{}", show(&o));
-    let sent = airlock_fsproto::b64_decode(log.requests[0].data.as_deref().unwrap()).unwrap();
-    assert_eq!(sent.len(), 65_537);
+    assert!(o.status.success(), "{}", show(&o));
+    let ops: Vec<Op> = log.requests.iter().map(|r| r.op).collect();
+    assert_eq!(ops, [Op::WriteOpen, Op::WriteAppend, Op::WriteAppend, Op::WriteCommit]);
+    let sent: Vec<usize> = log.requests[1..3]
+        .iter()
+        .map(|r| airlock_fsproto::b64_decode(r.data.as_deref().unwrap()).unwrap().len())
+        .collect();
+    assert_eq!(sent, [65_536, 34_464]);
 }
 
 #[test]
-fn list_prints_names_and_says_what_was_left_out() {
+fn list_prints_kinds_and_names_and_says_what_was_left_out() {
+    let lines = |names: &[String]| -> String {
+        let kinds = kinds(names.len());
+        names.iter().zip(kinds).map(|(n, k)| format!("{}\t{n}\n", k.as_str())).collect()
+    };
     let (o, log) = cmd(&["list", "data"], b"");
     assert!(o.status.success(), "{}", show(&o));
-    assert_eq!(String::from_utf8_lossy(&o.stdout), names(".").join("\n") + "\n");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), lines(&names(".")));
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("dir\t.-0\nfile\t.-1\n"));
     assert_eq!(String::from_utf8_lossy(&o.stderr), "skipped: 1\n");
     assert_eq!((log.requests[0].path.as_str(), log.requests[0].max), (".", Some(256)));
     let (o, _) = cmd(&["list", "data", "sub", "--max", "2"], b"");
-    assert_eq!(String::from_utf8_lossy(&o.stdout), names("sub")[..2].join("\n") + "\n");
-    assert_eq!(String::from_utf8_lossy(&o.stderr), "skipped: 1\ntruncated\n");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), lines(&names("sub")[..2]));
+    assert!(String::from_utf8_lossy(&o.stderr).starts_with("skipped: 1\ntruncated: "), "{}", show(&o));
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use airlock_fs::{Client, FsError, Listing};
 use airlock_fsproto::{Op, MAX_FRAME};
 
-use crate::peer::{contents, names, Peer};
+use crate::peer::{contents, kinds, names, Peer};
 
 fn client() -> (Client, Peer) {
     let (peer, fd) = Peer::start();
@@ -17,14 +17,14 @@ fn code(r: Result<impl std::fmt::Debug, FsError>) -> String {
 #[test]
 fn read_write_and_list_round_trip() {
     let (mut fs, peer) = client();
-    assert_eq!(fs.read("data", "a/b.txt", 65536).unwrap(), contents("a/b.txt"));
-    assert_eq!(fs.read("data", "a/b.txt", 4).unwrap(), b"cont");
+    assert_eq!(fs.read("data", "a/b.txt").unwrap(), contents("a/b.txt"));
+    assert_eq!(fs.read_range("data", "a/b.txt", 0, 4).unwrap(), b"cont");
     fs.write("out", "r.json", b"\x00\xff binary").unwrap();
     fs.write("out", "empty", b"").unwrap();
     let listing = fs.list("data", ".", 256).unwrap();
-    assert_eq!(listing, Listing { names: names("."), skipped: 1, truncated: false });
+    assert_eq!(listing, Listing { names: names("."), kinds: kinds(5), skipped: 1, truncated: false });
     let cut = fs.list("data", "sub", 2).unwrap();
-    assert_eq!(cut, Listing { names: names("sub")[..2].to_vec(), skipped: 1, truncated: true });
+    assert_eq!(cut, Listing { names: names("sub")[..2].to_vec(), kinds: kinds(2), skipped: 1, truncated: true });
     drop(fs);
     let log = peer.finish();
     assert!(log.violations.is_empty(), "{:?}", log.violations);
@@ -38,11 +38,10 @@ fn read_write_and_list_round_trip() {
 #[test]
 fn refusals_carry_the_peers_code_and_the_connection_goes_on() {
     let (mut fs, peer) = client();
-    let err = fs.read("denied", "a", 10).unwrap_err();
+    let err = fs.read("denied", "a").unwrap_err();
     assert_eq!(err, FsError { code: "broker.denied".into(), message: "read is not granted".into() });
     assert_eq!(err.to_string(), "broker.denied: read is not granted");
-    assert_eq!(code(fs.write("data", "big", &vec![b'x'; 65537])), "broker.limit", "airlock judges the size");
-    assert_eq!(fs.read("data", "after", 100).unwrap(), contents("after"));
+    assert_eq!(fs.read_range("data", "after", 0, 100).unwrap(), contents("after"));
     drop(fs);
     assert!(peer.finish().violations.is_empty());
 }
@@ -50,7 +49,8 @@ fn refusals_carry_the_peers_code_and_the_connection_goes_on() {
 #[test]
 fn a_request_too_large_to_frame_is_refused_before_sending() {
     let (mut fs, peer) = client();
-    let err = fs.write("data", "huge", &vec![0; MAX_FRAME]).unwrap_err();
+    let long = "a/".repeat(MAX_FRAME / 2);
+    let err = fs.write("data", &long, b"x").unwrap_err();
     assert_eq!(err.code, "broker.protocol", "{err}");
     assert!(err.message.contains("frame limit"), "{err}");
     // Nothing reached the peer, and the connection is still in step.
@@ -73,9 +73,9 @@ fn bad_answers_are_protocol_errors_and_end_the_connection() {
         ("hangup", "broker.io"),
     ] {
         let (mut fs, peer) = client();
-        let err = fs.read(root, "x", 10).unwrap_err();
+        let err = fs.read_range(root, "x", 0, 10).unwrap_err();
         assert_eq!(err.code, want, "{root}: {err}");
-        let again = fs.read("data", "x", 10).unwrap_err();
+        let again = fs.read_range("data", "x", 0, 10).unwrap_err();
         assert_eq!(again.code, "broker.protocol", "{root}: a broken connection must stay broken");
         drop(fs);
         peer.finish();
@@ -99,12 +99,48 @@ fn an_answer_of_the_wrong_kind_is_a_protocol_error() {
 fn ids_strictly_increase_within_a_client() {
     let (mut fs, peer) = client();
     for i in 0..50 {
-        fs.read("data", &format!("f{i}"), 1).unwrap();
+        fs.read_range("data", &format!("f{i}"), 0, 1).unwrap();
     }
     drop(fs);
     let log = peer.finish();
     assert!(log.violations.is_empty(), "{:?}", log.violations);
     assert!(log.requests.windows(2).all(|w| w[0].id < w[1].id));
+}
+
+#[test]
+fn whole_files_stream_in_frames_both_ways() {
+    let (mut fs, peer) = client();
+    assert_eq!(fs.read("data", "big.bin").unwrap(), contents("big.bin"), "200,000 bytes in four frames");
+    assert_eq!(fs.read_range("data", "big.bin", 70_000, 100_000).unwrap(), contents("big.bin")[70_000..170_000]);
+    let data = contents("big.bin");
+    fs.write("out", "copy.bin", &data).unwrap();
+    let err = fs.read("growing", "x").unwrap_err();
+    assert_eq!(err.code, "broker.changed", "a size that moves between frames fails the read: {err}");
+    drop(fs);
+    let log = peer.finish();
+    assert!(log.violations.is_empty(), "{:?}", log.violations);
+    let reads: Vec<(Option<u64>, Option<u64>, bool)> =
+        log.requests[..4].iter().map(|r| (r.offset, r.max, r.version.is_some())).collect();
+    assert_eq!(
+        reads,
+        [
+            (None, Some(65536), false),
+            (Some(65536), Some(65536), true),
+            (Some(131072), Some(65536), true),
+            (Some(196608), Some(3392), true)
+        ],
+        "later frames ask only what is left and carry the first frame's version"
+    );
+    let ops: Vec<Op> = log.requests[6..].iter().map(|r| r.op).collect();
+    let mut want = vec![Op::WriteOpen];
+    want.extend([Op::WriteAppend; 4]);
+    want.extend([Op::WriteCommit, Op::Read, Op::Read]);
+    assert_eq!(ops, want);
+    let sent: Vec<u8> = log.requests[7..11]
+        .iter()
+        .flat_map(|r| airlock_fsproto::b64_decode(r.data.as_deref().unwrap()).unwrap())
+        .collect();
+    assert_eq!(sent, data, "every byte appended once, in order");
 }
 
 #[test]

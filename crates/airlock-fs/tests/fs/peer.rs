@@ -9,8 +9,11 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::thread::JoinHandle;
 
+use std::collections::BTreeMap;
+
 use airlock_fsproto::{
-    b64_decode, b64_encode, decode, encode, read_frame, write_frame, Op, Request, Response, MAX_FRAME,
+    b64_decode, b64_encode, decode, encode, read_frame, write_frame, EntryKind, Op, Request, Response, MAX_FRAME,
+    VERSION_LEN,
 };
 
 /// Names a listing of any directory holds, before `max` cuts it.
@@ -25,9 +28,18 @@ pub struct Log {
     pub violations: Vec<String>,
 }
 
-/// The bytes the peer serves for `path`, before `max` cuts them.
+/// The bytes the peer serves for `path`, before `max` cuts them: a path
+/// starting `big` holds 200,000 bytes.
 pub fn contents(path: &str) -> Vec<u8> {
+    if path.starts_with("big") {
+        return (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    }
     format!("contents of {path}\n").into_bytes()
+}
+
+/// The kinds the peer lists: `dir` for the first name, `file` for the rest.
+pub fn kinds(n: usize) -> Vec<EntryKind> {
+    (0..n).map(|i| if i == 0 { EntryKind::Dir } else { EntryKind::File }).collect()
 }
 
 /// The names the peer lists in `path`, before `max` cuts them.
@@ -57,6 +69,9 @@ impl Peer {
 fn serve(mut sock: UnixStream) -> Log {
     let mut log = Log::default();
     let mut last_id = 0u64;
+    // Open chunked writes: stream → bytes so far.
+    let mut streams: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut frames = 0u64;
     loop {
         let body = match read_frame(&mut sock, MAX_FRAME) {
             Ok(Some(b)) => b,
@@ -88,14 +103,20 @@ fn serve(mut sock: UnixStream) -> Log {
                 return log;
             }
             "garbage" => format!(r#"{{"id":{},"data":"","extra":1}}"#, req.id).into_bytes(),
-            "wrongid" => encode(&Response { id: req.id + 1, data: Some(String::new()), ..Response::default() }),
-            "asread" => encode(&Response { id: req.id, data: Some("AA==".into()), ..Response::default() }),
-            "badb64" => encode(&Response { id: req.id, data: Some("a".into()), ..Response::default() }),
-            "toomuch" => encode(&Response { id: req.id, data: Some(b64_encode(&[0; 100])), ..Response::default() }),
+            "wrongid" => encode(&Response { id: req.id + 1, ..read_answer(&req, b"", 0) }),
+            "asread" => encode(&read_answer(&req, b"\0", 1)),
+            "badb64" => encode(&Response { data: Some("a".into()), ..read_answer(&req, b"", 1) }),
+            "toomuch" => encode(&read_answer(&req, &[0; 100], 100)),
+            // A file that grows by a byte every frame, its version unchanged.
+            "growing" => {
+                frames += 1;
+                let bytes = vec![b'g'; req.max.unwrap_or(0) as usize];
+                encode(&Response { eof: Some(false), ..read_answer(&req, &bytes, 1_000_000 + frames) })
+            }
             "denied" => {
                 encode(&Response::error(req.id, "broker.denied", format!("{} is not granted", req.op.as_str())))
             }
-            _ => encode(&answer(&req)),
+            _ => encode(&answer(&req, &mut streams)),
         };
         if write_frame(&mut sock, &answer).is_err() {
             log.violations.push("the worker went away before its answer".into());
@@ -104,25 +125,63 @@ fn serve(mut sock: UnixStream) -> Log {
     }
 }
 
-fn answer(req: &Request) -> Response {
+/// A read answer of `bytes` from a file of `size` bytes.
+fn read_answer(req: &Request, bytes: &[u8], size: u64) -> Response {
+    let end = req.offset.unwrap_or(0) + bytes.len() as u64;
+    Response {
+        id: req.id,
+        data: Some(b64_encode(bytes)),
+        size: Some(size),
+        eof: Some(end >= size),
+        version: Some("0".repeat(VERSION_LEN)),
+        ..Response::default()
+    }
+}
+
+fn answer(req: &Request, streams: &mut BTreeMap<u64, u64>) -> Response {
     let max = req.max.unwrap_or(0) as usize;
+    let frame = || match b64_decode(req.data.as_deref().unwrap_or("")) {
+        Ok(bytes) if bytes.len() > 65536 => Err(Response::error(req.id, "broker.limit", "a write over 64 KiB")),
+        Ok(bytes) => Ok(bytes.len() as u64),
+        Err(e) => Err(Response::error(req.id, "broker.protocol", e.to_string())),
+    };
+    let written = |n: u64| Response { id: req.id, written: Some(n), ..Response::default() };
+    let stream = req.stream.unwrap_or_default();
     match req.op {
         Op::Read => {
-            let mut bytes = contents(&req.path);
-            bytes.truncate(max);
-            Response { id: req.id, data: Some(b64_encode(&bytes)), ..Response::default() }
+            let all = contents(&req.path);
+            let start = (req.offset.unwrap_or(0) as usize).min(all.len());
+            let bytes = &all[start..(start + max).min(all.len())];
+            read_answer(req, bytes, all.len() as u64)
         }
-        Op::Write => match b64_decode(req.data.as_deref().unwrap_or("")) {
-            Ok(bytes) if bytes.len() > 65536 => Response::error(req.id, "broker.limit", "a write over 64 KiB"),
-            Ok(bytes) => Response { id: req.id, written: Some(bytes.len() as u64), ..Response::default() },
-            Err(e) => Response::error(req.id, "broker.protocol", e.to_string()),
+        Op::Write => frame().map_or_else(|e| e, written),
+        Op::WriteOpen => {
+            streams.insert(req.id, 0);
+            Response { id: req.id, stream: Some(req.id), ..Response::default() }
+        }
+        Op::WriteAppend => match (frame(), streams.get_mut(&stream)) {
+            (Ok(n), Some(total)) => {
+                *total += n;
+                written(*total)
+            }
+            (Err(e), _) => e,
+            (_, None) => Response::error(req.id, "broker.protocol", "no such stream"),
         },
+        Op::WriteCommit => streams
+            .remove(&stream)
+            .map_or_else(|| Response::error(req.id, "broker.protocol", "no such stream"), written),
+        Op::WriteAbort => {
+            streams.remove(&stream);
+            Response { id: req.id, aborted: Some(true), ..Response::default() }
+        }
         Op::List => {
             let all = names(&req.path);
             let truncated = all.len() > max;
+            let names: Vec<String> = all.into_iter().take(max).collect();
             Response {
                 id: req.id,
-                names: Some(all.into_iter().take(max).collect()),
+                kinds: Some(kinds(names.len())),
+                names: Some(names),
                 skipped: Some(1),
                 truncated: Some(truncated),
                 ..Response::default()

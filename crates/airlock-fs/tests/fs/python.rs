@@ -5,7 +5,7 @@ use std::process::Output;
 
 use airlock_fsproto::Op;
 
-use crate::peer::{contents, names, Log, Peer};
+use crate::peer::{contents, kinds, names, Log, Peer};
 use crate::spawn::{airlock_fs, run_with_socket, show};
 
 const PYTHON: &str = "/usr/bin/python3";
@@ -37,22 +37,38 @@ sys.stdout.buffer.write(data)
 print(airlock_fs.read("data", "x", 4))
 airlock_fs.write("out", "r.bin", b"\x00payload\xff")
 airlock_fs.write("out", "e", bytearray())
-print(airlock_fs.list("data"))
-print(airlock_fs.list_dir("data", "sub", 2))
+print(tuple(airlock_fs.list("data")))
+print(tuple(airlock_fs.list_dir("data", "sub", 2)))
 print(airlock_fs.list is airlock_fs.list_dir)
+big = airlock_fs.read("data", "big.bin")
+print(len(big), big == bytes(i % 251 for i in range(200000)))
+print(airlock_fs.read("data", "big.bin", 100000, offset=10) == big[10:100010])
+airlock_fs.write("out", "copy.bin", big)
+try:
+    airlock_fs.read("growing", "x")
+except airlock_fs.FsError as e:
+    print(e.code)
 "#;
     let (o, log) = run_script(script);
     assert!(o.status.success(), "{}", show(&o));
+    let py_kinds = |n: usize| -> Vec<&str> { kinds(n).iter().map(|k| k.as_str()).collect() };
     let want = format!(
-        "{}b'cont'\n({:?}, 1)\n({:?}, 1)\nTrue\n",
+        "{}b'cont'\n({:?}, {:?}, 1, False)\n({:?}, {:?}, 1, True)\nTrue\n200000 True\nTrue\nbroker.changed\n",
         String::from_utf8_lossy(&contents("notes/a.txt")),
         names("."),
-        &names("sub")[..2]
+        py_kinds(5),
+        &names("sub")[..2],
+        py_kinds(2),
     );
     assert_eq!(String::from_utf8_lossy(&o.stdout), want.replace('"', "'"));
     assert!(log.violations.is_empty(), "{:?}", log.violations);
-    let ops: Vec<Op> = log.requests.iter().map(|r| r.op).collect();
+    let ops: Vec<Op> = log.requests.iter().take(6).map(|r| r.op).collect();
     assert_eq!(ops, [Op::Read, Op::Read, Op::Write, Op::Write, Op::List, Op::List]);
+    let writes: Vec<Op> = log.requests.iter().filter(|r| r.op != Op::Read).skip(4).map(|r| r.op).collect();
+    assert_eq!(
+        writes,
+        [Op::WriteOpen, Op::WriteAppend, Op::WriteAppend, Op::WriteAppend, Op::WriteAppend, Op::WriteCommit]
+    );
     assert_eq!(log.requests[0].max, Some(65536));
     assert_eq!(log.requests[2].data.as_deref(), Some("AHBheWxvYWT/"));
     assert_eq!((log.requests[4].path.as_str(), log.requests[4].max), (".", Some(256)));
@@ -87,7 +103,7 @@ def attempt(f, *args):
         print(e.code, "|", e.message, "|", str(e), "|", isinstance(e, Exception))
 attempt(airlock_fs.read, "denied", "x")
 attempt(airlock_fs.write, "data", "big", b"x" * 65537)
-attempt(airlock_fs.write, "data", "huge", bytes(96 * 1024))
+attempt(airlock_fs.write, "data", "a/" * (48 * 1024), b"x")
 attempt(airlock_fs.read, "data", "still-in-step", 3)
 attempt(airlock_fs.read, "wrongid", "x")
 attempt(airlock_fs.read, "data", "after-a-broken-exchange")
@@ -97,7 +113,7 @@ attempt(airlock_fs.read, "data", "after-a-broken-exchange")
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], "broker.denied | read is not granted | broker.denied: read is not granted | True", "{out}");
-    assert!(lines[1].starts_with("broker.limit | "), "airlock judges the size: {out}");
+    assert_eq!(lines[1], "no error", "a chunked write: {out}");
     assert!(lines[2].starts_with("broker.protocol | the write request is "), "refused locally: {out}");
     assert_eq!(lines[3], "no error", "{out}");
     assert!(lines[4].starts_with("broker.protocol | answer to call "), "{out}");
@@ -105,7 +121,7 @@ attempt(airlock_fs.read, "data", "after-a-broken-exchange")
     assert!(log.violations.is_empty(), "{:?}", log.violations);
     // The oversized write never reached the peer; the others did.
     let paths: Vec<&str> = log.requests.iter().map(|r| r.path.as_str()).collect();
-    assert_eq!(paths, ["x", "big", "still-in-step", "x"]);
+    assert_eq!(paths, ["x", "big", "big", "big", "big", "still-in-step", "x"]);
 }
 
 #[test]

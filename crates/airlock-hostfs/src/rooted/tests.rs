@@ -69,7 +69,7 @@ fn comps(path: &str) -> Vec<&str> {
 }
 
 fn read(r: &Resolver, root: &OwnedFd, path: &str, max: u64) -> Result<Vec<u8>, &'static str> {
-    read_file(r, root, &comps(path), max).map(|(b, _)| b).map_err(|e| e.code())
+    read_file(r, root, &comps(path), 0, max).map(|f| f.bytes).map_err(|e| e.code())
 }
 
 #[test]
@@ -106,9 +106,12 @@ fn reads_return_at_most_max_bytes_and_the_identity() {
     let root = tree.root();
     let meta = fs::metadata(tree.root_path().join("big")).unwrap();
     for r in backends() {
-        let (bytes, id) = read_file(&r, &root, &["big"], 10).unwrap();
-        assert_eq!(bytes, vec![b'x'; 10], "a longer file gives its first max bytes");
-        assert_eq!(id, FileId { dev: meta.dev(), ino: meta.ino() });
+        let read = read_file(&r, &root, &["big"], 0, 10).unwrap();
+        assert_eq!(read.bytes, vec![b'x'; 10], "a longer file gives its first max bytes");
+        assert_eq!((read.stamp.dev, read.stamp.ino, read.stamp.size), (meta.dev(), meta.ino(), 100));
+        assert_eq!(read_file(&r, &root, &["big"], 95, 10).unwrap().bytes.len(), 5, "from an offset, fewer at EOF");
+        assert_eq!(read_file(&r, &root, &["big"], 100, 10).unwrap().bytes, b"", "nothing at EOF");
+        assert_eq!(read_file(&r, &root, &["big"], 1 << 40, 10).unwrap().bytes, b"", "nothing past EOF");
         assert_eq!(read(&r, &root, "big", 100).unwrap().len(), 100);
         assert_eq!(read(&r, &root, "big", 4096).unwrap().len(), 100, "fewer at EOF");
         assert_eq!(read(&r, &root, "big", 0).unwrap(), b"");
@@ -130,6 +133,8 @@ fn lists_are_sorted_filtered_and_bounded() {
     for r in backends() {
         let all = list_dir(&r, &root, &[], 100).unwrap();
         assert_eq!(all.names, ["a", "b", "c.txt", "dir", "etc-link", "zz"]);
+        use airlock_fsproto::EntryKind::{Dir, File, Link};
+        assert_eq!(all.kinds, [File, File, File, Dir, Link, File]);
         assert_eq!(all.skipped, 6, "CON, .git, two staging names, trail., non-UTF-8");
         assert!(!all.truncated);
         let two = list_dir(&r, &root, &[], 2).unwrap();
@@ -171,7 +176,7 @@ fn a_symlink_at_every_position_is_refused() {
             symlink(&aside, at.join(chain[pos])).unwrap();
             let root = open_root(&root_path);
             let what = format!("link at {pos} with {:?}", r.kind());
-            assert_eq!(read_file(&r, &root, &chain, 100).unwrap_err().code(), "broker.symlink", "read {what}");
+            assert_eq!(read_file(&r, &root, &chain, 0, 100).unwrap_err().code(), "broker.symlink", "read {what}");
             if pos < 3 {
                 let upto = &chain[..=pos];
                 assert_eq!(list_dir(&r, &root, upto, 10).unwrap_err().code(), "broker.symlink", "list {what}");
@@ -484,8 +489,8 @@ fn mount_crossing_child() {
     let root = open_root(&root_path);
     for r in backends() {
         let code = |e: RootedError| e.code();
-        assert_eq!(code(read_file(&r, &root, &["mnt", "x"], 100).unwrap_err()), "broker.mount_crossing");
-        assert_eq!(code(read_file(&r, &root, &["file"], 100).unwrap_err()), "broker.mount_crossing");
+        assert_eq!(code(read_file(&r, &root, &["mnt", "x"], 0, 100).unwrap_err()), "broker.mount_crossing");
+        assert_eq!(code(read_file(&r, &root, &["file"], 0, 100).unwrap_err()), "broker.mount_crossing");
         assert_eq!(code(list_dir(&r, &root, &["mnt"], 10).unwrap_err()), "broker.mount_crossing");
         assert_eq!(code(open_dir_beneath(&r, &root, &["mnt"]).unwrap_err()), "broker.mount_crossing");
         assert_eq!(code(prepare_write(&r, &root, &["mnt", "y"], b"z").unwrap_err()), "broker.mount_crossing");

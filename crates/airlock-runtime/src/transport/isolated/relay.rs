@@ -9,7 +9,18 @@
 //! broker as a broker request naming the root by index. A write is split:
 //! the broker prepares an unnamed synced file and reports its identity, the
 //! recovery record is saved durably here, and only then does the broker
-//! link it under a staging name and rename it over the target.
+//! link it under a staging name and rename it over the target. A chunked
+//! write (`write_open`, `write_append` …, `write_commit`) builds the same
+//! unnamed file frame by frame (each appended byte charged to the write
+//! budget) and lands the same way.
+//!
+//! A read answers the file's size, whether it reached the end, and a
+//! `version` (a hash of the file's identity, size and change time); a read
+//! that sends back a version the file no longer has is `broker.changed`,
+//! so a streamed read of a file that grows, shrinks or is replaced between
+//! frames fails instead of returning a mixture. A list charges the names it
+//! returns (never more than the budget left: a listing the budget would
+//! cut is `broker.budget`).
 //!
 //! The first operation that fails ends the submission: the worker gets the
 //! error, then its socket is shut and the worker killed, whatever it does
@@ -23,8 +34,8 @@ use std::time::Instant;
 use airlock_core::broker::BrokerBudgets;
 use airlock_fsproto::{
     b64_decode, b64_encode, check_path, codes, decode, encode, framed, read_frame, take_frame, write_frame, BrokerOp,
-    BrokerRequest, BrokerResponse, Op, Request, Response, MAX_FRAME, MAX_ID, MAX_IO_BYTES, MAX_LIST_NAMES,
-    STAGE_PREFIX,
+    BrokerRequest, BrokerResponse, Op, ReadStamp, Request, Response, WriteIdentity, MAX_FRAME, MAX_ID, MAX_IO_BYTES,
+    MAX_LIST_NAMES, MAX_OPEN_WRITES, STAGE_PREFIX, VERSION_LEN,
 };
 use rustix::event::{PollFd, PollFlags};
 use serde::Serialize;
@@ -95,6 +106,28 @@ pub(crate) enum RelayEnd {
 /// Callback for each write that lands (journaling).
 pub(crate) type OnWrite<'a> = dyn FnMut(&WriteReceipt, &str) -> Result<(), String> + 'a;
 
+/// A chunked write between `write_open` and its commit or abort.
+struct OpenWrite {
+    root: u32,
+    root_name: String,
+    path: String,
+    prepared: u64,
+    identity: WriteIdentity,
+    bytes: u64,
+    hash: Sha256,
+}
+
+/// The streamed read the last read frame continued: later frames of the
+/// same file extend its one log entry.
+struct Reading {
+    root: String,
+    path: String,
+    version: String,
+    next: u64,
+    hash: Sha256,
+    log: usize,
+}
+
 pub(crate) struct Relay<'a> {
     pub worker: UnixStream,
     pub broker: UnixStream,
@@ -108,6 +141,8 @@ pub(crate) struct Relay<'a> {
     pub writes: Vec<WriteReceipt>,
     last_id: Option<u64>,
     broker_id: u64,
+    open_writes: std::collections::BTreeMap<u64, OpenWrite>,
+    reading: Option<Reading>,
 }
 
 /// Why one request failed.
@@ -149,6 +184,8 @@ impl<'a> Relay<'a> {
             writes: Vec::new(),
             last_id: None,
             broker_id: 0,
+            open_writes: std::collections::BTreeMap::new(),
+            reading: None,
         }
     }
 
@@ -298,7 +335,7 @@ impl<'a> Relay<'a> {
         }
         self.last_id = Some(id);
         let data = match req.op {
-            Op::Write => Some(
+            Op::Write | Op::WriteAppend => Some(
                 b64_decode(req.data.as_deref().unwrap_or_default())
                     .map_err(|e| err(fail(codes::PROTOCOL, e.to_string())))?,
             ),
@@ -310,6 +347,10 @@ impl<'a> Relay<'a> {
             Op::Read => self.read(&req, index),
             Op::List => self.list(&req, index),
             Op::Write => self.write(&req, index, data.unwrap_or_default()),
+            Op::WriteOpen => self.write_open(&req, index),
+            Op::WriteAppend => self.write_append(&req, index, &data.unwrap_or_default()),
+            Op::WriteCommit => self.write_commit(&req, index),
+            Op::WriteAbort => self.write_abort(&req, index),
         };
         result.map_err(err)
     }
@@ -320,14 +361,13 @@ impl<'a> Relay<'a> {
                 self.usage.read_bytes = self.usage.read_bytes.saturating_add(req.max.unwrap_or(0));
                 (self.usage.read_bytes, self.budgets.read_bytes, "read bytes")
             }
-            Op::Write => {
+            Op::Write | Op::WriteAppend => {
                 self.usage.write_bytes = self.usage.write_bytes.saturating_add(data.map_or(0, |d| d.len() as u64));
                 (self.usage.write_bytes, self.budgets.write_bytes, "write bytes")
             }
-            Op::List => {
-                self.usage.entries = self.usage.entries.saturating_add(req.max.unwrap_or(0));
-                (self.usage.entries, self.budgets.entries, "directory entries")
-            }
+            // A list is charged the names it returns (see `list`); the
+            // other steps of a chunked write only the call.
+            Op::List | Op::WriteOpen | Op::WriteCommit | Op::WriteAbort => return Ok(()),
         };
         if spent > budget {
             return Err(fail(codes::BUDGET, format!("the budget of {budget} {what} is spent")));
@@ -346,16 +386,16 @@ impl<'a> Relay<'a> {
         let rights = root.grant.rights;
         let (held, right) = match req.op {
             Op::Read => (rights.read, "r"),
-            Op::Write => (rights.write, "w"),
             Op::List => (rights.list, "l"),
+            _ => (rights.write, "w"),
         };
         if !held {
             return Err(fail(codes::DENIED, format!("root {:?} does not grant {right}", req.root)));
         }
         let (amount, limit, what) = match req.op {
             Op::Read => (req.max.unwrap_or(0), MAX_IO_BYTES, "bytes a read"),
-            Op::Write => (data.map_or(0, |d| d.len() as u64), MAX_IO_BYTES, "bytes a write"),
             Op::List => (req.max.unwrap_or(0), MAX_LIST_NAMES, "names a list"),
+            _ => (data.map_or(0, |d| d.len() as u64), MAX_IO_BYTES, "bytes a write frame"),
         };
         if amount > limit {
             return Err(fail(codes::LIMIT, format!("{amount} is more than {limit} {what}")));
@@ -386,37 +426,104 @@ impl<'a> Relay<'a> {
     }
 
     fn broker_request(op: BrokerOp, root: u32) -> BrokerRequest {
-        BrokerRequest { id: 0, op, root, path: None, max: None, data: None, prepared: None, stage: None }
-    }
-
-    /// Forwards a read or a list of `req.path` bounded by `req.max`.
-    fn bounded(&mut self, op: BrokerOp, req: &Request, root: u32) -> Result<BrokerResponse, Fail> {
-        self.call(BrokerRequest { path: Some(req.path.clone()), max: req.max, ..Self::broker_request(op, root) })
+        BrokerRequest { id: 0, op, root, path: None, max: None, offset: None, data: None, prepared: None, stage: None }
     }
 
     fn read(&mut self, req: &Request, root: u32) -> Result<Response, Fail> {
-        let response = self.bounded(BrokerOp::Read, req, root)?;
+        let offset = req.offset.unwrap_or(0);
+        let response = self.call(BrokerRequest {
+            path: Some(req.path.clone()),
+            max: req.max,
+            offset: req.offset,
+            ..Self::broker_request(BrokerOp::Read, root)
+        })?;
         let data = response.data.ok_or_else(|| fail("broker.lost", "a read answer without data"))?;
+        let stamp = response.stamp.ok_or_else(|| fail("broker.lost", "a read answer without the file's stamp"))?;
         let bytes = b64_decode(&data).map_err(|e| fail("broker.lost", e.to_string()))?;
         if bytes.len() as u64 > req.max.unwrap_or(0) {
             return Err(fail("broker.lost", "the broker returned more than asked"));
         }
-        self.logged(req, bytes.len() as u64, Some(sha256_hex(&bytes)));
-        Ok(Response { id: req.id, data: Some(b64_encode(&bytes)), ..Response::default() })
+        let version = version_of(&stamp);
+        if let Some(expected) = req.version.as_deref().filter(|v| *v != version) {
+            return Err(fail(
+                codes::CHANGED,
+                format!(
+                    "{}:{} changed since the read that answered version {expected} (it is {} bytes now); the \
+                     bytes read so far are not one version of the file: read it again from the start",
+                    req.root, req.path, stamp.size
+                ),
+            ));
+        }
+        self.log_read(req, offset, &version, &bytes);
+        let eof = offset.saturating_add(bytes.len() as u64) >= stamp.size;
+        Ok(Response {
+            id: req.id,
+            data: Some(b64_encode(&bytes)),
+            size: Some(stamp.size),
+            eof: Some(eof),
+            version: Some(version),
+            ..Response::default()
+        })
     }
 
+    /// Logs a read frame: one entry for the frames of one streamed read
+    /// (same file and version, each starting where the last ended), with
+    /// the SHA-256 of all its bytes.
+    fn log_read(&mut self, req: &Request, offset: u64, version: &str, bytes: &[u8]) {
+        let continues = self.reading.as_ref().is_some_and(|r| {
+            r.root == req.root && r.path == req.path && r.version == version && r.next == offset && offset > 0
+        });
+        if !continues {
+            self.logged(req, 0, None);
+            let log = self.log.len() - 1;
+            let (root, path) = (req.root.clone(), req.path.clone());
+            self.reading =
+                Some(Reading { root, path, version: version.to_owned(), next: offset, hash: Sha256::new(), log });
+        }
+        if let Some(r) = self.reading.as_mut() {
+            r.hash.update(bytes);
+            r.next += bytes.len() as u64;
+            let entry = &mut self.log[r.log];
+            entry.amount += bytes.len() as u64;
+            entry.sha256 = Some(format!("sha256:{}", hex::encode(r.hash.clone().finalize())));
+        }
+    }
+
+    /// Asks for at most `max` names, never more than the entry budget has
+    /// left, and charges the names returned; a listing the budget (not the
+    /// caller's `max`) cut short is `broker.budget`.
     fn list(&mut self, req: &Request, root: u32) -> Result<Response, Fail> {
-        let response = self.bounded(BrokerOp::List, req, root)?;
+        let max = req.max.unwrap_or(0);
+        let left = self.budgets.entries.saturating_sub(self.usage.entries);
+        let ask = max.min(left);
+        let response = self.call(BrokerRequest {
+            path: Some(req.path.clone()),
+            max: Some(ask),
+            ..Self::broker_request(BrokerOp::List, root)
+        })?;
         let names = response.names.ok_or_else(|| fail("broker.lost", "a list answer without names"))?;
-        if names.len() as u64 > req.max.unwrap_or(0) {
-            return Err(fail("broker.lost", "the broker listed more than asked"));
+        let kinds = response.kinds.ok_or_else(|| fail("broker.lost", "a list answer without kinds"))?;
+        if names.len() as u64 > ask || kinds.len() != names.len() {
+            return Err(fail("broker.lost", "the broker listed more than asked, or kinds that do not match"));
+        }
+        let truncated = response.truncated.unwrap_or(false);
+        self.usage.entries += names.len() as u64;
+        if truncated && ask < max {
+            return Err(fail(
+                codes::BUDGET,
+                format!(
+                    "the budget of {} directory entries is spent: {} has more names",
+                    self.budgets.entries, req.path
+                ),
+            ));
         }
         self.logged(req, names.len() as u64, None);
         Ok(Response {
             id: req.id,
             names: Some(names),
+            kinds: Some(kinds),
             skipped: Some(response.skipped.unwrap_or(0)),
-            truncated: Some(response.truncated.unwrap_or(false)),
+            truncated: Some(truncated),
             ..Response::default()
         })
     }
@@ -433,16 +540,102 @@ impl<'a> Relay<'a> {
         if identity.bytes != data.len() as u64 {
             return Err(fail("broker.lost", "the broker prepared a different number of bytes"));
         }
+        let written = self.land(&req.root, &req.path, root, prepare_id, identity, sha256.clone())?;
+        self.logged(req, written, Some(sha256));
+        Ok(Response { id: req.id, written: Some(written), ..Response::default() })
+    }
+
+    /// Opens a chunked write: the broker's unnamed file, empty; the stream
+    /// number is this request's id.
+    fn write_open(&mut self, req: &Request, root: u32) -> Result<Response, Fail> {
+        if self.open_writes.len() >= MAX_OPEN_WRITES {
+            return Err(fail(codes::LIMIT, format!("at most {MAX_OPEN_WRITES} chunked writes are open at once")));
+        }
+        let opened = self
+            .call(BrokerRequest { path: Some(req.path.clone()), ..Self::broker_request(BrokerOp::WriteOpen, root) })?;
+        let identity = opened.identity.ok_or_else(|| fail("broker.lost", "an open answer without identity"))?;
+        let (root_name, path) = (req.root.clone(), req.path.clone());
+        let open = OpenWrite { root, root_name, path, prepared: opened.id, identity, bytes: 0, hash: Sha256::new() };
+        self.open_writes.insert(req.id, open);
+        self.logged(req, 0, None);
+        Ok(Response { id: req.id, stream: Some(req.id), ..Response::default() })
+    }
+
+    /// The open chunked write `req.stream`, taken out; it must be for the
+    /// same root and path.
+    fn take_stream(&mut self, req: &Request, root: u32) -> Result<OpenWrite, Fail> {
+        let stream = req.stream.unwrap_or_default();
+        let open = self
+            .open_writes
+            .remove(&stream)
+            .ok_or_else(|| fail(codes::PROTOCOL, format!("no chunked write {stream} is open")))?;
+        if open.root != root || open.path != req.path {
+            return Err(fail(
+                codes::PROTOCOL,
+                format!(
+                    "chunked write {stream} is for {}:{}, not {}:{}",
+                    open.root_name, open.path, req.root, req.path
+                ),
+            ));
+        }
+        Ok(open)
+    }
+
+    fn write_append(&mut self, req: &Request, root: u32, data: &[u8]) -> Result<Response, Fail> {
+        let mut open = self.take_stream(req, root)?;
+        let appended = self.call(BrokerRequest {
+            prepared: Some(open.prepared),
+            data: Some(b64_encode(data)),
+            ..Self::broker_request(BrokerOp::WriteAppend, root)
+        })?;
+        let total = open.bytes + data.len() as u64;
+        if appended.written != Some(total) {
+            return Err(fail("broker.lost", "the broker appended a different number of bytes"));
+        }
+        open.bytes = total;
+        open.hash.update(data);
+        self.open_writes.insert(req.stream.unwrap_or_default(), open);
+        Ok(Response { id: req.id, written: Some(total), ..Response::default() })
+    }
+
+    fn write_commit(&mut self, req: &Request, root: u32) -> Result<Response, Fail> {
+        let open = self.take_stream(req, root)?;
+        let sha256 = format!("sha256:{}", hex::encode(open.hash.finalize()));
+        let identity = WriteIdentity { bytes: open.bytes, ..open.identity };
+        let written = self.land(&req.root, &req.path, root, open.prepared, identity, sha256.clone())?;
+        self.logged(req, written, Some(sha256));
+        Ok(Response { id: req.id, written: Some(written), ..Response::default() })
+    }
+
+    fn write_abort(&mut self, req: &Request, root: u32) -> Result<Response, Fail> {
+        let open = self.take_stream(req, root)?;
+        self.call(BrokerRequest { prepared: Some(open.prepared), ..Self::broker_request(BrokerOp::WriteAbort, root) })?;
+        self.logged(req, open.bytes, None);
+        Ok(Response { id: req.id, aborted: Some(true), ..Response::default() })
+    }
+
+    /// Lands a prepared (or chunked) write of `identity.bytes` bytes: the
+    /// recovery record saved durably, then the broker's commit, then the
+    /// receipt journaled. Returns the bytes at the target.
+    fn land(
+        &mut self,
+        root_name: &str,
+        path: &str,
+        root: u32,
+        prepare_id: u64,
+        identity: WriteIdentity,
+        sha256: String,
+    ) -> Result<u64, Fail> {
         let stage = format!(
             "{STAGE_PREFIX}{}",
             format_args!("{}{}", airlock_hostfs::random_suffix(), airlock_hostfs::random_suffix())
         );
         let open_root = &self.roots[root as usize];
         let (root_dev, root_ino) = open_root.dir.dev_ino();
-        let mut comps: Vec<String> = req.path.split('/').map(str::to_owned).collect();
+        let mut comps: Vec<String> = path.split('/').map(str::to_owned).collect();
         let target = comps.pop().unwrap_or_default();
         let record = StageRecord {
-            root: req.root.clone(),
+            root: root_name.to_owned(),
             root_path: open_root.real.display().to_string(),
             root_dev,
             root_ino,
@@ -466,13 +659,14 @@ impl<'a> Relay<'a> {
             ..Self::broker_request(BrokerOp::WriteCommit, root)
         })?;
         let written = committed.written.ok_or_else(|| fail("broker.lost", "a commit answer without a size"))?;
-        let receipt =
-            WriteReceipt { root: req.root.clone(), path: req.path.clone(), bytes: written, sha256: sha256.clone() };
+        if written != identity.bytes {
+            return Err(fail("broker.lost", "the broker committed a different number of bytes"));
+        }
+        let receipt = WriteReceipt { root: root_name.to_owned(), path: path.to_owned(), bytes: written, sha256 };
         let journaled = (self.on_write)(&receipt, &stage);
         self.writes.push(receipt);
         journaled.map_err(|why| fail(codes::IO, format!("the write landed but could not be journaled: {why}")))?;
-        self.logged(req, written, Some(sha256));
-        Ok(Response { id: req.id, written: Some(written), ..Response::default() })
+        Ok(written)
     }
 
     fn logged(&mut self, req: &Request, amount: u64, sha256: Option<String>) {
@@ -502,6 +696,16 @@ fn wait_ready(socket: &UnixStream, flags: PollFlags, deadline: Instant) -> std::
         Err(rustix::io::Errno::INTR) => Ok(false),
         Err(e) => Err(e.into()),
     }
+}
+
+/// A read's `version`: the first [`VERSION_LEN`] hex digits of the SHA-256
+/// of the file's identity, size and change time (no host number reaches the
+/// worker as such).
+fn version_of(stamp: &ReadStamp) -> String {
+    let text = format!("{}:{}:{}:{}:{}", stamp.dev, stamp.ino, stamp.size, stamp.ctime, stamp.ctime_nsec);
+    let mut hex = hex::encode(Sha256::digest(text.as_bytes()));
+    hex.truncate(VERSION_LEN);
+    hex
 }
 
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {

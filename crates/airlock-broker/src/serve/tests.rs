@@ -245,3 +245,49 @@ fn the_loop_stops_at_a_protocol_error_after_answering_it() {
     let mut d = Duplex { input: Cursor::new(vec![0, 0, 0, 9, b'{']), output: Vec::new() };
     assert!(matches!(b.serve(&mut d), Err(Fatal::Protocol(_))));
 }
+
+#[test]
+fn reads_start_at_an_offset_and_answer_the_file_stamp() {
+    let (t, mut b) = broker();
+    let r = b.handle(&BrokerRequest { offset: Some(2), ..read(1, 0, "a.txt", 100) }).unwrap();
+    assert_eq!(b64_decode(r.data.as_deref().unwrap()).unwrap(), b"ot 0");
+    let stamp = r.stamp.unwrap();
+    assert_eq!(stamp.size, 6);
+    let past = b.handle(&BrokerRequest { offset: Some(100), ..read(2, 0, "a.txt", 100) }).unwrap();
+    assert_eq!(past.data.as_deref(), Some(""), "nothing past the end");
+    fs::write(t.path().join("root0/a.txt"), "root 0 and more").unwrap();
+    let again = b.handle(&read(3, 0, "a.txt", 1)).unwrap().stamp.unwrap();
+    assert_ne!(again, stamp, "a changed file has another stamp");
+    let listed = b.handle(&list(4, 3, ".", 10)).unwrap();
+    use airlock_fsproto::EntryKind::{Dir, File, Link};
+    assert_eq!(listed.names.unwrap(), ["a.txt", "pw", "sub"]);
+    assert_eq!(listed.kinds.unwrap(), [File, Link, Dir]);
+}
+
+#[test]
+fn a_chunked_write_appends_frames_and_lands_at_commit() {
+    let (t, mut b) = broker();
+    let opened = b.handle(&req(1, BrokerOp::WriteOpen, 2, Some("big.bin"))).unwrap();
+    assert_eq!(opened.identity.unwrap().bytes, 0);
+    let append = |id: u64, root: u32, data: &[u8]| BrokerRequest {
+        prepared: Some(1),
+        data: Some(b64_encode(data)),
+        ..req(id, BrokerOp::WriteAppend, root, None)
+    };
+    let frame = vec![7u8; MAX_IO_BYTES as usize];
+    assert_eq!(b.handle(&append(2, 2, &frame)).unwrap().written, Some(MAX_IO_BYTES));
+    assert_eq!(b.handle(&append(3, 2, b"tail")).unwrap().written, Some(MAX_IO_BYTES + 4));
+    assert!(!t.path().join("root2/big.bin").exists(), "nothing is named before the commit");
+    assert!(matches!(b.handle(&append(4, 0, b"x")), Err(Fatal::Protocol(_))), "another root's write");
+    assert_eq!(b.handle(&commit(5, 2, 1, &stage(1))).unwrap().written, Some(MAX_IO_BYTES + 4));
+    let landed = fs::read(t.path().join("root2/big.bin")).unwrap();
+    assert_eq!(landed.len() as u64, MAX_IO_BYTES + 4);
+    assert!(landed.ends_with(b"tail"));
+    // A frame over the limit is refused and drops the write.
+    b.handle(&req(6, BrokerOp::WriteOpen, 2, Some("over.bin"))).unwrap();
+    let over = BrokerRequest { prepared: Some(6), ..append(7, 2, &vec![0; MAX_IO_BYTES as usize + 1]) };
+    assert_eq!(code(&b.handle(&over).unwrap()), codes::LIMIT);
+    assert!(matches!(b.handle(&commit(8, 2, 6, &stage(2))), Err(Fatal::Protocol(_))));
+    assert!(!t.path().join("root2/over.bin").exists());
+    assert_eq!(code(&b.handle(&req(9, BrokerOp::WriteOpen, 0, Some("x"))).unwrap()), codes::DENIED, "r cannot write");
+}

@@ -106,9 +106,9 @@ fn reads_return_at_most_max_bytes_and_the_identity() {
     let root = tree.root();
     let meta = fs::metadata(tree.root_path().join("big")).unwrap();
     for r in backends() {
-        let read = read_file(&r, &root, &["big"], 0, 10).unwrap();
-        assert_eq!(read.bytes, vec![b'x'; 10], "a longer file gives its first max bytes");
-        assert_eq!((read.stamp.dev, read.stamp.ino, read.stamp.size), (meta.dev(), meta.ino(), 100));
+        let first = read_file(&r, &root, &["big"], 0, 10).unwrap();
+        assert_eq!(first.bytes, vec![b'x'; 10], "a longer file gives its first max bytes");
+        assert_eq!((first.stamp.dev, first.stamp.ino, first.stamp.size), (meta.dev(), meta.ino(), 100));
         assert_eq!(read_file(&r, &root, &["big"], 95, 10).unwrap().bytes.len(), 5, "from an offset, fewer at EOF");
         assert_eq!(read_file(&r, &root, &["big"], 100, 10).unwrap().bytes, b"", "nothing at EOF");
         assert_eq!(read_file(&r, &root, &["big"], 1 << 40, 10).unwrap().bytes, b"", "nothing past EOF");

@@ -1,6 +1,7 @@
 //! The broker's command line, parsed strictly: `--rights r,wl,l` (one
-//! rights string per root, in descriptor order from 3) and an optional
-//! `--resolver auto|openat2|emulated`; each at most once, nothing else.
+//! rights string per root, in descriptor order from 3), an optional
+//! `--resolver auto|openat2|emulated` and an optional `--max-file-bytes N`
+//! (decimal, 1 … 16 GiB; default 64 KiB); each at most once, nothing else.
 
 use std::ffi::OsString;
 
@@ -14,7 +15,12 @@ pub struct Args {
     pub rights: Vec<Rights>,
     /// The path resolver (default `auto`).
     pub resolver: ResolverChoice,
+    /// The largest file the broker may write.
+    pub max_file_bytes: u64,
 }
+
+/// The most `--max-file-bytes` may say: the hard cap of the write budget.
+pub const MAX_FILE_BYTES_CAP: u64 = airlock_core::broker::BrokerBudgets::HARD_CAPS.write_bytes;
 
 /// A command line the broker does not accept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,7 +28,12 @@ pub struct UsageError(pub String);
 
 impl std::fmt::Display for UsageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "usage: airlock-broker --rights RIGHTS[,RIGHTS...] [--resolver auto|openat2|emulated]: {}", self.0)
+        write!(
+            f,
+            "usage: airlock-broker --rights RIGHTS[,RIGHTS...] [--resolver auto|openat2|emulated] [--max-file-bytes N]: \
+             {}",
+            self.0
+        )
     }
 }
 
@@ -33,6 +44,7 @@ impl Args {
     pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, UsageError> {
         let mut rights: Option<Vec<Rights>> = None;
         let mut resolver: Option<ResolverChoice> = None;
+        let mut max_file_bytes: Option<u64> = None;
         let mut args = args.into_iter();
         while let Some(flag) = args.next() {
             let flag = flag.into_string().map_err(|f| UsageError(format!("{f:?} is not UTF-8")))?;
@@ -49,12 +61,27 @@ impl Args {
                     resolver =
                         Some(ResolverChoice::parse(&v).ok_or_else(|| UsageError(format!("unknown resolver {v:?}")))?);
                 }
-                "--rights" | "--resolver" => return Err(UsageError(format!("{flag} given twice"))),
+                "--max-file-bytes" if max_file_bytes.is_none() => {
+                    let v = value()?;
+                    let n = v
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|n| (1..=MAX_FILE_BYTES_CAP).contains(n) && v.bytes().all(|b| b.is_ascii_digit()))
+                        .ok_or_else(|| UsageError(format!("--max-file-bytes {v:?} is not 1 … {MAX_FILE_BYTES_CAP}")))?;
+                    max_file_bytes = Some(n);
+                }
+                "--rights" | "--resolver" | "--max-file-bytes" => {
+                    return Err(UsageError(format!("{flag} given twice")))
+                }
                 other => return Err(UsageError(format!("unexpected argument {other:?}"))),
             }
         }
         let rights = rights.ok_or_else(|| UsageError("--rights is required".into()))?;
-        Ok(Args { rights, resolver: resolver.unwrap_or(ResolverChoice::Auto) })
+        Ok(Args {
+            rights,
+            resolver: resolver.unwrap_or(ResolverChoice::Auto),
+            max_file_bytes: max_file_bytes.unwrap_or(airlock_sandbox::DEFAULT_MAX_FILE_BYTES),
+        })
     }
 }
 
@@ -85,6 +112,9 @@ mod tests {
         let a = parse(&["--resolver", "emulated", "--rights", "rwl"]).unwrap();
         assert_eq!(a.resolver, ResolverChoice::Emulated);
         assert_eq!(a.rights.len(), 1);
+        assert_eq!(a.max_file_bytes, 65536);
+        let a = parse(&["--rights", "w", "--max-file-bytes", "300000000"]).unwrap();
+        assert_eq!(a.max_file_bytes, 300_000_000);
         let many = vec!["r"; MAX_ROOTS].join(",");
         assert_eq!(parse(&["--rights", &many]).unwrap().rights.len(), MAX_ROOTS);
     }
@@ -104,6 +134,10 @@ mod tests {
             &["--rights", "r", "extra"],
             &["--rights", "r", "--resolver", "fast"],
             &["--rights", "r", "--resolver", "auto", "--resolver", "auto"],
+            &["--rights", "r", "--max-file-bytes", "0"],
+            &["--rights", "r", "--max-file-bytes", "+5"],
+            &["--rights", "r", "--max-file-bytes", "17179869185"],
+            &["--rights", "r", "--max-file-bytes", "1", "--max-file-bytes", "1"],
             &["--rights=r"],
             &["--rights", &too_many],
         ] {

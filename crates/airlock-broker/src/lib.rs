@@ -74,7 +74,7 @@ fn fail(code: i32, e: &dyn std::fmt::Display) -> ! {
 pub fn confine(args: &Args) -> Result<(Vec<OwnedFd>, Resolver), Box<dyn std::error::Error>> {
     let spec: Vec<(RawFd, airlock_fsproto::Rights)> =
         args.rights.iter().enumerate().map(|(i, r)| (BROKER_FIRST_ROOT_FD + i as RawFd, *r)).collect();
-    let roots = confine_broker(&spec)?;
+    let roots = confine_broker(&spec, args.max_file_bytes)?;
     // Probed inside the jail, where the answer counts.
     let resolver = Resolver::new(args.resolver)?;
     Ok((roots, resolver))

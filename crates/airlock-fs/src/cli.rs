@@ -4,7 +4,9 @@
 //! airlock-fs read ROOT PATH [--offset N] [--max N]
 //!                                         the whole file (from N, at most N
 //!                                         bytes) to stdout, in 64 KiB frames
-//! airlock-fs write ROOT PATH              stdin, of any size, to the file
+//! airlock-fs write ROOT PATH              stdin, of any size, to the file (read
+//!                                         whole before the first call, so a
+//!                                         pipeline's commands take turns)
 //! airlock-fs list ROOT [PATH] [--max N]   `KIND<TAB>NAME` a line, KIND one of
 //!                                         file, dir, link, other (default
 //!                                         PATH ".", max 256)
@@ -181,7 +183,15 @@ pub fn execute(
             }
             Ok(())
         }
-        Command::Write { root, path } => client.write_from(root, path, stdin).map(|_| ()),
+        Command::Write { root, path } => {
+            // All of stdin before the first call: in `airlock-fs read … |
+            // airlock-fs write …` both commands share one socket, whose
+            // calls must not interleave (ids strictly increase, answers
+            // come in order), so the writer waits for the reader to finish.
+            let mut data = Vec::new();
+            stdin.read_to_end(&mut data).map_err(|e| FsError::io(format!("reading stdin: {e}")))?;
+            client.write(root, path, &data)
+        }
         Command::List { root, path, max } => {
             let listing = client.list(root, path, *max)?;
             let mut text = String::new();

@@ -12,8 +12,10 @@
 //!    root: no path names a host file any more; the held roots still work;
 //! 4. drops privileges: no capabilities (bounding, ambient, effective,
 //!    permitted, inheritable), no new privileges, not dumpable, rlimits
-//!    (`RLIMIT_NOFILE` 64 + roots, `RLIMIT_NPROC` 0, `RLIMIT_FSIZE` 64 KiB +
-//!    1, `RLIMIT_AS` 256 MiB, `RLIMIT_CORE` 0);
+//!    (`RLIMIT_NOFILE` 64 + roots, `RLIMIT_NPROC` 0, `RLIMIT_FSIZE` the
+//!    largest file it may write + 1 (one 64 KiB frame unless airlock passes
+//!    its write budget for chunked writes), `RLIMIT_AS` 256 MiB,
+//!    `RLIMIT_CORE` 0);
 //! 5. Landlock at the kernel's ABI, handling every file-system right, TCP
 //!    bind/connect (denied: no rule) and, from ABI 6, signal and abstract
 //!    socket scoping; one rule per root: `r` → read files, `l` → list,
@@ -57,9 +59,10 @@ const NOFILE_BASE: u64 = 64;
 /// The broker's address space: it handles one request of at most 64 KiB at
 /// a time, so this is generous for it and still bounds a broker gone wrong.
 const AS_LIMIT: u64 = 256 << 20;
-/// Largest file the broker may write: one 64 KiB write, plus one byte so a
-/// write of exactly 64 KiB never meets the limit.
-const FSIZE_LIMIT: u64 = 64 * 1024 + 1;
+/// Largest file the broker writes by default: one 64 KiB frame (the
+/// `RLIMIT_FSIZE` is one byte more, so a file of exactly the bound never
+/// meets the limit).
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 64 * 1024;
 /// Where the empty root is mounted before `pivot_root` (the first that exists).
 const MOUNTPOINTS: &[&str] = &["/tmp", "/mnt", "/run", "/var/tmp", "/media", "/srv", "/opt"];
 /// The empty root: a directory that nobody can write.
@@ -89,7 +92,9 @@ pub(crate) fn landlock_access(rights: Rights, abi: ABI) -> BitFlags<AccessFs> {
 /// owned descriptors, in order. Call it first in `main`, before any thread
 /// exists and before reading any input. Each descriptor must be at least 3,
 /// listed once, open, and a directory.
-pub fn confine_broker(roots: &[(RawFd, Rights)]) -> Result<Vec<OwnedFd>, SandboxError> {
+///
+/// `max_file_bytes` bounds every file it writes (`RLIMIT_FSIZE` one more).
+pub fn confine_broker(roots: &[(RawFd, Rights)], max_file_bytes: u64) -> Result<Vec<OwnedFd>, SandboxError> {
     let fds = adopt_roots(roots)?;
     let caller = rustix::process::getppid();
     // 1. Descriptors.
@@ -122,7 +127,7 @@ pub fn confine_broker(roots: &[(RawFd, Rights)]) -> Result<Vec<OwnedFd>, Sandbox
     empty_root()?;
     // 4. Privileges and limits.
     drop_privileges(caller)?;
-    set_rlimits(roots.len() as u64)?;
+    set_rlimits(roots.len() as u64, max_file_bytes.saturating_add(1))?;
     // 5. Landlock, 6. seccomp (compiled before it is installed: no
     // allocation constraints, but the filtered window stays small).
     enforce_landlock(&fds, roots)?;
@@ -199,7 +204,7 @@ fn drop_privileges(caller: Option<rustix::process::Pid>) -> Result<(), SandboxEr
     Ok(())
 }
 
-fn set_rlimits(roots: u64) -> Result<(), SandboxError> {
+fn set_rlimits(roots: u64, fsize: u64) -> Result<(), SandboxError> {
     let set = |res: Resource, name: &str, value: u64| -> Result<(), SandboxError> {
         // Never above the current hard limit (raising it needs privilege).
         let value = rustix::process::getrlimit(res).maximum.map_or(value, |max| value.min(max));
@@ -208,7 +213,7 @@ fn set_rlimits(roots: u64) -> Result<(), SandboxError> {
     };
     set(Resource::Nofile, "RLIMIT_NOFILE", NOFILE_BASE + roots)?;
     set(Resource::Nproc, "RLIMIT_NPROC", 0)?;
-    set(Resource::Fsize, "RLIMIT_FSIZE", FSIZE_LIMIT)?;
+    set(Resource::Fsize, "RLIMIT_FSIZE", fsize)?;
     set(Resource::As, "RLIMIT_AS", AS_LIMIT)?;
     set(Resource::Core, "RLIMIT_CORE", 0)
 }

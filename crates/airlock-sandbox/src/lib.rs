@@ -201,6 +201,7 @@ mod worker_exec;
 
 pub use broker_jail::{
     confine_broker, spawn_broker, spawn_broker_with, BrokerOptions, BrokerProcess, BROKER_FIRST_ROOT_FD,
+    DEFAULT_MAX_FILE_BYTES,
 };
 pub use cgroup::{cgroup_delegation, cgroup_limits_available, CgroupDelegation, SharedCgroup};
 pub use error::{OsErrno, SandboxError, SandboxErrorKind};

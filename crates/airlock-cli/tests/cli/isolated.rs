@@ -83,7 +83,8 @@ fn reads_lists_and_writes_through_the_broker() {
          && printf fresh | airlock-fs write out sub/new.txt",
     );
     run.assert_ok();
-    assert_eq!(output(&run), "hello from the broker\nmessage.txt\nsub\n");
+    // Lists mark each entry's kind (issue 17).
+    assert_eq!(output(&run), "hello from the broker\nfile\tmessage.txt\ndir\tsub\n");
     assert_eq!(std::fs::read_to_string(p.path("results/sub/old.txt")).unwrap(), "new");
     assert_eq!(std::fs::read_to_string(p.path("results/sub/new.txt")).unwrap(), "fresh");
     let mode = std::fs::metadata(p.path("results/sub/new.txt")).unwrap().permissions().mode() & 0o777;
@@ -123,10 +124,10 @@ fn the_python_module_speaks_the_same_protocol() {
 import airlock_fs
 data = airlock_fs.read("data", "in.txt", 100)
 airlock_fs.write("out", "copy.txt", data.upper())
-names, skipped = airlock_fs.list("out", ".", 10)
+listing = airlock_fs.list("out", ".", 10)
 # Flushed now: the refused read below ends the submission, and the worker
 # may be killed before Python would flush at exit.
-print(",".join(names), skipped, flush=True)
+print(",".join(listing.names), listing.skipped, ",".join(listing.kinds), listing.truncated, flush=True)
 try:
     airlock_fs.read("out", "copy.txt", 10)
 except airlock_fs.FsError as e:
@@ -138,7 +139,10 @@ except airlock_fs.FsError as e:
         &["python3", "-c", script],
     );
     assert_op_failed(&run, "broker.denied");
-    assert!(run.envelope["content"]["output"]["stdout"].as_str().unwrap().contains("copy.txt 0"), "{run:#?}");
+    assert!(
+        run.envelope["content"]["output"]["stdout"].as_str().unwrap().contains("copy.txt 0 file False"),
+        "{run:#?}"
+    );
     assert_eq!(std::fs::read_to_string(p.path("results/copy.txt")).unwrap(), "PYTHON INPUT");
 }
 
@@ -208,7 +212,7 @@ fn every_seed_003_path_refusal_ends_the_submission() {
     // `.` lists the root; nothing else does.
     let run = isolated(&p, &[root(&p, "data", "data", "l")], "airlock-fs list data .");
     run.assert_ok();
-    assert_eq!(output(&run), "ok.txt\n");
+    assert_eq!(output(&run), "file\tok.txt\n");
 }
 
 #[test]
@@ -293,24 +297,39 @@ fn budgets_are_charged_before_checking_and_end_the_submission() {
     // Reads charge what they reserve (60), not what they got (5).
     let run = isolated(&p, &r, "airlock-fs read data a.txt --max 60 && airlock-fs read data a.txt --max 60");
     assert_op_failed(&run, "broker.budget");
+    // Lists charge the names they return (issue 17), never more than the
+    // budget left: 6 names of 10, then a listing the 4 left would cut.
+    for i in 1..=5 {
+        p.write(&format!("data/n{i}"), "");
+    }
     let run = isolated(&p, &r, "airlock-fs list data . --max 8 && airlock-fs list data . --max 8");
     assert_op_failed(&run, "broker.budget");
+    assert_eq!(run.envelope["content"]["broker"]["usage"]["entries"], 10, "{run:#?}");
+    let run = isolated(&p, &r, "airlock-fs list data . --max 8 && airlock-fs list data . --max 4");
+    run.assert_ok();
+    assert_eq!(run.envelope["content"]["broker"]["usage"]["entries"], 10, "6 + 4 returned: {run:#?}");
     // The byte budget is charged before the path and right are checked,
     // but a `max` over the operation's limit is refused when the request is
     // decoded, before any byte is charged.
     let run = isolated(&p, &r, "airlock-fs read data nothing-here --max 101");
     assert_op_failed(&run, "broker.budget");
-    let run = isolated(&p, &r, "airlock-fs read data a.txt --max 65537");
+    let over = raw_client(r#"[b'{"id":1,"op":"read","root":"data","path":"a.txt","max":65537}']"#);
+    let run = isolated_argv(&p, &r, &["python3", "-c", &over]);
     assert_op_failed(&run, "broker.limit");
-    // Limits of one operation, within the default budgets.
+    assert_eq!(run.envelope["content"]["broker"]["usage"]["read_bytes"], 0, "{run:#?}");
+    // Limits of one frame, within the default budgets (the `airlock-fs`
+    // command streams past them since issue 17: see broker_streaming).
     let p = Project::new();
     p.write("data/a.txt", "five!");
     let rw = [root(&p, "data", "data", "rwl")];
-    let run = isolated(&p, &rw, "airlock-fs read data a.txt --max 65537");
+    let run = isolated_argv(&p, &rw, &["python3", "-c", &over]);
     assert_op_failed(&run, "broker.limit");
     let run = isolated(&p, &rw, "airlock-fs list data . --max 257");
     assert_op_failed(&run, "broker.limit");
-    let run = isolated(&p, &rw, "head -c 65537 /dev/zero | airlock-fs write data big");
+    let append = raw_client(
+        r#"[b'{"id":1,"op":"write_open","root":"data","path":"big"}', b'{"id":2,"op":"write_append","root":"data","path":"big","stream":1,"data":"' + __import__("base64").b64encode(bytes(65537)) + b'"}']"#,
+    );
+    let run = isolated_argv(&p, &rw, &["python3", "-c", &append]);
     assert_op_failed(&run, "broker.limit");
     assert!(!p.path("data/big").exists());
     let run =
@@ -461,7 +480,7 @@ fn replacing_a_root_after_start_changes_nothing_the_broker_reaches() {
     p.mkdir("results/ready");
     let r = [root(&p, "data", "data", "rl"), root(&p, "out", "results", "w")];
     let script = "printf 1 | airlock-fs write out ready/flag && \
-                  i=0; until airlock-fs list data . --max 4 | grep -qx go; do i=$((i+1)); [ $i -gt 80 ] && exit 7; sleep 0.1; done; \
+                  i=0; until airlock-fs list data . --max 4 | grep -q '\tgo$'; do i=$((i+1)); [ $i -gt 80 ] && exit 7; sleep 0.1; done; \
                   airlock-fs read data a.txt && printf late | airlock-fs write out late.txt";
     let mut args: Vec<String> = vec!["isolated".into()];
     for x in &r {

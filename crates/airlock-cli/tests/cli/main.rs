@@ -5,6 +5,7 @@ mod approval;
 mod approvers;
 mod attacks;
 mod bounds;
+mod broker_streaming;
 mod call_shapes;
 mod cli_ux;
 mod concurrency;

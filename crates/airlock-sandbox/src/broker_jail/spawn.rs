@@ -23,6 +23,10 @@ pub struct BrokerOptions {
     /// for the broker to check): the broker's environment is empty, so
     /// `AIRLOCK_RESOLVER` reaches it only this way. Default: none (`auto`).
     pub resolver: Option<String>,
+    /// `--max-file-bytes N`: the largest file the broker may write (its
+    /// `RLIMIT_FSIZE`); airlock passes the write budget so chunked writes
+    /// fit. Default: none (one 64 KiB frame).
+    pub max_file_bytes: Option<u64>,
 }
 
 /// The broker's argument vector: `airlock-broker --rights r,wl,l` (one
@@ -32,6 +36,9 @@ pub fn broker_argv(rights: &[Rights], options: &BrokerOptions) -> Vec<String> {
     let mut argv = vec![BROKER_ARGV0.to_string(), "--rights".to_string(), list.join(",")];
     if let Some(r) = &options.resolver {
         argv.extend(["--resolver".to_string(), r.clone()]);
+    }
+    if let Some(n) = options.max_file_bytes {
+        argv.extend(["--max-file-bytes".to_string(), n.to_string()]);
     }
     argv
 }
@@ -206,7 +213,10 @@ mod tests {
             broker_argv(&[r("r"), r("wl"), r("l")], &BrokerOptions::default()),
             ["airlock-broker", "--rights", "r,wl,l"]
         );
-        let options = BrokerOptions { resolver: Some("emulated".into()) };
-        assert_eq!(broker_argv(&[r("lrw")], &options), ["airlock-broker", "--rights", "rwl", "--resolver", "emulated"]);
+        let options = BrokerOptions { resolver: Some("emulated".into()), max_file_bytes: Some(1 << 20) };
+        assert_eq!(
+            broker_argv(&[r("lrw")], &options),
+            ["airlock-broker", "--rights", "rwl", "--resolver", "emulated", "--max-file-bytes", "1048576"]
+        );
     }
 }

@@ -278,7 +278,8 @@ impl Runtime {
         // forks. Dropped (whatever is left killed, the cgroup removed) when
         // this function returns, after both were waited for.
         let shared = self.shared_cgroup(&spec.limits);
-        let (mut broker_proc, broker_stderr) = self.start_broker(broker, roots, OwnedFd::from(broker_there))?;
+        let (mut broker_proc, broker_stderr) =
+            self.start_broker(broker, roots, OwnedFd::from(broker_there), budgets.write_bytes)?;
         let broker_bound = match &shared {
             Some(cg) => {
                 tier.in_cgroup(Arc::clone(cg));
@@ -426,6 +427,7 @@ impl Runtime {
         broker: &airlock_sandbox::SealedProgram,
         roots: &[roots::OpenRoot],
         socket: OwnedFd,
+        max_file_bytes: u64,
     ) -> Result<(airlock_sandbox::BrokerProcess, std::thread::JoinHandle<String>), Refusal> {
         let mut root_fds = Vec::with_capacity(roots.len());
         for r in roots {
@@ -436,7 +438,10 @@ impl Runtime {
             airlock_hostfs::ResolverKind::Openat2 => "openat2",
             airlock_hostfs::ResolverKind::Emulated => "emulated",
         };
-        let options = airlock_sandbox::BrokerOptions { resolver: Some(resolver.into()) };
+        // The broker's largest file is the submission's write budget (a
+        // chunked write may use all of it).
+        let options =
+            airlock_sandbox::BrokerOptions { resolver: Some(resolver.into()), max_file_bytes: Some(max_file_bytes) };
         let (stderr_r, stderr_w) = std::io::pipe().map_err(unavailable("a pipe for the broker's errors"))?;
         let process =
             airlock_sandbox::spawn_broker_with(broker, socket, root_fds, std::process::Stdio::from(stderr_w), &options)

@@ -3,7 +3,9 @@
 //! broker path rules. Whatever is accepted must be safe by construction.
 #![no_main]
 
-use airlock_fsproto::{check_path, decode, read_frame, BrokerRequest, Op, Request, MAX_FRAME, STAGE_PREFIX};
+use airlock_fsproto::{
+    check_path, decode, read_frame, BrokerRequest, Op, Request, MAX_FRAME, MAX_ID, MAX_OFFSET, STAGE_PREFIX, VERSION_LEN,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -13,7 +15,10 @@ fuzz_target!(|data: &[u8]| {
         assert!(body.len() <= MAX_FRAME);
         if let Ok(req) = decode::<Request>(&body) {
             if req.validate().is_ok() {
-                assert_eq!(req.data.is_some(), req.op == Op::Write);
+                assert_eq!(req.data.is_some(), matches!(req.op, Op::Write | Op::WriteAppend));
+                assert_eq!(req.stream.is_some(), matches!(req.op, Op::WriteAppend | Op::WriteCommit | Op::WriteAbort));
+                assert!(req.offset.unwrap_or(0) <= MAX_OFFSET && req.stream.unwrap_or(0) <= MAX_ID);
+                assert!(req.version.as_ref().is_none_or(|v| v.len() == VERSION_LEN));
                 if let Ok(comps) = check_path(&req.path, req.op == Op::List) {
                     assert!(comps.len() <= 64);
                     for c in comps {

@@ -141,9 +141,9 @@ fn read_answer(req: &Request, bytes: &[u8], size: u64) -> Response {
 fn answer(req: &Request, streams: &mut BTreeMap<u64, u64>) -> Response {
     let max = req.max.unwrap_or(0) as usize;
     let frame = || match b64_decode(req.data.as_deref().unwrap_or("")) {
-        Ok(bytes) if bytes.len() > 65536 => Err(Response::error(req.id, "broker.limit", "a write over 64 KiB")),
+        Ok(bytes) if bytes.len() > 65536 => Err(Box::new(Response::error(req.id, "broker.limit", "over 64 KiB"))),
         Ok(bytes) => Ok(bytes.len() as u64),
-        Err(e) => Err(Response::error(req.id, "broker.protocol", e.to_string())),
+        Err(e) => Err(Box::new(Response::error(req.id, "broker.protocol", e.to_string()))),
     };
     let written = |n: u64| Response { id: req.id, written: Some(n), ..Response::default() };
     let stream = req.stream.unwrap_or_default();
@@ -154,7 +154,7 @@ fn answer(req: &Request, streams: &mut BTreeMap<u64, u64>) -> Response {
             let bytes = &all[start..(start + max).min(all.len())];
             read_answer(req, bytes, all.len() as u64)
         }
-        Op::Write => frame().map_or_else(|e| e, written),
+        Op::Write => frame().map_or_else(|e| *e, written),
         Op::WriteOpen => {
             streams.insert(req.id, 0);
             Response { id: req.id, stream: Some(req.id), ..Response::default() }
@@ -164,7 +164,7 @@ fn answer(req: &Request, streams: &mut BTreeMap<u64, u64>) -> Response {
                 *total += n;
                 written(*total)
             }
-            (Err(e), _) => e,
+            (Err(e), _) => *e,
             (_, None) => Response::error(req.id, "broker.protocol", "no such stream"),
         },
         Op::WriteCommit => streams

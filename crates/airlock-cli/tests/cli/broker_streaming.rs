@@ -3,15 +3,11 @@
 //! changed during a read, a budget ending a copy and a SIGKILL during a
 //! chunked write.
 
+use crate::isolated::{assert_op_failed, root};
 use crate::runkit::wait_until;
 use crate::util::{sha256_hex, Project, Run};
 use std::process::Stdio;
 use std::time::Duration;
-
-/// `NAME=<abs path of DIR>:RIGHTS`.
-fn root(p: &Project, name: &str, dir: &str, rights: &str) -> String {
-    format!("{name}={}:{rights}", p.path(dir).display())
-}
 
 /// `airlock isolated --timeout 600 --root … -- ARGV`, bounded by that
 /// deadline rather than `Project::run`'s 30 s (a 200 MB copy in a debug
@@ -56,20 +52,6 @@ fn content(n: usize, seed: u64) -> Vec<u8> {
             x as u8
         })
         .collect()
-}
-
-/// The failed operation's own code, from the envelope.
-fn op_code(run: &Run) -> &str {
-    run.envelope["content"]["broker"]["failure"]["code"].as_str().unwrap_or("")
-}
-
-#[track_caller]
-fn assert_op_failed(run: &Run, code: &str) {
-    assert_eq!(
-        (run.status(), run.reason(), run.code, op_code(run)),
-        ("failed", "broker.operation_failed", 1, code),
-        "expected the submission to fail on {code}:\n{run:#?}"
-    );
 }
 
 /// Staging entries directly in `dir`.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// `NAME=<abs path of DIR>:RIGHTS`.
-fn root(p: &Project, name: &str, dir: &str, rights: &str) -> String {
+pub(crate) fn root(p: &Project, name: &str, dir: &str, rights: &str) -> String {
     format!("{name}={}:{rights}", p.path(dir).display())
 }
 
@@ -33,12 +33,12 @@ fn isolated_argv(p: &Project, roots: &[String], argv: &[&str]) -> Run {
 }
 
 /// The failed operation's own code, from the envelope.
-fn op_code(run: &Run) -> &str {
+pub(crate) fn op_code(run: &Run) -> &str {
     run.envelope["content"]["broker"]["failure"]["code"].as_str().unwrap_or("")
 }
 
 #[track_caller]
-fn assert_op_failed(run: &Run, code: &str) {
+pub(crate) fn assert_op_failed(run: &Run, code: &str) {
     assert_eq!(
         (run.status(), run.reason(), run.code, op_code(run)),
         ("failed", "broker.operation_failed", 1, code),

@@ -23,6 +23,7 @@ mod mcp;
 mod mcp_auth;
 mod mcp_worker;
 mod mcpkit;
+mod outputs;
 mod parser;
 mod policy;
 mod prepare;

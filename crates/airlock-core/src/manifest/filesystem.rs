@@ -22,6 +22,8 @@ pub struct FilesystemPlan {
     /// The manifest's `max_file_bytes`, already inside the hard bounds;
     /// `None` means the configured default.
     pub max_file_bytes: Option<u64>,
+    /// `create_parents = true`: missing parents of the output may be made.
+    pub create_parents: bool,
 }
 
 /// `[filesystem]` after parse.
@@ -30,6 +32,7 @@ pub(crate) struct CompiledFilesystem {
     read: Vec<PathEntry>,
     create: Option<PathEntry>,
     max_file_bytes: Option<u64>,
+    create_parents: bool,
 }
 
 fn entry_key(entry: &PathEntry) -> String {
@@ -104,13 +107,18 @@ pub(crate) fn compile(
             .file_bytes(Some(n))
             .map_err(|r| Refusal::new(r.code, format!("[filesystem] {}", r.message)))?;
     }
-    Ok(CompiledFilesystem { read, create, max_file_bytes: def.max_file_bytes })
+    Ok(CompiledFilesystem { read, create, max_file_bytes: def.max_file_bytes, create_parents: def.create_parents })
 }
 
 impl CompiledFilesystem {
     /// Whether `[filesystem]` declares a create entry.
     pub(crate) fn has_create(&self) -> bool {
         self.create.is_some()
+    }
+
+    /// The create entry as it was written (`{out}` or a literal path).
+    pub(crate) fn create_key(&self) -> Option<String> {
+        self.create.as_ref().map(entry_key)
     }
 
     /// The resolved files of one call.
@@ -145,7 +153,7 @@ impl CompiledFilesystem {
             }
         }
         check_counts(reads.len(), usize::from(create.is_some()), "the call has")?;
-        Ok(FilesystemPlan { reads, create, max_file_bytes: self.max_file_bytes })
+        Ok(FilesystemPlan { reads, create, max_file_bytes: self.max_file_bytes, create_parents: self.create_parents })
     }
 }
 

@@ -301,6 +301,10 @@ pub struct OutputDef {
     pub max_bytes: Option<u64>,
     /// JSON-Schema-like description of the parsed output.
     pub schema: Option<toml::Table>,
+    /// The tool's standard output is written to this declared output
+    /// (airlock extension): the `[filesystem] create` entry exactly as
+    /// written, e.g. `"{output}"`. See `output_file.rs`.
+    pub stdout_file: Option<String>,
 }
 
 impl OutputDef {
@@ -328,6 +332,11 @@ pub struct FilesystemDef {
     pub create: Vec<String>,
     /// Per-file size bound (1 B … 16 MiB).
     pub max_file_bytes: Option<u64>,
+    /// Missing parent directories of the output may be made beneath its
+    /// read-write ceiling (airlock extension; default `false`: the parent
+    /// must exist).
+    #[serde(default)]
+    pub create_parents: bool,
 }
 
 /// `[source]`: a bounded source query (executed by a later component).

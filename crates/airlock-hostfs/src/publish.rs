@@ -261,15 +261,29 @@ impl HeldOutput {
 
     /// Renames the existing candidate `name` (which must be the inode
     /// `dev_ino`) to the output's name without replacing anything, checks
-    /// that the output's name now is that inode, then syncs the directory.
-    /// For recovery.
-    pub fn publish_candidate_named(&self, name: &str, dev_ino: (u64, u64)) -> Result<()> {
+    /// that the output's name now is that inode, gives it permission bits
+    /// `mode` (when the intent recorded one) through a descriptor of that
+    /// very inode, then syncs the directory. For recovery.
+    pub fn publish_candidate_named(&self, name: &str, dev_ino: (u64, u64), mode: Option<u32>) -> Result<()> {
         match self.entry(name)? {
             Some(e) if e.dev_ino == dev_ino && e.regular => {}
             _ => return Err(Error::new(ReasonCode::PathRace, format!("{name:?} is not the recorded candidate"))),
         }
         rename_noreplace(self, name)?;
         self.check_published(dev_ino)?;
+        if let Some(mode) = mode {
+            let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+            let fd =
+                rustix::fs::openat(self.parent.as_fd(), self.name.as_str(), flags, Mode::empty()).map_err(|e| {
+                    Error::syscall(ReasonCode::Internal, format_args!("openat(parent, {:?})", self.name), e)
+                })?;
+            let st = rustix::fs::fstat(&fd).map_err(|e| Error::syscall(ReasonCode::Internal, "fstat", e))?;
+            if (st.st_dev, st.st_ino) != dev_ino {
+                return Err(Error::new(ReasonCode::OutputIdentityMismatch, format!("{:?} changed", self.name)));
+            }
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o666))
+                .map_err(|e| Error::syscall(ReasonCode::Internal, format_args!("fchmod(output, {mode:o})"), e))?;
+        }
         self.parent.sync()
     }
 

@@ -283,3 +283,21 @@ fn a_symlink_swapped_in_between_prepare_and_publish_is_refused() {
     p.run(&["dispatch", &id]).assert_refused("output.parent_changed", 77);
     assert!(!p.path("results/m/out.txt").exists());
 }
+
+#[test]
+fn recovery_publishes_a_named_candidate_with_the_recorded_mode() {
+    use std::os::unix::process::ExitStatusExt;
+    let p = Project::with_config(&format!("{CONFIG}output_mode = \"0640\"\n"));
+    p.write("data/in.txt", "recovered");
+    let id = "inv-recovered-mode";
+    let mut cmd = p.command(&["run", "copy", "data/in.txt", "results/r.txt", "--invocation-id", id]);
+    cmd.env("AIRLOCK_TEST_CRASH_AT", "after_prepared").env("AIRLOCK_TEST_NAMED_CANDIDATE", "1");
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.signal(), Some(9), "airlock should have been SIGKILLed: {out:?}");
+    assert!(!p.path("results/r.txt").exists());
+    let intent = record(&p, id, "FilePublicationPrepared");
+    assert_eq!(intent["mode"], "0640", "{intent}");
+    p.run(&["invocation", "recover", id]).assert_ok();
+    assert_eq!(std::fs::read_to_string(p.path("results/r.txt")).unwrap(), "recovered");
+    assert_eq!(mode(&p, "results/r.txt"), 0o640);
+}

@@ -78,7 +78,7 @@ impl Runtime {
         let (worker, live) = match tier.start_live(worker_spec) {
             Ok(w) => w,
             Err(e) => {
-                let refusal = sandbox_refusal(&e, &format!("the MCP server {:?}", spec.server[0]));
+                let refusal = sandbox_refusal(&e, format!("the MCP server {:?}", spec.server[0]));
                 step.finished(Err(&refusal))?;
                 return Err(refusal);
             }

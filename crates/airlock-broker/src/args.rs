@@ -69,17 +69,12 @@ impl Args {
     }
 }
 
-/// Up to four octal digits with only read and write bits, owner `rw` kept.
+/// The file mode rules of `[filesystem] output_mode` (read and write bits
+/// only, the owner's `rw` kept), which airlock checked before passing it.
 fn parse_mode(text: &str) -> Result<u32, UsageError> {
-    let bad = || UsageError(format!("--mode {text:?}: octal read/write bits with the owner's rw, e.g. 0644"));
-    if text.is_empty() || text.len() > 4 || !text.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
-        return Err(bad());
-    }
-    let mode = u32::from_str_radix(text, 8).map_err(|_| bad())?;
-    if mode & !0o666 != 0 || mode & 0o600 != 0o600 {
-        return Err(bad());
-    }
-    Ok(mode)
+    let modes = airlock_core::modes::OutputModes::parse(Some(text), None)
+        .map_err(|r| UsageError(format!("--mode: {}", r.message)))?;
+    modes.file.ok_or_else(|| UsageError("--mode needs a value".into()))
 }
 
 fn parse_rights(list: &str) -> Result<Vec<Rights>, UsageError> {

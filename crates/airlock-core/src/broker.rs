@@ -36,41 +36,53 @@ impl Default for BrokerBudgets {
     }
 }
 
-/// `[broker]` budget overrides: each may only lower its default.
+/// `[broker]` budget overrides: each may lower its default or raise it up
+/// to its hard cap ([`BrokerBudgets::HARD_CAPS`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetOverrides {
-    /// Lower `calls`.
+    /// `calls` (1 … 1,000,000).
     pub calls: Option<u64>,
-    /// Lower `outstanding`.
+    /// `outstanding` (1 … 4: the broker holds at most this many frames at once).
     pub outstanding: Option<u64>,
-    /// Lower `read_bytes`.
+    /// `read_bytes` (1 … 16 GiB).
     pub read_bytes: Option<u64>,
-    /// Lower `write_bytes`.
+    /// `write_bytes` (1 … 16 GiB).
     pub write_bytes: Option<u64>,
-    /// Lower `entries`.
+    /// `entries` (1 … 1,000,000).
     pub entries: Option<u64>,
 }
 
 impl BrokerBudgets {
-    /// The defaults lowered by `o`: a value of 0 or above its default is
+    /// The most any configuration may allow: 1,000,000 calls, 4
+    /// outstanding (not raisable), 16 GiB read, 16 GiB written (the hard cap
+    /// of a call's inputs), 1,000,000 entries.
+    pub const HARD_CAPS: BrokerBudgets = BrokerBudgets {
+        calls: 1_000_000,
+        outstanding: 4,
+        read_bytes: 16 << 30,
+        write_bytes: 16 << 30,
+        entries: 1_000_000,
+    };
+
+    /// The defaults with `o` applied: a value of 0 or above its hard cap is
     /// refused (`config.invalid`), as is `outstanding` above `calls`.
-    pub fn lowered(o: &BudgetOverrides) -> Result<BrokerBudgets, Refusal> {
-        let d = BrokerBudgets::default();
-        let pick = |name: &str, value: Option<u64>, default: u64| match value {
+    pub fn configured(o: &BudgetOverrides) -> Result<BrokerBudgets, Refusal> {
+        let (d, cap) = (BrokerBudgets::default(), BrokerBudgets::HARD_CAPS);
+        let pick = |name: &str, value: Option<u64>, default: u64, cap: u64| match value {
             None => Ok(default),
-            Some(v) if (1..=default).contains(&v) => Ok(v),
+            Some(v) if (1..=cap).contains(&v) => Ok(v),
             Some(v) => Err(Refusal::new(
                 ReasonCode::ConfigInvalid,
-                format!("[broker] {name} = {v}: budgets may only be lowered, to between 1 and {default}"),
+                format!("[broker] {name} = {v} is outside 1 … {cap} (the hard cap; the default is {default})"),
             )),
         };
         let b = BrokerBudgets {
-            calls: pick("calls", o.calls, d.calls)?,
-            outstanding: pick("outstanding", o.outstanding, d.outstanding)?,
-            read_bytes: pick("read_bytes", o.read_bytes, d.read_bytes)?,
-            write_bytes: pick("write_bytes", o.write_bytes, d.write_bytes)?,
-            entries: pick("entries", o.entries, d.entries)?,
+            calls: pick("calls", o.calls, d.calls, cap.calls)?,
+            outstanding: pick("outstanding", o.outstanding, d.outstanding, cap.outstanding)?,
+            read_bytes: pick("read_bytes", o.read_bytes, d.read_bytes, cap.read_bytes)?,
+            write_bytes: pick("write_bytes", o.write_bytes, d.write_bytes, cap.write_bytes)?,
+            entries: pick("entries", o.entries, d.entries, cap.entries)?,
         };
         if b.outstanding > b.calls {
             return Err(Refusal::new(
@@ -122,7 +134,7 @@ impl RawBroker {
         }
         Ok(BrokerConfig {
             roots: self.roots.into_iter().map(|(name, path)| (name, base_dir.join(path))).collect(),
-            budgets: BrokerBudgets::lowered(&self.budgets)?,
+            budgets: BrokerBudgets::configured(&self.budgets)?,
             program: self.program.map(|p| base_dir.join(p)),
             program_sha256: self.program_sha256,
             client: self.client.map(|p| base_dir.join(p)),
@@ -204,19 +216,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn budgets_only_lower() {
-        assert_eq!(BrokerBudgets::lowered(&BudgetOverrides::default()).unwrap(), BrokerBudgets::default());
+    fn budgets_are_raised_up_to_their_hard_caps_and_no_further() {
+        assert_eq!(BrokerBudgets::configured(&BudgetOverrides::default()).unwrap(), BrokerBudgets::default());
         let low =
-            BrokerBudgets::lowered(&BudgetOverrides { calls: Some(3), outstanding: Some(2), ..Default::default() })
+            BrokerBudgets::configured(&BudgetOverrides { calls: Some(3), outstanding: Some(2), ..Default::default() })
                 .unwrap();
         assert_eq!((low.calls, low.outstanding), (3, 2));
+        let cap = BrokerBudgets::HARD_CAPS;
+        let top = BudgetOverrides {
+            calls: Some(cap.calls),
+            outstanding: Some(cap.outstanding),
+            read_bytes: Some(cap.read_bytes),
+            write_bytes: Some(cap.write_bytes),
+            entries: Some(cap.entries),
+        };
+        assert_eq!(BrokerBudgets::configured(&top).unwrap(), cap);
         for bad in [
-            BudgetOverrides { calls: Some(101), ..Default::default() },
+            BudgetOverrides { calls: Some(cap.calls + 1), ..Default::default() },
+            BudgetOverrides { outstanding: Some(cap.outstanding + 1), ..Default::default() },
+            BudgetOverrides { read_bytes: Some(cap.read_bytes + 1), ..Default::default() },
+            BudgetOverrides { write_bytes: Some(cap.write_bytes + 1), ..Default::default() },
+            BudgetOverrides { entries: Some(cap.entries + 1), ..Default::default() },
             BudgetOverrides { read_bytes: Some(0), ..Default::default() },
             BudgetOverrides { calls: Some(3), ..Default::default() },
         ] {
-            assert!(BrokerBudgets::lowered(&bad).is_err(), "{bad:?}");
+            let err = BrokerBudgets::configured(&bad).unwrap_err();
+            assert_eq!(err.code, ReasonCode::ConfigInvalid, "{bad:?}");
         }
+        let msg = BrokerBudgets::configured(&BudgetOverrides { calls: Some(1_000_001), ..Default::default() })
+            .unwrap_err()
+            .message;
+        assert!(msg.contains("[broker] calls") && msg.contains("1000000"), "{msg}");
     }
 
     #[test]

@@ -302,7 +302,7 @@ impl Config {
             }
             ceilings.push(c);
         }
-        let limits = Limits::lowered(&raw.limits)?;
+        let limits = Limits::configured(&raw.limits)?;
         raw.staging.check()?;
         raw.journal.check()?;
         Ok(Config {

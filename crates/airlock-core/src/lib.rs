@@ -5,7 +5,7 @@
 //! - [`ReasonCode`], [`Status`] and the exit codes: the stable contract of
 //!   every refusal (DESIGN.md §3);
 //! - [`RelPath`]: the one path grammar every declared path passes;
-//! - [`Limits`]: per-call bounds that configuration may only lower;
+//! - [`Limits`]: per-call bounds that configuration may lower or raise up to hard caps;
 //! - [`Config`]: `airlock.toml`, with its ceilings;
 //! - [`manifest`]: ToolClad-format manifests, argument validation and argv
 //!   construction;

@@ -142,7 +142,7 @@ reason_codes! {
     InputNotRegular => "input.not_regular", Refused, NO_PERM;
     /// An input has more than one hard link.
     InputHardlink => "input.hardlink", Refused, NO_PERM;
-    /// An input is larger than `max_file_bytes`.
+    /// An input is larger than its bound (`max_input_file_bytes`).
     InputTooLarge => "input.too_large", Refused, NO_PERM;
     /// An input changed while it was being snapshotted.
     InputChanged => "input.changed", Refused, NO_PERM;
@@ -165,8 +165,12 @@ reason_codes! {
     LimitInputBytes => "limit.input_bytes", Refused, NO_PERM;
     /// More than one output.
     LimitOutputs => "limit.outputs", Refused, DATA;
-    /// `max_file_bytes` outside 1 B … 16 MiB or above the configured bound.
+    /// A manifest's `max_file_bytes` is 0 or above what the operator allows
+    /// (`[limits] max_file_bytes`).
     LimitFileBytes => "limit.file_bytes", Refused, DATA;
+    /// A manifest's `max_input_file_bytes` is 0 or above what the operator
+    /// allows (`[limits] max_input_file_bytes`).
+    LimitInputFileBytes => "limit.input_file_bytes", Refused, DATA;
     /// An output went over its size limit.
     LimitOutputSize => "limit.output_size", Failed, TOOL_FAILED;
     // ---- manifests and arguments ----
@@ -341,6 +345,10 @@ reason_codes! {
     /// The shared staging pool has no room for this call's snapshots and
     /// output; nothing was copied and no worker started. Retry later.
     StagingExhausted => "staging.exhausted", Refused, TEMP_FAIL;
+    /// The call needs more bytes than the whole staging pool holds
+    /// (`[staging] max_bytes`): it could never be admitted, so retrying is
+    /// no use.
+    StagingPoolTooSmall => "staging.pool_too_small", Refused, NO_PERM;
     /// No reservation by that invocation id is held in the staging pool.
     StagingNotReserved => "staging.not_reserved", Refused, NO_INPUT;
     /// The reservation belongs to a live process.

@@ -156,7 +156,7 @@ fn check_kind(st: &Stat, path: &RelPath, max_bytes: u64) -> Result<()> {
     if st.st_size as u64 > max_bytes {
         return Err(Error::new(
             ReasonCode::InputTooLarge,
-            format!("input {p:?} is {} bytes, more than max_file_bytes = {max_bytes}", st.st_size),
+            format!("input {p:?} is {} bytes, more than max_input_file_bytes = {max_bytes}", st.st_size),
         ));
     }
     Ok(())

@@ -126,12 +126,7 @@ pub(crate) fn build_root(
         .map_err(|e| SandboxError::MountPropagation { errno: errno(e) })?;
 
     let root = pick_mountpoint(spec)?;
-    let copied_bytes: u64 = spec.inputs.iter().map(|i| i.bytes).chain(spec.provided.iter().map(|p| p.bytes)).sum();
-    let output_bytes = spec.output.as_ref().map_or(0, |o| o.max_bytes.max(spec.limits.file_size).saturating_add(1));
-    let size = copied_bytes
-        .saturating_add(output_bytes)
-        .saturating_add(spec.limits.scratch_bytes)
-        .saturating_add(ROOT_MARGIN_BYTES);
+    let size = spec.files_bytes().saturating_add(spec.limits.scratch_bytes).saturating_add(ROOT_MARGIN_BYTES);
     tmpfs(root, MountFlags::NOSUID | MountFlags::NODEV, "MS_NOSUID|MS_NODEV", &format!("size={size},mode=0755"))?;
     let at = |p: &str| format!("{root}{p}");
 

@@ -312,7 +312,11 @@ impl NativeTier {
         } else if self.shared_cgroup.is_some() {
             None
         } else {
-            match WorkerCgroup::create(self.cgroup_parent.as_deref(), spec.limits.memory_bytes, spec.limits.pids) {
+            // The call's files live on the worker's tmpfs, whose pages the
+            // cgroup is charged for: a large input must not eat the tool's
+            // memory limit (RLIMIT_AS, which tmpfs does not touch, stays it).
+            let memory = spec.limits.memory_bytes.map(|m| m.saturating_add(init_spec.files_bytes()));
+            match WorkerCgroup::create(self.cgroup_parent.as_deref(), memory, spec.limits.pids) {
                 Ok(cg) => Some(cg),
                 Err(why) => {
                     limits.cgroup_skipped = Some(why);

@@ -165,7 +165,9 @@ impl ImageMount {
 pub struct WorkerLimits {
     /// `RLIMIT_FSIZE`: no file the worker writes may grow past this.
     pub file_size: u64,
-    /// Memory: cgroup `memory.max` where delegated, and `RLIMIT_AS`.
+    /// Memory: `RLIMIT_AS`, and cgroup `memory.max` where delegated (there
+    /// plus the bytes of the call's files on the worker's tmpfs, which the
+    /// cgroup is charged for).
     pub memory_bytes: Option<u64>,
     /// Processes: cgroup `pids.max` where delegated, and `RLIMIT_NPROC`.
     pub pids: Option<u64>,

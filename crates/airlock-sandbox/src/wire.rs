@@ -75,6 +75,17 @@ pub(crate) struct InitSpec {
 }
 
 impl InitSpec {
+    /// Bytes of the call's files on the worker's root tmpfs: the copied
+    /// inputs and provided files, and room for the output (its bound, or
+    /// the file-size limit if larger, plus the one byte that shows an
+    /// overrun). tmpfs pages are charged to the worker's cgroup, so its
+    /// memory limit is raised by this much.
+    pub(crate) fn files_bytes(&self) -> u64 {
+        let copied = self.inputs.iter().map(|i| i.bytes).chain(self.provided.iter().map(|p| p.bytes));
+        let output = self.output.as_ref().map_or(0, |o| o.max_bytes.max(self.limits.file_size).saturating_add(1));
+        copied.fold(output, u64::saturating_add)
+    }
+
     /// Re-runs the shape checks inside the init (it trusts nothing it reads).
     pub(crate) fn check(&self) -> Result<(), SandboxError> {
         let image = self

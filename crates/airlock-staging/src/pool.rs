@@ -191,11 +191,23 @@ impl Pool {
     }
 
     fn admit_inner(&self, request: &Request, pending: Option<(&Pending, u32)>) -> Result<Lease, Refusal> {
+        let charge = request.charge();
+        if charge > self.0.limits.max_bytes {
+            // Never admissible: "retry later" would be a lie.
+            return Err(Refusal::new(
+                ReasonCode::StagingPoolTooSmall,
+                format!(
+                    "this call needs {charge} bytes of staging (its inputs, its output's bound and 4 KiB a file), \
+                     more than the whole pool holds ([staging] max_bytes = {}); an operator may raise [staging] \
+                     max_bytes in airlock.toml",
+                    self.0.limits.max_bytes
+                ),
+            ));
+        }
         let me = self.0.me;
         let held = self.0.lock.hold()?;
         self.reap_locked(&held);
         let live: Vec<Reservation> = self.read_all(&held).into_iter().filter_map(|(_, r)| r).collect();
-        let charge = request.charge();
         let limits = self.0.limits;
         match pending {
             None => {

@@ -94,6 +94,31 @@ fn admission_charges_content_and_overhead_and_refuses_by_count_and_by_bytes() {
 }
 
 #[test]
+fn a_call_larger_than_the_whole_pool_is_refused_as_never_admissible() {
+    let f = Fixture::new();
+    let max = 3 * PER_FILE_OVERHEAD + 100;
+    let pool = f.pool(2, max);
+    // At the bound it is admitted (into an empty pool) ...
+    pool.admit(&request("at", max - PER_FILE_OVERHEAD, 1)).unwrap().release().unwrap();
+    // ... one byte past it, never: not "retry later", whatever the pool holds.
+    for pending in [false, true] {
+        let req = request("past", max - PER_FILE_OVERHEAD + 1, 1);
+        let err = if pending {
+            pool.admit_pending(&req, &waiting("agent-a", unix_now() + 3600), 3).unwrap_err()
+        } else {
+            pool.admit(&req).unwrap_err()
+        };
+        assert_eq!((err.code, err.code.exit_code()), (ReasonCode::StagingPoolTooSmall, 77));
+        assert!(
+            err.message.contains("[staging] max_bytes") && err.message.contains(&max.to_string()),
+            "{}",
+            err.message
+        );
+        assert!(!f.path("state/staging/data/past").exists() && !f.path("state/staging/leases/past").exists());
+    }
+}
+
+#[test]
 fn a_reservation_is_released_once_and_its_data_goes_first() {
     let f = Fixture::new();
     let pool = f.pool(4, 1 << 20);

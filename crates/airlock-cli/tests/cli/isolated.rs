@@ -324,9 +324,11 @@ fn budgets_are_charged_before_checking_and_end_the_submission() {
         isolated(&p, &rw, "head -c 65536 /dev/zero | airlock-fs write data big && airlock-fs read data big | wc -c");
     run.assert_ok();
     assert_eq!(output(&run).trim(), "65536");
-    // Budgets only lower.
-    let p2 = Project::with_config("state_dir = \".airlock\"\n[broker]\ncalls = 101\n");
-    let run = isolated(&p2, &[root(&p2, "data", "data", "r")], "true");
+    // Budgets may be raised up to their hard caps (issue 17), not past them.
+    let p2 = Project::with_config("state_dir = \".airlock\"\n[broker]\ncalls = 1000000\n");
+    isolated(&p2, &[root(&p2, "data", "data", "r")], "true").assert_ok();
+    let p3 = Project::with_config("state_dir = \".airlock\"\n[broker]\ncalls = 1000001\n");
+    let run = isolated(&p3, &[root(&p3, "data", "data", "r")], "true");
     assert_eq!((run.status(), run.reason(), run.code), ("error", "config.invalid", 78), "{run:#?}");
 }
 

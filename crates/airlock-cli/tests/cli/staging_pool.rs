@@ -99,19 +99,20 @@ fn twenty_concurrent_runs_against_a_pool_of_four_never_hold_more_than_four() {
 }
 
 #[test]
-fn a_call_larger_than_the_free_bytes_is_refused_before_anything_is_copied() {
-    // The output's bound alone (8 MiB by default) is more than the pool.
+fn a_call_larger_than_the_whole_pool_is_refused_before_anything_is_copied() {
+    // The output's bound alone (8 MiB by default) is more than the pool: it
+    // could never be admitted, so it is not "retry later" (issue 17).
     let p = pool_project("max_bytes = 100000");
     p.write("data/in.txt", CANARY);
     let run = p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--invocation-id", "big-1"]);
-    run.assert_refused("staging.exhausted", 75);
+    run.assert_refused("staging.pool_too_small", 77);
     let message = run.envelope["error"]["message"].as_str().unwrap();
-    assert!(message.contains("100000") && message.contains("retry later"), "{message}");
+    assert!(message.contains("100000") && message.contains("[staging] max_bytes"), "{message}");
     assert!(started_ids(&p).is_empty());
     assert_staging_empty(&p);
     p.assert_state_free_of(CANARY);
     let refused = journal(&p).into_iter().find(|r| r["kind"] == "InvocationRefused").unwrap();
-    assert_eq!(refused["body"]["code"], "staging.exhausted", "{refused:#}");
+    assert_eq!(refused["body"]["code"], "staging.pool_too_small", "{refused:#}");
 
     // With room for it, the same call runs.
     let roomy = pool_project("max_bytes = 9000000");

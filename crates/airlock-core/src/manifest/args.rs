@@ -5,10 +5,21 @@
 //! argv (numbers are normalised: `+007` becomes `7`, `5m` becomes `300`).
 //!
 //! String-like types (`string`, `path`, `url`, `enum`, `regex_match`,
-//! `ip_address`, `cidr`) refuse shell metacharacters (`arg.injection`),
-//! control characters and surrounding whitespace (`arg.invalid`) and a
-//! leading `-` (`arg.leading_dash`) unless `[command] end_of_options = true`
-//! puts every use of the argument after the `--` airlock inserts.
+//! `ip_address`, `cidr`) refuse control characters and surrounding
+//! whitespace (`arg.invalid`) and a leading `-` (`arg.leading_dash`) unless
+//! `[command] end_of_options = true` puts every use of the argument after
+//! the `--` airlock inserts.
+//!
+//! They also refuse shell metacharacters (`arg.injection`), with one
+//! exception: a `string` used by an exec-form command (`[command] exec =
+//! [...]`, one argv word an element, run without a shell) whose words name
+//! no shell accepts them, so `jq '[.users[] | select(.age > 30)]'` needs no
+//! wrapper ([`ShellReach`]). A `template` keeps the refusal (ToolClad
+//! runtimes may hand a template to a shell, and a manifest must mean the
+//! same everywhere), as do an exec form that names a shell (`sh -c …`, also
+//! behind `env` or `timeout`), tools without a command, and any argument
+//! whose manifest asks for `sanitize = ["injection"]`. Every refusal names
+//! the type that would accept the value.
 
 use super::model::ArgDef;
 use crate::path::{is_arg_name, RelPath};
@@ -101,13 +112,59 @@ impl ArgType {
     }
 }
 
+/// Whether an argument's value can reach a shell, which decides whether a
+/// `string` may hold shell metacharacters and what a refusal says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ShellReach {
+    /// An exec-form command naming no shell: argv words go to `execve`
+    /// unchanged, so a `string` accepts metacharacters.
+    Never,
+    /// A `template` command: another ToolClad runtime may run it through a shell.
+    Template,
+    /// An exec-form command with this shell among its words.
+    ShellProgram(String),
+    /// No `[command]` (source and MCP tools): refused as always.
+    NoCommand,
+    /// The manifest asks for `sanitize = ["injection"]`.
+    Sanitized,
+}
+
+impl ShellReach {
+    /// Whether a value of type `ty` may hold shell metacharacters.
+    fn accepts_metacharacters(&self, ty: &ArgType) -> bool {
+        *self == ShellReach::Never && *ty == ArgType::String
+    }
+
+    /// Why the value was refused, and which type would accept it.
+    fn advice(&self) -> String {
+        const EXEC: &str = "an argument of type `string` in an exec-form command (`[command] exec = [...]`)";
+        match self {
+            ShellReach::Never => format!("{EXEC} accepts it"),
+            ShellReach::Template => {
+                format!("a `template` command may reach a shell; {EXEC}, or one of type `literal_text`, accepts it")
+            }
+            ShellReach::ShellProgram(shell) => format!(
+                "the command runs the shell `{shell}`; an argument of type `literal_text` accepts it (pass it as a \
+                 positional parameter such as \"$1\", never inside the script)"
+            ),
+            ShellReach::NoCommand => "an argument of type `literal_text` accepts it".to_owned(),
+            ShellReach::Sanitized => {
+                "the manifest asks for sanitize = [\"injection\"]; an argument of type `literal_text` accepts it"
+                    .to_owned()
+            }
+        }
+    }
+}
+
 /// An argument as compiled at parse: its type, its pattern, its default as a
-/// string, and whether a leading `-` is safe.
+/// string, whether a leading `-` is safe and whether its value can reach a
+/// shell.
 #[derive(Debug, Clone)]
 pub(crate) struct ArgRule {
     pub(crate) ty: ArgType,
     pattern: Option<Regex>,
     pub(crate) dash_ok: bool,
+    reach: ShellReach,
     pub(crate) default: Option<String>,
 }
 
@@ -142,12 +199,14 @@ fn compile_pattern(name: &str, pattern: &str, anchored: bool) -> Result<Regex, R
 
 /// Structural checks of one `[args.NAME]`. `fallback` is the
 /// `[command.defaults]` entry of the same name, used when the argument has
-/// no `default` of its own.
+/// no `default` of its own; `reach` is what the command does with values
+/// (`sanitize = ["injection"]` overrides it).
 pub(crate) fn compile(
     name: &str,
     def: &ArgDef,
     fallback: Option<&toml::Value>,
     dash_ok: bool,
+    reach: ShellReach,
 ) -> Result<ArgRule, Refusal> {
     if !is_arg_name(name) {
         return Err(invalid(format!(
@@ -192,7 +251,8 @@ pub(crate) fn compile(
             }
             None => None,
         };
-    Ok(ArgRule { ty, pattern, dash_ok, default })
+    let reach = if def.sanitize.iter().flatten().any(|s| s == "injection") { ShellReach::Sanitized } else { reach };
+    Ok(ArgRule { ty, pattern, dash_ok, reach, default })
 }
 
 fn float_bounds(def: &ArgDef) -> (Option<f64>, Option<f64>) {
@@ -214,9 +274,13 @@ fn is_control(c: char) -> bool {
     c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
-fn check_injection(label: &str, value: &str) -> Result<(), Refusal> {
+fn check_injection(label: &str, value: &str, reach: &ShellReach) -> Result<(), Refusal> {
     match value.chars().find(|c| SHELL_METACHARACTERS.contains(c)) {
-        Some(c) => Err(refuse(ReasonCode::ArgInjection, label, format_args!("contains the shell metacharacter {c:?}"))),
+        Some(c) => Err(refuse(
+            ReasonCode::ArgInjection,
+            label,
+            format_args!("contains the shell metacharacter {c:?}; {}", reach.advice()),
+        )),
         None => Ok(()),
     }
 }
@@ -256,11 +320,13 @@ fn check_dash(label: &str, value: &str, dash_ok: bool) -> Result<(), Refusal> {
     Ok(())
 }
 
-fn check_string_like(label: &str, value: &str, dash_ok: bool) -> Result<(), Refusal> {
-    check_injection(label, value)?;
+fn check_string_like(label: &str, value: &str, rule: &ArgRule) -> Result<(), Refusal> {
+    if !rule.reach.accepts_metacharacters(&rule.ty) {
+        check_injection(label, value, &rule.reach)?;
+    }
     check_control(label, value)?;
     check_surrounding_whitespace(label, value)?;
-    check_dash(label, value, dash_ok)
+    check_dash(label, value, rule.dash_ok)
 }
 
 /// Integer text: an optional sign and ASCII digits.
@@ -454,7 +520,7 @@ impl ArgRule {
                 // The grammar speaks first so a path gets its path code
                 // (`path.control_char` for CR/LF, `path.absolute`, …).
                 RelPath::parse(value).map_err(|r| Refusal::new(r.code, format!("{label}: {}", r.message)))?;
-                check_injection(label, value)?;
+                check_injection(label, value, &self.reach)?;
                 check_surrounding_whitespace(label, value)?;
                 check_dash(label, value, self.dash_ok)?;
                 string(value)
@@ -475,7 +541,7 @@ impl ArgRule {
             }
             ty => {
                 debug_assert!(ty.is_string_like());
-                check_string_like(label, value, self.dash_ok)?;
+                check_string_like(label, value, self)?;
                 match ty {
                     ArgType::Url => validate_url(label, def, value)?,
                     ArgType::IpAddress => {
@@ -536,7 +602,7 @@ mod tests {
     }
 
     fn check_with(d: &ArgDef, dash_ok: bool, value: &str) -> Result<String, ReasonCode> {
-        let rule = compile("x", d, None, dash_ok).expect("compiles");
+        let rule = compile("x", d, None, dash_ok, ShellReach::Template).expect("compiles");
         rule.validate("argument `x`", d, value).map(|b| b.text).map_err(|r| r.code)
     }
 
@@ -584,6 +650,49 @@ mod tests {
         }
         assert_eq!(check_with(&d, true, "-x"), Ok("-x".into()));
         assert_eq!(check_with(&d, true, "-x;"), Err(ArgInjection));
+    }
+
+    fn check_in(d: &ArgDef, reach: ShellReach, value: &str) -> Result<String, Refusal> {
+        compile("x", d, None, false, reach).expect("compiles").validate("argument `x`", d, value).map(|b| b.text)
+    }
+
+    #[test]
+    fn an_exec_form_string_takes_metacharacters_and_keeps_every_other_rule() {
+        let d = def("string");
+        let jq = "[.users[] | select(.age > 30)] | {n: length} | $x < !y & `z`; (w)";
+        assert_eq!(check_in(&d, ShellReach::Never, jq).unwrap(), jq);
+        for (v, code) in [
+            ("a\0b", ArgInvalid),
+            ("a\nb", ArgInvalid),
+            ("a\rb", ArgInvalid),
+            (" [x]", ArgInvalid),
+            ("-[x]", ArgLeadingDash),
+        ] {
+            assert_eq!(check_in(&d, ShellReach::Never, v).unwrap_err().code, code, "{v:?}");
+        }
+        // Other string-like types keep the refusal, and say which type takes it.
+        let e = check_in(&def("url"), ShellReach::Never, "http://example.com/a|b").unwrap_err();
+        assert_eq!(e.code, ArgInjection);
+        assert!(e.message.contains("'|'") && e.message.contains("type `string` in an exec-form"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_value_that_can_reach_a_shell_keeps_the_refusal_and_names_the_type_that_takes_it() {
+        let d = def("string");
+        let mut sanitized = def("string");
+        sanitized.sanitize = Some(vec!["injection".into()]);
+        for (d, reach, says) in [
+            (&d, ShellReach::Template, "type `string` in an exec-form command"),
+            (&d, ShellReach::ShellProgram("sh".into()), "runs the shell `sh`"),
+            (&d, ShellReach::NoCommand, "type `literal_text`"),
+            (&sanitized, ShellReach::Never, "sanitize = [\"injection\"]"),
+        ] {
+            let e = check_in(d, reach.clone(), "a|b").unwrap_err();
+            assert_eq!(e.code, ArgInjection, "{reach:?}");
+            assert!(e.message.contains("'|'") && e.message.contains(says), "{reach:?}: {}", e.message);
+            assert!(e.message.contains("literal_text") || reach == ShellReach::Never, "{}", e.message);
+        }
+        assert_eq!(check_in(&def("literal_text"), ShellReach::Template, "a|b").unwrap(), "a|b");
     }
 
     #[test]
@@ -798,7 +907,7 @@ mod tests {
     #[test]
     fn regex_match() {
         let mut d = def("regex_match");
-        assert!(compile("x", &d, None, false).is_err(), "pattern is mandatory");
+        assert!(compile("x", &d, None, false, ShellReach::Template).is_err(), "pattern is mandatory");
         d.pattern = Some("[A-Z]{2}-[0-9]+".into());
         assert_eq!(ok(&d, "AB-12"), "AB-12");
         assert_eq!(check(&d, "AB-12x"), Err(ArgPattern));
@@ -853,7 +962,7 @@ mod tests {
 
     #[test]
     fn structural_checks() {
-        let code = |d: &ArgDef| compile("x", d, None, false).err().map(|r| r.code);
+        let code = |d: &ArgDef| compile("x", d, None, false, ShellReach::Template).err().map(|r| r.code);
         assert_eq!(code(&def("enum")), Some(ManifestInvalid));
         let mut d = def("string");
         d.pattern = Some("a)(b".into());
@@ -872,8 +981,8 @@ mod tests {
         let mut d = def("string");
         d.default = Some(toml::Value::Array(vec![]));
         assert_eq!(code(&d), Some(ManifestInvalid));
-        assert_eq!(compile("_x", &def("string"), None, false).unwrap_err().code, ManifestInvalid);
-        assert_eq!(compile("9x", &def("string"), None, false).unwrap_err().code, ManifestInvalid);
+        assert_eq!(compile("_x", &def("string"), None, false, ShellReach::Template).unwrap_err().code, ManifestInvalid);
+        assert_eq!(compile("9x", &def("string"), None, false, ShellReach::Template).unwrap_err().code, ManifestInvalid);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! of literal text and `{placeholders}`, and a value is substituted into its
 //! word without ever being split. argv[0] is always literal manifest text.
 
-use super::args::scalar_string;
+use super::args::{scalar_string, ShellReach};
 use super::bind::BoundArgs;
 use super::model::{ArgDef, CommandDef};
 use super::template::{parse_word, split_template, Segment, Word};
@@ -29,7 +29,17 @@ pub(crate) struct CompiledCommand {
     pub(crate) defaults: BTreeMap<String, String>,
     /// Where `--` goes: before this word (the first with a placeholder).
     pub(crate) end_of_options_at: Option<usize>,
+    /// Whether the words came from `exec` (one word an element) rather
+    /// than a `template`.
+    exec_form: bool,
 }
+
+/// Programs that run a shell, or run their arguments as a command line
+/// through one (matched on a literal word's last path component).
+const SHELLS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "ksh", "mksh", "pdksh", "ash", "yash", "posh", "rbash", "busybox", "toybox", "fish",
+    "csh", "tcsh", "su", "sudo", "runuser", "ssh", "eval",
+];
 
 fn invalid(message: String) -> Refusal {
     Refusal::new(ReasonCode::ManifestInvalid, message)
@@ -60,7 +70,9 @@ pub(crate) fn compile(cmd: &CommandDef, args: &BTreeMap<String, ArgDef>) -> Resu
         (None, Some(template)) => {
             split_template(template).map_err(|why| invalid(format!("[command] template: {why}")))?
         }
-        (None, None) => return Ok(CompiledCommand { words: Vec::new(), defaults, end_of_options_at: None }),
+        (None, None) => {
+            return Ok(CompiledCommand { words: Vec::new(), defaults, end_of_options_at: None, exec_form: false })
+        }
     };
     let form = if cmd.exec.is_some() { "exec" } else { "template" };
     if raw_words.is_empty() {
@@ -91,7 +103,7 @@ pub(crate) fn compile(cmd: &CommandDef, args: &BTreeMap<String, ArgDef>) -> Resu
         return Err(invalid(format!("[command] {form}: the program (the first word) is empty")));
     }
     let end_of_options_at = if cmd.end_of_options { words.iter().position(Word::has_placeholder) } else { None };
-    Ok(CompiledCommand { words, defaults, end_of_options_at })
+    Ok(CompiledCommand { words, defaults, end_of_options_at, exec_form: cmd.exec.is_some() })
 }
 
 impl CompiledCommand {
@@ -104,6 +116,21 @@ impl CompiledCommand {
                 .iter()
                 .enumerate()
                 .all(|(i, w)| !w.placeholders().any(|p| p == name) || self.end_of_options_at.is_some_and(|at| i >= at))
+    }
+
+    /// Whether values substituted into this command can reach a shell: an
+    /// `executor` or `template` may; an exec form may only when one of its
+    /// literal words names a shell (`sh -c …`, `env bash -c …`).
+    pub(crate) fn shell_reach(&self) -> ShellReach {
+        if !self.exec_form {
+            return ShellReach::Template;
+        }
+        let shell = self.words.iter().filter(|w| !w.has_placeholder()).find_map(|w| {
+            let text = word_source(w);
+            let base = text.rsplit('/').next().unwrap_or(&text).to_owned();
+            SHELLS.contains(&base.as_str()).then_some(base)
+        });
+        shell.map_or(ShellReach::Never, ShellReach::ShellProgram)
     }
 
     /// Every placeholder name used, in order of first use.
@@ -246,6 +273,29 @@ mod tests {
         assert!(!c.dash_ok(false, "p"));
         let c = compile(&cmd("exec = [\"grep\", \"{p}\"]"), &args(&["p"])).unwrap();
         assert_eq!(c.end_of_options_at, None);
+    }
+
+    #[test]
+    fn values_reach_a_shell_only_through_a_template_or_a_named_shell() {
+        let reach = |c: &str| compile(&cmd(c), &args(&["q", "f"])).unwrap().shell_reach();
+        assert_eq!(reach("exec = [\"jq\", \"{q}\", \"{f}\"]"), ShellReach::Never);
+        assert_eq!(
+            reach("exec = [\"/usr/bin/jq\", \"--arg\", \"sh\", \"{q}\"]"),
+            ShellReach::ShellProgram("sh".into())
+        );
+        assert_eq!(reach("template = \"jq {q} {f}\""), ShellReach::Template);
+        assert_eq!(reach("executor = \"x.sh\""), ShellReach::Template);
+        assert_eq!(reach("exec = [\"/bin/sh\", \"-c\", \"jq {q}\"]"), ShellReach::ShellProgram("sh".into()));
+        assert_eq!(
+            reach("exec = [\"env\", \"bash\", \"-c\", \"x\", \"{q}\"]"),
+            ShellReach::ShellProgram("bash".into())
+        );
+        assert_eq!(
+            reach("exec = [\"timeout\", \"5\", \"dash\", \"-c\", \"{q}\"]"),
+            ShellReach::ShellProgram("dash".into())
+        );
+        // A shell's name inside a value's word is the value, not a program.
+        assert_eq!(reach("exec = [\"grep\", \"sh{q}\"]"), ShellReach::Never);
     }
 
     #[test]

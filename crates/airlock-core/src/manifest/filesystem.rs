@@ -2,8 +2,10 @@
 //!
 //! An entry is a literal relative path or one whole `{arg}` reference to a
 //! declared argument of type `path`. At most 32 reads and one create; no
-//! entry twice; `max_file_bytes` inside 1 B … 16 MiB. After the values are
-//! bound, the same rules hold for the resolved paths.
+//! entry twice; `max_file_bytes` (the output's bound) and
+//! `max_input_file_bytes` (each input's) inside 1 B and the hard cap; what
+//! the operator allows is checked when a call is prepared. After the values
+//! are bound, the same rules hold for the resolved paths.
 
 use super::bind::BoundArgs;
 use super::model::{ArgDef, FilesystemDef};
@@ -22,6 +24,9 @@ pub struct FilesystemPlan {
     /// The manifest's `max_file_bytes`, already inside the hard bounds;
     /// `None` means the configured default.
     pub max_file_bytes: Option<u64>,
+    /// The manifest's `max_input_file_bytes`, already inside the hard
+    /// bounds; `None` means the operator's input limit.
+    pub max_input_file_bytes: Option<u64>,
     /// `create_parents = true`: missing parents of the output may be made.
     pub create_parents: bool,
 }
@@ -32,6 +37,7 @@ pub(crate) struct CompiledFilesystem {
     read: Vec<PathEntry>,
     create: Option<PathEntry>,
     max_file_bytes: Option<u64>,
+    max_input_file_bytes: Option<u64>,
     create_parents: bool,
 }
 
@@ -102,12 +108,15 @@ pub(crate) fn compile(
         }
         seen.push(key);
     }
-    if let Some(n) = def.max_file_bytes {
-        Limits::default()
-            .file_bytes(Some(n))
-            .map_err(|r| Refusal::new(r.code, format!("[filesystem] {}", r.message)))?;
-    }
-    Ok(CompiledFilesystem { read, create, max_file_bytes: def.max_file_bytes, create_parents: def.create_parents })
+    Limits::check_manifest_bounds(def.max_file_bytes, def.max_input_file_bytes)
+        .map_err(|r| Refusal::new(r.code, format!("[filesystem] {}", r.message)))?;
+    Ok(CompiledFilesystem {
+        read,
+        create,
+        max_file_bytes: def.max_file_bytes,
+        max_input_file_bytes: def.max_input_file_bytes,
+        create_parents: def.create_parents,
+    })
 }
 
 impl CompiledFilesystem {
@@ -153,7 +162,13 @@ impl CompiledFilesystem {
             }
         }
         check_counts(reads.len(), usize::from(create.is_some()), "the call has")?;
-        Ok(FilesystemPlan { reads, create, max_file_bytes: self.max_file_bytes, create_parents: self.create_parents })
+        Ok(FilesystemPlan {
+            reads,
+            create,
+            max_file_bytes: self.max_file_bytes,
+            max_input_file_bytes: self.max_input_file_bytes,
+            create_parents: self.create_parents,
+        })
     }
 }
 
@@ -205,9 +220,14 @@ mod tests {
         );
         assert_eq!(code(r#"create = ["a", "b"]"#), Some(LimitOutputs));
         assert_eq!(code("max_file_bytes = 0"), Some(LimitFileBytes));
-        assert_eq!(code("max_file_bytes = 16777217"), Some(LimitFileBytes));
-        assert!(fs("max_file_bytes = 16777216").is_ok());
+        // At parse only the hard cap (4 GiB) holds; the operator's limit is
+        // checked when a call is prepared.
+        assert_eq!(code("max_file_bytes = 4294967297"), Some(LimitFileBytes));
+        assert!(fs("max_file_bytes = 4294967296").is_ok());
         assert!(fs("max_file_bytes = 1").is_ok());
+        assert_eq!(code("max_input_file_bytes = 0"), Some(LimitInputFileBytes));
+        assert_eq!(code("max_input_file_bytes = 4294967297"), Some(LimitInputFileBytes));
+        assert!(fs("max_input_file_bytes = 4294967296\nmax_file_bytes = 1").is_ok());
     }
 
     #[test]

@@ -226,7 +226,8 @@ impl Manifest {
             let fallback = raw.command.as_ref().and_then(|c| c.defaults.get(name));
             // A source tool builds no argv, so a leading dash is only data.
             let dash_ok = raw.source.is_some() || command.as_ref().is_some_and(|c| c.dash_ok(end_of_options, name));
-            rules.insert(name.clone(), args::compile(name, def, fallback, dash_ok).map_err(at)?);
+            let reach = command.as_ref().map_or(args::ShellReach::NoCommand, command::CompiledCommand::shell_reach);
+            rules.insert(name.clone(), args::compile(name, def, fallback, dash_ok, reach).map_err(at)?);
         }
         let filesystem = filesystem::compile(raw.filesystem.as_ref(), &raw.args).map_err(at)?;
         if raw.output.as_ref().is_some_and(|o| o.max_bytes == Some(0)) {

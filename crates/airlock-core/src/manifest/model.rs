@@ -230,7 +230,8 @@ pub struct ArgDef {
     pub allowed: Option<Vec<String>>,
     /// Regular expression: a full match for most types, a search for `literal_text`.
     pub pattern: Option<String>,
-    /// Sanitizers; only `injection` (always applied) is supported.
+    /// Sanitizers; only `injection` is supported: it keeps the shell
+    /// metacharacter refusal even where an exec-form `string` would take them.
     pub sanitize: Option<Vec<String>>,
     /// Lower bound (`integer`, `port`, `duration` in seconds; `number` fallback).
     pub min: Option<i64>,
@@ -330,8 +331,11 @@ pub struct FilesystemDef {
     /// The one new output, same forms as `read`.
     #[serde(default)]
     pub create: Vec<String>,
-    /// Per-file size bound (1 B … 16 MiB).
+    /// The output's size bound (1 B … what `[limits] max_file_bytes` allows).
     pub max_file_bytes: Option<u64>,
+    /// Each input's size bound (1 B … what `[limits] max_input_file_bytes`
+    /// allows); unset, the operator's limit, whatever `max_file_bytes` says.
+    pub max_input_file_bytes: Option<u64>,
     /// Missing parent directories of the output may be made beneath its
     /// read-write ceiling (airlock extension; default `false`: the parent
     /// must exist).

@@ -234,7 +234,7 @@ fn structural_refusals() {
         ("[filesystem]\nread = [\"x/{p}\"]", ManifestPathTemplate, "read entry"),
         ("[filesystem]\nread = [\"a\"]\ncreate = [\"a\"]", PathDuplicate, "twice"),
         ("[filesystem]\ncreate = [\"a\", \"b\"]", LimitOutputs, "create"),
-        ("[filesystem]\nmax_file_bytes = 16777217", LimitFileBytes, "max_file_bytes"),
+        ("[filesystem]\nmax_file_bytes = 4294967297", LimitFileBytes, "max_file_bytes"),
     ];
     for (body, code, needle) in cases {
         let err = parse_err(body);
@@ -401,10 +401,18 @@ fn template_quoting_and_literal_metacharacters() {
 
 #[test]
 fn metacharacters_in_values_are_refused_never_interpreted() {
-    let m = manifest(&format!("{GREP}[command]\nexec = [\"grep\", \"{{pattern}}\", \"{{input}}\"]"));
+    let m = manifest(&format!("{GREP}[command]\ntemplate = \"grep {{pattern}} {{input}}\""));
     assert_eq!(argv(&m, &["$(id)", "in.txt"]).unwrap_err().code, ArgInjection);
     assert_eq!(argv(&m, &["a", "in;rm"]).unwrap_err().code, ArgInjection);
     assert_eq!(argv(&m, &["a", "../x"]).unwrap_err().code, PathTraversal);
+    // The exec form never reaches a shell: a `string` keeps its bytes, one word.
+    let m = manifest(&format!("{GREP}[command]\nexec = [\"grep\", \"{{pattern}}\", \"{{input}}\"]"));
+    assert_eq!(argv(&m, &["$(id) | x", "in.txt"]).unwrap(), ["grep", "$(id) | x", "in.txt"]);
+    assert_eq!(argv(&m, &["a", "in;rm"]).unwrap_err().code, ArgInjection);
+    // ... unless its words name a shell.
+    let m =
+        manifest(&format!("{GREP}[command]\nexec = [\"sh\", \"-c\", \"grep \\\"$1\\\"\", \"sh\", \"{{pattern}}\"]"));
+    assert_eq!(argv(&m, &["$(id)", "in.txt"]).unwrap_err().code, ArgInjection);
 }
 
 #[test]
@@ -737,8 +745,15 @@ mod properties {
 
         #[test]
         fn accepted_strings_are_unchanged_and_clean(value in any::<String>()) {
-            let m = manifest("[args.s]\ntype = \"string\"\nposition = 1\n[command]\nexec = [\"echo\", \"{s}\"]");
-            if let Ok(args) = m.bind_args(std::slice::from_ref(&value), &[]) {
+            let exec = manifest("[args.s]\ntype = \"string\"\nposition = 1\n[command]\nexec = [\"echo\", \"{s}\"]");
+            let template = manifest("[args.s]\ntype = \"string\"\nposition = 1\n[command]\ntemplate = \"echo {s}\"");
+            if let Ok(args) = exec.bind_args(std::slice::from_ref(&value), &[]) {
+                prop_assert_eq!(args.get("s"), Some(value.as_str()));
+                prop_assert_eq!(exec.build_argv(&args).unwrap(), vec!["echo".to_owned(), value.clone()]);
+                prop_assert!(!value.starts_with('-'));
+                prop_assert!(!value.chars().any(char::is_control));
+            }
+            if let Ok(args) = template.bind_args(std::slice::from_ref(&value), &[]) {
                 prop_assert_eq!(args.get("s"), Some(value.as_str()));
                 prop_assert!(!value.contains(SHELL_METACHARACTERS));
                 prop_assert!(!value.starts_with('-'));

@@ -48,6 +48,9 @@ impl Runtime {
             ));
         }
         let max_file_bytes = limits.file_bytes(plan.max_file_bytes)?;
+        // Inputs have their own bound: a manifest's output bound never
+        // limits what it may read.
+        let max_input_file_bytes = limits.input_file_bytes(plan.max_input_file_bytes)?;
 
         // Open and check every input before reading any of them.
         let mut opened = Vec::with_capacity(plan.reads.len());
@@ -58,7 +61,8 @@ impl Runtime {
                 Refusal::new(ReasonCode::InputNotRegular, format!("input {:?} is a ceiling directory", path.as_str()))
             })?;
             let dir = ceilings::open(self.authority(), ceiling, self.protected())?;
-            let file = InputFile::open(self.resolver(), &dir, &rel, path, max_file_bytes)?;
+            let file = InputFile::open(self.resolver(), &dir, &rel, path, max_input_file_bytes)
+                .map_err(|e| with_input_hint(e.into(), limits.max_input_file_bytes))?;
             declared_bytes += file.size();
             if declared_bytes > limits.max_input_bytes {
                 return Err(input_bytes_refusal(declared_bytes, limits.max_input_bytes));
@@ -103,7 +107,7 @@ impl Runtime {
             let inputs_dir =
                 inputs_dir.as_ref().ok_or_else(|| Refusal::new(ReasonCode::Internal, "no staging room"))?;
             let mut dest = inputs_dir.create_file(&name).map_err(Refusal::from)?;
-            let info = file.snapshot_into(&mut dest, max_file_bytes)?;
+            let info = file.snapshot_into(&mut dest, max_input_file_bytes)?;
             total += info.bytes;
             if total > limits.max_input_bytes {
                 return Err(input_bytes_refusal(total, limits.max_input_bytes));
@@ -179,5 +183,28 @@ impl Runtime {
 }
 
 fn input_bytes_refusal(total: u64, max: u64) -> Refusal {
-    Refusal::new(ReasonCode::LimitInputBytes, format!("inputs total {total} bytes or more, more than {max}"))
+    Refusal::new(
+        ReasonCode::LimitInputBytes,
+        format!(
+            "inputs total {total} bytes or more, more than {max} ([limits] max_input_bytes in airlock.toml, at most {})",
+            airlock_core::limits::hard::MAX_INPUT_BYTES
+        ),
+    )
+}
+
+/// Says how to let a too-large input through: the manifest's bound, within
+/// the operator's, within the hard cap.
+fn with_input_hint(refusal: Refusal, operator: u64) -> Refusal {
+    if refusal.code != ReasonCode::InputTooLarge {
+        return refusal;
+    }
+    let cap = airlock_core::limits::hard::MAX_FILE_BYTES;
+    Refusal::new(
+        refusal.code,
+        format!(
+            "{}; a manifest's [filesystem] max_input_file_bytes may allow up to {operator} ([limits] \
+             max_input_file_bytes in airlock.toml, at most {cap})",
+            refusal.message
+        ),
+    )
 }

@@ -6,7 +6,10 @@
 //! `limit.output_size` and publishes nothing. After the usual verdict
 //! (exit 0, cleanup confirmed, in time), airlock writes the kept bytes into
 //! the output's private staging file, where a worker-written output would
-//! have been exported, and the one publication publishes them.
+//! have been exported, and the one publication publishes them. The sandbox
+//! keeps stdout in memory until the worker is done, so such a call holds up
+//! to `max_file_bytes` of memory; streaming the pipe into the staging file
+//! is the next step for operators who raise that limit far.
 //!
 //! `[output] format` says what the file holds: `json`, `jsonl` and `csv`
 //! must parse (else `output.parse`, nothing published); `text` is any

@@ -1,6 +1,8 @@
 //! The broker's command line, parsed strictly: `--rights r,wl,l` (one
-//! rights string per root, in descriptor order from 3) and an optional
-//! `--resolver auto|openat2|emulated`; each at most once, nothing else.
+//! rights string per root, in descriptor order from 3), an optional
+//! `--resolver auto|openat2|emulated` and an optional `--mode 0644` (the
+//! permission bits of the files it writes, read and write bits only;
+//! default `0600`); each at most once, nothing else.
 
 use std::ffi::OsString;
 
@@ -14,6 +16,9 @@ pub struct Args {
     pub rights: Vec<Rights>,
     /// The path resolver (default `auto`).
     pub resolver: ResolverChoice,
+    /// Permission bits of written files (`--mode`, octal; `None`: `0600`
+    /// less the umask, as before the option existed).
+    pub mode: Option<u32>,
 }
 
 /// A command line the broker does not accept.
@@ -22,7 +27,11 @@ pub struct UsageError(pub String);
 
 impl std::fmt::Display for UsageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "usage: airlock-broker --rights RIGHTS[,RIGHTS...] [--resolver auto|openat2|emulated]: {}", self.0)
+        write!(
+            f,
+            "usage: airlock-broker --rights RIGHTS[,RIGHTS...] [--resolver auto|openat2|emulated] [--mode OCTAL]: {}",
+            self.0
+        )
     }
 }
 
@@ -33,6 +42,7 @@ impl Args {
     pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, UsageError> {
         let mut rights: Option<Vec<Rights>> = None;
         let mut resolver: Option<ResolverChoice> = None;
+        let mut mode: Option<u32> = None;
         let mut args = args.into_iter();
         while let Some(flag) = args.next() {
             let flag = flag.into_string().map_err(|f| UsageError(format!("{f:?} is not UTF-8")))?;
@@ -49,13 +59,22 @@ impl Args {
                     resolver =
                         Some(ResolverChoice::parse(&v).ok_or_else(|| UsageError(format!("unknown resolver {v:?}")))?);
                 }
-                "--rights" | "--resolver" => return Err(UsageError(format!("{flag} given twice"))),
+                "--mode" if mode.is_none() => mode = Some(parse_mode(&value()?)?),
+                "--rights" | "--resolver" | "--mode" => return Err(UsageError(format!("{flag} given twice"))),
                 other => return Err(UsageError(format!("unexpected argument {other:?}"))),
             }
         }
         let rights = rights.ok_or_else(|| UsageError("--rights is required".into()))?;
-        Ok(Args { rights, resolver: resolver.unwrap_or(ResolverChoice::Auto) })
+        Ok(Args { rights, resolver: resolver.unwrap_or(ResolverChoice::Auto), mode })
     }
+}
+
+/// The file mode rules of `[filesystem] output_mode` (read and write bits
+/// only, the owner's `rw` kept), which airlock checked before passing it.
+fn parse_mode(text: &str) -> Result<u32, UsageError> {
+    let modes = airlock_core::modes::OutputModes::parse(Some(text), None)
+        .map_err(|r| UsageError(format!("--mode: {}", r.message)))?;
+    modes.file.ok_or_else(|| UsageError("--mode needs a value".into()))
 }
 
 fn parse_rights(list: &str) -> Result<Vec<Rights>, UsageError> {
@@ -87,6 +106,8 @@ mod tests {
         assert_eq!(a.rights.len(), 1);
         let many = vec!["r"; MAX_ROOTS].join(",");
         assert_eq!(parse(&["--rights", &many]).unwrap().rights.len(), MAX_ROOTS);
+        assert_eq!(parse(&["--rights", "w"]).unwrap().mode, None);
+        assert_eq!(parse(&["--rights", "w", "--mode", "0640"]).unwrap().mode, Some(0o640));
     }
 
     #[test]
@@ -104,6 +125,11 @@ mod tests {
             &["--rights", "r", "extra"],
             &["--rights", "r", "--resolver", "fast"],
             &["--rights", "r", "--resolver", "auto", "--resolver", "auto"],
+            &["--rights", "r", "--mode", "0755"],
+            &["--rights", "r", "--mode", "0444"],
+            &["--rights", "r", "--mode", "4644"],
+            &["--rights", "r", "--mode", "64x"],
+            &["--rights", "r", "--mode", "0644", "--mode", "0644"],
             &["--rights=r"],
             &["--rights", &too_many],
         ] {

@@ -317,6 +317,18 @@ pub fn prepare_write(
     comps: &[&str],
     bytes: &[u8],
 ) -> RootedResult<PreparedWrite> {
+    prepare_write_with_mode(resolver, root, comps, bytes, 0o600)
+}
+
+/// [`prepare_write`] with the unnamed file created with permission bits
+/// `mode` (less the process's umask), which the target keeps.
+pub fn prepare_write_with_mode(
+    resolver: &Resolver,
+    root: impl AsFd,
+    comps: &[&str],
+    bytes: &[u8],
+    mode: u32,
+) -> RootedResult<PreparedWrite> {
     let root = root.as_fd();
     check_components(comps)?;
     let Some((name, parent)) = comps.split_last() else {
@@ -344,9 +356,13 @@ pub fn prepare_write(
             }
         },
     }
-    let file =
-        rustix::fs::openat(&dir, ".", OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))
-            .map_err(|e| RootedError::io(format!("openat(dir of {path:?}, \".\", O_TMPFILE|O_WRONLY, 0600)"), e))?;
+    let file = rustix::fs::openat(
+        &dir,
+        ".",
+        OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
+        Mode::from_raw_mode(mode & 0o666),
+    )
+    .map_err(|e| RootedError::io(format!("openat(dir of {path:?}, \".\", O_TMPFILE|O_WRONLY, {mode:04o})"), e))?;
     let mut written = 0;
     while written < bytes.len() {
         match rustix::io::write(&file, &bytes[written..]) {

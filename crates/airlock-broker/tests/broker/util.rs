@@ -77,7 +77,7 @@ pub struct Running {
 
 /// The resolver the environment asks for (CI runs the suite twice).
 fn options() -> BrokerOptions {
-    BrokerOptions { resolver: std::env::var("AIRLOCK_RESOLVER").ok().filter(|r| !r.is_empty()) }
+    BrokerOptions { resolver: std::env::var("AIRLOCK_RESOLVER").ok().filter(|r| !r.is_empty()), mode: None }
 }
 
 pub fn start(program: &str, roots: &Roots) -> Running {

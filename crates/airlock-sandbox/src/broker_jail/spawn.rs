@@ -23,6 +23,9 @@ pub struct BrokerOptions {
     /// for the broker to check): the broker's environment is empty, so
     /// `AIRLOCK_RESOLVER` reaches it only this way. Default: none (`auto`).
     pub resolver: Option<String>,
+    /// `--mode OCTAL`: permission bits of the files the broker writes
+    /// (default: none, `0600`).
+    pub mode: Option<u32>,
 }
 
 /// The broker's argument vector: `airlock-broker --rights r,wl,l` (one
@@ -32,6 +35,9 @@ pub fn broker_argv(rights: &[Rights], options: &BrokerOptions) -> Vec<String> {
     let mut argv = vec![BROKER_ARGV0.to_string(), "--rights".to_string(), list.join(",")];
     if let Some(r) = &options.resolver {
         argv.extend(["--resolver".to_string(), r.clone()]);
+    }
+    if let Some(mode) = options.mode {
+        argv.extend(["--mode".to_string(), format!("{mode:04o}")]);
     }
     argv
 }
@@ -206,7 +212,7 @@ mod tests {
             broker_argv(&[r("r"), r("wl"), r("l")], &BrokerOptions::default()),
             ["airlock-broker", "--rights", "r,wl,l"]
         );
-        let options = BrokerOptions { resolver: Some("emulated".into()) };
+        let options = BrokerOptions { resolver: Some("emulated".into()), mode: None };
         assert_eq!(broker_argv(&[r("lrw")], &options), ["airlock-broker", "--rights", "rwl", "--resolver", "emulated"]);
     }
 }

@@ -436,7 +436,8 @@ impl Runtime {
             airlock_hostfs::ResolverKind::Openat2 => "openat2",
             airlock_hostfs::ResolverKind::Emulated => "emulated",
         };
-        let options = airlock_sandbox::BrokerOptions { resolver: Some(resolver.into()) };
+        let options =
+            airlock_sandbox::BrokerOptions { resolver: Some(resolver.into()), mode: Some(self.output_modes().file) };
         let (stderr_r, stderr_w) = std::io::pipe().map_err(unavailable("a pipe for the broker's errors"))?;
         let process =
             airlock_sandbox::spawn_broker_with(broker, socket, root_fds, std::process::Stdio::from(stderr_w), &options)

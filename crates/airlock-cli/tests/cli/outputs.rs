@@ -301,3 +301,48 @@ fn recovery_publishes_a_named_candidate_with_the_recorded_mode() {
     assert_eq!(std::fs::read_to_string(p.path("results/r.txt")).unwrap(), "recovered");
     assert_eq!(mode(&p, "results/r.txt"), 0o640);
 }
+
+/// A stdout of 256 MiB goes to its output file through the sandbox's pipe
+/// without being held in memory: `airlock` stays under 64 MiB resident, and
+/// the published bytes are exactly what the tool printed.
+#[test]
+fn a_large_stdout_streams_into_its_output_with_bounded_memory() {
+    const MIB: u64 = 1 << 20;
+    let size = 256 * MIB;
+    let p = Project::with_config(&format!(
+        "{CONFIG}[limits]\nmax_file_bytes = {}\n[staging]\nmax_bytes = {}\n",
+        512 * MIB,
+        1024 * MIB
+    ));
+    p.write("data/in.bin", "z");
+    let script =
+        lit("import sys\nb = bytes(range(256)) * 4096\nfor _ in range(int(sys.argv[1])): sys.stdout.buffer.write(b)");
+    let blocks = (size / MIB).to_string();
+    stdout_tool(
+        &p,
+        "big",
+        &["python3", "-c", &script, &blocks, "{input}"],
+        "text",
+        &format!("max_file_bytes = {}", 512 * MIB),
+    );
+    let (run, rss_kib) = crate::operator_limits::run_measured(
+        &p,
+        &["run", "big", "data/in.bin", "results/big.bin"],
+        std::time::Duration::from_secs(120),
+    );
+    run.assert_ok();
+    let published = std::fs::metadata(p.path("results/big.bin")).unwrap().len();
+    assert_eq!(published, size, "{run:#?}");
+    assert_eq!(run.envelope["content"]["bytes"], size);
+    let expected = {
+        use sha2::Digest;
+        let block: Vec<u8> = (0..=255u8).collect::<Vec<u8>>().repeat(4096);
+        let mut h = sha2::Sha256::new();
+        for _ in 0..size / MIB {
+            h.update(&block);
+        }
+        format!("sha256:{}", hex::encode(h.finalize()))
+    };
+    assert_eq!(run.envelope["created_files"][0]["sha256"], expected.as_str(), "{run:#?}");
+    assert!(rss_kib < 64 * 1024, "airlock's peak RSS was {rss_kib} KiB for a {size}-byte stdout");
+}

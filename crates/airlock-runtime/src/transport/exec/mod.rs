@@ -133,7 +133,7 @@ impl Runtime {
         let timeout = manifest.tool.timeout_seconds;
         let content = match fs.create.first().filter(|_| manifest.stdout_is_output()) {
             Some(path) => stdout_file::judge_stdout_file(&outcome, timeout, max_file)
-                .and_then(|()| stdout_file::stage(manifest, path, &outcome.stdout, prepared.staged()?)),
+                .and_then(|()| stdout_file::describe(manifest, path, prepared.staged()?)),
             None => judge(&outcome, timeout, max_file)
                 .and_then(|()| self.tool_content(&prepared, &tier, &outcome, parser.as_deref())),
         };
@@ -189,14 +189,15 @@ impl Runtime {
         let d = prepared.descriptor();
         let fs = &d.command_boundary.filesystem;
         let manifest = prepared.manifest();
-        // A tool whose stdout is its output writes no file of its own.
-        let output = match fs.create.first().filter(|_| !manifest.stdout_is_output()) {
-            None => None,
-            Some(path) => Some(StagedOutput {
-                virtual_path: path.clone(),
-                file: prepared.staged()?.create_file(OUTPUT_FILE)?,
-                max_bytes: fs.max_file_bytes,
-            }),
+        // A tool whose stdout is its output writes no file of its own: the
+        // sandbox streams its stdout into the output's staging file.
+        let (output, stdout_sink) = match fs.create.first() {
+            None => (None, None),
+            Some(_) if manifest.stdout_is_output() => (None, Some(prepared.staged()?.create_file(OUTPUT_FILE)?)),
+            Some(path) => {
+                let file = prepared.staged()?.create_file(OUTPUT_FILE)?;
+                (Some(StagedOutput { virtual_path: path.clone(), file, max_bytes: fs.max_file_bytes }), None)
+            }
         };
         Ok(WorkerSpec {
             argv: d.argv.clone(),
@@ -208,6 +209,7 @@ impl Runtime {
             limits: worker_limits(manifest, fs.max_file_bytes),
             timeout: Duration::from_secs(manifest.tool.timeout_seconds),
             stdout_limit: stdout_limit(manifest, fs.max_file_bytes),
+            stdout_sink,
             stderr_limit: STDERR_LIMIT,
             fs_socket: None,
             provided: Vec::new(),

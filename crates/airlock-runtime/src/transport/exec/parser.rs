@@ -43,6 +43,7 @@ pub(super) fn run_parser(
         limits: WorkerLimits::default(),
         timeout: Duration::from_secs(manifest.tool.timeout_seconds),
         stdout_limit: usize::try_from(output_max_bytes(manifest)).unwrap_or(usize::MAX),
+        stdout_sink: None,
         stderr_limit: STDERR_LIMIT,
         fs_socket: None,
         provided: Vec::new(),

@@ -4,16 +4,15 @@
 //! `output: None`); its stdout pipe is bounded by `max_file_bytes` instead
 //! of `[output] max_bytes`, and stdout past that bound fails the call with
 //! `limit.output_size` and publishes nothing. After the usual verdict
-//! (exit 0, cleanup confirmed, in time), airlock writes the kept bytes into
-//! the output's private staging file, where a worker-written output would
-//! have been exported, and the one publication publishes them. The sandbox
-//! keeps stdout in memory until the worker is done, so such a call holds up
-//! to `max_file_bytes` of memory; streaming the pipe into the staging file
-//! is the next step for operators who raise that limit far.
+//! (exit 0, cleanup confirmed, in time), the output's private staging file,
+//! into which the sandbox streamed the pipe as it drained it
+//! (`WorkerSpec::stdout_sink`: no stdout byte is held in memory beyond a
+//! 4 KiB tail), is checked and the one publication publishes it. A stdout of
+//! any size allowed by `max_file_bytes` costs bounded memory.
 //!
 //! `[output] format` says what the file holds: `json`, `jsonl` and `csv`
-//! must parse (else `output.parse`, nothing published); `text` is any
-//! bytes. The answer's `content` describes what was written:
+//! must parse (else `output.parse`, nothing published; checked by streaming,
+//! without building the document); `text` is any bytes. The answer's `content` describes what was written:
 //! `{stdout_file, bytes, sha256, format}`, plus `parsed` (the document as
 //! the builtin parser reads it) when the format is structured and the file
 //! is within `[output] max_bytes` (default 1 MiB), so a small JSON result is
@@ -21,14 +20,14 @@
 
 use crate::engine::publish::OUTPUT_FILE;
 use crate::engine::verdict::judge;
-use airlock_core::descriptor::sha256_tagged;
 use airlock_core::manifest::{Manifest, OutputFormat};
-use airlock_core::output::parse_output;
+use airlock_core::output::{check_output, parse_output};
 use airlock_core::{ReasonCode, Refusal};
 use airlock_hostfs::PrivateDir;
 use airlock_sandbox::WorkerOutcome;
 use serde_json::{json, Value};
-use std::io::Write;
+use sha2::{Digest, Sha256};
+use std::io::{Read, Seek, SeekFrom};
 
 /// The verdict of a call whose stdout is its output: stdout past
 /// `max_file_bytes` is `limit.output_size`, then the usual [`judge`].
@@ -46,27 +45,42 @@ pub(super) fn judge_stdout_file(outcome: &WorkerOutcome, timeout_seconds: u64, m
     judge(outcome, timeout_seconds, max_file)
 }
 
-/// Checks `stdout` against `[output] format`, writes it into the call's
-/// staging output file and answers what was written.
-pub(super) fn stage(manifest: &Manifest, path: &str, stdout: &[u8], staging: &PrivateDir) -> Result<Value, Refusal> {
-    let output = manifest.output.as_ref();
-    let format = output.map(|o| o.format).unwrap_or(OutputFormat::Text);
-    let parsed = match format {
-        OutputFormat::Text => None,
-        f => Some(parse_output(f, stdout)?),
-    };
-    let mut file = staging.create_file(OUTPUT_FILE)?;
-    file.write_all(stdout)
-        .and_then(|()| file.sync_all())
-        .map_err(|e| Refusal::new(ReasonCode::Internal, format!("writing the output to staging: {e}")))?;
-    let mut content = json!({
-        "stdout_file": path,
-        "bytes": stdout.len(),
-        "sha256": sha256_tagged(stdout),
-        "format": format.as_str(),
-    });
-    if let Some(parsed) = parsed.filter(|_| stdout.len() as u64 <= super::output_max_bytes(manifest)) {
-        content["parsed"] = parsed;
+/// Checks the output file the sandbox streamed stdout into against
+/// `[output] format` and answers what was written: read once to hash and
+/// check it with bounded memory, and parsed into the answer only when it is
+/// within `[output] max_bytes`.
+pub(super) fn describe(manifest: &Manifest, path: &str, staging: &PrivateDir) -> Result<Value, Refusal> {
+    let format = manifest.output.as_ref().map(|o| o.format).unwrap_or(OutputFormat::Text);
+    let io = |e: std::io::Error| Refusal::new(ReasonCode::Internal, format!("reading the staged output: {e}"));
+    let mut file = staging.open_file(OUTPUT_FILE)?;
+    file.sync_all().map_err(io)?;
+    let mut hashing = Hashing { inner: &mut file, hasher: Sha256::new(), bytes: 0 };
+    check_output(format, &mut hashing)?;
+    // What the check did not need to read is hashed too.
+    std::io::copy(&mut hashing, &mut std::io::sink()).map_err(io)?;
+    let (bytes, sha256) = (hashing.bytes, format!("sha256:{}", hex::encode(hashing.hasher.finalize())));
+    let mut content = json!({ "stdout_file": path, "bytes": bytes, "sha256": sha256, "format": format.as_str() });
+    if format != OutputFormat::Text && bytes <= super::output_max_bytes(manifest) {
+        let mut text = Vec::new();
+        file.seek(SeekFrom::Start(0)).map_err(io)?;
+        file.take(bytes).read_to_end(&mut text).map_err(io)?;
+        content["parsed"] = parse_output(format, &text)?;
     }
     Ok(content)
+}
+
+/// A reader that hashes and counts what passes through it.
+struct Hashing<'a, R> {
+    inner: &'a mut R,
+    hasher: Sha256,
+    bytes: u64,
+}
+
+impl<R: Read> Read for Hashing<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
 }

@@ -8,6 +8,7 @@
 mod broker_rows;
 mod git_rows;
 mod harness;
+mod large_rows;
 mod mcp_http_rows;
 mod mcp_rows;
 mod policy_rows;

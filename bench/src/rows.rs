@@ -31,6 +31,7 @@ pub const ALL: &[Row] = &[
     Row { name: "mcp --http read_file (token) vs stdio", run: crate::mcp_http_rows::http_vs_stdio },
     Row { name: "broker read/write/list vs in-process syscalls", run: crate::broker_rows::operations },
     Row { name: "airlock isolated start-up vs airlock run", run: crate::broker_rows::startup },
+    Row { name: "airlock run copy 1 GiB vs openssl dgst + cp", run: crate::large_rows::one_gib_copy },
 ];
 
 const SNAPSHOT_BYTES: u64 = 32 * 1024 * 1024;

@@ -1,7 +1,9 @@
 //! The broker's command line, parsed strictly: `--rights r,wl,l` (one
 //! rights string per root, in descriptor order from 3), an optional
-//! `--resolver auto|openat2|emulated` and an optional `--max-file-bytes N`
-//! (decimal, 1 … 16 GiB; default 64 KiB); each at most once, nothing else.
+//! `--resolver auto|openat2|emulated`, an optional `--mode 0644` (the
+//! permission bits of the files it writes, read and write bits only;
+//! default `0600`) and an optional `--max-file-bytes N` (decimal, 1 … 16
+//! GiB; default 64 KiB); each at most once, nothing else.
 
 use std::ffi::OsString;
 
@@ -15,6 +17,9 @@ pub struct Args {
     pub rights: Vec<Rights>,
     /// The path resolver (default `auto`).
     pub resolver: ResolverChoice,
+    /// Permission bits of written files (`--mode`, octal; `None`: `0600`
+    /// less the umask, as before the option existed).
+    pub mode: Option<u32>,
     /// The largest file the broker may write.
     pub max_file_bytes: u64,
 }
@@ -30,8 +35,8 @@ impl std::fmt::Display for UsageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "usage: airlock-broker --rights RIGHTS[,RIGHTS...] [--resolver auto|openat2|emulated] [--max-file-bytes N]: \
-             {}",
+            "usage: airlock-broker --rights RIGHTS[,RIGHTS...] [--resolver auto|openat2|emulated] [--mode OCTAL] \
+             [--max-file-bytes N]: {}",
             self.0
         )
     }
@@ -44,6 +49,7 @@ impl Args {
     pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Args, UsageError> {
         let mut rights: Option<Vec<Rights>> = None;
         let mut resolver: Option<ResolverChoice> = None;
+        let mut mode: Option<u32> = None;
         let mut max_file_bytes: Option<u64> = None;
         let mut args = args.into_iter();
         while let Some(flag) = args.next() {
@@ -70,7 +76,8 @@ impl Args {
                         .ok_or_else(|| UsageError(format!("--max-file-bytes {v:?} is not 1 … {MAX_FILE_BYTES_CAP}")))?;
                     max_file_bytes = Some(n);
                 }
-                "--rights" | "--resolver" | "--max-file-bytes" => {
+                "--mode" if mode.is_none() => mode = Some(parse_mode(&value()?)?),
+                "--rights" | "--resolver" | "--mode" | "--max-file-bytes" => {
                     return Err(UsageError(format!("{flag} given twice")))
                 }
                 other => return Err(UsageError(format!("unexpected argument {other:?}"))),
@@ -80,9 +87,18 @@ impl Args {
         Ok(Args {
             rights,
             resolver: resolver.unwrap_or(ResolverChoice::Auto),
+            mode,
             max_file_bytes: max_file_bytes.unwrap_or(airlock_sandbox::DEFAULT_MAX_FILE_BYTES),
         })
     }
+}
+
+/// The file mode rules of `[filesystem] output_mode` (read and write bits
+/// only, the owner's `rw` kept), which airlock checked before passing it.
+fn parse_mode(text: &str) -> Result<u32, UsageError> {
+    let modes = airlock_core::modes::OutputModes::parse(Some(text), None)
+        .map_err(|r| UsageError(format!("--mode: {}", r.message)))?;
+    modes.file.ok_or_else(|| UsageError("--mode needs a value".into()))
 }
 
 fn parse_rights(list: &str) -> Result<Vec<Rights>, UsageError> {
@@ -117,6 +133,8 @@ mod tests {
         assert_eq!(a.max_file_bytes, 300_000_000);
         let many = vec!["r"; MAX_ROOTS].join(",");
         assert_eq!(parse(&["--rights", &many]).unwrap().rights.len(), MAX_ROOTS);
+        assert_eq!(parse(&["--rights", "w"]).unwrap().mode, None);
+        assert_eq!(parse(&["--rights", "w", "--mode", "0640"]).unwrap().mode, Some(0o640));
     }
 
     #[test]
@@ -138,6 +156,11 @@ mod tests {
             &["--rights", "r", "--max-file-bytes", "+5"],
             &["--rights", "r", "--max-file-bytes", "17179869185"],
             &["--rights", "r", "--max-file-bytes", "1", "--max-file-bytes", "1"],
+            &["--rights", "r", "--mode", "0755"],
+            &["--rights", "r", "--mode", "0444"],
+            &["--rights", "r", "--mode", "4644"],
+            &["--rights", "r", "--mode", "64x"],
+            &["--rights", "r", "--mode", "0644", "--mode", "0644"],
             &["--rights=r"],
             &["--rights", &too_many],
         ] {

@@ -56,6 +56,9 @@ pub fn main() -> ! {
         Err(e) => fail(EXIT_CONFINE, &e),
     };
     let mut broker = Broker::new(roots.into_iter().zip(args.rights.iter().copied()).collect(), resolver);
+    if let Some(mode) = args.mode {
+        broker.set_file_mode(mode);
+    }
     match broker.serve(&mut Socket::stdin()) {
         Ok(()) => std::process::exit(0),
         Err(e @ Fatal::Protocol(_)) => fail(EXIT_PROTOCOL, &e),
@@ -72,6 +75,12 @@ fn fail(code: i32, e: &dyn std::fmt::Display) -> ! {
 /// …) and picks the resolver; returns the roots in order. Everything
 /// [`main`] does before it serves.
 pub fn confine(args: &Args) -> Result<(Vec<OwnedFd>, Resolver), Box<dyn std::error::Error>> {
+    if args.mode.is_some() {
+        // The operator's mode is given exactly (airlock already applied the
+        // caller's umask to its default); umask(2) is not in the jail's
+        // filter, so it is cleared before.
+        rustix::process::umask(rustix::fs::Mode::empty());
+    }
     let spec: Vec<(RawFd, airlock_fsproto::Rights)> =
         args.rights.iter().enumerate().map(|(i, r)| (BROKER_FIRST_ROOT_FD + i as RawFd, *r)).collect();
     let roots = confine_broker(&spec, args.max_file_bytes)?;

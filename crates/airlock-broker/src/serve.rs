@@ -58,6 +58,8 @@ pub struct Broker {
     roots: Vec<Root>,
     resolver: Resolver,
     prepared: BTreeMap<u64, Pending>,
+    /// Permission bits of the files it writes (default `0600`).
+    file_mode: u32,
 }
 
 fn refused(id: u64, code: &str, message: impl Into<String>) -> BrokerResponse {
@@ -72,7 +74,13 @@ impl Broker {
     /// A broker over `roots` (root `i` is index `i` in requests).
     pub fn new(roots: Vec<(OwnedFd, Rights)>, resolver: Resolver) -> Broker {
         let roots = roots.into_iter().map(|(fd, rights)| Root { fd, rights }).collect();
-        Broker { roots, resolver, prepared: BTreeMap::new() }
+        Broker { roots, resolver, prepared: BTreeMap::new(), file_mode: 0o600 }
+    }
+
+    /// The files it writes get permission bits `mode` (less the umask)
+    /// instead of `0600`.
+    pub fn set_file_mode(&mut self, mode: u32) {
+        self.file_mode = mode;
     }
 
     /// Serves frames from `stream` until it ends (`Ok`) or a fatal error.
@@ -190,8 +198,8 @@ impl Broker {
             return Ok(refused(id, codes::LIMIT, format!("at most {MAX_OUTSTANDING} prepared writes at once")));
         }
         let made = match req.op {
-            BrokerOp::WriteOpen => rooted::open_write(&self.resolver, &root.fd, &comps),
-            _ => rooted::prepare_write(&self.resolver, &root.fd, &comps, &bytes),
+            BrokerOp::WriteOpen => rooted::open_write(&self.resolver, &root.fd, &comps, self.file_mode),
+            _ => rooted::prepare_write_with_mode(&self.resolver, &root.fd, &comps, &bytes, self.file_mode),
         };
         let write = match made {
             Ok(w) => w,

@@ -202,6 +202,8 @@ struct RawFilesystem {
     #[serde(default)]
     roots: Vec<String>,
     resolver: Option<ResolverChoice>,
+    output_mode: Option<String>,
+    output_dir_mode: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -246,6 +248,9 @@ pub struct Config {
     pub ceilings: Vec<Ceiling>,
     /// Resolver choice (`[filesystem] resolver`).
     pub resolver: ResolverChoice,
+    /// Modes of published files and made directories (`[filesystem]
+    /// output_mode`, `output_dir_mode`; default: from the umask).
+    pub output_modes: crate::modes::OutputModes,
     /// Cedar policy file patterns.
     pub policy_files: Vec<String>,
     /// The principal (`Airlock::Agent` id) calls are made as, unless the
@@ -313,6 +318,10 @@ impl Config {
             cgroup_parent: raw.sandbox.cgroup_parent.map(|d| base_dir.join(d)),
             ceilings,
             resolver: raw.filesystem.resolver.unwrap_or_default(),
+            output_modes: crate::modes::OutputModes::parse(
+                raw.filesystem.output_mode.as_deref(),
+                raw.filesystem.output_dir_mode.as_deref(),
+            )?,
             policy_files: raw.policy.files,
             principal: raw.policy.principal.unwrap_or_else(|| "local".to_owned()),
             limits,

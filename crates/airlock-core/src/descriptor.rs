@@ -69,8 +69,15 @@ pub struct FilesystemBoundary {
     pub input_snapshots: bool,
     /// Always false: an existing output is never replaced.
     pub overwrite: bool,
-    /// Identity of the held output parent directory, when there is an output.
+    /// Identity of the held output parent directory, when there is an output
+    /// (with `create_dirs`, of its deepest existing ancestor, which is held).
     pub output_parent: Option<DirIdentity>,
+    /// The missing parent directories of the output the call will make
+    /// beneath `output_parent`, outermost first, as paths relative to the
+    /// working directory (`[filesystem] create_parents`); absent when none
+    /// is missing, so other descriptors and digests are unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_dirs: Option<Vec<String>>,
     /// Flat set of read paths (Cedar cannot quantify over records).
     pub read_paths: Vec<String>,
     /// Flat set of read hashes.
@@ -132,6 +139,7 @@ impl FilesystemBoundary {
             input_snapshots: true,
             overwrite: false,
             output_parent,
+            create_dirs: None,
             source: None,
             snapshot: None,
             broker: None,

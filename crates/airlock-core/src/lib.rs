@@ -30,6 +30,7 @@ pub mod envelope;
 pub mod limits;
 pub mod manifest;
 pub mod mcp_server;
+pub mod modes;
 pub mod output;
 pub mod path;
 pub mod reason;

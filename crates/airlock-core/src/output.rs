@@ -49,10 +49,68 @@ pub fn parse_output(format: OutputFormat, stdout: &[u8]) -> Result<Value, Refusa
     }
 }
 
+/// Checks that what `reader` holds is well-formed `format`, reading it once
+/// with bounded memory (JSON values are checked without being built: one
+/// JSON document, one per non-blank line for JSON lines, CSV records one at
+/// a time). For output files too large to parse into an answer.
+pub fn check_output(format: OutputFormat, reader: impl std::io::Read) -> Result<(), Refusal> {
+    use serde::de::{Deserialize, IgnoredAny};
+    use std::io::BufRead;
+    let reader = std::io::BufReader::new(reader);
+    match format {
+        OutputFormat::Text => Ok(()),
+        OutputFormat::Json => {
+            let mut de = serde_json::Deserializer::from_reader(reader);
+            IgnoredAny::deserialize(&mut de).and_then(|_| de.end()).map_err(|e| parse_error("JSON", e))
+        }
+        OutputFormat::Jsonl => {
+            for (i, line) in reader.split(b'\n').enumerate() {
+                let line = line.map_err(|e| parse_error("JSON lines", e))?;
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                serde_json::from_slice::<IgnoredAny>(&line)
+                    .map_err(|e| parse_error("JSON lines", format!("line {}: {e}", i + 1)))?;
+            }
+            Ok(())
+        }
+        OutputFormat::Csv => {
+            let mut reader = csv::ReaderBuilder::new().has_headers(true).from_reader(reader);
+            reader.headers().map_err(|e| parse_error("CSV", e))?;
+            let mut record = csv::ByteRecord::new();
+            while reader.read_byte_record(&mut record).map_err(|e| parse_error("CSV", e))? {}
+            Ok(())
+        }
+        OutputFormat::Xml => Err(Refusal::new(ReasonCode::ManifestUnsupported, "XML output is not parsed by airlock")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_streamed_check_agrees_with_the_parser() {
+        let cases: [(OutputFormat, &[u8]); 8] = [
+            (OutputFormat::Json, br#"{"a":[1,2,{"b":null}]}"#),
+            (OutputFormat::Json, br#"{"a":1} {"b":2}"#),
+            (OutputFormat::Json, b"{\"a\":"),
+            (OutputFormat::Jsonl, b"{\"a\":1}\n\n[2]\n"),
+            (OutputFormat::Jsonl, b"{\"a\":1}\nnope\n"),
+            (OutputFormat::Csv, b"x,y\n1,2\n3,4\n"),
+            (OutputFormat::Csv, b"x,y\n1,2,3\n"),
+            (OutputFormat::Text, b"\xff anything"),
+        ];
+        for (format, bytes) in cases {
+            assert_eq!(
+                check_output(format, bytes).is_ok(),
+                parse_output(format, bytes).is_ok(),
+                "{format:?} {:?}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+    }
 
     #[test]
     fn formats() {

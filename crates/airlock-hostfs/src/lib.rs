@@ -62,7 +62,12 @@
 //! Publication is by identity, never by name (ATTACKS 28). The held parent's
 //! `(dev, ino)` is checked against the descriptor; the output is copied into an
 //! unnamed `O_TMPFILE` (`0600`, `O_RDWR`) in the held parent and synced, and the
-//! receipt's size and hash are read back through that descriptor.
+//! receipt's size and hash are read back through that descriptor; the mode
+//! the published file gets ([`Candidate::with_mode`]) is set on that
+//! descriptor just before the link (a named candidate: after its rename is
+//! checked). With `create_parents`, [`HeldOutput::hold_creating`] holds the
+//! deepest existing ancestor and [`HeldOutput::make_next_parent`] makes the
+//! missing directories through handles (`parents.rs`).
 //! `linkat(fd, "", parent, name, AT_EMPTY_PATH)` publishes exactly that inode
 //! and fails with `EEXIST` on a taken name (`output.exists`), so another user of
 //! a shared (`0777`/`1777`) output directory has nothing to swap. Kernels before
@@ -95,8 +100,10 @@
 //! spent, is `broker.race`), reads only regular files with one link
 //! (`broker.not_regular`, `broker.hardlink`), and lists names sorted, skipping
 //! (and counting) names the path rules refuse. A write is prepared as an
-//! `O_TMPFILE` (`0600`) written and `fsync`ed in the target's directory (its
-//! and the directory's `(dev, ino)` reported), then committed: linked under
+//! `O_TMPFILE` (`0600`, or the mode of
+//! [`rooted::prepare_write_with_mode`]) written and `fsync`ed in the
+//! target's directory (its and the directory's `(dev, ino)` reported), then
+//! committed: linked under
 //! the staging name airlock chose (`.airlock-stage-` + 32 hex), renamed over
 //! the target, the directory synced, and the target must then be the prepared
 //! `(dev, ino)`, else `broker.race`.
@@ -133,12 +140,14 @@ mod error;
 mod fault;
 mod input;
 mod output;
+mod parents;
 mod private;
 mod publish;
 mod resolve;
 pub mod rooted;
 #[cfg(test)]
 mod testutil;
+mod umask;
 mod walk;
 
 pub use authority::HostAuthority;
@@ -148,7 +157,9 @@ pub use dir::Dir;
 pub use error::{Error, Result};
 pub use input::{InputFile, SnapshotInfo};
 pub use output::HeldOutput;
+pub use parents::MadeDir;
 pub use private::{random_suffix, PrivateDir};
 pub use publish::{Candidate, CandidateMode, EntryIdentity, Published, CANDIDATE_PREFIX};
 pub use resolve::{Resolver, ResolverKind};
+pub use umask::process_umask;
 pub use walk::{Entry, EntryKind};

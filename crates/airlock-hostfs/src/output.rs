@@ -15,6 +15,10 @@ pub struct HeldOutput {
     pub(crate) parent: Dir,
     pub(crate) name: String,
     pub(crate) path: RelPath,
+    /// Parent directories of the output still to be made beneath `parent`,
+    /// outermost first (`create_parents`; see `parents.rs`). Empty: `parent`
+    /// is the output's own parent.
+    pub(crate) missing: Vec<String>,
 }
 
 impl HeldOutput {
@@ -39,7 +43,7 @@ impl HeldOutput {
                 Dir::from_fd(fd)?
             }
         };
-        let held = HeldOutput { parent, name: rel.file_name().to_owned(), path: path.clone() };
+        let held = HeldOutput { parent, name: rel.file_name().to_owned(), path: path.clone(), missing: Vec::new() };
         held.ensure_absent()?;
         Ok(held)
     }
@@ -68,12 +72,17 @@ impl HeldOutput {
                 format!("the parent directory of {:?} is not the one the journal recorded", path.as_str()),
             ));
         }
-        Ok(HeldOutput { parent, name: rel.file_name().to_owned(), path: path.clone() })
+        Ok(HeldOutput { parent, name: rel.file_name().to_owned(), path: path.clone(), missing: Vec::new() })
     }
 
     /// Refuses (`output.exists`) if anything — file, directory, symlink,
     /// dangling symlink, FIFO — has the output's name in the held parent.
+    /// An output whose parent is still to be made cannot exist yet (what
+    /// is in the way of that parent is refused when it is made).
     pub fn ensure_absent(&self) -> Result<()> {
+        if !self.missing.is_empty() {
+            return Ok(());
+        }
         match rustix::fs::statat(self.parent.as_fd(), self.name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
             Err(Errno::NOENT) => Ok(()),
             Ok(_) => Err(Error::new(
@@ -84,7 +93,14 @@ impl HeldOutput {
         }
     }
 
-    /// The held parent directory.
+    /// The parent directories still to be made beneath [`HeldOutput::parent`],
+    /// outermost first (empty unless held with `create_parents`).
+    pub fn missing(&self) -> &[String] {
+        &self.missing
+    }
+
+    /// The held parent directory (with [`HeldOutput::missing`] parents, the
+    /// deepest existing ancestor of the output).
     pub fn parent(&self) -> &Dir {
         &self.parent
     }

@@ -69,6 +69,8 @@ pub struct Candidate<'a> {
     name: Option<String>,
     info: Published,
     done: bool,
+    /// Permission bits the published file gets (`None`: it stays `0600`).
+    mode: Option<u32>,
 }
 
 /// What is at a name in a directory, without following links.
@@ -153,6 +155,12 @@ impl HeldOutput {
                 format!("the parent directory of {:?} is not the one that was prepared", self.path.as_str()),
             ));
         }
+        if !self.missing.is_empty() {
+            return Err(Error::new(
+                ReasonCode::Internal,
+                format!("the parent directories of {:?} have not been made", self.path.as_str()),
+            ));
+        }
         self.ensure_absent()?;
         if tag.is_empty() || tag.contains('/') || tag.contains('\0') || tag.len() > 128 {
             return Err(Error::new(ReasonCode::Internal, format!("invalid candidate tag {tag:?}")));
@@ -165,6 +173,7 @@ impl HeldOutput {
             name,
             info: Published { bytes: 0, sha256_hex: String::new(), dev_ino: (st.st_dev, st.st_ino) },
             done: false,
+            mode: None,
         };
         let copied = copy_bounded(source, &mut candidate.file, max_bytes)?;
         candidate.file.sync_all().map_err(|e| Error::new(ReasonCode::Internal, format!("syncing candidate: {e}")))?;
@@ -252,15 +261,29 @@ impl HeldOutput {
 
     /// Renames the existing candidate `name` (which must be the inode
     /// `dev_ino`) to the output's name without replacing anything, checks
-    /// that the output's name now is that inode, then syncs the directory.
-    /// For recovery.
-    pub fn publish_candidate_named(&self, name: &str, dev_ino: (u64, u64)) -> Result<()> {
+    /// that the output's name now is that inode, gives it permission bits
+    /// `mode` (when the intent recorded one) through a descriptor of that
+    /// very inode, then syncs the directory. For recovery.
+    pub fn publish_candidate_named(&self, name: &str, dev_ino: (u64, u64), mode: Option<u32>) -> Result<()> {
         match self.entry(name)? {
             Some(e) if e.dev_ino == dev_ino && e.regular => {}
             _ => return Err(Error::new(ReasonCode::PathRace, format!("{name:?} is not the recorded candidate"))),
         }
         rename_noreplace(self, name)?;
         self.check_published(dev_ino)?;
+        if let Some(mode) = mode {
+            let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+            let fd =
+                rustix::fs::openat(self.parent.as_fd(), self.name.as_str(), flags, Mode::empty()).map_err(|e| {
+                    Error::syscall(ReasonCode::Internal, format_args!("openat(parent, {:?})", self.name), e)
+                })?;
+            let st = rustix::fs::fstat(&fd).map_err(|e| Error::syscall(ReasonCode::Internal, "fstat", e))?;
+            if (st.st_dev, st.st_ino) != dev_ino {
+                return Err(Error::new(ReasonCode::OutputIdentityMismatch, format!("{:?} changed", self.name)));
+            }
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o666))
+                .map_err(|e| Error::syscall(ReasonCode::Internal, format_args!("fchmod(output, {mode:o})"), e))?;
+        }
         self.parent.sync()
     }
 
@@ -347,6 +370,24 @@ fn link_open_file(held: &HeldOutput, file: &std::fs::File) -> Result<()> {
 }
 
 impl Candidate<'_> {
+    /// The published file gets permission bits `mode` instead of `0600`.
+    /// They are set with `fchmod` on the open candidate only once it cannot
+    /// change any more: an unnamed candidate just before it is linked, a
+    /// named one after its rename is checked, so a candidate is never
+    /// writable by anyone else while it has a name nobody vouched for.
+    pub fn with_mode(mut self, mode: u32) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+
+    fn apply_mode(&self) -> Result<()> {
+        match self.mode {
+            None => Ok(()),
+            Some(mode) => rustix::fs::fchmod(&self.file, Mode::from_raw_mode(mode))
+                .map_err(|e| Error::syscall(ReasonCode::Internal, format_args!("fchmod(candidate, {mode:o})"), e)),
+        }
+    }
+
     /// The candidate's file name in the destination directory; `None` for
     /// an unnamed (`O_TMPFILE`) candidate.
     pub fn name(&self) -> Option<&str> {
@@ -378,13 +419,17 @@ impl Candidate<'_> {
     /// `output.identity_mismatch` with the foreign file left in place.
     pub fn publish(mut self) -> Result<Published> {
         match &self.name {
-            None => link_open_file(self.held, &self.file)?,
+            None => {
+                self.apply_mode()?;
+                link_open_file(self.held, &self.file)?
+            }
             Some(name) => {
                 rename_noreplace(self.held, name)?;
                 // Whatever the check finds, the candidate's name is no
                 // longer this file's to remove.
                 self.done = true;
                 self.held.check_published(self.info.dev_ino)?;
+                self.apply_mode()?;
             }
         }
         self.done = true;

@@ -369,15 +369,28 @@ pub struct PreparedWrite {
     bytes: u64,
 }
 
-/// Prepares replacing (or creating) the regular file `comps` with `bytes`:
-/// [`open_write`], [`PreparedWrite::append`] and `fsync`.
+/// Prepares replacing (or creating) the regular file `comps` with `bytes`,
+/// mode `0600` ([`prepare_write_with_mode`]).
 pub fn prepare_write(
     resolver: &Resolver,
     root: impl AsFd,
     comps: &[&str],
     bytes: &[u8],
 ) -> RootedResult<PreparedWrite> {
-    let mut write = open_write(resolver, root, comps)?;
+    prepare_write_with_mode(resolver, root, comps, bytes, 0o600)
+}
+
+/// [`prepare_write`] with the unnamed file created with permission bits
+/// `mode` (less the process's umask), which the target keeps:
+/// [`open_write`], [`PreparedWrite::append`] and `fsync`.
+pub fn prepare_write_with_mode(
+    resolver: &Resolver,
+    root: impl AsFd,
+    comps: &[&str],
+    bytes: &[u8],
+    mode: u32,
+) -> RootedResult<PreparedWrite> {
+    let mut write = open_write(resolver, root, comps, mode)?;
     write.append(bytes)?;
     write.sync()?;
     Ok(write)
@@ -391,8 +404,9 @@ pub fn prepare_write(
 /// symlink is [`RootedError::Symlink`], a file mounted over the name
 /// [`RootedError::MountCrossing`], anything else [`RootedError::NotRegular`];
 /// its link count does not matter, since it is never opened). The file is
-/// an `O_TMPFILE` (mode `0600`) in that directory.
-pub fn open_write(resolver: &Resolver, root: impl AsFd, comps: &[&str]) -> RootedResult<PreparedWrite> {
+/// an `O_TMPFILE` in that directory with permission bits `mode & 0o666`
+/// (less the umask), which the target keeps.
+pub fn open_write(resolver: &Resolver, root: impl AsFd, comps: &[&str], mode: u32) -> RootedResult<PreparedWrite> {
     let root = root.as_fd();
     check_components(comps)?;
     let Some((name, parent)) = comps.split_last() else {
@@ -420,9 +434,13 @@ pub fn open_write(resolver: &Resolver, root: impl AsFd, comps: &[&str]) -> Roote
             }
         },
     }
-    let file =
-        rustix::fs::openat(&dir, ".", OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))
-            .map_err(|e| RootedError::io(format!("openat(dir of {path:?}, \".\", O_TMPFILE|O_WRONLY, 0600)"), e))?;
+    let file = rustix::fs::openat(
+        &dir,
+        ".",
+        OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
+        Mode::from_raw_mode(mode & 0o666),
+    )
+    .map_err(|e| RootedError::io(format!("openat(dir of {path:?}, \".\", O_TMPFILE|O_WRONLY, {mode:04o})"), e))?;
     let stat = |fd: BorrowedFd<'_>, what: &str| fstat(fd, what).map_err(|f| RootedError::from_fault(f, comps));
     let file_id = FileId::of(&stat(file.as_fd(), "tmpfile")?);
     let dir_id = FileId::of(&stat(dir.as_fd(), "parent dir")?);

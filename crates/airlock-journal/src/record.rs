@@ -37,6 +37,8 @@ pub mod kind {
     pub const FILE_PUBLICATION_PREPARED: &str = "FilePublicationPrepared";
     /// The candidate was renamed into place and the directory synced.
     pub const FILE_PUBLICATION_FINISHED: &str = "FilePublicationFinished";
+    /// A missing parent directory of an output was made (`create_parents`).
+    pub const OUTPUT_DIRECTORY_CREATED: &str = "OutputDirectoryCreated";
     /// The call ended; the body says how.
     pub const INVOCATION_FINISHED: &str = "InvocationFinished";
     /// `airlock invocation recover` finished or discarded an interrupted call.

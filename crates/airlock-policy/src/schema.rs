@@ -167,6 +167,7 @@ fn filesystem_ty() -> Ty {
         req("input_snapshots", Ty::Bool),
         req("overwrite", Ty::Bool),
         opt("output_parent", Ty::Named("DirIdentity", Box::new(dir_identity_ty()))),
+        opt("create_dirs", set(Ty::Str)),
         req("read_paths", set(Ty::Str)),
         req("read_sha256", set(Ty::Str)),
         req("create_paths", set(Ty::Str)),

@@ -77,6 +77,7 @@ pub struct Runtime {
     state: PrivateDir,
     pool: airlock_staging::Pool,
     protected: Protected,
+    modes: airlock_core::modes::EffectiveModes,
 }
 
 impl Runtime {
@@ -100,6 +101,9 @@ impl Runtime {
         let pool = airlock_staging::Pool::open(&state, config.staging)?;
         let cedar = if config.policy_files.is_empty() { None } else { Some(policy_files::load(&authority, &config)?) };
         let principal = config.principal.clone();
+        // The caller's umask, read once: what published files and made
+        // directories get unless `[filesystem] output_mode` says otherwise.
+        let modes = config.output_modes.effective(airlock_hostfs::process_umask());
         Ok(Runtime {
             authority,
             cedar,
@@ -112,7 +116,15 @@ impl Runtime {
             state,
             pool,
             protected,
+            modes,
         })
+    }
+
+    /// The permission bits of published files and of the output
+    /// directories a call makes (`[filesystem] output_mode`,
+    /// `output_dir_mode`, else `0666`/`0777` less the umask read at start).
+    pub fn output_modes(&self) -> airlock_core::modes::EffectiveModes {
+        self.modes
     }
 
     /// The configuration in force.

@@ -258,7 +258,9 @@ impl Runtime {
                         "the candidate does not match the recorded size and hash",
                     ));
                 }
-                t.held.publish_candidate_named(&t.candidate, recorded)?;
+                // Intents written before modes were recorded keep 0600.
+                let mode = intent["mode"].as_str().and_then(|m| u32::from_str_radix(m, 8).ok());
+                t.held.publish_candidate_named(&t.candidate, recorded, mode)?;
                 self.finish(id, intent, "confirmed_by_recovery")?;
                 "published"
             }

@@ -213,6 +213,6 @@ pub use probe::{probe, HostSupport};
 pub use sealed::SealedProgram;
 pub use spec::{
     ImageMount, ProvidedFile, StagedInput, StagedOutput, WorkerLimits, WorkerSpec, FS_SOCKET_ENV, FS_SOCKET_FD,
-    MAX_PROVIDED_FILES, PROGRAM_PATH, PROVIDED_DIR,
+    MAX_PROVIDED_FILES, PROGRAM_PATH, PROVIDED_DIR, STDOUT_TAIL,
 };
 pub use worker::{KillHandle, Tier, Worker};

@@ -421,7 +421,8 @@ impl NativeTier {
             None => (Some(stdout_r), None),
         };
         let pipes = Pipes { stdout, stderr: stderr_r, status: status_r };
-        let worker = NativeWorker::new(child, cgroup, pidfd, pipes, &spec, started, limits);
+        let sink = spec.stdout_sink.take();
+        let worker = NativeWorker::new(child, cgroup, pidfd, pipes, &spec, sink, started, limits);
         // A dead init shows up as a protocol error in wait(), not here.
         let _ = spec_w.write_all(&spec_bytes);
         drop(spec_w);

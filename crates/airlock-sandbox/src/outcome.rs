@@ -138,7 +138,9 @@ pub struct WorkerOutcome {
     pub exit: ExitStatusKind,
     /// The deadline passed and the sandbox was killed.
     pub timed_out: bool,
-    /// The first `stdout_limit` bytes of stdout.
+    /// The first `stdout_limit` bytes of stdout (with a
+    /// [`crate::WorkerSpec::stdout_sink`], which holds them, only their last
+    /// [`crate::STDOUT_TAIL`] bytes).
     pub stdout: Vec<u8>,
     /// More stdout was written (and drained) than kept.
     pub stdout_truncated: bool,

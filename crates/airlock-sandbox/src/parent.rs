@@ -11,6 +11,7 @@
 //! init finishes exiting; the init itself is reaped here.
 #![forbid(unsafe_code)]
 
+use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +24,7 @@ use rustix::process::{Pid, PidfdFlags, Signal};
 use crate::cgroup::WorkerCgroup;
 use crate::error::{errno, SandboxError};
 use crate::outcome::{AppliedLimits, ExitStatusKind, OutputExport, WorkerOutcome};
-use crate::spec::WorkerSpec;
+use crate::spec::{WorkerSpec, STDOUT_TAIL};
 use crate::wire::{StatusMsg, MAX_STATUS_BYTES};
 use crate::worker::{KillHandle, Worker};
 
@@ -39,6 +40,7 @@ pub struct NativeWorker {
     status: OwnedFd,
     deadline: Instant,
     stdout_limit: usize,
+    stdout_sink: Option<std::fs::File>,
     stderr_limit: usize,
     has_output: bool,
     limits: AppliedLimits,
@@ -56,13 +58,16 @@ pub(crate) struct Pipes {
 
 impl NativeWorker {
     /// The handle of the init `child` (signalled through `pidfd`, joined to
-    /// `cgroup` when there is one), started at `started` for `spec`.
+    /// `cgroup` when there is one), started at `started` for `spec`, whose
+    /// stdout goes to `stdout_sink` when it has one.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         child: Child,
         cgroup: Option<WorkerCgroup>,
         pidfd: Arc<OwnedFd>,
         pipes: Pipes,
         spec: &WorkerSpec,
+        stdout_sink: Option<std::fs::File>,
         started: Instant,
         limits: AppliedLimits,
     ) -> NativeWorker {
@@ -75,6 +80,7 @@ impl NativeWorker {
             status: pipes.status,
             deadline: started + spec.timeout,
             stdout_limit: spec.stdout_limit,
+            stdout_sink,
             stderr_limit: spec.stderr_limit,
             has_output: spec.output.is_some(),
             limits,
@@ -85,26 +91,50 @@ impl NativeWorker {
 /// How long after a kill the caller waits for the sandbox to disappear.
 const KILL_GRACE: Duration = Duration::from_secs(5);
 
-/// Keeps the first `limit` bytes and counts the rest.
+/// Keeps the first `limit` bytes (in memory, or written to a file with the
+/// last [`STDOUT_TAIL`] kept in memory) and counts the rest.
 struct Bounded {
     kept: Vec<u8>,
     limit: usize,
+    /// Bytes kept so far (in memory or in `file`).
+    stored: u64,
     total: u64,
+    file: Option<std::fs::File>,
+    /// The first write to `file` that failed.
+    failed: Option<std::io::Error>,
 }
 
 impl Bounded {
     fn new(limit: usize) -> Self {
-        Bounded { kept: Vec::new(), limit, total: 0 }
+        Bounded { kept: Vec::new(), limit, stored: 0, total: 0, file: None, failed: None }
+    }
+
+    fn into_file(limit: usize, file: Option<std::fs::File>) -> Self {
+        Bounded { file, ..Bounded::new(limit) }
     }
 
     fn push(&mut self, bytes: &[u8]) {
         self.total += bytes.len() as u64;
-        let room = self.limit.saturating_sub(self.kept.len());
-        self.kept.extend_from_slice(&bytes[..room.min(bytes.len())]);
+        let room = (self.limit as u64).saturating_sub(self.stored);
+        let take = &bytes[..usize::try_from(room).unwrap_or(usize::MAX).min(bytes.len())];
+        self.stored += take.len() as u64;
+        match &mut self.file {
+            None => self.kept.extend_from_slice(take),
+            Some(file) => {
+                if self.failed.is_none() {
+                    if let Err(e) = file.write_all(take) {
+                        self.failed = Some(e);
+                    }
+                }
+                self.kept.extend_from_slice(take);
+                let over = self.kept.len().saturating_sub(STDOUT_TAIL);
+                self.kept.drain(..over);
+            }
+        }
     }
 
     fn truncated(&self) -> bool {
-        self.total > self.kept.len() as u64
+        self.total > self.stored
     }
 }
 
@@ -210,7 +240,7 @@ fn pid1_gone(host_pid: i32, init_pid: u32, until: Instant) -> bool {
 
 fn wait_worker(mut w: NativeWorker) -> Result<WorkerOutcome, SandboxError> {
     let mut streams = [
-        Stream { fd: w.stdout.take(), sink: Bounded::new(w.stdout_limit) },
+        Stream { fd: w.stdout.take(), sink: Bounded::into_file(w.stdout_limit, w.stdout_sink.take()) },
         Stream { fd: Some(w.stderr), sink: Bounded::new(w.stderr_limit) },
         Stream { fd: Some(w.status), sink: Bounded::new(MAX_STATUS_BYTES) },
     ];
@@ -294,6 +324,11 @@ fn wait_worker(mut w: NativeWorker) -> Result<WorkerOutcome, SandboxError> {
         None
     };
     let exit = exit.unwrap_or(ExitStatusKind::Signaled(libc::SIGKILL));
+    if let Some(e) = out.sink.failed {
+        // The worker is gone (reaped above); what it printed did not reach
+        // its file whole, so the run cannot be judged on it.
+        return Err(SandboxError::Wait { call: "write(stdout file)".into(), errno: errno(e) });
+    }
     Ok(WorkerOutcome {
         exit,
         timed_out,

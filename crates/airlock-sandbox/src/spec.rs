@@ -60,6 +60,12 @@ pub struct WorkerSpec {
     pub timeout: Duration,
     /// Bytes of stdout kept; the rest is drained and counted.
     pub stdout_limit: usize,
+    /// Where the kept stdout goes instead of memory: the parent writes the
+    /// first `stdout_limit` bytes into this file as it drains the pipe, so
+    /// a large stdout costs no memory ([`crate::WorkerOutcome::stdout`]
+    /// then holds only its last [`STDOUT_TAIL`] bytes). Never seen by the
+    /// worker.
+    pub stdout_sink: Option<std::fs::File>,
     /// Bytes of stderr kept; the rest is drained and counted.
     pub stderr_limit: usize,
     /// One end of a connected socket (e.g. from
@@ -71,6 +77,10 @@ pub struct WorkerSpec {
     /// Files copied into the sandbox under [`PROVIDED_DIR`], read-only.
     pub provided: Vec<ProvidedFile>,
 }
+
+/// Bytes of stdout kept in memory, as a tail, when it goes to a
+/// [`WorkerSpec::stdout_sink`].
+pub const STDOUT_TAIL: usize = 4096;
 
 impl WorkerSpec {
     /// A spec for `argv` with the defaults: working directory `/workspace`,
@@ -87,6 +97,7 @@ impl WorkerSpec {
             limits: WorkerLimits::default(),
             timeout: Duration::from_secs(60),
             stdout_limit: 1 << 20,
+            stdout_sink: None,
             stderr_limit: 1 << 20,
             fs_socket: None,
             provided: Vec::new(),

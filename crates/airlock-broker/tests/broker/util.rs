@@ -77,7 +77,11 @@ pub struct Running {
 
 /// The resolver the environment asks for (CI runs the suite twice).
 fn options() -> BrokerOptions {
-    BrokerOptions { resolver: std::env::var("AIRLOCK_RESOLVER").ok().filter(|r| !r.is_empty()), max_file_bytes: None }
+    BrokerOptions {
+        resolver: std::env::var("AIRLOCK_RESOLVER").ok().filter(|r| !r.is_empty()),
+        mode: None,
+        max_file_bytes: None,
+    }
 }
 
 pub fn start(program: &str, roots: &Roots) -> Running {

@@ -32,6 +32,13 @@ fn isolated_argv(p: &Project, roots: &[String], argv: &[&str]) -> Run {
     p.run(&args)
 }
 
+/// This process's umask (airlock inherits it).
+fn test_umask() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find_map(|l| l.strip_prefix("Umask:")).unwrap();
+    u32::from_str_radix(line.trim(), 8).unwrap()
+}
+
 /// The failed operation's own code, from the envelope.
 pub(crate) fn op_code(run: &Run) -> &str {
     run.envelope["content"]["broker"]["failure"]["code"].as_str().unwrap_or("")
@@ -88,7 +95,7 @@ fn reads_lists_and_writes_through_the_broker() {
     assert_eq!(std::fs::read_to_string(p.path("results/sub/old.txt")).unwrap(), "new");
     assert_eq!(std::fs::read_to_string(p.path("results/sub/new.txt")).unwrap(), "fresh");
     let mode = std::fs::metadata(p.path("results/sub/new.txt")).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o600, "replacement files are private");
+    assert_eq!(mode, 0o666 & !test_umask(), "written files get 0666 less the caller's umask");
     let created: Vec<&str> =
         run.envelope["created_files"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
     assert_eq!(created, ["out:sub/old.txt", "out:sub/new.txt"]);

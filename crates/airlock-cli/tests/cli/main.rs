@@ -26,6 +26,7 @@ mod mcp_auth;
 mod mcp_worker;
 mod mcpkit;
 mod operator_limits;
+mod outputs;
 mod parser;
 mod policy;
 mod prepare;

@@ -192,7 +192,7 @@ fn sha256sum(path: &std::path::Path) -> String {
 /// Runs the shipping binary under a small Python parent that reaps it with
 /// `wait4` and reports its peak RSS (KiB; the largest of airlock and the
 /// descendants it reaped, which here are the sandbox's init and a `cp`).
-fn run_measured(p: &Project, args: &[&str], limit: Duration) -> (Run, u64) {
+pub(crate) fn run_measured(p: &Project, args: &[&str], limit: Duration) -> (Run, u64) {
     const WRAPPER: &str = "import os, subprocess, sys\n\
         child = subprocess.Popen(sys.argv[1:])\n\
         _, status, usage = os.wait4(child.pid, 0)\n\

@@ -27,6 +27,8 @@ pub struct FilesystemPlan {
     /// The manifest's `max_input_file_bytes`, already inside the hard
     /// bounds; `None` means the operator's input limit.
     pub max_input_file_bytes: Option<u64>,
+    /// `create_parents = true`: missing parents of the output may be made.
+    pub create_parents: bool,
 }
 
 /// `[filesystem]` after parse.
@@ -36,6 +38,7 @@ pub(crate) struct CompiledFilesystem {
     create: Option<PathEntry>,
     max_file_bytes: Option<u64>,
     max_input_file_bytes: Option<u64>,
+    create_parents: bool,
 }
 
 fn entry_key(entry: &PathEntry) -> String {
@@ -112,6 +115,7 @@ pub(crate) fn compile(
         create,
         max_file_bytes: def.max_file_bytes,
         max_input_file_bytes: def.max_input_file_bytes,
+        create_parents: def.create_parents,
     })
 }
 
@@ -119,6 +123,11 @@ impl CompiledFilesystem {
     /// Whether `[filesystem]` declares a create entry.
     pub(crate) fn has_create(&self) -> bool {
         self.create.is_some()
+    }
+
+    /// The create entry as it was written (`{out}` or a literal path).
+    pub(crate) fn create_key(&self) -> Option<String> {
+        self.create.as_ref().map(entry_key)
     }
 
     /// The resolved files of one call.
@@ -158,6 +167,7 @@ impl CompiledFilesystem {
             create,
             max_file_bytes: self.max_file_bytes,
             max_input_file_bytes: self.max_input_file_bytes,
+            create_parents: self.create_parents,
         })
     }
 }

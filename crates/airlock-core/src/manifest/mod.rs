@@ -49,6 +49,7 @@ mod command;
 mod filesystem;
 mod mcp;
 mod model;
+mod output_file;
 mod schema;
 mod source;
 mod template;
@@ -110,6 +111,8 @@ struct Compiled {
     args: BTreeMap<String, args::ArgRule>,
     command: Option<command::CompiledCommand>,
     filesystem: filesystem::CompiledFilesystem,
+    /// `[output] stdout_file`: the tool's stdout is its output file.
+    stdout_output: bool,
 }
 
 /// A parsed, structurally checked manifest.
@@ -230,6 +233,7 @@ impl Manifest {
         if raw.output.as_ref().is_some_and(|o| o.max_bytes == Some(0)) {
             return Err(at(invalid("[output] max_bytes must be at least 1".to_owned())));
         }
+        let stdout_output = output_file::compile(raw.output.as_ref(), &filesystem, raw.mcp.is_some()).map_err(at)?;
         Ok(Manifest {
             tool: raw.tool,
             args: raw.args,
@@ -244,7 +248,7 @@ impl Manifest {
             browser: raw.browser,
             sha256: sha256_tagged(text.as_bytes()),
             origin: origin.to_owned(),
-            compiled: Compiled { args: rules, command, filesystem },
+            compiled: Compiled { args: rules, command, filesystem, stdout_output },
         })
     }
 
@@ -366,6 +370,13 @@ impl Manifest {
     /// (`path.duplicate`) and within the input and output counts.
     pub fn filesystem_plan(&self, args: &BoundArgs) -> Result<FilesystemPlan, Refusal> {
         self.compiled.filesystem.plan(args)
+    }
+
+    /// Whether the tool's standard output is its output file (`[output]
+    /// stdout_file`): airlock writes the bounded stdout into the declared
+    /// output and the worker gets no writable output file of its own.
+    pub fn stdout_is_output(&self) -> bool {
+        self.compiled.stdout_output
     }
 
     /// The checked `[mcp]` section, `None` for a tool without one. Refused

@@ -302,6 +302,10 @@ pub struct OutputDef {
     pub max_bytes: Option<u64>,
     /// JSON-Schema-like description of the parsed output.
     pub schema: Option<toml::Table>,
+    /// The tool's standard output is written to this declared output
+    /// (airlock extension): the `[filesystem] create` entry exactly as
+    /// written, e.g. `"{output}"`. See `output_file.rs`.
+    pub stdout_file: Option<String>,
 }
 
 impl OutputDef {
@@ -332,6 +336,11 @@ pub struct FilesystemDef {
     /// Each input's size bound (1 B … what `[limits] max_input_file_bytes`
     /// allows); unset, the operator's limit, whatever `max_file_bytes` says.
     pub max_input_file_bytes: Option<u64>,
+    /// Missing parent directories of the output may be made beneath its
+    /// read-write ceiling (airlock extension; default `false`: the parent
+    /// must exist).
+    #[serde(default)]
+    pub create_parents: bool,
 }
 
 /// `[source]`: a bounded source query (executed by a later component).

@@ -3,11 +3,16 @@
 //!
 //! # Publication steps and recovery
 //!
-//! Pending marker `STATE/pending/ID@PID.START` (synced) → candidate written and
+//! Pending marker `STATE/pending/ID@PID.START` (synced) → with
+//! `create_parents`, each missing parent made through the handle of the one
+//! before and journaled (`OutputDirectoryCreated`, synced; made after the
+//! call was authorized and ran, so a refused or failed call makes none) →
+//! candidate written and
 //! synced (unnamed; or, without `O_TMPFILE`, `.airlock-candidate-ID`, named
 //! from the id so a crash before any record still leaves it findable) →
 //! `FilePublicationPrepared` (`candidate_mode` `tmpfile`|`named`,
-//! `candidate_name` or null, the candidate's `(dev, ino)`, size, hash) →
+//! `candidate_name` or null, the candidate's `(dev, ino)`, size, hash, the
+//! identity of the directory it is linked into, the `mode` it gets) →
 //! `linkat` (or `RENAME_NOREPLACE` + identity check) + directory fsync →
 //! `FilePublicationFinished` → marker removed.
 //!
@@ -54,9 +59,20 @@ impl Runtime {
         let mut file = staging.open_file(OUTPUT_FILE)?;
         let max = prepared.descriptor().command_boundary.filesystem.max_file_bytes;
         let marker = ledger::mark_pending(self.state(), id)?;
+        let made = match self.make_parents(held, id) {
+            Ok(made) => made,
+            Err(r) => {
+                marker.clear()?;
+                return Err(r);
+            }
+        };
+        let (held, expected) = match &made {
+            Some(made) => (made, made.parent().dev_ino()),
+            None => (held, expected),
+        };
         ledger::crash_point("before_candidate");
         let candidate = match held.write_candidate(&mut file, max, expected, id, ledger::candidate_mode()) {
-            Ok(c) => c,
+            Ok(c) => c.with_mode(self.output_modes().file),
             Err(e) => {
                 marker.clear()?;
                 return Err(e.into());
@@ -70,7 +86,8 @@ impl Runtime {
             "destination_name": held.name(),
             "candidate_mode": candidate.mode().as_str(),
             "candidate_name": candidate.name(),
-            "parent": rec.parent,
+            "parent": { "dev": expected.0.to_string(), "ino": expected.1.to_string() },
+            "mode": format!("{:04o}", self.output_modes().file),
             "candidate": { "dev": c.dev_ino.0.to_string(), "ino": c.dev_ino.1.to_string() },
             "bytes": c.bytes,
             "sha256": format!("sha256:{}", c.sha256_hex),
@@ -103,6 +120,29 @@ impl Runtime {
             bytes: published.bytes,
             sha256: format!("sha256:{}", published.sha256_hex),
         }])
+    }
+}
+
+impl Runtime {
+    /// Makes the output's missing parents (`create_parents`), outermost
+    /// first, each through the handle of the one before, with one synced
+    /// `OutputDirectoryCreated` record a directory; the output held through
+    /// the last one, or `None` when nothing was missing.
+    fn make_parents(&self, held: &HeldOutput, id: &str) -> Result<Option<HeldOutput>, Refusal> {
+        let mut current: Option<HeldOutput> = None;
+        loop {
+            let Some((next, made)) = current.as_ref().unwrap_or(held).make_next_parent(self.output_modes().dir)? else {
+                return Ok(current);
+            };
+            let body = json!({
+                "path": made.path,
+                "dev": made.dev_ino.0.to_string(),
+                "ino": made.dev_ino.1.to_string(),
+                "mode": format!("{:04o}", made.mode),
+            });
+            self.record(kind::OUTPUT_DIRECTORY_CREATED, Some(id), body)?;
+            current = Some(next);
+        }
     }
 }
 

@@ -23,6 +23,9 @@ pub struct BrokerOptions {
     /// for the broker to check): the broker's environment is empty, so
     /// `AIRLOCK_RESOLVER` reaches it only this way. Default: none (`auto`).
     pub resolver: Option<String>,
+    /// `--mode OCTAL`: permission bits of the files the broker writes
+    /// (default: none, `0600`).
+    pub mode: Option<u32>,
     /// `--max-file-bytes N`: the largest file the broker may write (its
     /// `RLIMIT_FSIZE`); airlock passes the write budget so chunked writes
     /// fit. Default: none (one 64 KiB frame).
@@ -36,6 +39,9 @@ pub fn broker_argv(rights: &[Rights], options: &BrokerOptions) -> Vec<String> {
     let mut argv = vec![BROKER_ARGV0.to_string(), "--rights".to_string(), list.join(",")];
     if let Some(r) = &options.resolver {
         argv.extend(["--resolver".to_string(), r.clone()]);
+    }
+    if let Some(mode) = options.mode {
+        argv.extend(["--mode".to_string(), format!("{mode:04o}")]);
     }
     if let Some(n) = options.max_file_bytes {
         argv.extend(["--max-file-bytes".to_string(), n.to_string()]);
@@ -213,7 +219,7 @@ mod tests {
             broker_argv(&[r("r"), r("wl"), r("l")], &BrokerOptions::default()),
             ["airlock-broker", "--rights", "r,wl,l"]
         );
-        let options = BrokerOptions { resolver: Some("emulated".into()), max_file_bytes: Some(1 << 20) };
+        let options = BrokerOptions { resolver: Some("emulated".into()), mode: None, max_file_bytes: Some(1 << 20) };
         assert_eq!(
             broker_argv(&[r("lrw")], &options),
             ["airlock-broker", "--rights", "rwl", "--resolver", "emulated", "--max-file-bytes", "1048576"]

@@ -114,7 +114,12 @@ impl Runtime {
                 let rel =
                     rel.ok_or_else(|| Refusal::new(ReasonCode::OutputExists, "the output is a ceiling directory"))?;
                 let dir = ceilings::open(self.authority(), ceiling, self.protected())?;
-                let held = HeldOutput::reopen(self.resolver(), &dir, &rel, &path, expected)?;
+                let held = match &record.descriptor.command_boundary.filesystem.create_dirs {
+                    Some(dirs) => {
+                        HeldOutput::reopen_creating(self.resolver(), &dir, &rel, &path, dirs.len(), expected)?
+                    }
+                    None => HeldOutput::reopen(self.resolver(), &dir, &rel, &path, expected)?,
+                };
                 held.ensure_absent()?;
                 Some(held)
             }

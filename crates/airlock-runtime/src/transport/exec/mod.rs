@@ -14,6 +14,7 @@
 mod dispatch;
 mod parser;
 mod prepare;
+mod stdout_file;
 
 pub use prepare::CallRequest;
 
@@ -127,21 +128,15 @@ impl Runtime {
         let outcome = outcome?;
 
         let base = answer::finished(&prepared, &decision.policy_ids, Some((&outcome, None)));
-        let max_file = prepared.descriptor().command_boundary.filesystem.max_file_bytes;
-        let content = judge(&outcome, manifest.tool.timeout_seconds, max_file).and_then(|()| match &parser {
-            None => {
-                let format = manifest.output.as_ref().map(|o| o.format).unwrap_or(OutputFormat::Text);
-                parse_output(format, &outcome.stdout)
-            }
-            Some(program) => {
-                let place = ParserPlace {
-                    staging: prepared.staged()?,
-                    working_dir: &self.config().working_dir,
-                    image: self.image(),
-                };
-                run_parser(&tier, program, &outcome.stdout, place, manifest)
-            }
-        });
+        let fs = &prepared.descriptor().command_boundary.filesystem;
+        let max_file = fs.max_file_bytes;
+        let timeout = manifest.tool.timeout_seconds;
+        let content = match fs.create.first().filter(|_| manifest.stdout_is_output()) {
+            Some(path) => stdout_file::judge_stdout_file(&outcome, timeout, max_file)
+                .and_then(|()| stdout_file::describe(manifest, path, prepared.staged()?)),
+            None => judge(&outcome, timeout, max_file)
+                .and_then(|()| self.tool_content(&prepared, &tier, &outcome, parser.as_deref())),
+        };
         let tails = json!({ "stdout": output_tail(&outcome.stdout), "stderr": output_tail(&outcome.stderr) });
         let envelope = match content {
             Err(refusal) => answer::failed(&base, refusal, Some(tails)),
@@ -156,6 +151,33 @@ impl Runtime {
         Ok(envelope)
     }
 
+    /// The `content` of a tool's answer from its standard output: the
+    /// builtin parser of `[output] format`, or the allowed custom parser in
+    /// a worker of its own.
+    fn tool_content(
+        &self,
+        prepared: &PreparedCall<ExecPayload>,
+        tier: &NativeTier,
+        outcome: &WorkerOutcome,
+        parser: Option<&str>,
+    ) -> Result<serde_json::Value, Refusal> {
+        let manifest = prepared.manifest();
+        match parser {
+            None => {
+                let format = manifest.output.as_ref().map(|o| o.format).unwrap_or(OutputFormat::Text);
+                parse_output(format, &outcome.stdout)
+            }
+            Some(program) => {
+                let place = ParserPlace {
+                    staging: prepared.staged()?,
+                    working_dir: &self.config().working_dir,
+                    image: self.image(),
+                };
+                run_parser(tier, program, &outcome.stdout, place, manifest)
+            }
+        }
+    }
+
     /// The worker for a prepared call, tool or MCP server alike: its argv,
     /// its snapshots read-only, (if it creates one) an empty output file in
     /// its staging data, the image, its limits and its timeout.
@@ -166,15 +188,17 @@ impl Runtime {
         }
         let d = prepared.descriptor();
         let fs = &d.command_boundary.filesystem;
-        let output = match fs.create.first() {
-            None => None,
-            Some(path) => Some(StagedOutput {
-                virtual_path: path.clone(),
-                file: prepared.staged()?.create_file(OUTPUT_FILE)?,
-                max_bytes: fs.max_file_bytes,
-            }),
-        };
         let manifest = prepared.manifest();
+        // A tool whose stdout is its output writes no file of its own: the
+        // sandbox streams its stdout into the output's staging file.
+        let (output, stdout_sink) = match fs.create.first() {
+            None => (None, None),
+            Some(_) if manifest.stdout_is_output() => (None, Some(prepared.staged()?.create_file(OUTPUT_FILE)?)),
+            Some(path) => {
+                let file = prepared.staged()?.create_file(OUTPUT_FILE)?;
+                (Some(StagedOutput { virtual_path: path.clone(), file, max_bytes: fs.max_file_bytes }), None)
+            }
+        };
         Ok(WorkerSpec {
             argv: d.argv.clone(),
             env: Vec::new(),
@@ -184,7 +208,8 @@ impl Runtime {
             image: self.image(),
             limits: worker_limits(manifest, fs.max_file_bytes),
             timeout: Duration::from_secs(manifest.tool.timeout_seconds),
-            stdout_limit: stdout_limit(manifest),
+            stdout_limit: stdout_limit(manifest, fs.max_file_bytes),
+            stdout_sink,
             stderr_limit: STDERR_LIMIT,
             fs_socket: None,
             provided: Vec::new(),
@@ -212,8 +237,14 @@ fn run_worker(tier: &NativeTier, spec: WorkerSpec, what: &str) -> Result<WorkerO
     tier.start(spec).and_then(|worker| worker.wait()).map_err(|e| sandbox_refusal(&e, what))
 }
 
-/// `[output] max_bytes` of the tool's standard output, as a pipe bound.
-fn stdout_limit(manifest: &Manifest) -> usize {
-    let max = manifest.output.as_ref().and_then(|o| o.max_bytes).unwrap_or(DEFAULT_MAX_OUTPUT_BYTES);
+/// The bound of the tool's standard output pipe: `max_file_bytes` when
+/// stdout is the output file, else `[output] max_bytes`.
+fn stdout_limit(manifest: &Manifest, max_file_bytes: u64) -> usize {
+    let max = if manifest.stdout_is_output() { max_file_bytes } else { output_max_bytes(manifest) };
     usize::try_from(max).unwrap_or(usize::MAX)
+}
+
+/// `[output] max_bytes`: most bytes of output parsed into an answer.
+fn output_max_bytes(manifest: &Manifest) -> u64 {
+    manifest.output.as_ref().and_then(|o| o.max_bytes).unwrap_or(DEFAULT_MAX_OUTPUT_BYTES)
 }

@@ -1,7 +1,7 @@
 //! A ToolClad custom parser: run in a fresh worker with no file grant but
 //! the tool's bounded raw output; its standard output must be JSON.
 
-use super::{run_worker, stdout_limit, STDERR_LIMIT};
+use super::{output_max_bytes, run_worker, STDERR_LIMIT};
 use crate::engine::verdict::output_tail;
 use airlock_core::manifest::Manifest;
 use airlock_core::{ReasonCode, Refusal};
@@ -42,7 +42,8 @@ pub(super) fn run_parser(
         image,
         limits: WorkerLimits::default(),
         timeout: Duration::from_secs(manifest.tool.timeout_seconds),
-        stdout_limit: stdout_limit(manifest),
+        stdout_limit: usize::try_from(output_max_bytes(manifest)).unwrap_or(usize::MAX),
+        stdout_sink: None,
         stderr_limit: STDERR_LIMIT,
         fs_socket: None,
         provided: Vec::new(),

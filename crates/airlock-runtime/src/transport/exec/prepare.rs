@@ -72,7 +72,7 @@ impl Runtime {
 
         let output = match &plan.create {
             None => None,
-            Some(path) => Some(self.hold_output(path)?),
+            Some(path) => Some(self.hold_output(path, plan.create_parents)?),
         };
 
         // Room in the shared staging pool is reserved before a byte is
@@ -123,10 +123,15 @@ impl Runtime {
         }
 
         let output_parent = output.as_ref().map(|o| o.parent().identity());
-        let filesystem = FilesystemBoundary::new(reads, plan.create.as_ref(), max_file_bytes, output_parent.clone());
+        let mut filesystem =
+            FilesystemBoundary::new(reads, plan.create.as_ref(), max_file_bytes, output_parent.clone());
+        filesystem.create_dirs = output.as_ref().map(HeldOutput::missing_paths).filter(|dirs| !dirs.is_empty());
         let mut journal = serde_json::Map::new();
         journal.insert("reads".into(), json!(filesystem.reads));
         journal.insert("create".into(), json!(filesystem.create));
+        if let Some(dirs) = &filesystem.create_dirs {
+            journal.insert("create_dirs".into(), json!(dirs));
+        }
         Ok(Preparation {
             args: args.as_strings(),
             argv,
@@ -149,7 +154,10 @@ impl Runtime {
         })
     }
 
-    pub(super) fn hold_output(&self, path: &RelPath) -> Result<HeldOutput, Refusal> {
+    /// Holds the output's parent beneath its read-write ceiling; with
+    /// `create_parents`, its deepest existing ancestor and the names of the
+    /// directories to make (at publication) below it.
+    pub(super) fn hold_output(&self, path: &RelPath, create_parents: bool) -> Result<HeldOutput, Refusal> {
         let (ceiling, rel) = self.ceiling_for(path)?;
         if ceiling.mode != CeilingMode::Rw {
             return Err(Refusal::new(
@@ -161,7 +169,16 @@ impl Runtime {
             Refusal::new(ReasonCode::OutputExists, format!("output {:?} is a ceiling directory", path.as_str()))
         })?;
         let dir = ceilings::open(self.authority(), ceiling, self.protected())?;
-        Ok(HeldOutput::hold(self.resolver(), &dir, &rel, path)?)
+        if create_parents {
+            return Ok(HeldOutput::hold_creating(self.resolver(), &dir, &rel, path)?);
+        }
+        HeldOutput::hold(self.resolver(), &dir, &rel, path).map_err(|e| {
+            let mut r = Refusal::from(e);
+            if r.code == ReasonCode::OutputParentMissing {
+                r.message.push_str("; create it first, or set create_parents = true in the manifest's [filesystem]");
+            }
+            r
+        })
     }
 }
 

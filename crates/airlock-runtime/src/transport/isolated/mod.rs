@@ -440,8 +440,11 @@ impl Runtime {
         };
         // The broker's largest file is the submission's write budget (a
         // chunked write may use all of it).
-        let options =
-            airlock_sandbox::BrokerOptions { resolver: Some(resolver.into()), max_file_bytes: Some(max_file_bytes) };
+        let options = airlock_sandbox::BrokerOptions {
+            resolver: Some(resolver.into()),
+            mode: Some(self.output_modes().file),
+            max_file_bytes: Some(max_file_bytes),
+        };
         let (stderr_r, stderr_w) = std::io::pipe().map_err(unavailable("a pipe for the broker's errors"))?;
         let process =
             airlock_sandbox::spawn_broker_with(broker, socket, root_fds, std::process::Stdio::from(stderr_w), &options)

@@ -16,6 +16,7 @@ mod rows;
 mod run_rows;
 mod source_rows;
 mod staging_rows;
+mod stream_rows;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

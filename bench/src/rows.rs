@@ -32,6 +32,7 @@ pub const ALL: &[Row] = &[
     Row { name: "broker read/write/list vs in-process syscalls", run: crate::broker_rows::operations },
     Row { name: "airlock isolated start-up vs airlock run", run: crate::broker_rows::startup },
     Row { name: "airlock run copy 1 GiB vs openssl dgst + cp", run: crate::large_rows::one_gib_copy },
+    Row { name: "broker copy 64 MiB (64 KiB frames) vs cp", run: crate::stream_rows::broker_copy_vs_cp },
 ];
 
 const SNAPSHOT_BYTES: u64 = 32 * 1024 * 1024;

@@ -193,10 +193,13 @@ impl Runtime {
         // sandbox streams its stdout into the output's staging file.
         let (output, stdout_sink) = match fs.create.first() {
             None => (None, None),
-            Some(_) if manifest.stdout_is_output() => (None, Some(prepared.staged()?.create_file(OUTPUT_FILE)?)),
             Some(path) => {
                 let file = prepared.staged()?.create_file(OUTPUT_FILE)?;
-                (Some(StagedOutput { virtual_path: path.clone(), file, max_bytes: fs.max_file_bytes }), None)
+                if manifest.stdout_is_output() {
+                    (None, Some(file))
+                } else {
+                    (Some(StagedOutput { virtual_path: path.clone(), file, max_bytes: fs.max_file_bytes }), None)
+                }
             }
         };
         Ok(WorkerSpec {

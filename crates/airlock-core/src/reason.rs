@@ -45,6 +45,8 @@ pub mod exit {
     pub const CONFIG: i32 = 78;
     /// Timed out.
     pub const TIMEOUT: i32 = 124;
+    /// Cancelled by SIGINT (128 + 2; SIGTERM exits 143, 128 + 15).
+    pub const INTERRUPTED: i32 = 130;
 }
 
 macro_rules! reason_codes {
@@ -180,6 +182,12 @@ reason_codes! {
     ManifestUnsupported => "manifest.unsupported", Refused, DATA;
     /// The tool could not be found.
     ManifestNotFound => "manifest.not_found", Refused, DATA;
+    /// Two or more manifests in the tools directory answer to the name
+    /// asked for (file name or `[tool] name`); none is picked.
+    ManifestAmbiguous => "manifest.ambiguous", Refused, DATA;
+    /// The tool's program (or its custom parser) is not an executable
+    /// regular file in the worker image as the worker sees it.
+    ToolNotRunnable => "tool.not_runnable", Refused, CONFIG;
     /// A `[filesystem]` entry is a template other than one whole `{arg}`.
     ManifestPathTemplate => "manifest.path_template", Refused, DATA;
     /// A required argument is missing.
@@ -209,6 +217,10 @@ reason_codes! {
     ToolFailed => "tool.failed", Failed, TOOL_FAILED;
     /// The tool ran past `timeout_seconds` and was killed.
     ToolTimeout => "tool.timeout", Failed, TIMEOUT;
+    /// The call was cancelled by a signal (SIGINT, SIGTERM) to airlock;
+    /// its worker was killed and nothing was published. The process exits
+    /// 128 + the signal's number (130 for SIGINT, 143 for SIGTERM).
+    CallCancelled => "call.cancelled", Failed, INTERRUPTED;
     /// Policy refused the call.
     PolicyDenied => "policy.denied", Refused, NO_PERM;
     /// Policy files are configured but this build cannot evaluate them yet.

@@ -3,15 +3,18 @@
 //! annotations derived from what the manifest grants.
 //!
 //! The catalog is read from `tools_dir` on every listing: every manifest
-//! that loads and passes `check_executable`, by `[tool] name` (a second
-//! manifest with a name already served is skipped). A call is looked up in
-//! the catalog and run from the catalog's manifest path, so a client can
-//! never name a path. `readOnlyHint` and `idempotentHint` hold when the
+//! that loads, passes `check_executable` and whose programs the worker image
+//! holds (`Runtime::check_runnable`), by `[tool] name`. A name two manifests
+//! answer to (file name or `[tool] name`) is served by neither. A call names
+//! a tool by `[tool] name` or by manifest file name, as `airlock run` does;
+//! it is looked up in the catalog and run from the catalog's manifest path,
+//! so a client can never name a path. `readOnlyHint` and `idempotentHint` hold when the
 //! manifest has no `create` entry; `destructiveHint` is always false
 //! (outputs are only ever new files) and `openWorldHint` false (no network
 //! in the sandbox).
 
 use airlock_core::manifest::Manifest;
+use airlock_runtime::names::ToolIndex;
 use airlock_runtime::{catalog, Runtime};
 use rmcp::model::{Tool, ToolAnnotations};
 use std::path::PathBuf;
@@ -24,22 +27,27 @@ pub struct Entry {
     pub tool: Tool,
     /// The manifest file the call is run from.
     pub manifest: PathBuf,
+    /// The manifest's file name without `.clad.toml` (empty for a bundled tool).
+    pub stem: String,
 }
 
-/// The servable tools, in manifest file order; names are unique (a second
-/// manifest with a name already served is skipped and reported).
+/// The servable tools, in manifest file order; names are unique (the
+/// manifests of a name claimed twice are skipped and reported).
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
     /// The tools.
     pub entries: Vec<Entry>,
     /// Manifests not served, with why (for the operator's log).
     pub skipped: Vec<(PathBuf, String)>,
+    /// Names two or more manifests answer to: no call by them is served.
+    pub ambiguous: Vec<String>,
 }
 
 impl Catalog {
     /// Reads the tools directory of `runtime` now.
     pub fn load(runtime: &Runtime) -> Catalog {
         let mut catalog = Catalog::default();
+        let index = ToolIndex::read(runtime.authority(), &runtime.config().tools_dir);
         for path in catalog::list_manifests(runtime.authority(), &runtime.config().tools_dir) {
             let loaded = match runtime.load_tool(&path.display().to_string()) {
                 Ok(t) => t,
@@ -49,30 +57,46 @@ impl Catalog {
                 }
             };
             let m = &loaded.manifest;
-            if let Err(r) = m.check_executable() {
+            let usable =
+                m.check_executable().and_then(|()| index.find(m.name())).and_then(|_| runtime.check_runnable(m));
+            if let Err(r) = usable {
+                if r.code == airlock_core::ReasonCode::ManifestAmbiguous {
+                    catalog.ambiguous.push(m.name().to_owned());
+                }
                 catalog.skipped.push((path, format!("{}: {}", r.code, r.message)));
                 continue;
             }
-            if catalog.find(m.name()).is_some() {
-                catalog.skipped.push((path, format!("another manifest already serves the name {:?}", m.name())));
-                continue;
+            let file = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            let stem = file.strip_suffix(airlock_runtime::names::MANIFEST_SUFFIX).unwrap_or(file).to_owned();
+            if index.find(&stem).is_err() {
+                catalog.ambiguous.push(stem.clone());
             }
-            catalog.entries.push(Entry { tool: describe(m), manifest: path });
+            catalog.entries.push(Entry { tool: describe(m), manifest: path, stem });
         }
         // The bundled source tools the tools directory does not shadow are
         // served by name (the runtime loads them from the binary).
         for m in airlock_runtime::bundled_missing_from(runtime.authority(), &runtime.config().tools_dir) {
             if catalog.find(m.name()).is_none() {
-                catalog.entries.push(Entry { tool: describe(&m), manifest: PathBuf::from(m.name()) });
+                catalog.entries.push(Entry {
+                    tool: describe(&m),
+                    manifest: PathBuf::from(m.name()),
+                    stem: String::new(),
+                });
             }
         }
         catalog
     }
 
-    /// The entry serving `name`, if any. Only names in the catalog are ever
-    /// run: a client cannot name a manifest path.
+    /// The entry serving `name` (its `[tool] name` or its manifest's file
+    /// name), if exactly one does. Only entries in the catalog are ever run:
+    /// a client cannot name a manifest path.
     pub fn find(&self, name: &str) -> Option<&Entry> {
-        self.entries.iter().find(|e| e.tool.name == name)
+        if self.ambiguous.iter().any(|a| a == name) {
+            return None;
+        }
+        let mut serving = self.entries.iter().filter(|e| e.tool.name == name || e.stem == name);
+        let first = serving.next()?;
+        serving.next().is_none().then_some(first)
     }
 
     /// The MCP tools, for `tools/list`.

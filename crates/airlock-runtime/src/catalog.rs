@@ -4,6 +4,7 @@
 //! every tool a policy may name.
 
 use crate::engine::CallTool;
+use crate::names::ToolIndex;
 use airlock_core::manifest::Manifest;
 use airlock_core::{ReasonCode, Refusal};
 use airlock_hostfs::HostAuthority;
@@ -26,22 +27,40 @@ pub struct LoadedTool {
     pub origin: PathBuf,
 }
 
-/// Resolves `tool`: a path to a manifest if it contains `/` or ends in
-/// `.toml`, otherwise a tool name looked up as `NAME.clad.toml` in `tools_dir`.
-pub fn locate(tool: &str, tools_dir: &Path) -> Result<PathBuf, Refusal> {
-    if tool.contains('/') || tool.ends_with(".toml") {
-        return Ok(PathBuf::from(tool));
-    }
+/// Whether `tool` names a manifest file rather than a tool: it contains
+/// `/` or ends in `.toml`.
+fn is_path(tool: &str) -> bool {
+    tool.contains('/') || tool.ends_with(".toml")
+}
+
+/// Refuses a word that is neither a manifest path nor a possible tool name.
+fn check_name(tool: &str) -> Result<(), Refusal> {
     let valid = tool.len() <= 64
         && tool.starts_with(|c: char| c.is_ascii_alphabetic())
         && tool.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if !valid {
-        return Err(Refusal::new(
-            ReasonCode::ManifestNotFound,
-            format!("{tool:?} is neither a manifest path nor a tool name"),
-        ));
+    if valid {
+        return Ok(());
     }
-    Ok(tools_dir.join(format!("{tool}.clad.toml")))
+    Err(Refusal::new(ReasonCode::ManifestNotFound, format!("{tool:?} is neither a manifest path nor a tool name")))
+}
+
+/// Where `tool` is: a manifest path if it contains `/` or ends in
+/// `.toml`; otherwise the one manifest in `tools_dir` answering to the name
+/// (file name or `[tool] name`, see [`crate::names`]), or `None` for a
+/// bundled source tool with no manifest there. Refused: a name two
+/// manifests answer to (`manifest.ambiguous`), a name none does
+/// (`manifest.not_found`, with the closest names).
+pub fn locate(authority: &HostAuthority, tool: &str, tools_dir: &Path) -> Result<Option<PathBuf>, Refusal> {
+    if is_path(tool) {
+        return Ok(Some(PathBuf::from(tool)));
+    }
+    check_name(tool)?;
+    let index = ToolIndex::read(authority, tools_dir);
+    match index.find(tool)? {
+        Some(path) => Ok(Some(path.to_path_buf())),
+        None if airlock_source::bundled(tool).is_some() => Ok(None),
+        None => Err(index.not_found(tool, airlock_source::BUNDLED.iter().map(|(n, _)| *n))),
+    }
 }
 
 /// Reads and parses the manifest at `path` (at most 1 MiB, UTF-8). A
@@ -56,30 +75,32 @@ pub fn load(authority: &HostAuthority, path: &Path) -> Result<LoadedTool, Refusa
 
 /// Every `*.clad.toml` in `tools_dir`, sorted.
 pub fn list_manifests(authority: &HostAuthority, tools_dir: &Path) -> Vec<PathBuf> {
-    authority.files_in(tools_dir, |name| name.ends_with(".clad.toml"))
+    authority.files_in(tools_dir, |name| name.ends_with(crate::names::MANIFEST_SUFFIX))
 }
 
-/// Loads a tool by manifest path or name; the bundled source tools answer
-/// for their names when the tools directory has no manifest of that name.
+/// Loads a tool by manifest path or name ([`locate`]); the bundled source
+/// tools answer for their names when no manifest in the tools directory
+/// answers to that name.
 pub fn load_tool(authority: &HostAuthority, tool: &str, tools_dir: &Path) -> Result<LoadedTool, Refusal> {
-    let path = locate(tool, tools_dir)?;
-    load_or_bundled(authority, tool, &path)
+    match locate(authority, tool, tools_dir)? {
+        Some(path) => load_or_bundled(authority, tool, &path),
+        None => {
+            let text = airlock_source::bundled(tool).unwrap_or_default();
+            let origin = format!("bundled:{tool}.clad.toml");
+            let manifest = Manifest::parse(text, &origin)?;
+            Ok(LoadedTool { manifest, text: text.to_owned(), origin: PathBuf::from(origin) })
+        }
+    }
 }
 
-/// Loads `tool` as [`load`] does, with the bundled source
-/// tools as a fallback: a name of a bundled operation (`read_file`,
-/// `list_files`, `grep_files`) with no manifest in the tools directory is
-/// the bundled manifest; a manifest there of that name must itself be a
-/// valid source manifest for the same operation (`source.shadowed`
-/// otherwise), so a command tool can never stand in for a source query.
+/// Loads `tool` from `path` as [`load`] does; when `tool` is the name of
+/// a bundled operation (`read_file`, `list_files`, `grep_files`), the
+/// manifest answering to it must itself be a valid source manifest for the
+/// same operation (`source.shadowed` otherwise), so a command tool can never
+/// stand in for a source query.
 fn load_or_bundled(authority: &HostAuthority, tool: &str, path: &Path) -> Result<LoadedTool, Refusal> {
-    let Some(text) = airlock_source::bundled(tool).filter(|_| !tool.contains('/') && !tool.ends_with(".toml")) else {
+    if airlock_source::bundled(tool).is_none() || is_path(tool) {
         return load(authority, path);
-    };
-    if !authority.exists_nofollow(path) {
-        let origin = format!("bundled:{tool}.clad.toml");
-        let manifest = Manifest::parse(text, &origin)?;
-        return Ok(LoadedTool { manifest, text: text.to_owned(), origin: PathBuf::from(origin) });
     }
     let loaded = load(authority, path)?;
     match loaded.manifest.source_operation() {
@@ -101,9 +122,10 @@ fn load_or_bundled(authority: &HostAuthority, tool: &str, path: &Path) -> Result
 /// against them too, so a policy may name `Airlock::Action::"tool_call::read_file"`
 /// in a project that keeps no copy of the manifest.
 pub fn bundled_missing_from(authority: &HostAuthority, tools_dir: &Path) -> Vec<Manifest> {
+    let index = ToolIndex::read(authority, tools_dir);
     airlock_source::BUNDLED
         .iter()
-        .filter(|(name, _)| !authority.exists_nofollow(&tools_dir.join(format!("{name}.clad.toml"))))
+        .filter(|(name, _)| matches!(index.find(name), Ok(None)))
         .filter_map(|(name, text)| Manifest::parse(text, &format!("bundled:{name}.clad.toml")).ok())
         .collect()
 }

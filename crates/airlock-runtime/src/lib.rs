@@ -35,8 +35,10 @@ pub mod engine;
 pub mod failure;
 mod id;
 pub mod ledger;
+pub mod names;
 mod policy_files;
 pub mod recovery;
+mod runnable;
 pub mod store;
 pub mod transport;
 

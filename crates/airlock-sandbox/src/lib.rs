@@ -195,6 +195,7 @@ mod sealed;
 mod seccomp;
 mod spec;
 mod sys;
+mod visible;
 mod wire;
 mod worker;
 mod worker_exec;
@@ -215,4 +216,5 @@ pub use spec::{
     ImageMount, ProvidedFile, StagedInput, StagedOutput, WorkerLimits, WorkerSpec, FS_SOCKET_ENV, FS_SOCKET_FD,
     MAX_PROVIDED_FILES, PROGRAM_PATH, PROVIDED_DIR, STDOUT_TAIL,
 };
+pub use visible::{find_program, NotRunnable, WORKER_PATH};
 pub use worker::{KillHandle, Tier, Worker};

@@ -26,8 +26,7 @@ use crate::wire::{InitSpec, StatusMsg, StatusWriter};
 pub(crate) const WORKER_ID: u32 = 65534;
 
 /// Defaults added to the worker's environment when the spec does not set them.
-const DEFAULT_ENV: [(&str, &str); 3] =
-    [("PATH", "/usr/local/bin:/usr/bin:/bin"), ("HOME", "/tmp"), ("LANG", "C.UTF-8")];
+const DEFAULT_ENV: [(&str, &str); 3] = [("PATH", crate::visible::WORKER_PATH), ("HOME", "/tmp"), ("LANG", "C.UTF-8")];
 
 /// Confines the calling (freshly forked) process and executes the tool,
 /// with `fs_socket` (if any) as its descriptor [`FS_SOCKET_FD`].

@@ -1,7 +1,9 @@
 //! `airlock tools list|validate|schema`.
 
 use crate::cli::ToolsCommand;
+use airlock_core::manifest::Manifest;
 use airlock_core::{Envelope, Refusal};
+use airlock_runtime::names::ToolIndex;
 use airlock_runtime::{catalog, Runtime};
 use serde_json::{json, Value};
 
@@ -23,19 +25,24 @@ pub fn run(runtime: &Runtime, cmd: ToolsCommand) -> Result<Envelope, Refusal> {
 
 /// Describes `tool` (a path, or the name of a bundled source tool, which
 /// loads with the shadowing rule); `label` is shown as its manifest.
-fn describe(runtime: &Runtime, tool: &str, label: &str) -> Value {
+/// `runnable` is false with a `reason` when airlock cannot run the tool:
+/// a feature it does not execute (also under `unsupported`), a name another
+/// manifest claims too, or a program the worker image does not hold.
+fn describe(runtime: &Runtime, index: &ToolIndex, tool: &str, label: &str) -> Value {
     match runtime.load_tool(tool) {
         Ok(t) => {
             let m = &t.manifest;
-            let runnable = m.check_executable();
+            let unsupported = m.check_executable().err();
+            let reason = unsupported.clone().map_or_else(|| usable(runtime, index, m), Err).err();
             json!({
                 "name": m.name(),
                 "version": m.tool.version,
                 "description": m.tool.description,
                 "risk_tier": m.tool.risk_tier.to_string(),
                 "manifest": label,
-                "runnable": runnable.is_ok(),
-                "unsupported": runnable.err().map(|r| json!({"code": r.code, "message": r.message})),
+                "runnable": reason.is_none(),
+                "reason": reason.map(|r| json!({"code": r.code, "message": r.message})),
+                "unsupported": unsupported.map(|r| json!({"code": r.code, "message": r.message})),
             })
         }
         Err(r) => json!({
@@ -45,8 +52,16 @@ fn describe(runtime: &Runtime, tool: &str, label: &str) -> Value {
     }
 }
 
+/// `Ok` when the manifest's `[tool] name` is its own (no other manifest
+/// answers to it) and its programs are in the worker image.
+fn usable(runtime: &Runtime, index: &ToolIndex, m: &Manifest) -> Result<(), Refusal> {
+    index.find(m.name())?;
+    runtime.check_runnable(m)
+}
+
 fn list(runtime: &Runtime) -> Result<Envelope, Refusal> {
     let found = catalog::list_manifests(runtime.authority(), &runtime.config().tools_dir);
+    let index = ToolIndex::read(runtime.authority(), &runtime.config().tools_dir);
     let bundled_name = |p: &std::path::Path| {
         let file = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         airlock_source::BUNDLED.iter().map(|(n, _)| *n).find(|n| file == format!("{n}.clad.toml"))
@@ -57,12 +72,12 @@ fn list(runtime: &Runtime) -> Result<Envelope, Refusal> {
             let label = p.display().to_string();
             // A manifest named like a bundled source tool is judged as
             // `run NAME` would load it (source.shadowed unless it is one).
-            describe(runtime, bundled_name(p).unwrap_or(&label), &label)
+            describe(runtime, &index, bundled_name(p).unwrap_or(&label), &label)
         })
         .collect();
     for (name, _) in airlock_source::BUNDLED {
         if !found.iter().any(|p| bundled_name(p) == Some(name)) {
-            items.push(describe(runtime, name, &format!("bundled:{name}.clad.toml")));
+            items.push(describe(runtime, &index, name, &format!("bundled:{name}.clad.toml")));
         }
     }
     Ok(Envelope {
@@ -71,21 +86,32 @@ fn list(runtime: &Runtime) -> Result<Envelope, Refusal> {
     })
 }
 
+/// Validates the named tools (every manifest in the tools directory when
+/// none is named): each must load, have a name of its own, and, when airlock
+/// executes its features, have its programs in the worker image.
 fn validate(runtime: &Runtime, names: Vec<String>) -> Result<Envelope, Refusal> {
-    let paths: Vec<std::path::PathBuf> = if names.is_empty() {
-        catalog::list_manifests(runtime.authority(), &runtime.config().tools_dir)
+    let tools_dir = &runtime.config().tools_dir;
+    let tools: Vec<String> = if names.is_empty() {
+        catalog::list_manifests(runtime.authority(), tools_dir).iter().map(|p| p.display().to_string()).collect()
     } else {
-        names.iter().map(|n| catalog::locate(n, &runtime.config().tools_dir)).collect::<Result<_, _>>()?
+        names
     };
-    let mut results = Vec::with_capacity(paths.len());
+    let index = ToolIndex::read(runtime.authority(), tools_dir);
+    let mut results = Vec::with_capacity(tools.len());
     let mut first_error: Option<Refusal> = None;
-    for path in &paths {
-        match runtime.load_tool(&path.display().to_string()) {
-            Ok(t) => {
-                results.push(json!({"manifest": path.display().to_string(), "name": t.manifest.name(), "valid": true}))
+    for tool in &tools {
+        let judged = runtime.load_tool(tool).and_then(|t| {
+            if t.manifest.check_executable().is_ok() {
+                usable(runtime, &index, &t.manifest)?;
             }
+            Ok(t)
+        });
+        match judged {
+            Ok(t) => results
+                .push(json!({"manifest": t.origin.display().to_string(), "name": t.manifest.name(), "valid": true})),
             Err(r) => {
-                results.push(json!({"manifest": path.display().to_string(), "valid": false, "error": {"code": r.code, "message": r.message}}));
+                results
+                    .push(json!({"manifest": tool, "valid": false, "error": {"code": r.code, "message": r.message}}));
                 first_error.get_or_insert(r);
             }
         }

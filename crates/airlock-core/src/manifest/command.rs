@@ -107,6 +107,13 @@ pub(crate) fn compile(cmd: &CommandDef, args: &BTreeMap<String, ArgDef>) -> Resu
 }
 
 impl CompiledCommand {
+    /// argv\[0\]: literal manifest text (checked at compile); `None` for an
+    /// `executor`, which has no words.
+    pub(crate) fn program(&self) -> Option<String> {
+        let first = self.words.first()?;
+        Some(first.segments.iter().map(|s| if let Segment::Text(t) = s { t.as_str() } else { "" }).collect())
+    }
+
     /// Whether a leading `-` in argument `name` is safe: `end_of_options` is on
     /// and every word using `name` comes at or after the `--`.
     pub(crate) fn dash_ok(&self, end_of_options: bool, name: &str) -> bool {

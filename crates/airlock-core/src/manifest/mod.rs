@@ -319,6 +319,21 @@ impl Manifest {
         unsupported::check(self)
     }
 
+    /// The programs a call of this tool executes in a worker, each with
+    /// what it is for people: `("program", argv[0])` of `[command]` or
+    /// `[mcp] server`, and `("parser", path)` of a custom `[output] parser`.
+    /// Empty for a source tool, which runs no program.
+    pub fn programs(&self) -> Vec<(&'static str, String)> {
+        if self.source.is_some() {
+            return Vec::new();
+        }
+        let command = self.compiled.command.as_ref().and_then(command::CompiledCommand::program);
+        let server =
+            self.mcp.as_ref().and_then(|_| self.mcp_spec().ok().flatten()).and_then(|s| s.server.first().cloned());
+        let parser = self.output.as_ref().and_then(|o| o.custom_parser()).map(str::to_owned);
+        command.or(server).map(|p| ("program", p)).into_iter().chain(parser.map(|p| ("parser", p))).collect()
+    }
+
     /// The operation of a source tool (`[source]`), after the source rules
     /// (`source.operation_unknown`, `source.conflict`, …); `None` for a
     /// command tool.

@@ -115,6 +115,10 @@ pub const BROKER_WRITE: &str = "BrokerWrite";
 pub const BROKER_RECOVERED: &str = "BrokerRecovered";
 /// Where the client is inside the worker.
 pub const CLIENT_PATH: &str = "/.airlock/bin/airlock-fs";
+
+/// The worker's `PATH`: the client first, then the image's usual directories.
+pub const WORKER_PATH: &str = "/.airlock/bin:/usr/local/bin:/usr/bin:/bin";
+
 /// Where the Python module is inside the worker.
 pub const PYTHON_PATH: &str = "/.airlock/python/airlock_fs.py";
 /// Default deadline of a command-line submission.
@@ -460,7 +464,7 @@ impl Runtime {
         let granted: Vec<String> = roots.iter().map(|r| format!("{}:{}", r.grant.name, r.grant.rights)).collect();
         let mut spec = WorkerSpec::new(sub.argv.clone());
         spec.env = vec![
-            ("PATH".into(), "/.airlock/bin:/usr/local/bin:/usr/bin:/bin".into()),
+            ("PATH".into(), WORKER_PATH.into()),
             ("PYTHONPATH".into(), "/.airlock/python".into()),
             ("AIRLOCK_FS_ROOTS".into(), granted.join(",")),
         ];

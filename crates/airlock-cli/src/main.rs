@@ -8,6 +8,7 @@
 mod cli;
 mod commands;
 mod settings;
+mod signals;
 
 use airlock_core::{exit, Envelope, ReasonCode, Refusal};
 use clap::Parser;
@@ -55,7 +56,8 @@ fn emit(envelope: &Envelope, pretty: bool) -> ExitCode {
     if writeln!(out, "{}", envelope.to_json(pretty)).and_then(|()| out.flush()).is_err() {
         return ExitCode::from(exit::SOFTWARE as u8);
     }
-    ExitCode::from(envelope.exit_code_for_process() as u8)
+    let code = signals::exit_status(envelope.error.as_ref().map(|e| e.code), envelope.exit_code_for_process());
+    ExitCode::from(code as u8)
 }
 
 fn status_word(envelope: &Envelope) -> &'static str {

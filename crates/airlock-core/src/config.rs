@@ -138,6 +138,8 @@ struct RawConfig {
     approval: crate::approval::RawApproval,
     #[serde(default)]
     journal: JournalSettings,
+    #[serde(default)]
+    state: crate::state::RawState,
 }
 
 /// The journal's segments (`[journal]`).
@@ -269,6 +271,8 @@ pub struct Config {
     pub approval: crate::approval::ApprovalConfig,
     /// The journal's segments (`[journal]`).
     pub journal: JournalSettings,
+    /// What the state directory keeps of settled calls (`[state]`).
+    pub state: crate::state::StateSettings,
 }
 
 impl Config {
@@ -330,6 +334,7 @@ impl Config {
             mcp: raw.mcp.check()?,
             approval: raw.approval.check()?,
             journal: raw.journal,
+            state: raw.state.check()?,
         })
     }
 

@@ -35,6 +35,7 @@ pub mod output;
 pub mod path;
 pub mod reason;
 pub mod source;
+pub mod state;
 
 pub use config::{Ceiling, CeilingMode, Config, JournalSettings, ResolverChoice, Tier};
 pub use descriptor::{

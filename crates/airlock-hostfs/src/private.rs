@@ -238,6 +238,13 @@ impl PrivateDir {
         check_name(name).is_ok() && rustix::fs::statat(self.dir.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW).is_ok()
     }
 
+    /// When entry `name` (not followed if a link) was last modified, as
+    /// seconds since the Unix epoch; `None` if it cannot be read.
+    pub fn modified_at(&self, name: &str) -> Option<i64> {
+        check_name(name).ok()?;
+        rustix::fs::statat(self.dir.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW).ok().map(|st| st.st_mtime)
+    }
+
     /// Names of the entries, sorted.
     pub fn entries(&self) -> Result<Vec<String>> {
         list(&self.dir)

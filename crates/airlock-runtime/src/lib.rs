@@ -28,6 +28,7 @@
 pub mod approval;
 mod attest;
 mod caller;
+mod cancel;
 pub mod catalog;
 mod ceilings;
 pub mod control;
@@ -38,6 +39,7 @@ pub mod ledger;
 pub mod names;
 mod policy_files;
 pub mod recovery;
+pub mod retention;
 mod runnable;
 pub mod store;
 pub mod transport;
@@ -80,6 +82,7 @@ pub struct Runtime {
     pool: airlock_staging::Pool,
     protected: Protected,
     modes: airlock_core::modes::EffectiveModes,
+    cancel: airlock_sandbox::Cancel,
 }
 
 impl Runtime {
@@ -119,6 +122,7 @@ impl Runtime {
             pool,
             protected,
             modes,
+            cancel: airlock_sandbox::Cancel::new(),
         })
     }
 
@@ -188,7 +192,9 @@ impl Runtime {
             })?;
         }
         let mut tier = airlock_sandbox::NativeTier::new(program);
-        tier.die_with_caller(die_with_caller).require_cgroup(self.config.require_cgroup);
+        tier.die_with_caller(die_with_caller)
+            .require_cgroup(self.config.require_cgroup)
+            .cancel_with(self.cancel.clone());
         if let Some(dir) = parent {
             tier.cgroup_parent(dir.to_path_buf());
         }

@@ -178,6 +178,7 @@
 #![deny(unsafe_code)]
 
 pub mod broker_jail;
+mod cancel;
 mod cgroup;
 mod error;
 pub mod init;
@@ -204,6 +205,7 @@ pub use broker_jail::{
     confine_broker, spawn_broker, spawn_broker_with, BrokerOptions, BrokerProcess, BROKER_FIRST_ROOT_FD,
     DEFAULT_MAX_FILE_BYTES,
 };
+pub use cancel::Cancel;
 pub use cgroup::{cgroup_delegation, cgroup_limits_available, CgroupDelegation, SharedCgroup};
 pub use error::{OsErrno, SandboxError, SandboxErrorKind};
 pub use ipc::IPC_ENFORCEMENT;

@@ -20,7 +20,7 @@ use crate::outcome::AppliedLimits;
 use crate::parent::{kill_init, NativeWorker, Pipes};
 use crate::spec::{WorkerSpec, FS_SOCKET_FD};
 use crate::wire::{InitInput, InitOutput, InitProvided, InitSpec};
-use crate::worker::Tier;
+use crate::worker::{Tier, Worker};
 
 /// The native tier.
 ///
@@ -43,6 +43,7 @@ pub struct NativeTier {
     die_with_caller: bool,
     program: Option<Arc<std::fs::File>>,
     worker_creates_output: bool,
+    cancel: Option<crate::Cancel>,
 }
 
 impl NativeTier {
@@ -59,6 +60,7 @@ impl NativeTier {
             die_with_caller: false,
             program: None,
             worker_creates_output: false,
+            cancel: None,
         }
     }
 
@@ -69,6 +71,14 @@ impl NativeTier {
     /// (a CLI's main thread). Default: `false`.
     pub fn die_with_caller(&mut self, yes: bool) -> &mut Self {
         self.die_with_caller = yes;
+        self
+    }
+
+    /// Every worker this tier starts is killed when `cancel` is cancelled
+    /// (also one started after that: it is killed as soon as it exists).
+    /// Default: none.
+    pub fn cancel_with(&mut self, cancel: crate::Cancel) -> &mut Self {
+        self.cancel = Some(cancel);
         self
     }
 
@@ -422,7 +432,8 @@ impl NativeTier {
         };
         let pipes = Pipes { stdout, stderr: stderr_r, status: status_r };
         let sink = spec.stdout_sink.take();
-        let worker = NativeWorker::new(child, cgroup, pidfd, pipes, &spec, sink, started, limits);
+        let mut worker = NativeWorker::new(child, cgroup, pidfd, pipes, &spec, sink, started, limits);
+        worker.cancel = self.cancel.as_ref().map(|c| c.register(worker.kill_handle()));
         // A dead init shows up as a protocol error in wait(), not here.
         let _ = spec_w.write_all(&spec_bytes);
         drop(spec_w);

@@ -44,6 +44,8 @@ pub struct NativeWorker {
     stderr_limit: usize,
     has_output: bool,
     limits: AppliedLimits,
+    /// Its place in the tier's [`Cancel`](crate::Cancel), if it has one.
+    pub(crate) cancel: Option<crate::cancel::Registration>,
 }
 
 /// The caller's ends of a started init's pipes.
@@ -84,6 +86,7 @@ impl NativeWorker {
             stderr_limit: spec.stderr_limit,
             has_output: spec.output.is_some(),
             limits,
+            cancel: None,
         }
     }
 }

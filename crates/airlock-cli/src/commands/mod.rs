@@ -62,10 +62,12 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
     let answer = match cli.command {
         Command::Run(call) => {
             runtime.set_init_program(this_executable()?, true);
+            crate::signals::cancel_on_signal(runtime.canceller())?;
             run::run(&runtime, call)?.into()
         }
         Command::Dispatch { id } => {
             runtime.set_init_program(this_executable()?, true);
+            crate::signals::cancel_on_signal(runtime.canceller())?;
             let envelope = runtime.dispatch(&id).unwrap_or_else(|refusal| Envelope {
                 invocation_id: Some(id.clone()),
                 ..Envelope::from_refusal(&refusal)
@@ -84,10 +86,12 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         Command::Prepare(call) => prepare::run(&runtime, call)?.into(),
         Command::Query(args) => {
             runtime.set_init_program(this_executable()?, true);
+            crate::signals::cancel_on_signal(runtime.canceller())?;
             query::run(&runtime, args)?.into()
         }
         Command::Isolated(args) => {
             runtime.set_init_program(this_executable()?, true);
+            crate::signals::cancel_on_signal(runtime.canceller())?;
             isolated::run(&runtime, args)?.into()
         }
         Command::Tools(cmd) => tools::run(&runtime, cmd)?.into(),

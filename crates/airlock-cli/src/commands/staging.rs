@@ -13,7 +13,12 @@ pub fn run(runtime: &Runtime, cmd: StagingCommand) -> Result<Answer, Refusal> {
     let content = match cmd {
         StagingCommand::Status { json: false } => return Ok(Answer::Text(table(&pool.status()?))),
         StagingCommand::Status { json: true } => to_json(serde_json::to_value(pool.status()?)),
-        StagingCommand::Gc => to_json(serde_json::to_value(pool.gc()?)),
+        StagingCommand::Gc => {
+            let mut report = to_json(serde_json::to_value(pool.gc()?));
+            // Settled calls' directories past `[state] keep_settled` go too.
+            report["settled_invocations_removed"] = runtime.sweep_settled()?.into();
+            report
+        }
         StagingCommand::Release { id } => {
             airlock_runtime::check_invocation_id(&id)?;
             serde_json::json!({ "released": id, "bytes": pool.release(&id)? })

@@ -12,6 +12,7 @@ mod concurrency;
 mod control_plane;
 mod crash;
 mod everyday_names;
+mod everyday_signals;
 mod examples;
 mod exec_arguments;
 mod git;

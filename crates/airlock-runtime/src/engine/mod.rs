@@ -235,6 +235,10 @@ impl Runtime {
         if let (Err(refusal), Some(id)) = (&result, id) {
             self.reserve_refused_id(id, refusal);
         }
+        // A call that waits for an approval has not settled (retention
+        // keeps it until it is dispatched, denied or expired).
+        let waits =
+            matches!(&result, Ok(e) if e.error.as_ref().is_some_and(|e| e.code == ReasonCode::ApprovalRequired));
         let end = match &result {
             Err(refusal) => self.note(
                 kind::INVOCATION_REFUSED,
@@ -252,6 +256,9 @@ impl Runtime {
                 }),
             ),
         };
+        if let (false, Some(id)) = (waits, id) {
+            self.mark_settled(id);
+        }
         match (end, result) {
             (Ok(()), result) => result,
             (Err(journal), Err(_)) => Err(journal),
@@ -269,8 +276,10 @@ impl Runtime {
         }
         if let Ok(invocations) = self.invocations() {
             if let Ok(dir) = invocations.create_subdir(id) {
-                let _ =
-                    dir.write_new_file("refused.json", json!({ "code": refusal.code.as_str() }).to_string().as_bytes());
+                let _ = dir.write_new_file(
+                    crate::retention::REFUSED,
+                    json!({ "code": refusal.code.as_str() }).to_string().as_bytes(),
+                );
             }
         }
     }
@@ -285,8 +294,9 @@ impl Runtime {
         call: impl FnOnce() -> Result<Envelope, Refusal>,
     ) -> Result<Envelope, Refusal> {
         let _caller = self.enter_call(id, principal);
+        self.sweep_if_due();
         let valid = id::check_invocation_id(id).ok().map(|()| id);
-        let result = call();
+        let result = self.settle_cancelled(call());
         self.journal_end(valid, result)
     }
 }

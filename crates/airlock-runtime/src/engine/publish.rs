@@ -53,6 +53,8 @@ impl Runtime {
         let (Some(held), Some(rec)) = (held, prepared.record().output.as_ref()) else {
             return Ok(Vec::new());
         };
+        // A cancelled call publishes nothing.
+        self.check_cancelled()?;
         let id = prepared.invocation_id();
         let publication_id = format!("{id}/0");
         let expected = (parse_id(&rec.parent.dev)?, parse_id(&rec.parent.ino)?);

@@ -30,6 +30,8 @@ impl Runtime {
         argv: &[String],
         extra: Value,
     ) -> Result<WorkerStep<'a>, Refusal> {
+        // A cancelled call starts no worker.
+        self.check_cancelled()?;
         self.record(kind::WORKER_STARTED, Some(id), ledger::worker_started_body(argv, extra))?;
         Ok(WorkerStep { runtime: self, id })
     }

@@ -106,6 +106,7 @@ impl Runtime {
     pub fn prepare(&self, request: &CallRequest) -> Result<PreparedCall<ExecPayload>, Refusal> {
         let principal = self.principal_of(request.principal.as_deref());
         let _caller = self.enter_call(&request.invocation_id, principal);
+        self.sweep_if_due();
         let start = CallStart { invocation_id: &request.invocation_id, principal, keep: true, expires_at: None };
         let result = self.load_tool(&request.tool).and_then(|tool| match Shape::of(&tool.manifest)?.not_kept() {
             Some(why) => Err(Refusal::new(ReasonCode::ManifestUnsupported, format!("{}: {why}", tool.manifest.name()))),

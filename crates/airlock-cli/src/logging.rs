@@ -13,7 +13,6 @@
 
 use airlock_core::{ReasonCode, Refusal};
 use rustix::fs::{Mode, OFlags};
-use std::io::IsTerminal;
 use std::sync::Mutex;
 use tracing_subscriber::EnvFilter;
 
@@ -41,11 +40,13 @@ pub fn init(server: bool) -> Result<(), Refusal> {
             format!("{var}={directives:?} is not a log filter ({e}); e.g. {LOG_ENV}=debug or {LOG_ENV}=airlock_runtime=debug,warn"),
         )
     })?;
-    let logs = tracing_subscriber::fmt().with_env_filter(filter);
+    // Plain text everywhere: colours would need tracing-subscriber's `ansi`
+    // feature (asking for them without it panics).
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
     // A second subscriber (never in this binary) keeps the first.
     let _ = match std::env::var_os(LOG_FILE_ENV).filter(|p| !p.is_empty()) {
-        Some(path) => logs.with_ansi(false).with_writer(Mutex::new(open_log_file(path.as_ref())?)).try_init(),
-        None => logs.with_ansi(std::io::stderr().is_terminal()).with_writer(std::io::stderr).try_init(),
+        Some(path) => logs.with_writer(Mutex::new(open_log_file(path.as_ref())?)).try_init(),
+        None => logs.with_writer(std::io::stderr).try_init(),
     };
     Ok(())
 }
@@ -53,9 +54,8 @@ pub fn init(server: bool) -> Result<(), Refusal> {
 /// Opens `path` for appending, creating it `0600`, refusing a symbolic
 /// link at the path (`O_NOFOLLOW`) and anything but a regular file.
 fn open_log_file(path: &std::path::Path) -> Result<std::fs::File, Refusal> {
-    let refused = |why: String| {
-        Refusal::new(ReasonCode::ConfigLogging, format!("{LOG_FILE_ENV}={}: {why}", path.display()))
-    };
+    let refused =
+        |why: String| Refusal::new(ReasonCode::ConfigLogging, format!("{LOG_FILE_ENV}={}: {why}", path.display()));
     let flags = OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY;
     // Non-blocking: a FIFO at the path is refused below instead of hanging the open.
     let flags = flags | OFlags::NONBLOCK;

@@ -70,14 +70,20 @@ fn run_env(p: &Project, env: &[(&str, &str)], args: &[&str]) -> Run {
     }
 }
 
+/// The default test project with one small input, `data/in.txt`.
+fn small_project() -> Project {
+    let p = Project::new();
+    p.write("data/in.txt", "hello\n");
+    p
+}
+
 fn copy_args() -> [&'static str; 4] {
     ["run", "copy", "data/in.txt", "results/out.txt"]
 }
 
 #[test]
 fn debug_logs_go_to_stderr_and_stdout_stays_one_answer() {
-    let p = Project::new();
-    p.write("data/in.txt", "hello\n");
+    let p = small_project();
     let run = run_env(&p, &[("AIRLOCK_LOG", "debug")], &copy_args());
     run.assert_ok();
     let id = run.envelope["invocation_id"].as_str().unwrap();
@@ -92,8 +98,7 @@ fn debug_logs_go_to_stderr_and_stdout_stays_one_answer() {
 
 #[test]
 fn rust_log_is_read_when_airlock_log_is_unset_and_airlock_log_wins() {
-    let p = Project::new();
-    p.write("data/in.txt", "hello\n");
+    let p = small_project();
     let run = run_env(&p, &[("RUST_LOG", "debug")], &copy_args());
     run.assert_ok();
     assert!(run.stderr.contains("call finished"), "{}", run.stderr);
@@ -108,8 +113,7 @@ fn rust_log_is_read_when_airlock_log_is_unset_and_airlock_log_wins() {
 
 #[test]
 fn by_default_a_run_logs_nothing() {
-    let p = Project::new();
-    p.write("data/in.txt", "hello\n");
+    let p = small_project();
     let run = run_env(&p, &[], &copy_args());
     run.assert_ok();
     assert_eq!(run.stderr, "");
@@ -117,8 +121,7 @@ fn by_default_a_run_logs_nothing() {
 
 #[test]
 fn a_filter_that_does_not_parse_is_refused() {
-    let p = Project::new();
-    p.write("data/in.txt", "hello\n");
+    let p = small_project();
     let run = run_env(&p, &[("AIRLOCK_LOG", "airlock_runtime=[")], &copy_args());
     assert_eq!((run.status(), run.reason(), run.code), ("error", "config.logging", 78), "{run:#?}");
     assert!(run.stderr.contains("AIRLOCK_LOG"), "{}", run.stderr);
@@ -127,8 +130,7 @@ fn a_filter_that_does_not_parse_is_refused() {
 
 #[test]
 fn the_log_file_is_appended_private_and_never_reached_through_a_link() {
-    let p = Project::new();
-    p.write("data/in.txt", "hello\n");
+    let p = small_project();
     let log = p.path("airlock.log");
     let env = [("AIRLOCK_LOG", "info"), ("AIRLOCK_LOG_FILE", log.to_str().unwrap())];
     let first = run_env(&p, &env, &copy_args());
@@ -163,8 +165,7 @@ fn request_lines(stderr: &str) -> Vec<&str> {
 
 #[test]
 fn airlock_mcp_logs_one_line_per_request() {
-    let p = Project::new();
-    p.write("data/in.txt", "hello\n");
+    let p = small_project();
     let err_path = p.path("outside/mcp.stderr");
     let err = std::fs::File::create(&err_path).unwrap();
     let mut s = McpSession::start_with(&p, &[], Stdio::from(err));

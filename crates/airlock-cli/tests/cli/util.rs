@@ -291,3 +291,24 @@ impl Project {
         self.command(args).output().unwrap().status.code().unwrap_or(-1)
     }
 }
+
+impl Project {
+    /// Runs the binary on a terminal (`script(1)` gives it a pty, as a
+    /// person's shell would) and returns what it printed there.
+    pub fn on_terminal(&self, args: &[&str]) -> String {
+        let line: Vec<String> =
+            std::iter::once(AIRLOCK).chain(args.iter().copied()).map(|a| format!("'{a}'")).collect();
+        // The environment `command` gives the binary (PATH, AIRLOCK_RESOLVER).
+        let envs: Vec<_> =
+            self.command(&[]).get_envs().filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))).collect();
+        let out = Command::new("script")
+            .args(["-q", "-e", "-c", &line.join(" "), "/dev/null"])
+            .current_dir(self.root())
+            .env_clear()
+            .envs(envs)
+            .stdin(Stdio::null())
+            .output()
+            .expect("script(1) from util-linux");
+        String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n")
+    }
+}

@@ -139,8 +139,8 @@ pub(crate) fn validate(
 ) -> Result<(), PolicyError> {
     let result = validator.validate(&parsed.set, cedar::ValidationMode::Strict);
     // (file, offset, policy, kind of error) → the first message and how many repeat it.
-    let mut problems: Vec<((usize, usize, String, std::mem::Discriminant<cedar::ValidationError>), String, usize)> =
-        Vec::new();
+    type Place = (usize, usize, String, std::mem::Discriminant<cedar::ValidationError>);
+    let mut problems: Vec<(Place, String, usize)> = Vec::new();
     for e in result.validation_errors() {
         let id = e.policy_id().to_string();
         let (index, policy_offset) = parsed.origins.get(&id).copied().unwrap_or((usize::MAX, 0));

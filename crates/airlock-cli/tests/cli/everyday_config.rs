@@ -17,18 +17,7 @@ fn run_in(p: &Project, dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> Run 
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let envelope: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("airlock {args:?}: stdout is not one JSON object ({e}):\n{stdout}\n{stderr}"));
-    Run {
-        args: args.iter().map(|s| s.to_string()).collect(),
-        code: out.status.code().unwrap_or(-1),
-        stdout,
-        stderr,
-        envelope,
-    }
+    p.run_command(cmd, args)
 }
 
 /// Every `.airlock` directory under `p`, relative to its root.

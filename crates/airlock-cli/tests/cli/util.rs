@@ -158,7 +158,13 @@ roots = ["./data:data:ro", "./results:results:rw"]
     /// Runs the binary; a run longer than 30 s is killed and fails the test
     /// (nothing airlock does here may block).
     pub fn run(&self, args: &[&str]) -> Run {
-        let mut child = self.command(args).spawn().expect("spawn airlock");
+        self.run_command(self.command(args), args)
+    }
+
+    /// [`Project::run`] of a command made by [`Project::command`] and then
+    /// changed (another directory, more environment); `args` are for messages.
+    pub fn run_command(&self, mut command: Command, args: &[&str]) -> Run {
+        let mut child = command.spawn().expect("spawn airlock");
         let start = Instant::now();
         loop {
             if child.try_wait().unwrap().is_some() {

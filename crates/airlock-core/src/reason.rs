@@ -347,6 +347,8 @@ reason_codes! {
     JournalInvalid => "journal.invalid", Failed, TOOL_FAILED;
     /// A prune would remove sealed segments never exported (export them, or `--allow-unexported`).
     JournalNotExported => "journal.not_exported", Refused, NO_PERM;
+    /// `journal verify` found no public key to check against: none beside the journal or in the state dir, and no `--public-key`.
+    JournalPublicKeyMissing => "journal.public_key_missing", Refused, USAGE;
     /// Recovery found a conflict an operator must look at (`--discard` to give up the candidate).
     RecoveryConflict => "recovery.conflict", Refused, NO_PERM;
     /// The invocation is still being run by a live process.

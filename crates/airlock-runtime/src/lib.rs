@@ -38,6 +38,7 @@ mod id;
 pub mod ledger;
 pub mod names;
 mod policy_files;
+pub mod progress;
 pub mod recovery;
 pub mod retention;
 mod runnable;
@@ -168,6 +169,11 @@ impl Runtime {
     pub fn set_principal(&mut self, principal: String) -> &mut Self {
         self.principal = principal;
         self
+    }
+
+    /// The principal of calls whose request names none.
+    pub fn principal(&self) -> &str {
+        &self.principal
     }
 
     pub(crate) fn native_tier(&self) -> Result<airlock_sandbox::NativeTier, Refusal> {

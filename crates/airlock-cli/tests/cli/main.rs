@@ -11,6 +11,8 @@ mod cli_ux;
 mod concurrency;
 mod control_plane;
 mod crash;
+mod everyday_config;
+mod everyday_logs;
 mod everyday_names;
 mod everyday_signals;
 mod examples;

@@ -36,6 +36,7 @@
 
 pub mod answer;
 pub mod catalog;
+pub mod schemas;
 mod gate;
 mod server;
 mod sessions;

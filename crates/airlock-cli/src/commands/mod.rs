@@ -38,6 +38,10 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
     if let Command::Init = cli.command {
         return init::run(cli.config.as_deref()).map(Answer::from);
     }
+    if let Command::Schema(crate::cli::SchemaCommand::Envelope) = cli.command {
+        let schema = airlock_core::envelope_schema::schema();
+        return Ok(Answer::Text(format!("{}\n", serde_json::to_string_pretty(&schema).unwrap_or_default())));
+    }
     let config = settings::load_config(cli.config.as_deref())?;
     if let Command::Doctor = cli.command {
         return Ok(doctor::run(&config).into());
@@ -66,11 +70,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         }
         Command::Dispatch { id } => {
             runtime.set_init_program(this_executable()?, true);
-            let envelope = runtime.dispatch(&id).unwrap_or_else(|refusal| Envelope {
-                invocation_id: Some(id.clone()),
-                ..Envelope::from_refusal(&refusal)
-            });
-            envelope.into()
+            runtime.dispatch(&id).into()
         }
         Command::Mcp { http, token_file, unix } => {
             runtime.set_init_program(this_executable()?, true);
@@ -107,7 +107,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
             journal::inspection(runtime.recover(&id, discard)?).into()
         }
         Command::Attest { id } => journal::attest(&runtime, &id)?,
-        Command::Init | Command::Doctor | Command::Policy(_) | Command::Approver(_) => {
+        Command::Init | Command::Doctor | Command::Policy(_) | Command::Approver(_) | Command::Schema(_) => {
             unreachable!("handled above")
         }
     };

@@ -239,6 +239,17 @@ roots = ["./data:data:ro", "./results:results:rw"]
             .collect()
     }
 
+    /// The descriptor of the call `run` answered, as its prepared record
+    /// in the state dir `state` keeps it (a finished call's answer names it
+    /// by digest only).
+    pub fn descriptor(state: &Path, run: &Run) -> serde_json::Value {
+        let id = run.envelope["invocation_id"].as_str().expect("an invocation id");
+        let record = std::fs::read(state.join("invocations").join(id).join("prepared.json")).expect("prepared.json");
+        let record: serde_json::Value = serde_json::from_slice(&record).expect("a JSON record");
+        assert_eq!(record["descriptor_sha256"], run.envelope["evidence"]["descriptor_sha256"], "{run:#?}");
+        record["descriptor"].clone()
+    }
+
     pub fn invocations(&self) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(self.path(".airlock/invocations"))
             .into_iter()

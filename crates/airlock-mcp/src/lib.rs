@@ -36,8 +36,8 @@
 
 pub mod answer;
 pub mod catalog;
-pub mod schemas;
 mod gate;
+pub mod schemas;
 mod server;
 mod sessions;
 mod socket;

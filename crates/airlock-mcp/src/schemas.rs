@@ -87,11 +87,7 @@ fn path_rule(config: &Config, creates: bool, parents: bool) -> (String, Option<S
     }
     let named = roots.iter().map(|(r, mode)| format!("{r} ({})", mode_words(*mode))).collect::<Vec<_>>().join(", ");
     let text = if creates {
-        let parent = if parents {
-            "missing parent directories are made"
-        } else {
-            "its parent directory must exist"
-        };
+        let parent = if parents { "missing parent directories are made" } else { "its parent directory must exist" };
         format!(
             "The output: a new file, relative to the working directory, under a read-write root: {named}. It must \
              not exist yet (an existing file is never overwritten: output.exists); {parent}. No '..', no absolute \

@@ -38,7 +38,8 @@ fn journal_of(p: &Project, id: &str) -> Vec<(u64, String)> {
 #[track_caller]
 fn assert_envelope(p: &Project, schema: &Value, run: &Run) {
     let validator = jsonschema::draft202012::new(schema).expect("the printed schema compiles");
-    let errors: Vec<String> = validator.iter_errors(&run.envelope).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    let errors: Vec<String> =
+        validator.iter_errors(&run.envelope).map(|e| format!("{e} at {}", e.instance_path())).collect();
     assert!(errors.is_empty(), "{errors:#?}\n{run:#?}");
     assert!(run.envelope["duration_ms"].is_u64(), "{run:#?}");
     let id = run.envelope["invocation_id"].as_str().expect("an invocation id");
@@ -58,7 +59,8 @@ fn tools_project(p: &Project) {
     p.write("data/in.txt", "some words here\n");
     let warn = r#"echo 'warming up' >&2; cat "$1" > "$2"; echo done"#;
     p.tool("warns", &sh_tool("warns", "", IO_ARGS, warn, IO_FS));
-    let bad = r#"echo 'jq: error: syntax error, unexpected INVALID_CHARACTER (Unix shell quoting issues?)' >&2; exit 3"#;
+    let bad =
+        r#"echo 'jq: error: syntax error, unexpected INVALID_CHARACTER (Unix shell quoting issues?)' >&2; exit 3"#;
     p.tool("badfilter", &sh_tool("badfilter", "", &[("input", "path")], bad, "[filesystem]\nread = [\"{input}\"]\n"));
     let lint = r#"echo '{"findings": 2}'; echo 'two findings' >&2; exit 1"#;
     let json_out = "[output]\nformat = \"json\"\n[filesystem]\nread = [\"{input}\"]\n";
@@ -133,8 +135,9 @@ fn every_call_kind_answers_one_envelope_valid_under_the_printed_schema() {
 
 #[test]
 fn an_approval_required_answer_is_valid_and_keeps_the_descriptor_it_waits_on() {
-    let (p, _alice) =
-        approved_project("state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n");
+    let (p, _alice) = approved_project(
+        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n",
+    );
     p.write("data/in.txt", "gated\n");
     p.tool("gated", &sh_tool("gated", "risk_tier = \"high\"", IO_ARGS, r#"cat "$1" > "$2""#, IO_FS));
     let schema = printed_schema(&p);
@@ -183,7 +186,10 @@ fn the_python_sdk_sees_output_schemas_path_roots_and_the_stderr_of_a_failure() {
     tools_project(&p);
     let schema = "[output]\nformat = \"json\"\n[output.schema]\ntype = \"object\"\n[output.schema.properties.words]\ntype = \"integer\"\n";
     let count = r#"printf '{"words": %d}\n' "$(wc -w < "$1")""#;
-    p.tool("count", &sh_tool("count", "", &[("input", "path")], count, &format!("{schema}[filesystem]\nread = [\"{{input}}\"]\n")));
+    p.tool(
+        "count",
+        &sh_tool("count", "", &[("input", "path")], count, &format!("{schema}[filesystem]\nread = [\"{{input}}\"]\n")),
+    );
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/sdk_envelope.py");
     let out = Command::new(&python).arg(script).args([AIRLOCK, p.root().to_str().unwrap()]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -115,10 +115,9 @@ fn the_steps_run_in_order_and_each_is_journaled_once() {
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime(dir.path());
     let steps = Steps::default();
-    let answer = rt
-        .as_call("probe-1", "tester", None, || {
-            rt.drive(Probe { steps: &steps, fail_prepare: false }, &tool("low"), start("probe-1"))
-        });
+    let answer = rt.as_call("probe-1", "tester", None, || {
+        rt.drive(Probe { steps: &steps, fail_prepare: false }, &tool("low"), start("probe-1"))
+    });
     assert_eq!(*steps.0.borrow(), ["prepare", "execute"]);
     assert_eq!(answer.exit_code, Some(0));
     let evidence = answer.evidence.unwrap();
@@ -126,8 +125,14 @@ fn the_steps_run_in_order_and_each_is_journaled_once() {
     assert_eq!(evidence.principal.as_deref(), Some("tester"));
     assert!(answer.duration_ms.is_some());
     assert_eq!(evidence.journal.as_ref().unwrap().key_id, rt.journal().key().key_id());
-    let seqs: Vec<u64> =
-        rt.journal().records().unwrap().iter().filter(|r| r.invocation_id.as_deref() == Some("probe-1")).map(|r| r.seq).collect();
+    let seqs: Vec<u64> = rt
+        .journal()
+        .records()
+        .unwrap()
+        .iter()
+        .filter(|r| r.invocation_id.as_deref() == Some("probe-1"))
+        .map(|r| r.seq)
+        .collect();
     let range = evidence.records.unwrap();
     assert_eq!((range.first, range.last), (seqs[0], *seqs.last().unwrap()), "the answer names its records");
 
@@ -154,10 +159,9 @@ fn a_refused_prepare_runs_nothing_and_journals_the_refusal() {
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime(dir.path());
     let steps = Steps::default();
-    let refused = rt
-        .as_call("probe-2", "tester", None, || {
-            rt.drive(Probe { steps: &steps, fail_prepare: true }, &tool("low"), start("probe-2"))
-        });
+    let refused = rt.as_call("probe-2", "tester", None, || {
+        rt.drive(Probe { steps: &steps, fail_prepare: true }, &tool("low"), start("probe-2"))
+    });
     assert_eq!(code(&refused), ReasonCode::InputNotRegular);
     assert_eq!(*steps.0.borrow(), ["prepare"]);
     assert_eq!(kinds(&journal(&rt, "probe-2")), ["InvocationRefused"]);
@@ -179,10 +183,9 @@ fn a_denied_call_is_never_run() {
     let steps = Steps::default();
     // The default policy denies what it does not know to be low or medium
     // risk; `critical` would need an approval, which a probe cannot wait for.
-    let refused = rt
-        .as_call("probe-3", "tester", None, || {
-            rt.drive(Probe { steps: &steps, fail_prepare: false }, &tool("unknown"), start("probe-3"))
-        });
+    let refused = rt.as_call("probe-3", "tester", None, || {
+        rt.drive(Probe { steps: &steps, fail_prepare: false }, &tool("unknown"), start("probe-3"))
+    });
     assert_eq!(code(&refused), ReasonCode::PolicyDenied);
     assert_eq!(*steps.0.borrow(), ["prepare"]);
     assert_eq!(kinds(&journal(&rt, "probe-3")), ["InvocationPrepared", "InvocationRefused"]);
@@ -193,10 +196,9 @@ fn a_call_needing_approval_that_its_shape_cannot_keep_is_refused_before_prepare(
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime(dir.path());
     let steps = Steps::default();
-    let refused = rt
-        .as_call("probe-4", "tester", None, || {
-            rt.drive(Probe { steps: &steps, fail_prepare: false }, &tool("high"), start("probe-4"))
-        });
+    let refused = rt.as_call("probe-4", "tester", None, || {
+        rt.drive(Probe { steps: &steps, fail_prepare: false }, &tool("high"), start("probe-4"))
+    });
     assert_eq!(code(&refused), ReasonCode::ManifestUnsupported);
     let message = &refused.error.as_ref().unwrap().message;
     assert!(message.contains("probes are never kept"), "{message}");

@@ -270,7 +270,10 @@ fn failed_content(
     outcome: &WorkerOutcome,
     custom_parser: bool,
 ) -> Option<serde_json::Value> {
-    if refusal.code != ReasonCode::ToolFailed || custom_parser || manifest.stdout_is_output() || outcome.stdout.is_empty()
+    if refusal.code != ReasonCode::ToolFailed
+        || custom_parser
+        || manifest.stdout_is_output()
+        || outcome.stdout.is_empty()
     {
         return None;
     }

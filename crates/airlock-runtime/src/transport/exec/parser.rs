@@ -56,7 +56,11 @@ pub(super) fn run_parser(
         return Err(failed("ran out of time".into()));
     }
     if !outcome.exit.success() {
-        return Err(failed(format!("failed ({:?}): {}", outcome.exit, airlock_core::stream_tail(&outcome.stderr).unwrap_or_default())));
+        return Err(failed(format!(
+            "failed ({:?}): {}",
+            outcome.exit,
+            airlock_core::stream_tail(&outcome.stderr).unwrap_or_default()
+        )));
     }
     if outcome.stdout_truncated {
         return Err(failed("printed more than [output] max_bytes".into()));

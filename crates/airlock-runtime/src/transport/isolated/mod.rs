@@ -399,10 +399,7 @@ impl Runtime {
             return Ok(failed(code, message));
         }
         if let Some(r) = unjournaled {
-            return Ok(failed(
-                r.code,
-                format!("the submission ran but its end could not be journaled: {}", r.message),
-            ));
+            return Ok(failed(r.code, format!("the submission ran but its end could not be journaled: {}", r.message)));
         }
         match parse_output(sub.format, &outcome.stdout) {
             Ok(output) => Ok(Envelope { content: Some(json!({ "output": output, "broker": broker_summary })), ..base }),

@@ -6,7 +6,8 @@
 //! runtime (`[policy] principal`). It is registered for the call's
 //! invocation id while the call runs, so every journal record of that call
 //! carries it ([`Runtime::record`], [`Runtime::note`]) without each step
-//! passing it along; Cedar sees the same value.
+//! passing it along; Cedar sees the same value. The seq of each record
+//! written for the call widens its range, the answer's `evidence.records`.
 //!
 //! # Principals
 //!

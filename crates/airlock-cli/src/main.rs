@@ -7,6 +7,8 @@
 
 mod cli;
 mod commands;
+mod logging;
+mod progress;
 mod settings;
 
 use airlock_core::{exit, Envelope, ReasonCode, Refusal};
@@ -32,6 +34,9 @@ fn main() -> ExitCode {
         }
     };
     let pretty = cli.pretty;
+    if let Err(refusal) = logging::init(matches!(cli.command, cli::Command::Mcp { .. })) {
+        return emit(&Envelope::from_refusal(&refusal), pretty);
+    }
     match commands::run(cli) {
         Ok(commands::Answer::Text(text)) => {
             let mut out = std::io::stdout().lock();

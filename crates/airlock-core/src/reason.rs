@@ -21,6 +21,18 @@ pub enum Status {
     Error,
 }
 
+impl Status {
+    /// The word the envelope's `status` holds (`ok`, `failed`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Failed => "failed",
+            Status::Refused => "refused",
+            Status::Error => "error",
+        }
+    }
+}
+
 /// Process exit codes (DESIGN.md §3, sysexits-style).
 pub mod exit {
     /// Success.
@@ -371,6 +383,10 @@ reason_codes! {
     ControlFileUnsafe => "config.control_file_unsafe", Refused, CONFIG;
     /// The host lacks a facility the configuration needs.
     HostUnsupported => "host.unsupported", Error, CONFIG;
+    /// Logging cannot be set up as the environment asks: `AIRLOCK_LOG` (or
+    /// `RUST_LOG`) is not a valid filter, or `AIRLOCK_LOG_FILE` is a
+    /// symbolic link or cannot be opened for appending.
+    ConfigLogging => "config.logging", Error, CONFIG;
     // ---- invocations ----
     /// The invocation id has been used before.
     InvocationDuplicate => "invocation.duplicate", Refused, NO_PERM;

@@ -12,6 +12,7 @@ mod concurrency;
 mod control_plane;
 mod crash;
 mod everyday_envelope;
+mod everyday_logs;
 mod examples;
 mod exec_arguments;
 mod git;

@@ -23,14 +23,8 @@ fn printed_schema(p: &Project) -> Value {
 
 /// `(seq, key_id)` of the records of invocation `id`, from `journal show`.
 fn journal_of(p: &Project, id: &str) -> Vec<(u64, String)> {
-    let show = p.run(&["journal", "show", "--json"]);
-    show.envelope["content"]["records"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["invocation_id"] == id)
-        .map(|r| (r["seq"].as_u64().unwrap(), r["key_id"].as_str().unwrap().to_owned()))
-        .collect()
+    let records = p.journal_records(id);
+    records.iter().map(|r| (r["seq"].as_u64().unwrap(), r["key_id"].as_str().unwrap().to_owned())).collect()
 }
 
 /// `run`'s envelope is valid under `schema`, says how long it took, and its

@@ -229,14 +229,15 @@ roots = ["./data:data:ro", "./results:results:rw"]
     /// The kinds of the journal records of invocation `id`, in order, as
     /// `airlock journal show --json` lists them.
     pub fn journal_kinds(&self, id: &str) -> Vec<String> {
+        self.journal_records(id).iter().map(|r| r["kind"].as_str().unwrap().to_owned()).collect()
+    }
+
+    /// The journal records of invocation `id`, in order, as `airlock
+    /// journal show --json` lists them.
+    pub fn journal_records(&self, id: &str) -> Vec<Value> {
         let show = self.run(&["journal", "show", "--json"]);
-        show.envelope["content"]["records"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|r| r["invocation_id"] == id)
-            .map(|r| r["kind"].as_str().unwrap().to_owned())
-            .collect()
+        let records = show.envelope["content"]["records"].as_array().unwrap();
+        records.iter().filter(|r| r["invocation_id"] == id).cloned().collect()
     }
 
     /// The descriptor of the call `run` answered, as its prepared record

@@ -18,19 +18,8 @@ from contextlib import AsyncExitStack
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-
-def as_json(model):
-    """The SDK's model as it travelled on the wire (camelCase keys)."""
-    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-def result_summary(result):
-    r = as_json(result)
-    return {
-        "isError": bool(r.get("isError")),
-        "text": [c.get("text") for c in r.get("content", []) if c.get("type") == "text"],
-        "structured": r.get("structuredContent"),
-    }
+# The same summaries as the interop client (this script's directory).
+from sdk_client import as_json, result_summary
 
 
 async def main(argv):

@@ -96,6 +96,9 @@ pub enum Command {
     /// Print the Cedar schema or the built-in default policy.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Print the JSON Schema (draft 2020-12) of what airlock answers.
+    #[command(subcommand)]
+    Schema(SchemaCommand),
     /// Serve every runnable tool to MCP clients: over stdio (default),
     /// streamable HTTP at http://ADDR/mcp with --http (loopback only; every
     /// request carries the bearer token), or on a Unix socket with --unix
@@ -348,4 +351,11 @@ pub enum PolicyCommand {
     Schema,
     /// The built-in policy used when `[policy] files` names none.
     ShowDefault,
+}
+
+/// `airlock schema …`.
+#[derive(Debug, Subcommand)]
+pub enum SchemaCommand {
+    /// The envelope every call answers with (DESIGN.md §3, "Envelope").
+    Envelope,
 }

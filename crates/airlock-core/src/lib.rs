@@ -27,6 +27,7 @@ pub mod broker;
 pub mod config;
 pub mod descriptor;
 pub mod envelope;
+pub mod envelope_schema;
 pub mod limits;
 pub mod manifest;
 pub mod mcp_server;
@@ -42,7 +43,9 @@ pub use descriptor::{
     canonical_json, sha256_tagged, CallShape, CommandBoundary, Descriptor, DirIdentity, FilesystemBoundary, ReadGrant,
     SnapshotBinding, ToolIdentity,
 };
-pub use envelope::{CreatedFile, Envelope, ErrorBody, Evidence, LimitsEvidence};
+pub use envelope::{
+    stream_tail, CreatedFile, Envelope, ErrorBody, Evidence, JournalEvidence, LimitsEvidence, RecordRange, TAIL_BYTES,
+};
 pub use limits::{Limits, StagingLimits};
 pub use mcp_server::McpServerConfig;
 pub use path::{PathEntry, RelPath};

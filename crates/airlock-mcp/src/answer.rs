@@ -1,7 +1,10 @@
 //! An airlock envelope as an MCP `tools/call` result.
 //!
 //! `structuredContent` is the envelope, `isError` is `status != ok`, and the
-//! text starts with `CODE:`. An `approval.required` result adds `approval:
+//! text starts with `CODE: message`, followed by the tool's last standard
+//! error (the envelope's `stderr_tail`, at most 4 KiB), so a model that reads
+//! only the text sees why a tool failed (jq's own message, say). An
+//! `approval.required` result adds `approval:
 //! {descriptor_sha256, invocation_id, waiting_for: "approver"}` and no
 //! command line: the agent cannot approve.
 
@@ -12,7 +15,8 @@ use serde_json::{json, Value};
 /// The MCP result for `envelope`: `isError` unless the status is `ok`;
 /// `structuredContent` is the envelope itself (status, invocation id,
 /// content, `created_files`, evidence, error); the text content is the
-/// tool's content for a success and `CODE: message` otherwise. An
+/// tool's content for a success and `CODE: message` otherwise, with the
+/// standard error's tail when the tool wrote any ([`error_text`]). An
 /// approval-required call also carries `approval` with the descriptor
 /// digest and the invocation id that wait for an approver (never a command
 /// to run: only an approver's key can approve it).
@@ -23,7 +27,7 @@ pub fn to_result(envelope: &Envelope) -> CallToolResult {
     });
     let ok = envelope.status == Status::Ok;
     let mut text = match (&envelope.error, &envelope.content) {
-        (Some(err), _) => format!("{}: {}", err.code, err.message),
+        (Some(_), _) => error_text(envelope),
         (None, Some(Value::String(s))) => s.clone(),
         (None, Some(v)) => v.to_string(),
         (None, None) => String::new(),
@@ -42,6 +46,19 @@ pub fn to_result(envelope: &Envelope) -> CallToolResult {
     let mut result = if ok { CallToolResult::success(content) } else { CallToolResult::error(content) };
     result.structured_content = Some(structured);
     result
+}
+
+/// The text of a result that is not `ok`: `CODE: message`, then the tool's
+/// standard error tail (already bounded by the envelope) after a line that
+/// says what it is.
+fn error_text(envelope: &Envelope) -> String {
+    let Some(err) = &envelope.error else { return String::new() };
+    let mut text = format!("{}: {}", err.code, err.message);
+    if let Some(tail) = envelope.stderr_tail.as_deref().filter(|t| !t.trim().is_empty()) {
+        text.push_str("\nstderr (last bytes):\n");
+        text.push_str(tail);
+    }
+    text
 }
 
 /// For an `approval.required` answer: `{descriptor_sha256, invocation_id, waiting_for}`.
@@ -73,6 +90,18 @@ mod tests {
         assert_eq!(s["status"], "refused");
         assert_eq!(s["error"]["code"], "output.exists");
         assert!(serde_json::to_string(&r.content).unwrap().contains("output.exists: results/x exists"));
+    }
+
+    #[test]
+    fn a_failure_text_carries_the_stderr_tail() {
+        let e = Envelope {
+            stderr_tail: Some("jq: error: syntax error\n".into()),
+            ..Envelope::from_refusal(&Refusal::new(ReasonCode::ToolFailed, "the tool exited with status 3"))
+        };
+        let r = to_result(&e);
+        let text = serde_json::to_string(&r.content).unwrap();
+        assert!(text.contains("tool.failed: the tool exited with status 3"), "{text}");
+        assert!(text.contains("jq: error: syntax error"), "{text}");
     }
 
     #[test]

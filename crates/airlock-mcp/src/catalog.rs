@@ -11,9 +11,11 @@
 //! so a client can never name a path. `readOnlyHint` and `idempotentHint` hold when the
 //! manifest has no `create` entry; `destructiveHint` is always false
 //! (outputs are only ever new files) and `openWorldHint` false (no network
-//! in the sandbox).
+//! in the sandbox). Every tool declares the envelope as its `outputSchema`.
 
+use crate::schemas;
 use airlock_core::manifest::Manifest;
+use airlock_core::Config;
 use airlock_runtime::names::ToolIndex;
 use airlock_runtime::{catalog, Runtime};
 use rmcp::model::{Tool, ToolAnnotations};
@@ -71,14 +73,14 @@ impl Catalog {
             if index.find(&stem).is_err() {
                 catalog.ambiguous.push(stem.clone());
             }
-            catalog.entries.push(Entry { tool: describe(m), manifest: path, stem });
+            catalog.entries.push(Entry { tool: describe(m, runtime.config()), manifest: path, stem });
         }
         // The bundled source tools the tools directory does not shadow are
         // served by name (the runtime loads them from the binary).
         for m in airlock_runtime::bundled_missing_from(runtime.authority(), &runtime.config().tools_dir) {
             if catalog.find(m.name()).is_none() {
                 catalog.entries.push(Entry {
-                    tool: describe(&m),
+                    tool: describe(&m, runtime.config()),
                     manifest: PathBuf::from(m.name()),
                     stem: String::new(),
                 });
@@ -105,13 +107,18 @@ impl Catalog {
     }
 }
 
-/// The MCP tool for a manifest.
-pub fn describe(m: &Manifest) -> Tool {
+/// The MCP tool for a manifest under `config`: its input schema with the
+/// path arguments described by the roots they may name, and the envelope as
+/// its output schema ([`crate::schemas`]).
+pub fn describe(m: &Manifest, config: &Config) -> Tool {
     let schema = match m.input_schema() {
         serde_json::Value::Object(o) => o,
         _ => serde_json::Map::new(),
     };
-    Tool::new(m.name().to_owned(), m.tool.description.clone(), Arc::new(schema)).annotate(annotations(m))
+    let input = schemas::describe_paths(schema, m, config);
+    Tool::new(m.name().to_owned(), m.tool.description.clone(), Arc::new(input))
+        .with_raw_output_schema(Arc::new(schemas::output_schema(m)))
+        .annotate(annotations(m))
 }
 
 /// Hints derived from the manifest. `readOnlyHint`: no `[filesystem] create`

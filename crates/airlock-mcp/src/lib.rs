@@ -42,6 +42,7 @@ pub mod catalog;
 mod gate;
 mod progress;
 pub mod request_log;
+pub mod schemas;
 mod server;
 mod sessions;
 mod socket;

@@ -74,6 +74,7 @@ impl AirlockServer {
                 format!("no tool named {name:?} is served"),
             ));
         };
+        let name = name.to_owned();
         let request = CallRequest {
             tool: entry.manifest.display().to_string(),
             positional: Vec::new(),
@@ -86,11 +87,7 @@ impl AirlockServer {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let spawned =
             std::thread::Builder::new().name(format!("airlock-call-{}", request.invocation_id)).spawn(move || {
-                let id = request.invocation_id.clone();
-                let envelope = runtime
-                    .run(&request)
-                    .unwrap_or_else(|refusal| Envelope { invocation_id: Some(id), ..Envelope::from_refusal(&refusal) });
-                let _ = tx.send(envelope);
+                let _ = tx.send(Envelope { tool: Some(name), ..runtime.run(&request) });
             });
         if let Err(e) = spawned {
             return Envelope::from_refusal(&Refusal::new(ReasonCode::Internal, format!("starting a call thread: {e}")));
@@ -124,11 +121,7 @@ impl ServerHandler for AirlockServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("airlock", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Each tool runs one operation on exactly the files its arguments name, in a sandbox, through \
-                 airlock's policy. structuredContent is airlock's envelope: created_files are the published \
-                 outputs, evidence binds the call to its descriptor. A refusal has isError and error.code.",
-            )
+            .with_instructions(crate::schemas::instructions(self.runtime.config()))
     }
 
     async fn list_tools(

@@ -6,7 +6,8 @@
 //! runtime (`[policy] principal`). It is registered for the call's
 //! invocation id while the call runs, so every journal record of that call
 //! carries it ([`Runtime::record`], [`Runtime::note`]) without each step
-//! passing it along; Cedar sees the same value.
+//! passing it along; Cedar sees the same value. The seq of each record
+//! written for the call widens its range, the answer's `evidence.records`.
 //!
 //! # Principals
 //!
@@ -22,7 +23,7 @@
 //! attestation's `predicate.principal` name it.
 
 use crate::{ledger, Runtime};
-use airlock_core::Refusal;
+use airlock_core::{RecordRange, Refusal};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -30,9 +31,17 @@ use std::sync::Mutex;
 /// Key of the principal in every journal record body of a call.
 pub const PRINCIPAL_FIELD: &str = "principal";
 
-/// Invocation id → principal, for the calls of one runtime in flight.
+/// One call in flight: its principal, and the seq range of the records
+/// written for it so far (the answer's `evidence.records`).
+#[derive(Debug)]
+struct InFlight {
+    principal: String,
+    records: Option<RecordRange>,
+}
+
+/// Invocation id → the call in flight, for the calls of one runtime.
 #[derive(Debug, Default)]
-pub(crate) struct Callers(Mutex<HashMap<String, String>>);
+pub(crate) struct Callers(Mutex<HashMap<String, InFlight>>);
 
 /// Registration of one call's principal; removed when dropped.
 #[derive(Debug)]
@@ -50,14 +59,34 @@ impl Drop for CallerScope<'_> {
 }
 
 impl Callers {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
-        // A panic while the map was held leaves it consistent (one insert or
-        // remove), so a poisoned lock is still usable.
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
+        // A panic while the map was held leaves it consistent (one insert,
+        // update or remove), so a poisoned lock is still usable.
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn get(&self, id: &str) -> Option<String> {
-        self.lock().get(id).cloned()
+        self.lock().get(id).map(|call| call.principal.clone())
+    }
+
+    /// Widens the record range of call `id` (if in flight) to `seq`.
+    fn wrote(&self, id: Option<&str>, seq: u64) {
+        let Some(id) = id else { return };
+        if let Some(call) = self.lock().get_mut(id) {
+            call.records = Some(match call.records {
+                Some(r) => RecordRange { first: r.first.min(seq), last: r.last.max(seq) },
+                None => RecordRange { first: seq, last: seq },
+            });
+        }
+    }
+}
+
+impl CallerScope<'_> {
+    /// The seq range of the records written for this call so far (none if
+    /// this scope did not register the call: a duplicate in flight).
+    pub(crate) fn records(&self) -> Option<RecordRange> {
+        let id = self.id.as_deref()?;
+        self.callers.lock().get(id).and_then(|call| call.records)
     }
 }
 
@@ -75,7 +104,7 @@ impl Runtime {
         if map.contains_key(id) {
             return CallerScope { callers: &self.callers, id: None };
         }
-        map.insert(id.to_owned(), principal.to_owned());
+        map.insert(id.to_owned(), InFlight { principal: principal.to_owned(), records: None });
         CallerScope { callers: &self.callers, id: Some(id.to_owned()) }
     }
 
@@ -86,14 +115,20 @@ impl Runtime {
         id.and_then(|id| self.callers.get(id)).unwrap_or_else(|| self.principal.clone())
     }
 
-    /// [`ledger::record`] with the call's principal in the body.
+    /// [`ledger::record`] with the call's principal in the body; the
+    /// record's seq joins the call's range.
     pub(crate) fn record(&self, kind: &str, id: Option<&str>, body: Value) -> Result<(), Refusal> {
-        ledger::record(self.journal(), kind, id, self.stamped(id, body))
+        let seq = ledger::record(self.journal(), kind, id, self.stamped(id, body))?;
+        self.callers.wrote(id, seq);
+        Ok(())
     }
 
-    /// [`ledger::note`] with the call's principal in the body.
+    /// [`ledger::note`] with the call's principal in the body; the record's
+    /// seq joins the call's range.
     pub(crate) fn note(&self, kind: &str, id: Option<&str>, body: Value) -> Result<(), Refusal> {
-        ledger::note(self.journal(), kind, id, self.stamped(id, body))
+        let seq = ledger::note(self.journal(), kind, id, self.stamped(id, body))?;
+        self.callers.wrote(id, seq);
+        Ok(())
     }
 
     fn stamped(&self, id: Option<&str>, mut body: Value) -> Value {

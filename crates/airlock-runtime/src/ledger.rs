@@ -35,18 +35,19 @@ use crate::failure::journal_refusal;
 /// Directory of pending-publication markers, `ID@PID.START`.
 pub const PENDING: &str = "pending";
 
-/// Appends one record; the call returns once it (and every record before
-/// it) is durable. For records that announce an effect. Integers beyond
-/// ±(2^53 − 1) in `body` are written as decimal strings ([`exact_numbers`]).
-pub fn record(journal: &Journal, kind: &str, invocation_id: Option<&str>, body: Value) -> Result<(), Refusal> {
-    journal.append(kind, invocation_id, exact_numbers(body)).map(|_| ()).map_err(journal_refusal)
+/// Appends one record and answers its seq; the call returns once it (and
+/// every record before it) is durable. For records that announce an effect.
+/// Integers beyond ±(2^53 − 1) in `body` are written as decimal strings
+/// ([`exact_numbers`]).
+pub fn record(journal: &Journal, kind: &str, invocation_id: Option<&str>, body: Value) -> Result<u64, Refusal> {
+    journal.append(kind, invocation_id, exact_numbers(body)).map(|a| a.seq).map_err(journal_refusal)
 }
 
 /// Appends one record that announces no effect of its own; it becomes
 /// durable with the next [`record`], which every effect is preceded by.
-/// Integers as in [`record`].
-pub fn note(journal: &Journal, kind: &str, invocation_id: Option<&str>, body: Value) -> Result<(), Refusal> {
-    journal.append_deferred(kind, invocation_id, exact_numbers(body)).map(|_| ()).map_err(journal_refusal)
+/// Integers as in [`record`]; answers its seq.
+pub fn note(journal: &Journal, kind: &str, invocation_id: Option<&str>, body: Value) -> Result<u64, Refusal> {
+    journal.append_deferred(kind, invocation_id, exact_numbers(body)).map(|a| a.seq).map_err(journal_refusal)
 }
 
 /// Most bytes of argv words a `WorkerStarted` record keeps (4 KiB).

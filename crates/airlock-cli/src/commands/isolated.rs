@@ -43,9 +43,5 @@ pub fn run(runtime: &Runtime, args: IsolatedArgs) -> Result<Envelope, Refusal> {
             names.join(", ")
         );
     }
-    Ok(runtime.isolated(&request).unwrap_or_else(|refusal| Envelope {
-        invocation_id: Some(request.invocation_id.clone()),
-        tool: Some(airlock_runtime::ADHOC_TOOL.into()),
-        ..Envelope::from_refusal(&refusal)
-    }))
+    Ok(runtime.isolated(&request))
 }

@@ -51,6 +51,10 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         Command::Man { subcommand } => return generate::man_page(subcommand.as_deref()).map(Answer::Text),
         _ => {}
     }
+    if let Command::Schema(crate::cli::SchemaCommand::Envelope) = cli.command {
+        let schema = airlock_core::envelope_schema::schema();
+        return Ok(Answer::Text(format!("{}\n", serde_json::to_string_pretty(&schema).unwrap_or_default())));
+    }
     let loaded = settings::load_config(cli.config.as_deref())?;
     if cli.verbose {
         eprintln!("airlock: {}", loaded.describe());
@@ -85,11 +89,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         Command::Dispatch { id } => {
             runtime.set_init_program(this_executable()?, true);
             crate::signals::cancel_on_signal(runtime.canceller())?;
-            let envelope = runtime.dispatch(&id).unwrap_or_else(|refusal| Envelope {
-                invocation_id: Some(id.clone()),
-                ..Envelope::from_refusal(&refusal)
-            });
-            envelope.into()
+            runtime.dispatch(&id).into()
         }
         Command::Mcp { http, token_file, unix } => {
             runtime.set_init_program(this_executable()?, true);
@@ -132,6 +132,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         | Command::Doctor { .. }
         | Command::Policy(_)
         | Command::Approver(_)
+        | Command::Schema(_)
         | Command::Completions { .. }
         | Command::Man { .. } => {
             unreachable!("handled above")

@@ -42,11 +42,7 @@ pub fn run(runtime: &Runtime, args: QueryArgs) -> Result<Envelope, Refusal> {
     } else if progress {
         eprintln!("airlock: {op} ({}): querying…", request.invocation_id);
     }
-    let envelope = runtime.run(&request).unwrap_or_else(|refusal| Envelope {
-        invocation_id: Some(request.invocation_id.clone()),
-        tool: Some(request.tool.clone()),
-        ..Envelope::from_refusal(&refusal)
-    });
+    let envelope = runtime.run(&request);
     if progress {
         if let Some(c) = envelope.content.as_ref().filter(|c| c["partial"] == true) {
             eprintln!("airlock: {op}: the result is partial: {}", c["partial_reasons"]);

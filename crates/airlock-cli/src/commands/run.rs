@@ -17,11 +17,7 @@ pub fn run(runtime: &Runtime, call: CallArgs) -> Result<Envelope, Refusal> {
             runtime.config().tier
         );
     }
-    let envelope = runtime.run(&request).unwrap_or_else(|refusal| Envelope {
-        invocation_id: Some(request.invocation_id.clone()),
-        tool: Some(request.tool.clone()),
-        ..Envelope::from_refusal(&refusal)
-    });
+    let envelope = runtime.run(&request);
     if progress && envelope.error.is_none() {
         for f in &envelope.created_files {
             eprintln!("airlock: published {} ({} bytes, {})", f.path, f.bytes, f.sha256);

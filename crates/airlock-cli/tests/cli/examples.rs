@@ -71,7 +71,7 @@ fn misbehave_is_contained_and_publishes_nothing() {
     let port = listener.local_addr().unwrap().port().to_string();
     let run = airlock_in(dir.path(), &["run", "misbehave", "data/notes.txt", "results/m.txt", &port]);
     assert_eq!((run.status(), run.reason(), run.code), ("failed", "limit.output_size", 1), "{run:#?}");
-    let said = run.envelope["content"]["stdout"].as_str().unwrap();
+    let said = run.envelope["stdout_tail"].as_str().unwrap();
     for attempt in [
         "read /etc/shadow: denied",
         "read a file beside the input: denied",

@@ -98,7 +98,8 @@ fn sandboxed_answers_equal_the_drivers_on_a_busy_repository() {
             request["max_count"] = json!(3);
         }
         assert_eq!(run.envelope["content"], in_process(&repo, request), "{op}");
-        let snap = &run.envelope["descriptor"]["command_boundary"]["filesystem"]["snapshot"];
+        let descriptor = Project::descriptor(&p.path(".airlock"), &run);
+        let snap = &descriptor["command_boundary"]["filesystem"]["snapshot"];
         assert_eq!(snap["kind"], json!("git"));
         assert!(snap["files"].as_u64().unwrap() > 5, "{snap}");
     }

@@ -138,8 +138,8 @@ fn assert_clean(run: &Run, state: &[String]) {
     }
 }
 
-fn snapshot(run: &Run) -> &Value {
-    &run.envelope["descriptor"]["command_boundary"]["filesystem"]["snapshot"]
+fn snapshot(l: &Layout, run: &Run) -> Value {
+    Project::descriptor(&l.repo().join(".airlock"), run)["command_boundary"]["filesystem"]["snapshot"].clone()
 }
 
 #[test]
@@ -169,7 +169,7 @@ fn git_answers_show_no_byte_of_the_state_dir_and_skip_control_dirs() {
         }
         if op != "git_log" && op != "git_staged_diff" {
             // .airlock, .AIRLOCK, vendor/nested/.git: counted, not partial.
-            assert_eq!(snapshot(&run)["skipped"], json!(3), "{op}: {run:#?}");
+            assert_eq!(snapshot(&l, &run)["skipped"], json!(3), "{op}: {run:#?}");
             assert_eq!(run.envelope["content"]["skipped"], json!({ "control_dir": 3 }), "{op}");
             assert_eq!(run.envelope["content"]["partial"], json!(false), "{op}");
         }
@@ -195,7 +195,7 @@ fn a_hard_link_never_reaches_an_answer_and_the_default_refuses_it() {
     // git_log copies no work tree: nothing linked, permitted.
     let log = l.query("git_log");
     log.assert_ok();
-    assert_eq!(snapshot(&log)["linked_files"], json!(0));
+    assert_eq!(snapshot(&l, &log)["linked_files"], json!(0));
     l.state_free_of(CANARY);
     let journal = l.p.run(&["--config", &l.config(), "journal", "show", "--json"]);
     assert!(journal.stdout.contains("policy.denied") && !journal.stdout.contains(CANARY), "{journal:#?}");
@@ -210,7 +210,7 @@ fn a_permitting_policy_gets_a_partial_answer_without_the_linked_file() {
         run.assert_ok();
         assert!(!run.stdout.contains(CANARY), "{run:#?}");
         assert!(!run.envelope["content"].to_string().contains("innocent"), "{op}: listed: {run:#?}");
-        let snap = snapshot(&run);
+        let snap = snapshot(&l, &run);
         assert_eq!((&snap["linked_files"], &snap["skipped"]), (&json!(1), &json!(2)), "{op}: {snap}");
         let content = &run.envelope["content"];
         assert_eq!(content["partial"], json!(true), "{op}");

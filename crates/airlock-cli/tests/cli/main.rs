@@ -12,6 +12,7 @@ mod concurrency;
 mod control_plane;
 mod crash;
 mod everyday_config;
+mod everyday_envelope;
 mod everyday_logs;
 mod everyday_names;
 mod everyday_signals;

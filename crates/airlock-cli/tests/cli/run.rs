@@ -131,7 +131,8 @@ fn a_tool_that_fails_publishes_nothing_and_its_stderr_tail_is_kept() {
     assert_failed(&run, "failed", "tool.failed", 1);
     assert_eq!(run.envelope["exit_code"], 3, "{run:#?}");
     assert_eq!(run.envelope["stage"], "finished");
-    let tail = run.envelope["content"]["stderr"].as_str().expect("content.stderr");
+    let tail = run.envelope["stderr_tail"].as_str().expect("stderr_tail");
+    assert!(run.envelope.get("content").is_none(), "the streams never replace the content: {run:#?}");
     assert!(tail.ends_with("the last words\n"), "{tail:?}");
     assert!(tail.len() <= 4096 && tail.len() > 100, "stderr tail of {} bytes", tail.len());
     assert_absent_path(&p, "results/out.txt");
@@ -153,7 +154,7 @@ fn a_timeout_kills_every_process_and_publishes_nothing() {
     let run = p.run(&["run", "hangs", "data/in.txt", "results/out.txt", &m]);
     assert_failed(&run, "failed", "tool.timeout", 124);
     assert_eq!(run.envelope["stage"], "finished");
-    assert_eq!(run.envelope["content"]["stderr"], "started\n", "the sleepers never started: {run:#?}");
+    assert_eq!(run.envelope["stderr_tail"], "started\n", "the sleepers never started: {run:#?}");
     assert_absent_path(&p, "results/out.txt");
     assert_no_candidates(&p, "results");
     assert_staging_empty(&p);

@@ -235,14 +235,26 @@ roots = ["./data:data:ro", "./results:results:rw"]
     /// The kinds of the journal records of invocation `id`, in order, as
     /// `airlock journal show --json` lists them.
     pub fn journal_kinds(&self, id: &str) -> Vec<String> {
+        self.journal_records(id).iter().map(|r| r["kind"].as_str().unwrap().to_owned()).collect()
+    }
+
+    /// The journal records of invocation `id`, in order, as `airlock
+    /// journal show --json` lists them.
+    pub fn journal_records(&self, id: &str) -> Vec<Value> {
         let show = self.run(&["journal", "show", "--json"]);
-        show.envelope["content"]["records"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|r| r["invocation_id"] == id)
-            .map(|r| r["kind"].as_str().unwrap().to_owned())
-            .collect()
+        let records = show.envelope["content"]["records"].as_array().unwrap();
+        records.iter().filter(|r| r["invocation_id"] == id).cloned().collect()
+    }
+
+    /// The descriptor of the call `run` answered, as its prepared record
+    /// in the state dir `state` keeps it (a finished call's answer names it
+    /// by digest only).
+    pub fn descriptor(state: &Path, run: &Run) -> serde_json::Value {
+        let id = run.envelope["invocation_id"].as_str().expect("an invocation id");
+        let record = std::fs::read(state.join("invocations").join(id).join("prepared.json")).expect("prepared.json");
+        let record: serde_json::Value = serde_json::from_slice(&record).expect("a JSON record");
+        assert_eq!(record["descriptor_sha256"], run.envelope["evidence"]["descriptor_sha256"], "{run:#?}");
+        record["descriptor"].clone()
     }
 
     pub fn invocations(&self) -> Vec<String> {

@@ -41,6 +41,13 @@ pub(crate) struct CompiledFilesystem {
     create_parents: bool,
 }
 
+impl CompiledFilesystem {
+    /// Whether the create entry is the whole `{name}` reference.
+    pub(crate) fn creates_from_arg(&self, name: &str) -> bool {
+        matches!(&self.create, Some(PathEntry::Arg(arg)) if arg == name)
+    }
+}
+
 fn entry_key(entry: &PathEntry) -> String {
     match entry {
         PathEntry::Literal(p) => p.as_str().to_owned(),

@@ -394,6 +394,13 @@ impl Manifest {
         self.compiled.stdout_output
     }
 
+    /// Whether argument `name` is the `[filesystem] create` entry: the path
+    /// of the new output (every other `path` argument names a file or
+    /// directory to read).
+    pub fn creates_from_arg(&self, name: &str) -> bool {
+        self.compiled.filesystem.creates_from_arg(name)
+    }
+
     /// The checked `[mcp]` section, `None` for a tool without one. Refused
     /// with `mcp.invalid`, `mcp.conflict` or `mcp.field_map` (see
     /// [`McpSpec`]).

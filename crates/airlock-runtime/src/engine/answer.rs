@@ -3,14 +3,16 @@
 
 use super::prepared::PreparedCall;
 use super::verdict::{exit_number, limits_evidence};
-use airlock_core::{Envelope, ErrorBody, Evidence, ReasonCode, Refusal};
+use airlock_core::{stream_tail, Envelope, ErrorBody, Evidence, JournalEvidence, ReasonCode, RecordRange, Refusal};
 use airlock_sandbox::WorkerOutcome;
 use serde_json::Value;
 
 /// The base of a finished call's answer: `ok`, its id, tool and evidence
 /// (descriptor digest, the policies that permitted it, its principal) and,
-/// when a worker ran, its exit code and how its resources were bounded
-/// (`broker`: how an isolated submission's broker was bounded).
+/// when a worker ran, its exit code, the tails of its standard output and
+/// error, and how its resources were bounded (`broker`: how an isolated
+/// submission's broker was bounded). A shape whose stdout is the output
+/// file clears `stdout_tail`.
 pub(crate) fn finished<P>(
     prepared: &PreparedCall<P>,
     policy_ids: &[String],
@@ -21,18 +23,22 @@ pub(crate) fn finished<P>(
         tool: Some(prepared.descriptor().tool.clone()),
         stage: Some("finished"),
         exit_code: worker.map(|(outcome, _)| exit_number(outcome.exit)),
+        stdout_tail: worker.and_then(|(outcome, _)| stream_tail(&outcome.stdout)),
+        stderr_tail: worker.and_then(|(outcome, _)| stream_tail(&outcome.stderr)),
         evidence: Some(Evidence {
             descriptor_sha256: Some(prepared.digest().to_owned()),
             policy_ids: policy_ids.to_vec(),
             principal: Some(prepared.principal().to_owned()),
             limits: worker.map(|(outcome, broker)| limits_evidence(&outcome.limits, broker)),
+            ..Evidence::default()
         }),
         ..Envelope::ok()
     }
 }
 
-/// `base` failed with `refusal`; `content` is what the caller may still
-/// see (the tool's output tails, an upstream's result).
+/// `base` failed with `refusal`; `content` is what was parsed all the same
+/// (an upstream's result, a failed tool's output that parsed), never the
+/// raw streams: their tails are `base`'s.
 pub(crate) fn failed(base: &Envelope, refusal: Refusal, content: Option<Value>) -> Envelope {
     Envelope {
         status: refusal.code.status(),
@@ -81,4 +87,22 @@ pub(crate) fn approval_required<P>(prepared: &PreparedCall<P>) -> Envelope {
         }),
         ..Envelope::from_refusal(&refusal)
     }
+}
+
+/// The last touch of every answer of a call: how long it took, who made it
+/// (kept if the shape named it), the journal's key and the seq range of the
+/// call's records (DESIGN.md §3, "Envelope").
+pub(crate) fn sealed(
+    mut envelope: Envelope,
+    principal: &str,
+    journal: JournalEvidence,
+    records: Option<RecordRange>,
+    took: std::time::Duration,
+) -> Envelope {
+    envelope.duration_ms = Some(u64::try_from(took.as_millis()).unwrap_or(u64::MAX));
+    let evidence = envelope.evidence.get_or_insert_with(Evidence::default);
+    evidence.principal.get_or_insert_with(|| principal.to_owned());
+    evidence.journal = Some(journal);
+    evidence.records = records;
+    envelope
 }

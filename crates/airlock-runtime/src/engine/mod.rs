@@ -335,20 +335,31 @@ impl Runtime {
         }
     }
 
-    /// Runs `call` as one whole call of invocation `id` by `principal`: the
-    /// principal is registered for the call's records, and how it ended is
-    /// journaled ([`Runtime::journal_end`]).
+    /// Runs `call` as one whole call of invocation `id` by `principal` and
+    /// answers with its envelope, whatever happened: the principal is
+    /// registered for the call's records, how it ended is journaled
+    /// ([`Runtime::journal_end`]), a refusal becomes its envelope (naming
+    /// the invocation and `tool`), and every answer gets its duration and
+    /// its journal evidence ([`answer::sealed`]).
     pub(crate) fn as_call(
         &self,
         id: &str,
         principal: &str,
+        tool: Option<&str>,
         call: impl FnOnce() -> Result<Envelope, Refusal>,
-    ) -> Result<Envelope, Refusal> {
-        let _caller = self.enter_call(id, principal);
+    ) -> Envelope {
+        let started = std::time::Instant::now();
+        let caller = self.enter_call(id, principal);
         self.sweep_if_due();
         let valid = id::check_invocation_id(id).ok().map(|()| id);
         let result = self.settle_cancelled(call());
-        self.journal_end(valid, result)
+        let envelope = self.journal_end(valid, result).unwrap_or_else(|refusal| Envelope {
+            invocation_id: Some(id.to_owned()),
+            tool: tool.map(str::to_owned),
+            ..Envelope::from_refusal(&refusal)
+        });
+        let journal = airlock_core::JournalEvidence { key_id: self.journal().key().key_id() };
+        answer::sealed(envelope, principal, journal, caller.records(), started.elapsed())
     }
 }
 

@@ -101,6 +101,11 @@ fn journal(rt: &Runtime, id: &str) -> Vec<(String, Value)> {
         .collect()
 }
 
+/// The reason code of a refused answer.
+fn code(answer: &airlock_core::Envelope) -> ReasonCode {
+    answer.error.as_ref().expect("a refused answer").code
+}
+
 fn kinds(records: &[(String, Value)]) -> Vec<&str> {
     records.iter().map(|(k, _)| k.as_str()).collect()
 }
@@ -110,16 +115,26 @@ fn the_steps_run_in_order_and_each_is_journaled_once() {
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime(dir.path());
     let steps = Steps::default();
-    let answer = rt
-        .as_call("probe-1", "tester", || {
-            rt.drive(Probe { steps: &steps, fail_prepare: false }, &tool("low"), start("probe-1"))
-        })
-        .unwrap();
+    let answer = rt.as_call("probe-1", "tester", None, || {
+        rt.drive(Probe { steps: &steps, fail_prepare: false }, &tool("low"), start("probe-1"))
+    });
     assert_eq!(*steps.0.borrow(), ["prepare", "execute"]);
     assert_eq!(answer.exit_code, Some(0));
     let evidence = answer.evidence.unwrap();
     assert_eq!(evidence.policy_ids, [DEFAULT_POLICY_ID]);
     assert_eq!(evidence.principal.as_deref(), Some("tester"));
+    assert!(answer.duration_ms.is_some());
+    assert_eq!(evidence.journal.as_ref().unwrap().key_id, rt.journal().key().key_id());
+    let seqs: Vec<u64> = rt
+        .journal()
+        .records()
+        .unwrap()
+        .iter()
+        .filter(|r| r.invocation_id.as_deref() == Some("probe-1"))
+        .map(|r| r.seq)
+        .collect();
+    let range = evidence.records.unwrap();
+    assert_eq!((range.first, range.last), (seqs[0], *seqs.last().unwrap()), "the answer names its records");
 
     let records = journal(&rt, "probe-1");
     assert_eq!(
@@ -136,7 +151,7 @@ fn the_steps_run_in_order_and_each_is_journaled_once() {
     let finished: Vec<&str> = records[3].1.as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(finished, ["cleanup_confirmed", "exit_code", "output_bytes", "principal", "timed_out"]);
     // The committed record reserves the id and marks it run: never dispatchable.
-    assert_eq!(rt.dispatch("probe-1").unwrap_err().code, ReasonCode::InvocationDuplicate);
+    assert_eq!(code(&rt.dispatch("probe-1")), ReasonCode::InvocationDuplicate);
 }
 
 #[test]
@@ -144,19 +159,21 @@ fn a_refused_prepare_runs_nothing_and_journals_the_refusal() {
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime(dir.path());
     let steps = Steps::default();
-    let refused = rt
-        .as_call("probe-2", "tester", || {
-            rt.drive(Probe { steps: &steps, fail_prepare: true }, &tool("low"), start("probe-2"))
-        })
-        .unwrap_err();
-    assert_eq!(refused.code, ReasonCode::InputNotRegular);
+    let refused = rt.as_call("probe-2", "tester", None, || {
+        rt.drive(Probe { steps: &steps, fail_prepare: true }, &tool("low"), start("probe-2"))
+    });
+    assert_eq!(code(&refused), ReasonCode::InputNotRegular);
     assert_eq!(*steps.0.borrow(), ["prepare"]);
     assert_eq!(kinds(&journal(&rt, "probe-2")), ["InvocationRefused"]);
+    let evidence = refused.evidence.as_ref().expect("a refusal carries its evidence");
+    assert_eq!(evidence.principal.as_deref(), Some("tester"));
+    let range = evidence.records.unwrap();
+    assert_eq!(range.first, range.last, "one record, the refusal");
     // The id is spent all the same.
-    let again = rt.as_call("probe-2", "tester", || {
+    let again = rt.as_call("probe-2", "tester", None, || {
         rt.drive(Probe { steps: &steps, fail_prepare: false }, &tool("low"), start("probe-2"))
     });
-    assert_eq!(again.unwrap_err().code, ReasonCode::InvocationDuplicate);
+    assert_eq!(code(&again), ReasonCode::InvocationDuplicate);
 }
 
 #[test]
@@ -166,12 +183,10 @@ fn a_denied_call_is_never_run() {
     let steps = Steps::default();
     // The default policy denies what it does not know to be low or medium
     // risk; `critical` would need an approval, which a probe cannot wait for.
-    let refused = rt
-        .as_call("probe-3", "tester", || {
-            rt.drive(Probe { steps: &steps, fail_prepare: false }, &tool("unknown"), start("probe-3"))
-        })
-        .unwrap_err();
-    assert_eq!(refused.code, ReasonCode::PolicyDenied);
+    let refused = rt.as_call("probe-3", "tester", None, || {
+        rt.drive(Probe { steps: &steps, fail_prepare: false }, &tool("unknown"), start("probe-3"))
+    });
+    assert_eq!(code(&refused), ReasonCode::PolicyDenied);
     assert_eq!(*steps.0.borrow(), ["prepare"]);
     assert_eq!(kinds(&journal(&rt, "probe-3")), ["InvocationPrepared", "InvocationRefused"]);
 }
@@ -181,12 +196,11 @@ fn a_call_needing_approval_that_its_shape_cannot_keep_is_refused_before_prepare(
     let dir = tempfile::tempdir().unwrap();
     let rt = runtime(dir.path());
     let steps = Steps::default();
-    let refused = rt
-        .as_call("probe-4", "tester", || {
-            rt.drive(Probe { steps: &steps, fail_prepare: false }, &tool("high"), start("probe-4"))
-        })
-        .unwrap_err();
-    assert_eq!(refused.code, ReasonCode::ManifestUnsupported);
-    assert!(refused.message.contains("probes are never kept"), "{}", refused.message);
+    let refused = rt.as_call("probe-4", "tester", None, || {
+        rt.drive(Probe { steps: &steps, fail_prepare: false }, &tool("high"), start("probe-4"))
+    });
+    assert_eq!(code(&refused), ReasonCode::ManifestUnsupported);
+    let message = &refused.error.as_ref().unwrap().message;
+    assert!(message.contains("probes are never kept"), "{message}");
     assert!(steps.0.borrow().is_empty());
 }

@@ -1,5 +1,5 @@
 //! Judging what a worker did, and how it is reported: whether the call
-//! succeeded, the exit number, the kept tail of its output and
+//! succeeded, the exit number and
 //! `evidence.limits` (a sandbox failure's code is [`crate::failure`]'s).
 //! Every call shape that runs a worker (tools, MCP workers, Git queries,
 //! isolated submissions) uses these, so they depend on nothing of the
@@ -20,9 +20,6 @@
 use airlock_core::{LimitsEvidence, ReasonCode, Refusal};
 use airlock_sandbox::{AppliedLimits, ExitStatusKind, WorkerOutcome};
 
-/// Bytes of the tool's standard output and error kept (the last ones) in
-/// the envelope of a failure.
-pub(crate) const OUTPUT_KEPT: usize = 4096;
 /// `SIGXFSZ`: a write went past `RLIMIT_FSIZE`.
 const SIGXFSZ: i32 = 25;
 /// `evidence.limits`: what the sandbox reported it applied to the worker
@@ -87,10 +84,4 @@ pub(crate) fn exit_number(exit: ExitStatusKind) -> i32 {
         ExitStatusKind::Exited(c) => c,
         ExitStatusKind::Signaled(s) => 128 + s,
     }
-}
-
-/// The last [`OUTPUT_KEPT`] bytes of `bytes`, as text.
-pub(crate) fn output_tail(bytes: &[u8]) -> String {
-    let start = bytes.len().saturating_sub(OUTPUT_KEPT);
-    String::from_utf8_lossy(&bytes[start..]).into_owned()
 }

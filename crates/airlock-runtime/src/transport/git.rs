@@ -190,7 +190,9 @@ impl Transport for Git<'_> {
         step.finished(outcome.as_ref())?;
         let outcome = outcome?;
         let mut base = answer::finished(&prepared, &decision.policy_ids, Some((&outcome, None)));
-        base.descriptor = Some(prepared.descriptor().clone());
+        // The driver's stdout is its JSON answer, which becomes the content
+        // or the error: not a stream to show.
+        base.stdout_tail = None;
         let answered = judge(&outcome).map(|mut content| {
             stats.annotate(&mut content);
             content

@@ -69,11 +69,11 @@ impl Runtime {
     }
 
     /// Prepares, authorizes, runs and publishes one call, whatever its
-    /// shape. `Err` is a refusal before anything ran; a call that ran
-    /// answers `Ok` with its status.
-    pub fn run(&self, request: &CallRequest) -> Result<Envelope, Refusal> {
+    /// shape, and answers with its envelope: a refusal before anything ran
+    /// is one too (its status `refused` or `error`).
+    pub fn run(&self, request: &CallRequest) -> Envelope {
         let principal = self.principal_of(request.principal.as_deref());
-        self.as_call(&request.invocation_id, principal, || {
+        self.as_call(&request.invocation_id, principal, Some(&request.tool), || {
             // The manifest is read once per call: whether it needs approval,
             // what policy sees and what runs all come from these bytes
             // (whose digest the descriptor binds).

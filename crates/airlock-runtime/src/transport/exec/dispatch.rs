@@ -10,8 +10,9 @@ use airlock_hostfs::HeldOutput;
 
 impl Runtime {
     /// Runs a prepared (and, if it needs it, approved) call once, from the
-    /// snapshots taken when it was prepared.
-    pub fn dispatch(&self, id: &str) -> Result<Envelope, Refusal> {
+    /// snapshots taken when it was prepared, and answers with its envelope
+    /// (a refusal included).
+    pub fn dispatch(&self, id: &str) -> Envelope {
         // The call stays the preparer's: its records and Cedar name the
         // principal that asked for it, whoever dispatches it.
         let valid = id::check_invocation_id(id).is_ok();
@@ -19,7 +20,7 @@ impl Runtime {
         let principal = self.principal_of(preparer.as_deref()).to_owned();
         let span = tracing::info_span!("dispatch", invocation_id = id);
         let _in_call = span.enter();
-        self.as_call(id, &principal, || self.dispatch_kept(id))
+        self.as_call(id, &principal, None, || self.dispatch_kept(id))
     }
 
     fn dispatch_kept(&self, id: &str) -> Result<Envelope, Refusal> {

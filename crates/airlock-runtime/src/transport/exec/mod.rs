@@ -19,7 +19,7 @@ mod stdout_file;
 pub use prepare::CallRequest;
 
 use crate::engine::publish::OUTPUT_FILE;
-use crate::engine::verdict::{judge, output_tail};
+use crate::engine::verdict::judge;
 use crate::engine::{answer, AuthorizedCall, PreparedCall, Transport};
 use crate::failure::sandbox_refusal;
 use crate::Runtime;
@@ -127,19 +127,25 @@ impl Runtime {
         step.finished(outcome.as_ref())?;
         let outcome = outcome?;
 
-        let base = answer::finished(&prepared, &decision.policy_ids, Some((&outcome, None)));
+        let mut base = answer::finished(&prepared, &decision.policy_ids, Some((&outcome, None)));
         let fs = &prepared.descriptor().command_boundary.filesystem;
         let max_file = fs.max_file_bytes;
         let timeout = manifest.tool.timeout_seconds;
         let content = match fs.create.first().filter(|_| manifest.stdout_is_output()) {
-            Some(path) => stdout_file::judge_stdout_file(&outcome, timeout, max_file)
-                .and_then(|()| stdout_file::describe(manifest, path, prepared.staged()?)),
+            Some(path) => {
+                // The stdout is the output file, not a stream to show.
+                base.stdout_tail = None;
+                stdout_file::judge_stdout_file(&outcome, timeout, max_file)
+                    .and_then(|()| stdout_file::describe(manifest, path, prepared.staged()?))
+            }
             None => judge(&outcome, timeout, max_file)
                 .and_then(|()| self.tool_content(&prepared, &tier, &outcome, parser.as_deref())),
         };
-        let tails = json!({ "stdout": output_tail(&outcome.stdout), "stderr": output_tail(&outcome.stderr) });
         let envelope = match content {
-            Err(refusal) => answer::failed(&base, refusal, Some(tails)),
+            Err(refusal) => {
+                let parsed = failed_content(&refusal, manifest, &outcome, parser.is_some());
+                answer::failed(&base, refusal, parsed)
+            }
             Ok(content) => match self.publish(&prepared, prepared.output(), prepared.staged()?) {
                 Ok(created_files) => Envelope { content: Some(content), created_files, ..base },
                 Err(refusal) => answer::failed(&base, refusal, None),
@@ -250,4 +256,27 @@ fn stdout_limit(manifest: &Manifest, max_file_bytes: u64) -> usize {
 /// `[output] max_bytes`: most bytes of output parsed into an answer.
 fn output_max_bytes(manifest: &Manifest) -> u64 {
     manifest.output.as_ref().and_then(|o| o.max_bytes).unwrap_or(DEFAULT_MAX_OUTPUT_BYTES)
+}
+
+/// The `content` of a tool that ran and failed (`tool.failed`: it exited
+/// non-zero): its standard output read by the builtin parser of `[output]
+/// format` when that succeeds (a linter's JSON findings with exit 1), else
+/// none. Never the raw streams, which are the answer's tails; a custom
+/// parser is not run for a failed tool, and a stdout that is the output
+/// file is not read.
+fn failed_content(
+    refusal: &Refusal,
+    manifest: &Manifest,
+    outcome: &WorkerOutcome,
+    custom_parser: bool,
+) -> Option<serde_json::Value> {
+    if refusal.code != ReasonCode::ToolFailed
+        || custom_parser
+        || manifest.stdout_is_output()
+        || outcome.stdout.is_empty()
+    {
+        return None;
+    }
+    let format = manifest.output.as_ref().map(|o| o.format).unwrap_or(OutputFormat::Text);
+    parse_output(format, &outcome.stdout).ok()
 }

@@ -2,7 +2,6 @@
 //! the tool's bounded raw output; its standard output must be JSON.
 
 use super::{output_max_bytes, run_worker, STDERR_LIMIT};
-use crate::engine::verdict::output_tail;
 use airlock_core::manifest::Manifest;
 use airlock_core::{ReasonCode, Refusal};
 use airlock_hostfs::PrivateDir;
@@ -57,7 +56,11 @@ pub(super) fn run_parser(
         return Err(failed("ran out of time".into()));
     }
     if !outcome.exit.success() {
-        return Err(failed(format!("failed ({:?}): {}", outcome.exit, output_tail(&outcome.stderr))));
+        return Err(failed(format!(
+            "failed ({:?}): {}",
+            outcome.exit,
+            airlock_core::stream_tail(&outcome.stderr).unwrap_or_default()
+        )));
     }
     if outcome.stdout_truncated {
         return Err(failed("printed more than [output] max_bytes".into()));

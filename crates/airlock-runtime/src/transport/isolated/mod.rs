@@ -91,13 +91,13 @@ use std::time::{Duration, Instant};
 use airlock_core::broker::BrokerBoundary;
 use airlock_core::manifest::OutputFormat;
 use airlock_core::output::parse_output;
-use airlock_core::{CreatedFile, Envelope, FilesystemBoundary, ReasonCode, Refusal};
+use airlock_core::{stream_tail, CreatedFile, Envelope, FilesystemBoundary, ReasonCode, Refusal};
 use airlock_sandbox::{ProvidedFile, SealedProgram, SharedCgroup, Tier as _, Worker as _, WorkerLimits, WorkerSpec};
 use serde_json::json;
 
 use super::exec::CallRequest;
 use crate::catalog::{self, LoadedTool};
-use crate::engine::verdict::{exit_number, limits_evidence, output_tail};
+use crate::engine::verdict::{exit_number, limits_evidence};
 use crate::engine::{answer, AuthorizedCall, CallStart, Preparation, Transport};
 use crate::failure::sandbox_refusal;
 use crate::Runtime;
@@ -217,10 +217,11 @@ impl Transport for Isolated {
 }
 
 impl Runtime {
-    /// Runs one command-line submission: `airlock isolated --root … -- CMD`.
-    pub fn isolated(&self, request: &IsolatedRequest) -> Result<Envelope, Refusal> {
+    /// Runs one command-line submission: `airlock isolated --root … -- CMD`,
+    /// and answers with its envelope (a refusal included).
+    pub fn isolated(&self, request: &IsolatedRequest) -> Envelope {
         let principal = self.principal_of(request.principal.as_deref());
-        self.as_call(&request.invocation_id, principal, || {
+        self.as_call(&request.invocation_id, principal, Some(catalog::ADHOC_TOOL), || {
             let submission = Isolated {
                 args: BTreeMap::new(),
                 argv: request.argv.clone(),
@@ -388,32 +389,31 @@ impl Runtime {
             "operations_sha256": log_sha256,
             "failure": failure,
         });
-        let tails = json!({
-            "stdout": output_tail(&outcome.stdout),
-            "stderr": output_tail(&outcome.stderr),
-        });
         let mut evidence = base.evidence.clone().unwrap_or_default();
         evidence.limits = Some(limits_evidence(&outcome.limits, Some(broker_bound)));
-        let base =
-            Envelope { exit_code: Some(exit_number(outcome.exit)), created_files, evidence: Some(evidence), ..base };
-        let failed = |code: ReasonCode, message: String, detail: serde_json::Value| {
-            let content = json!({ "output": detail, "broker": broker_summary });
-            answer::failed(&base, Refusal::new(code, message), Some(content))
+        let base = Envelope {
+            exit_code: Some(exit_number(outcome.exit)),
+            stdout_tail: stream_tail(&outcome.stdout),
+            stderr_tail: stream_tail(&outcome.stderr),
+            created_files,
+            evidence: Some(evidence),
+            ..base
+        };
+        // A failed submission's output is not parsed: its streams' tails
+        // are the answer's; the broker's summary stays its content.
+        let failed = |code: ReasonCode, message: String| {
+            answer::failed(&base, Refusal::new(code, message), Some(json!({ "broker": broker_summary })))
         };
         let broker_exit = broker_exit.map_err(|why| format!("{why}: {}", broker_stderr.trim_end()));
         if let Err((code, message)) = verdict(&end, cleanup.map(|_| ()), broker_exit, &outcome, sub.timeout) {
-            return Ok(failed(code, message, tails));
+            return Ok(failed(code, message));
         }
         if let Some(r) = unjournaled {
-            return Ok(failed(
-                r.code,
-                format!("the submission ran but its end could not be journaled: {}", r.message),
-                tails,
-            ));
+            return Ok(failed(r.code, format!("the submission ran but its end could not be journaled: {}", r.message)));
         }
         match parse_output(sub.format, &outcome.stdout) {
             Ok(output) => Ok(Envelope { content: Some(json!({ "output": output, "broker": broker_summary })), ..base }),
-            Err(r) => Ok(failed(r.code, r.message, tails)),
+            Err(r) => Ok(failed(r.code, r.message)),
         }
     }
 }

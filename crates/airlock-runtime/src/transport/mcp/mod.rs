@@ -32,7 +32,7 @@ mod client;
 
 use super::exec::ExecPayload;
 use crate::engine::answer;
-use crate::engine::verdict::{judge, output_tail};
+use crate::engine::verdict::judge;
 use crate::engine::AuthorizedCall;
 use crate::failure::sandbox_refusal;
 use crate::Runtime;
@@ -110,10 +110,7 @@ impl Runtime {
         step.finished(outcome.as_ref())?;
         let outcome = outcome?;
         let base = answer::finished(&prepared, &decision.policy_ids, Some((&outcome, None)));
-        let fail = |refusal: Refusal, content: Option<Value>| {
-            let content = content.or_else(|| Some(json!({ "stderr": output_tail(&outcome.stderr) })));
-            answer::failed(&base, refusal, content)
-        };
+        let fail = |refusal: Refusal, content: Option<Value>| answer::failed(&base, refusal, content);
         let envelope = match verdict {
             Verdict::Failure(refusal, content) => fail(refusal, content),
             Verdict::Success(result) => {

@@ -182,7 +182,9 @@ impl Broker {
                 }
                 .into())
             }
-            BrokerOp::WritePrepare | BrokerOp::WriteOpen => self.prepare(req, data.unwrap_or_default()).map(Answer::from),
+            BrokerOp::WritePrepare | BrokerOp::WriteOpen => {
+                self.prepare(req, data.unwrap_or_default()).map(Answer::from)
+            }
             BrokerOp::WriteAppend => self.append(req, data.unwrap_or_default()).map(Answer::from),
             BrokerOp::WriteCommit => {
                 let pending = self.take_pending(req)?;

@@ -58,8 +58,7 @@ pub use data::{decode_body, encode_body, encode_data, split, Body, DATA_TAG, MAX
 pub use frame::{decode, encode, framed, read_frame, take_frame, write_frame, ProtoError};
 pub use grant::{check_root_name, Rights, RightsError};
 pub use message::{
-    BrokerOp, BrokerRequest, BrokerResponse, EntryKind, ErrorBody, Op, ReadStamp, Request,
-    Response, WriteIdentity,
+    BrokerOp, BrokerRequest, BrokerResponse, EntryKind, ErrorBody, Op, ReadStamp, Request, Response, WriteIdentity,
 };
 pub use paths::{check_component, check_path, check_stage_name, PathError};
 

@@ -140,13 +140,8 @@ impl Request {
     /// the data, [`MAX_LIST_NAMES`] for a list (`broker.limit`). `data` is
     /// the data frame's payload, `None` when the request came as a message.
     pub fn validate(&self, data: Option<&[u8]>) -> Result<(), ProtoError> {
-        let (m, o, v, d, s) = (
-            self.max.is_some(),
-            self.offset.is_some(),
-            self.version.is_some(),
-            data.is_some(),
-            self.stream.is_some(),
-        );
+        let (m, o, v, d, s) =
+            (self.max.is_some(), self.offset.is_some(), self.version.is_some(), data.is_some(), self.stream.is_some());
         let ok = match self.op {
             Op::Read => m && !d && !s,
             Op::List => m && !o && !v && !d && !s,
@@ -321,13 +316,8 @@ impl BrokerRequest {
         at_most("id", self.id, MAX_ID, codes::PROTOCOL)?;
         at_most("prepared", self.prepared.unwrap_or(0), MAX_ID, codes::PROTOCOL)?;
         at_most("offset", self.offset.unwrap_or(0), MAX_OFFSET, codes::PROTOCOL)?;
-        let (p, m, d, pr, s) = (
-            self.path.is_some(),
-            self.max.is_some(),
-            data.is_some(),
-            self.prepared.is_some(),
-            self.stage.is_some(),
-        );
+        let (p, m, d, pr, s) =
+            (self.path.is_some(), self.max.is_some(), data.is_some(), self.prepared.is_some(), self.stage.is_some());
         let o = self.offset.is_some();
         let ok = match self.op {
             BrokerOp::Read => p && m && !d && !pr && !s,
@@ -488,7 +478,8 @@ mod tests {
 
     #[test]
     fn numbers_are_bounded_where_they_are_decoded() {
-        let check = |text: String| decode::<Request>(text.as_bytes()).and_then(|r| r.validate(None)).map_err(|e| e.code());
+        let check =
+            |text: String| decode::<Request>(text.as_bytes()).and_then(|r| r.validate(None)).map_err(|e| e.code());
         let read = |id: u64, max: u64| format!(r#"{{"id":{id},"op":"read","root":"d","path":"a","max":{max}}}"#);
         let list = |id: u64, max: u64| format!(r#"{{"id":{id},"op":"list","root":"d","path":".","max":{max}}}"#);
         assert_eq!(check(read(MAX_ID, MAX_IO_BYTES)), Ok(()));
@@ -533,7 +524,9 @@ mod tests {
         read.validate(Some(b"")).unwrap();
         assert!(read.validate(None).is_err(), "a read's answer is a data frame");
         assert!(Response { eof: None, ..read.clone() }.validate(Some(b"")).is_err());
-        assert!(Response { version: Some("X".repeat(crate::VERSION_LEN)), ..read.clone() }.validate(Some(b"")).is_err());
+        assert!(Response { version: Some("X".repeat(crate::VERSION_LEN)), ..read.clone() }
+            .validate(Some(b""))
+            .is_err());
         assert!(Response { stream: Some(1), ..read }.validate(Some(b"")).is_err());
         Response { id: 8, stream: Some(8), ..Default::default() }.validate(None).unwrap();
         Response { id: 9, aborted: Some(true), ..Default::default() }.validate(None).unwrap();

@@ -28,16 +28,7 @@ fn broker() -> (tempfile::TempDir, Broker) {
 }
 
 fn req(id: u64, op: BrokerOp, root: u32, path: Option<&str>) -> BrokerRequest {
-    BrokerRequest {
-        id,
-        op,
-        root,
-        path: path.map(str::to_owned),
-        max: None,
-        offset: None,
-        prepared: None,
-        stage: None,
-    }
+    BrokerRequest { id, op, root, path: path.map(str::to_owned), max: None, offset: None, prepared: None, stage: None }
 }
 
 fn read(id: u64, root: u32, path: &str, max: u64) -> BrokerRequest {
@@ -275,7 +266,8 @@ fn the_loop_stops_at_a_protocol_error_after_answering_it() {
         br#"{"id":1,"op":"read","root":0,"path":"a.txt","max":1,"data":"x"}"#.to_vec(),
         // A data frame that lies about its header, one over the size limit.
         [&[DATA_TAG, 0, 200][..], br#"{"id":1}"#].concat(),
-        encode_data(&req(1, BrokerOp::WritePrepare, 2, Some("o")), b"").unwrap()
+        encode_data(&req(1, BrokerOp::WritePrepare, 2, Some("o")), b"")
+            .unwrap()
             .into_iter()
             .chain(std::iter::repeat_n(0, MAX_IO_BYTES as usize + 1))
             .collect(),
@@ -335,5 +327,9 @@ fn a_chunked_write_appends_frames_and_lands_at_commit() {
     assert_eq!(code(&ask(&mut b, &over).unwrap()), codes::LIMIT);
     assert!(matches!(ask(&mut b, &commit(8, 2, 6, &stage(2))), Err(Fatal::Protocol(_))));
     assert!(!t.path().join("root2/over.bin").exists());
-    assert_eq!(code(&ask(&mut b, &req(9, BrokerOp::WriteOpen, 0, Some("x"))).unwrap()), codes::DENIED, "r cannot write");
+    assert_eq!(
+        code(&ask(&mut b, &req(9, BrokerOp::WriteOpen, 0, Some("x"))).unwrap()),
+        codes::DENIED,
+        "r cannot write"
+    );
 }

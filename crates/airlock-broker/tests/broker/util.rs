@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use airlock_fsproto::{decode_body, encode_body, read_frame, write_frame, BrokerRequest, BrokerResponse, Rights, MAX_FRAME};
+use airlock_fsproto::{
+    decode_body, encode_body, read_frame, write_frame, BrokerRequest, BrokerResponse, Rights, MAX_FRAME,
+};
 use airlock_sandbox::{spawn_broker_with, BrokerOptions, BrokerProcess, SealedProgram};
 
 /// The broker exactly as `airlock-broker` runs it.

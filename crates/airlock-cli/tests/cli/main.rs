@@ -11,6 +11,7 @@ mod cli_ux;
 mod concurrency;
 mod control_plane;
 mod crash;
+mod data_frames;
 mod examples;
 mod exec_arguments;
 mod git;

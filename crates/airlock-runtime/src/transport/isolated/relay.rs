@@ -439,8 +439,8 @@ impl<'a> Relay<'a> {
         let body = read_frame(&mut self.broker, MAX_FRAME)
             .map_err(|e| lost(format!("reading the broker: {e}")))?
             .ok_or_else(|| lost("the broker exited".into()))?;
-        let (response, data) = decode_body::<BrokerResponse>(&body)
-            .map_err(|e| lost(format!("the broker answered badly: {e}")))?;
+        let (response, data) =
+            decode_body::<BrokerResponse>(&body).map_err(|e| lost(format!("the broker answered badly: {e}")))?;
         if response.id != request.id {
             return Err(lost(format!("the broker answered call {} for call {}", response.id, request.id)));
         }
@@ -484,8 +484,13 @@ impl<'a> Relay<'a> {
         }
         self.log_read(req, offset, &version, &bytes);
         let eof = offset.saturating_add(bytes.len() as u64) >= stamp.size;
-        let response =
-            Response { id: req.id, size: Some(stamp.size), eof: Some(eof), version: Some(version), ..Response::default() };
+        let response = Response {
+            id: req.id,
+            size: Some(stamp.size),
+            eof: Some(eof),
+            version: Some(version),
+            ..Response::default()
+        };
         Ok((response, bytes))
     }
 

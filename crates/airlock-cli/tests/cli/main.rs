@@ -12,6 +12,8 @@ mod concurrency;
 mod control_plane;
 mod crash;
 mod data_frames;
+mod everyday_config;
+mod everyday_logs;
 mod examples;
 mod exec_arguments;
 mod git;

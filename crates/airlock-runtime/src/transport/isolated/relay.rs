@@ -156,6 +156,10 @@ struct Fail {
     message: String,
 }
 
+/// A request's answer and a read's bytes, or the failure that ends the
+/// submission (the id to answer, the request if it was decoded, why).
+type Handled = Result<(Response, Option<Vec<u8>>), (u64, Option<Request>, Fail)>;
+
 fn fail(code: &str, message: impl Into<String>) -> Fail {
     Fail { code: code.to_owned(), message: message.into() }
 }
@@ -321,7 +325,7 @@ impl<'a> Relay<'a> {
     /// Charges, checks and forwards one request; the answer, and a read's
     /// bytes.
     #[allow(clippy::result_large_err)]
-    fn handle(&mut self, frame: &[u8]) -> Result<(Response, Option<Vec<u8>>), (u64, Option<Request>, Fail)> {
+    fn handle(&mut self, frame: &[u8]) -> Handled {
         // Charged before anything is looked at.
         self.usage.calls += 1;
         let over_calls = self.usage.calls > self.budgets.calls;

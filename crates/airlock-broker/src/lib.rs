@@ -34,7 +34,7 @@ use airlock_hostfs::Resolver;
 use airlock_sandbox::{confine_broker, BROKER_FIRST_ROOT_FD};
 
 pub use args::{Args, UsageError};
-pub use serve::{Broker, Fatal, MAX_OUTSTANDING};
+pub use serve::{Answer, Broker, Fatal, MAX_OUTSTANDING};
 
 /// The command line was refused (sysexits `EX_USAGE`).
 pub const EXIT_USAGE: i32 = 64;

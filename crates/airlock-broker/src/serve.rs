@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 
 use airlock_fsproto::{
-    b64_decode, b64_encode, check_path, check_stage_name, codes, decode, encode, read_frame, write_frame, BrokerOp,
+    check_path, check_stage_name, codes, decode_body, encode, encode_data, read_frame, write_frame, BrokerOp,
     BrokerRequest, BrokerResponse, Rights, WriteIdentity, MAX_FRAME, MAX_IO_BYTES, MAX_LIST_NAMES,
 };
 use airlock_hostfs::rooted::{self, PreparedWrite, RootedError};
@@ -44,6 +44,22 @@ struct Refusal {
 struct Root {
     fd: OwnedFd,
     rights: Rights,
+}
+
+/// One answer: the response, and a read's bytes (sent after it as a data
+/// frame).
+#[derive(Debug)]
+pub struct Answer {
+    /// The response (a read's is the data frame's header).
+    pub response: BrokerResponse,
+    /// A read's bytes.
+    pub data: Option<Vec<u8>>,
+}
+
+impl From<BrokerResponse> for Answer {
+    fn from(response: BrokerResponse) -> Answer {
+        Answer { response, data: None }
+    }
 }
 
 struct Pending {
@@ -93,16 +109,21 @@ impl Broker {
                 Err(airlock_fsproto::ProtoError::Io(e)) => return Err(Fatal::Io(e)),
                 Err(e) => return Err(self.protocol_failure(stream, 0, e.to_string())),
             };
-            let request: BrokerRequest = match decode(&body) {
+            let (request, data) = match decode_body::<BrokerRequest>(&body) {
                 Ok(r) => r,
                 Err(e) => return Err(self.protocol_failure(stream, 0, e.to_string())),
             };
-            let response = match self.handle(&request) {
-                Ok(response) => response,
+            let answer = match self.handle(&request, data) {
+                Ok(answer) => answer,
                 Err(Fatal::Protocol(m)) => return Err(self.protocol_failure(stream, request.id, m)),
                 Err(e) => return Err(e),
             };
-            write_frame(stream, &encode(&response)).map_err(Fatal::Io)?;
+            let body = match &answer.data {
+                // A read answers at most MAX_IO_BYTES (checked in `handle`).
+                Some(bytes) => encode_data(&answer.response, bytes).map_err(|e| Fatal::Protocol(e.to_string()))?,
+                None => encode(&answer.response),
+            };
+            write_frame(stream, &body).map_err(Fatal::Io)?;
         }
     }
 
@@ -111,45 +132,42 @@ impl Broker {
         Fatal::Protocol(message)
     }
 
-    /// Answers one request. A refusal (no such root or right, a rejected
-    /// path, a limit, a file-system refusal) is a response; a request that
+    /// Answers one request (`data`: the payload of its data frame, `None`
+    /// for a message). A refusal (no such root or right, a rejected path,
+    /// a limit, a file-system refusal) is a response; a request that
     /// cannot be answered at all is [`Fatal::Protocol`].
-    pub fn handle(&mut self, req: &BrokerRequest) -> Result<BrokerResponse, Fatal> {
-        req.validate().map_err(|e| Fatal::Protocol(e.to_string()))?;
+    pub fn handle(&mut self, req: &BrokerRequest, data: Option<&[u8]>) -> Result<Answer, Fatal> {
+        req.validate(data).map_err(|e| Fatal::Protocol(e.to_string()))?;
         let id = req.id;
         match req.op {
             BrokerOp::Read => {
                 let (root, comps) = match self.checked(req, |r| r.read, false) {
                     Ok(ok) => ok,
-                    Err(r) => return Ok(refused(id, r.code, r.message)),
+                    Err(r) => return Ok(refused(id, r.code, r.message).into()),
                 };
                 let max = req.max.unwrap_or(0);
                 if max > MAX_IO_BYTES {
-                    return Ok(refused(id, codes::LIMIT, format!("a read is at most {MAX_IO_BYTES} bytes, not {max}")));
+                    let message = format!("a read is at most {MAX_IO_BYTES} bytes, not {max}");
+                    return Ok(refused(id, codes::LIMIT, message).into());
                 }
                 let offset = req.offset.unwrap_or(0);
                 Ok(match rooted::read_file(&self.resolver, &root.fd, &comps, offset, max) {
-                    Ok(read) => BrokerResponse {
-                        id,
-                        data: Some(b64_encode(&read.bytes)),
-                        stamp: Some(read.stamp),
-                        ..Default::default()
+                    Ok(read) => Answer {
+                        response: BrokerResponse { id, stamp: Some(read.stamp), ..Default::default() },
+                        data: Some(read.bytes),
                     },
-                    Err(e) => from_rooted(id, e),
+                    Err(e) => from_rooted(id, e).into(),
                 })
             }
             BrokerOp::List => {
                 let (root, comps) = match self.checked(req, |r| r.list, true) {
                     Ok(ok) => ok,
-                    Err(r) => return Ok(refused(id, r.code, r.message)),
+                    Err(r) => return Ok(refused(id, r.code, r.message).into()),
                 };
                 let max = req.max.unwrap_or(0);
                 if max > MAX_LIST_NAMES {
-                    return Ok(refused(
-                        id,
-                        codes::LIMIT,
-                        format!("a list is at most {MAX_LIST_NAMES} names, not {max}"),
-                    ));
+                    let message = format!("a list is at most {MAX_LIST_NAMES} names, not {max}");
+                    return Ok(refused(id, codes::LIMIT, message).into());
                 }
                 Ok(match rooted::list_dir(&self.resolver, &root.fd, &comps, max as usize) {
                     Ok(l) => BrokerResponse {
@@ -161,10 +179,13 @@ impl Broker {
                         ..Default::default()
                     },
                     Err(e) => from_rooted(id, e),
-                })
+                }
+                .into())
             }
-            BrokerOp::WritePrepare | BrokerOp::WriteOpen => self.prepare(req),
-            BrokerOp::WriteAppend => self.append(req),
+            BrokerOp::WritePrepare | BrokerOp::WriteOpen => {
+                self.prepare(req, data.unwrap_or_default()).map(Answer::from)
+            }
+            BrokerOp::WriteAppend => self.append(req, data.unwrap_or_default()).map(Answer::from),
             BrokerOp::WriteCommit => {
                 let pending = self.take_pending(req)?;
                 let stage = req.stage.as_deref().unwrap_or_default();
@@ -172,26 +193,26 @@ impl Broker {
                 Ok(match pending.write.commit(stage) {
                     Ok(bytes) => BrokerResponse { id, written: Some(bytes), ..Default::default() },
                     Err(e) => from_rooted(id, e),
-                })
+                }
+                .into())
             }
             BrokerOp::WriteAbort => {
                 drop(self.take_pending(req)?);
-                Ok(BrokerResponse { id, aborted: Some(true), ..Default::default() })
+                Ok(BrokerResponse { id, aborted: Some(true), ..Default::default() }.into())
             }
         }
     }
 
-    fn prepare(&mut self, req: &BrokerRequest) -> Result<BrokerResponse, Fatal> {
+    fn prepare(&mut self, req: &BrokerRequest, bytes: &[u8]) -> Result<BrokerResponse, Fatal> {
         let id = req.id;
         if self.prepared.contains_key(&id) {
             return Err(Fatal::Protocol(format!("request id {id} already names a prepared write")));
         }
-        let bytes = frame_bytes(req)?;
         let (root, comps) = match self.checked(req, |r| r.write, false) {
             Ok(ok) => ok,
             Err(r) => return Ok(refused(id, r.code, r.message)),
         };
-        if let Some(refusal) = over_frame(id, &bytes) {
+        if let Some(refusal) = over_frame(id, bytes) {
             return Ok(refusal);
         }
         if self.prepared.len() >= MAX_OUTSTANDING {
@@ -199,7 +220,7 @@ impl Broker {
         }
         let made = match req.op {
             BrokerOp::WriteOpen => rooted::open_write(&self.resolver, &root.fd, &comps, self.file_mode),
-            _ => rooted::prepare_write_with_mode(&self.resolver, &root.fd, &comps, &bytes, self.file_mode),
+            _ => rooted::prepare_write_with_mode(&self.resolver, &root.fd, &comps, bytes, self.file_mode),
         };
         let write = match made {
             Ok(w) => w,
@@ -214,14 +235,13 @@ impl Broker {
 
     /// Appends one frame to an opened (or prepared) write on the same root;
     /// answers the bytes it holds now. A failed append drops the write.
-    fn append(&mut self, req: &BrokerRequest) -> Result<BrokerResponse, Fatal> {
+    fn append(&mut self, req: &BrokerRequest, bytes: &[u8]) -> Result<BrokerResponse, Fatal> {
         let id = req.id;
-        let bytes = frame_bytes(req)?;
         let mut pending = self.take_pending(req)?;
-        if let Some(refusal) = over_frame(id, &bytes) {
+        if let Some(refusal) = over_frame(id, bytes) {
             return Ok(refusal);
         }
-        if let Err(e) = pending.write.append(&bytes) {
+        if let Err(e) = pending.write.append(bytes) {
             return Ok(from_rooted(id, e));
         }
         let written = pending.write.bytes();
@@ -265,11 +285,6 @@ impl Broker {
         let comps = check_path(path, allow_dot).map_err(|e| Refusal { code: e.code, message: e.message })?;
         Ok((root, comps))
     }
-}
-
-/// A write frame's bytes (`data`, base64; none for `write_open`).
-fn frame_bytes(req: &BrokerRequest) -> Result<Vec<u8>, Fatal> {
-    b64_decode(req.data.as_deref().unwrap_or_default()).map_err(|e| Fatal::Protocol(e.to_string()))
 }
 
 /// The refusal of a write frame over [`MAX_IO_BYTES`].

@@ -2,7 +2,10 @@
 
 Inside an isolated worker, descriptor 3 (named by ``AIRLOCK_FS_FD``) is a
 connected socket to airlock. Every call sends one frame (a big-endian u32
-length, then one compact UTF-8 JSON object) and receives one back::
+length, then one compact UTF-8 JSON object) and receives one back; the
+frames that carry file bytes (a write, an append, a read's answer) are data
+frames: the byte 0x01, a big-endian u16 header length, the JSON header,
+then the bytes raw::
 
     import airlock_fs
     text = airlock_fs.read("data", "message.txt")        # the whole file
@@ -29,8 +32,6 @@ Standard library only; Python 3.8 or later. Calls are made one at a time,
 and processes sharing the socket must take turns.
 """
 
-import base64
-import binascii
 import builtins
 import collections
 import json
@@ -49,11 +50,15 @@ MAX_IO_BYTES = 65536
 MAX_LIST_NAMES = 256
 #: The environment variable naming the socket's descriptor.
 ENV_FD = "AIRLOCK_FS_FD"
+#: The first byte of a data frame's body.
+DATA_TAG = 0x01
+#: The largest data frame header: what a full payload leaves of a frame.
+MAX_DATA_HEADER = MAX_FRAME - MAX_IO_BYTES - 3
 
 _PROTOCOL = "broker.protocol"
 _IO = "broker.io"
 _CHANGED = "broker.changed"
-_READ_GROUP = ("data", "size", "eof", "version")
+_READ_GROUP = ("size", "eof", "version")
 _LIST_GROUP = ("names", "kinds", "skipped", "truncated")
 _RESPONSE_FIELDS = frozenset(_READ_GROUP + _LIST_GROUP + ("id", "written", "stream", "aborted", "error"))
 _KINDS = frozenset(["file", "dir", "link", "other"])
@@ -107,8 +112,15 @@ class _Connection:
         self.broken = True
         return FsError(code, message)
 
-    def call(self, request):
-        """Sends ``request`` (without its id) and returns the answer's fields."""
+    def call(self, request, data=None):
+        """Sends ``request`` (without its id; in a data frame with ``data``)
+        and returns the fields of its answer, which carries no data."""
+        return self.exchange(request, data)[0]
+
+    def exchange(self, request, data=None):
+        """Sends ``request`` (without its id; in a data frame with ``data``,
+        bytes-like) and returns the answer's fields and the payload of its
+        data frame (``None`` for a message)."""
         if self.broken:
             raise FsError(_PROTOCOL, "the connection failed earlier and is unusable")
         sock = self.open()
@@ -117,14 +129,19 @@ class _Connection:
         message.update(request)
         # The same bytes serde_json writes: compact, keys in declaration
         # order, non-ASCII as UTF-8, control characters as lower-case \u00xx.
-        body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        if len(body) > MAX_FRAME:
+        header = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        if data is None:
+            size, parts = len(header), (struct.pack(">I", len(header)), header)
+        else:
+            size = 3 + len(header) + len(data)
+            parts = (struct.pack(">IBH", size, DATA_TAG, len(header) & 0xFFFF), header, data)
+        if size > MAX_FRAME or (data is not None and (len(header) > MAX_DATA_HEADER or len(data) > MAX_IO_BYTES)):
             raise FsError(
                 _PROTOCOL,
-                "the {} request is {} bytes, over the {}-byte frame limit".format(request["op"], len(body), MAX_FRAME),
+                "the {} request is {} bytes, over the {}-byte frame limit".format(request["op"], size, MAX_FRAME),
             )
         try:
-            sock.sendall(struct.pack(">I", len(body)) + body)
+            sock.sendall(b"".join(parts))
             head = self._recv_exact(sock, 4)
             (length,) = struct.unpack(">I", head)
             if length > MAX_FRAME:
@@ -132,25 +149,43 @@ class _Connection:
             answer = self._recv_exact(sock, length)
         except OSError as e:
             raise self.fail(_IO, "exchanging call {}: {}".format(ident, e)) from None
-        response = self._decode(answer)
+        response, payload = self._decode(answer)
         if response["id"] != ident:
             raise self.fail(_PROTOCOL, "answer to call {} arrived for call {}".format(response["id"], ident))
         error = response.get("error")
         if error is not None:
             raise FsError(error["code"], error["message"])
-        return response
+        return response, payload
 
     def _recv_exact(self, sock, n):
-        chunks = []
-        while n > 0:
-            chunk = sock.recv(min(n, 65536))
-            if not chunk:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = sock.recv_into(view[got:], n - got)
+            if not k:
                 raise self.fail(_IO, "airlock closed the connection before answering")
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
+            got += k
+        return buf
+
+    def _split(self, body):
+        """A frame body as its JSON bytes and the payload of a data frame
+        (``None`` for a message), strictly."""
+        if body[:1] != bytes([DATA_TAG]):
+            return body, None
+        if len(body) < 3:
+            raise self.fail(_PROTOCOL, "a data frame ends inside its header length")
+        (length,) = struct.unpack_from(">H", body, 1)
+        if length > MAX_DATA_HEADER or length > len(body) - 3:
+            raise self.fail(_PROTOCOL, "a data frame's header length of {} does not fit the frame".format(length))
+        payload = memoryview(body)[3 + length :]
+        if len(payload) > MAX_IO_BYTES:
+            raise self.fail(_PROTOCOL, "a data frame of {} bytes is over {}".format(len(payload), MAX_IO_BYTES))
+        return body[3 : 3 + length], payload
 
     def _decode(self, body):
+        header, payload = self._split(body)
+
         def pairs(items):
             seen = {}
             for key, value in items:
@@ -160,7 +195,7 @@ class _Connection:
             return seen
 
         try:
-            response = json.loads(body.decode("utf-8"), object_pairs_hook=pairs)
+            response = json.loads(header.decode("utf-8"), object_pairs_hook=pairs)
         except (UnicodeDecodeError, ValueError) as e:
             raise self.fail(_PROTOCOL, "malformed answer: {}".format(e)) from None
         if not isinstance(response, dict) or not set(response) <= _RESPONSE_FIELDS:
@@ -168,7 +203,7 @@ class _Connection:
         if not _is_u64(response.get("id")):
             raise self.fail(_PROTOCOL, "malformed answer: no id")
         error = response.get("error")
-        read_all = all(k in response for k in _READ_GROUP)
+        read_all = payload is not None and all(k in response for k in _READ_GROUP)
         list_all = all(k in response for k in _LIST_GROUP)
         groups = [
             read_all,
@@ -178,7 +213,7 @@ class _Connection:
             "aborted" in response,
             error is not None,
         ]
-        partial = (not read_all and any(k in response for k in _READ_GROUP)) or (
+        partial = (not read_all and (payload is not None or any(k in response for k in _READ_GROUP))) or (
             not list_all and any(k in response for k in _LIST_GROUP)
         )
         if sum(groups) != 1 or partial:
@@ -190,7 +225,7 @@ class _Connection:
             and isinstance(error["message"], str)
         ):
             raise self.fail(_PROTOCOL, "malformed error in the answer")
-        return response
+        return response, payload
 
 
 def _is_u64(value):
@@ -216,19 +251,15 @@ def _read_frame(conn, root, path, offset, maximum, version):
         request["offset"] = offset
     if version is not None:
         request["version"] = version
-    r = conn.call(request)
+    r, data = conn.exchange(request)
     ok = (
-        isinstance(r.get("data"), str)
+        data is not None
         and _is_u64(r.get("size"))
         and isinstance(r.get("eof"), bool)
         and isinstance(r.get("version"), str)
     )
     if not ok:
         raise conn.fail(_PROTOCOL, "a read was answered without data")
-    try:
-        data = base64.b64decode(r["data"].encode("ascii"), validate=True)
-    except (UnicodeEncodeError, binascii.Error) as e:
-        raise conn.fail(_PROTOCOL, "bad base64: {}".format(e)) from None
     if len(data) > maximum:
         raise conn.fail(_PROTOCOL, "{} bytes answered a read of at most {}".format(len(data), maximum))
     return data, r["size"], r["eof"], r["version"]
@@ -274,10 +305,10 @@ def write(root, path, data):
     _check_args(root, path)
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError("data must be bytes")
-    data = bytes(data)
+    data = memoryview(bytes(data))
     conn = _connection
     if len(data) < MAX_IO_BYTES:
-        r = conn.call({"op": "write", "root": root, "path": path, "data": base64.b64encode(data).decode("ascii")})
+        r = conn.call({"op": "write", "root": root, "path": path}, data)
         _expect_written(conn, r, len(data))
         return
     r = conn.call({"op": "write_open", "root": root, "path": path})
@@ -286,9 +317,8 @@ def write(root, path, data):
         raise conn.fail(_PROTOCOL, "a write_open was answered without a stream")
     for start in range(0, len(data), MAX_IO_BYTES):
         chunk = data[start : start + MAX_IO_BYTES]
-        request = {"op": "write_append", "root": root, "path": path, "data": "", "stream": stream}
-        request["data"] = base64.b64encode(chunk).decode("ascii")
-        _expect_written(conn, conn.call(request), start + len(chunk))
+        request = {"op": "write_append", "root": root, "path": path, "stream": stream}
+        _expect_written(conn, conn.call(request, chunk), start + len(chunk))
     r = conn.call({"op": "write_commit", "root": root, "path": path, "stream": stream})
     _expect_written(conn, r, len(data))
 

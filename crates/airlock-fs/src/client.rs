@@ -5,8 +5,8 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 
 use airlock_fsproto::{
-    b64_decode, b64_encode, codes, decode, encode, read_frame, write_frame, EntryKind, Op, Request, Response, ENV_FD,
-    MAX_FRAME, MAX_IO_BYTES,
+    codes, decode_body, encode_body, read_frame, write_frame, EntryKind, Op, Request, Response, ENV_FD, MAX_FRAME,
+    MAX_IO_BYTES,
 };
 use rustix::process::{getpid, pidfd_getfd, pidfd_open, PidfdFlags, PidfdGetfdFlags};
 
@@ -171,12 +171,11 @@ impl Client {
             version: version.map(str::to_owned),
             ..self.request(Op::Read, root, path)
         };
-        let r = self.call(request)?;
-        let (data, size, eof, version) = match (r.data, r.size, r.eof, r.version) {
+        let (r, data) = self.exchange(request, None)?;
+        let (bytes, size, eof, version) = match (data, r.size, r.eof, r.version) {
             (Some(d), Some(s), Some(e), Some(v)) => (d, s, e, v),
             _ => return Err(self.fail(FsError::protocol("a read was answered without data"))),
         };
-        let bytes = b64_decode(&data).map_err(|e| self.fail(e.into()))?;
         if bytes.len() as u64 > max {
             return Err(self.fail(FsError::protocol(format!("{} bytes answered a read of at most {max}", bytes.len()))));
         }
@@ -202,12 +201,11 @@ impl Client {
         let mut chunk = vec![0u8; MAX_IO_BYTES as usize];
         let n = fill(src, &mut chunk)?;
         if n < chunk.len() {
-            let data = Some(b64_encode(&chunk[..n]));
-            let r = self.call(Request { data, ..self.request(Op::Write, root, path) })?;
+            let r = self.call_with(self.request(Op::Write, root, path), Some(&chunk[..n]))?;
             return self.expect_written(r, n as u64);
         }
         let r = self.call(self.request(Op::WriteOpen, root, path))?;
-        let stream = match (r.stream, r.written, r.data) {
+        let stream = match (r.stream, r.written, r.size) {
             (Some(s), None, None) => s,
             _ => return Err(self.fail(FsError::protocol("a write_open was answered without a stream"))),
         };
@@ -215,9 +213,8 @@ impl Client {
         let mut n = n;
         loop {
             if n > 0 {
-                let data = Some(b64_encode(&chunk[..n]));
-                let r =
-                    self.call(Request { data, stream: Some(stream), ..self.request(Op::WriteAppend, root, path) })?;
+                let append = Request { stream: Some(stream), ..self.request(Op::WriteAppend, root, path) };
+                let r = self.call_with(append, Some(&chunk[..n]))?;
                 total = self.expect_written(r, total + n as u64)?;
             }
             if n < chunk.len() {
@@ -238,7 +235,7 @@ impl Client {
 
     /// `written` of a write answer, which must be `want`.
     fn expect_written(&mut self, r: Response, want: u64) -> Result<u64, FsError> {
-        match (r.data, r.written, r.names, r.stream) {
+        match (r.size, r.written, r.names, r.stream) {
             (None, Some(n), None, None) if n == want => Ok(n),
             (None, Some(n), None, None) => {
                 Err(self.fail(FsError::protocol(format!("a write of {want} bytes was answered with {n}"))))
@@ -251,7 +248,7 @@ impl Client {
     /// root itself) in `root`.
     pub fn list(&mut self, root: &str, path: &str, max: u64) -> Result<Listing, FsError> {
         let r = self.call(Request { max: Some(max), ..self.request(Op::List, root, path) })?;
-        let listing = match (r.data, r.written, r.names, r.kinds, r.skipped, r.truncated) {
+        let listing = match (r.size, r.written, r.names, r.kinds, r.skipped, r.truncated) {
             (None, None, Some(names), Some(kinds), Some(skipped), Some(truncated)) => {
                 Listing { names, kinds, skipped, truncated }
             }
@@ -275,28 +272,41 @@ impl Client {
             max: None,
             offset: None,
             version: None,
-            data: None,
             stream: None,
         }
     }
 
-    /// One exchange: the request out (with the next id), its answer back,
-    /// an `error` answer turned into the peer's [`FsError`].
+    /// One exchange of a message request whose answer carries no data.
     fn call(&mut self, request: Request) -> Result<Response, FsError> {
+        self.call_with(request, None)
+    }
+
+    /// One exchange of a request (in a data frame with `data`) whose
+    /// answer carries no data.
+    fn call_with(&mut self, request: Request, data: Option<&[u8]>) -> Result<Response, FsError> {
+        // `validate` (in `exchange`) refused data on an answer that carries none.
+        Ok(self.exchange(request, data)?.0)
+    }
+
+    /// One exchange: the request out (with the next id; a data frame with
+    /// `data`), its answer and the answer's data back, an `error` answer
+    /// turned into the peer's [`FsError`].
+    fn exchange(&mut self, request: Request, data: Option<&[u8]>) -> Result<(Response, Option<Vec<u8>>), FsError> {
         if self.broken {
             return Err(FsError::protocol("the connection failed earlier and is unusable"));
         }
         let id = self.ids.next();
         let op = request.op;
-        let body = encode(&Request { id, ..request });
-        if body.len() > MAX_FRAME {
+        let body = match encode_body(&Request { id, ..request }, data) {
+            Ok(body) if body.len() <= MAX_FRAME => body,
             // Nothing was sent: the connection is still in step.
-            return Err(FsError::protocol(format!(
-                "the {} request is {} bytes, over the {MAX_FRAME}-byte frame limit",
-                op.as_str(),
-                body.len()
-            )));
-        }
+            _ => {
+                return Err(FsError::protocol(format!(
+                    "the {} request is over the {MAX_FRAME}-byte frame limit",
+                    op.as_str()
+                )))
+            }
+        };
         write_frame(&mut self.stream, &body)
             .map_err(|e| self.fail(FsError::io(format!("sending the request: {e}"))))?;
         let answer = match read_frame(&mut self.stream, MAX_FRAME) {
@@ -304,14 +314,14 @@ impl Client {
             Ok(None) => return Err(self.fail(FsError::io("airlock closed the connection before answering"))),
             Err(e) => return Err(self.fail(e.into())),
         };
-        let response: Response = decode(&answer).map_err(|e| self.fail(e.into()))?;
-        response.validate().map_err(|e| self.fail(e.into()))?;
+        let (response, data) = decode_body::<Response>(&answer).map_err(|e| self.fail(e.into()))?;
+        response.validate(data).map_err(|e| self.fail(e.into()))?;
         if response.id != id {
             return Err(self.fail(FsError::protocol(format!("answer to call {} arrived for call {id}", response.id))));
         }
         match response.error {
             Some(e) => Err(FsError { code: e.code, message: e.message }),
-            None => Ok(response),
+            None => Ok((response, data.map(<[u8]>::to_vec))),
         }
     }
 

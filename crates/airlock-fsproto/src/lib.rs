@@ -3,9 +3,13 @@
 //! Three parties speak it: a worker program (through the `airlock-fs`
 //! clients), `airlock` (which checks and relays every call) and the broker
 //! (which holds one directory handle per root). Every message is a frame: a
-//! `u32` big-endian length, then that many bytes of one UTF-8 JSON object.
-//! Decoding is strict: bounded size, bounded nesting, no unknown fields, no
-//! missing or surplus fields for the operation named.
+//! `u32` big-endian length, then that many bytes of one UTF-8 JSON object,
+//! or, for the frames that carry file bytes (a read's answer, a write, an
+//! append), a data frame: `0x01`, a `u16` big-endian header length, a JSON
+//! header, then the bytes raw ([`split`], [`decode_body`], [`encode_data`];
+//! the `data` module's header has the grammar). Decoding is strict: bounded
+//! size, bounded nesting, no unknown fields, no missing or surplus fields
+//! for the operation named, data only where the operation carries it.
 //!
 //! - [`Request`] / [`Response`]: worker ⇄ airlock, roots by name.
 //! - [`BrokerRequest`] / [`BrokerResponse`]: airlock ⇄ broker, roots by
@@ -24,11 +28,12 @@
 //!
 //! A frame is at most 96 KiB, its JSON nested at most 3 deep. Worker →
 //! airlock: `{id, op, root, path, …}` with `read` (`max`, `offset`?,
-//! `version`?), `list` (`max`), `write` (`data`, base64), and a chunked
+//! `version`?), `list` (`max`), `write` (a data frame), and a chunked
 //! write for more than one frame: `write_open`, `write_append` (`stream`,
-//! `data`), `write_commit` / `write_abort` (`stream`). airlock → worker:
-//! `{id, data + size + eof + version | written | names + kinds + skipped +
-//! truncated | stream | aborted | error {code, message}}`. Ids strictly increase across everything sent on
+//! a data frame), `write_commit` / `write_abort` (`stream`). airlock →
+//! worker: `{id, size + eof + version (a data frame) | written | names +
+//! kinds + skipped + truncated | stream | aborted | error {code,
+//! message}}`. Ids strictly increase across everything sent on
 //! the socket: clients use `max(last + 1, CLOCK_MONOTONIC ns)`, so the
 //! sequential `airlock-fs` processes of one shell script agree. airlock →
 //! broker names roots by index and splits a write into `write_prepare` (an
@@ -43,21 +48,22 @@
 //! the rights `r` (read), `w` (create or replace) and `l` (list) are
 //! independent.
 
+mod data;
 mod frame;
 mod grant;
 mod message;
 mod paths;
 
+pub use data::{decode_body, encode_body, encode_data, split, Body, DATA_TAG, MAX_DATA_HEADER};
 pub use frame::{decode, encode, framed, read_frame, take_frame, write_frame, ProtoError};
 pub use grant::{check_root_name, Rights, RightsError};
 pub use message::{
-    b64_decode, b64_encode, BrokerOp, BrokerRequest, BrokerResponse, EntryKind, ErrorBody, Op, ReadStamp, Request,
-    Response, WriteIdentity,
+    BrokerOp, BrokerRequest, BrokerResponse, EntryKind, ErrorBody, Op, ReadStamp, Request, Response, WriteIdentity,
 };
 pub use paths::{check_component, check_path, check_stage_name, PathError};
 
-/// Largest frame body accepted, in bytes: a 64 KiB write in base64 plus room
-/// for the rest of the message.
+/// Largest frame body accepted, in bytes: a 64 KiB data frame's payload
+/// plus room for its header.
 pub const MAX_FRAME: usize = 96 * 1024;
 /// Deepest JSON nesting accepted (an object holding an array or object).
 pub const MAX_DEPTH: usize = 3;

@@ -2,8 +2,6 @@
 //! reject fields that do not belong to the operation named, so a message
 //! has exactly one accepted shape per operation.
 
-use base64::engine::general_purpose::STANDARD;
-use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
 use crate::frame::ProtoError;
@@ -17,14 +15,9 @@ fn at_most(field: &'static str, value: u64, max: u64, code: &'static str) -> Res
     Ok(())
 }
 
-/// Standard base64 with padding, as every party writes it.
-pub fn b64_encode(bytes: &[u8]) -> String {
-    STANDARD.encode(bytes)
-}
-
-/// Decodes standard base64 with padding; anything else is malformed.
-pub fn b64_decode(text: &str) -> Result<Vec<u8>, ProtoError> {
-    STANDARD.decode(text).map_err(|e| ProtoError::Malformed(format!("bad base64: {e}")))
+/// Refuses a data frame's payload over [`MAX_IO_BYTES`] (`broker.limit`).
+fn check_data(data: Option<&[u8]>) -> Result<(), ProtoError> {
+    at_most("data", data.map_or(0, |d| d.len() as u64), MAX_IO_BYTES, codes::LIMIT)
 }
 
 /// A worker's operation.
@@ -33,13 +26,13 @@ pub fn b64_decode(text: &str) -> Result<Vec<u8>, ProtoError> {
 pub enum Op {
     /// Read up to `max` bytes of a regular file from `offset` (default 0).
     Read,
-    /// Create or replace a regular file with `data` (one frame).
+    /// Create or replace a regular file with the bytes of its data frame.
     Write,
     /// List up to `max` names of a directory.
     List,
     /// Start a chunked write of `path`: answers a `stream` number.
     WriteOpen,
-    /// Append `data` to the chunked write `stream`.
+    /// Append the bytes of its data frame to the chunked write `stream`.
     WriteAppend,
     /// Make the chunked write `stream` the content of its path.
     WriteCommit,
@@ -59,6 +52,11 @@ impl Op {
             Op::WriteCommit => "write_commit",
             Op::WriteAbort => "write_abort",
         }
+    }
+
+    /// Whether the request comes in a data frame (write, write_append).
+    pub fn carries_data(self) -> bool {
+        matches!(self, Op::Write | Op::WriteAppend)
     }
 
     /// Whether the operation needs the `w` right (every write step).
@@ -125,9 +123,6 @@ pub struct Request {
     /// file whose version differs now is refused (`broker.changed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
-    /// Write, write_append: the content, base64.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data: Option<String>,
     /// write_append, write_commit, write_abort: the number `write_open`
     /// answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -136,21 +131,17 @@ pub struct Request {
 
 impl Request {
     /// Checks the fields present match the operation (`max` for read, with
-    /// `offset` and `version` optional; `max` for list; `data` for write;
-    /// nothing for write_open; `stream` and `data` for write_append;
-    /// `stream` for write_commit and write_abort), the id, stream and
-    /// offset are at most [`MAX_ID`] / [`MAX_OFFSET`] (`broker.protocol`),
-    /// a version is well formed, and `max` within the operation's limit:
-    /// [`MAX_IO_BYTES`] for a read, [`MAX_LIST_NAMES`] for a list
-    /// (`broker.limit`).
-    pub fn validate(&self) -> Result<(), ProtoError> {
-        let (m, o, v, d, s) = (
-            self.max.is_some(),
-            self.offset.is_some(),
-            self.version.is_some(),
-            self.data.is_some(),
-            self.stream.is_some(),
-        );
+    /// `offset` and `version` optional; `max` for list; a data frame for
+    /// write; nothing for write_open; `stream` and a data frame for
+    /// write_append; `stream` for write_commit and write_abort), the id,
+    /// stream and offset are at most [`MAX_ID`] / [`MAX_OFFSET`]
+    /// (`broker.protocol`), a version is well formed, and `max` or the
+    /// data within the operation's limit: [`MAX_IO_BYTES`] for a read or
+    /// the data, [`MAX_LIST_NAMES`] for a list (`broker.limit`). `data` is
+    /// the data frame's payload, `None` when the request came as a message.
+    pub fn validate(&self, data: Option<&[u8]>) -> Result<(), ProtoError> {
+        let (m, o, v, d, s) =
+            (self.max.is_some(), self.offset.is_some(), self.version.is_some(), data.is_some(), self.stream.is_some());
         let ok = match self.op {
             Op::Read => m && !d && !s,
             Op::List => m && !o && !v && !d && !s,
@@ -166,6 +157,7 @@ impl Request {
         at_most("stream", self.stream.unwrap_or(0), MAX_ID, codes::PROTOCOL)?;
         at_most("offset", self.offset.unwrap_or(0), MAX_OFFSET, codes::PROTOCOL)?;
         check_version(self.version.as_deref())?;
+        check_data(data)?;
         match (self.op, self.max) {
             (Op::Read, Some(max)) => at_most("max", max, MAX_IO_BYTES, codes::LIMIT),
             (Op::List, Some(max)) => at_most("max", max, MAX_LIST_NAMES, codes::LIMIT),
@@ -184,8 +176,8 @@ pub struct ErrorBody {
     pub message: String,
 }
 
-/// Airlock → worker. Exactly one of: `data` with `size`, `eof` and
-/// `version` (read), `written` (write, write_append: the stream's bytes so
+/// Airlock → worker. Exactly one of: `size`, `eof` and `version` in a
+/// data frame whose payload is the bytes (read), `written` (write, write_append: the stream's bytes so
 /// far, write_commit), `names` with `kinds`, `skipped` and `truncated`
 /// (list), `stream` (write_open), `aborted` (write_abort), `error`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -193,9 +185,6 @@ pub struct ErrorBody {
 pub struct Response {
     /// The request's id.
     pub id: u64,
-    /// Read: the bytes, base64.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data: Option<String>,
     /// Read: the file's size when read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
@@ -239,12 +228,14 @@ impl Response {
         Response { id, error: Some(ErrorBody { code: code.into(), message: message.into() }), ..Response::default() }
     }
 
-    /// Checks exactly one result group (or `error`) is present and the id
-    /// is at most [`MAX_ID`].
-    pub fn validate(&self) -> Result<(), ProtoError> {
+    /// Checks exactly one result group (or `error`) is present, a read's
+    /// came in a data frame (`data`, its payload; `None` for a message) and
+    /// nothing else did, and the id is at most [`MAX_ID`].
+    pub fn validate(&self, data: Option<&[u8]>) -> Result<(), ProtoError> {
         at_most("id", self.id, MAX_ID, codes::PROTOCOL)?;
         at_most("stream", self.stream.unwrap_or(0), MAX_ID, codes::PROTOCOL)?;
-        let read_parts = [self.data.is_some(), self.size.is_some(), self.eof.is_some(), self.version.is_some()];
+        check_data(data)?;
+        let read_parts = [data.is_some(), self.size.is_some(), self.eof.is_some(), self.version.is_some()];
         let list_parts = [self.names.is_some(), self.kinds.is_some(), self.skipped.is_some(), self.truncated.is_some()];
         let (read, list) = (read_parts.iter().all(|p| *p), list_parts.iter().all(|p| *p));
         let partial = (!read && read_parts.iter().any(|p| *p)) || (!list && list_parts.iter().any(|p| *p));
@@ -270,7 +261,7 @@ pub enum BrokerOp {
     Read,
     /// List up to `max` names.
     List,
-    /// Write `data` into a private unnamed file in the target's directory
+    /// Write the data frame's bytes into a private unnamed file in the target's directory
     /// and sync it; answer its identity. Nothing is named yet.
     WritePrepare,
     /// Link the prepared file (`prepared` = the prepare's id) under the
@@ -281,7 +272,8 @@ pub enum BrokerOp {
     /// Like `write_prepare` with no bytes yet: a private unnamed file in
     /// the target's directory, answered by its identity.
     WriteOpen,
-    /// Append `data` to the opened file `prepared`; answers the bytes so far.
+    /// Append the data frame's bytes to the opened file `prepared`; answers
+    /// the bytes so far.
     WriteAppend,
 }
 
@@ -304,9 +296,6 @@ pub struct BrokerRequest {
     /// `read`: where to start (absent: 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offset: Option<u64>,
-    /// `write_prepare`, `write_append`: content, base64.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data: Option<String>,
     /// `write_commit`, `write_abort`, `write_append`: the prepare's (or
     /// open's) id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -317,20 +306,18 @@ pub struct BrokerRequest {
 }
 
 impl BrokerRequest {
-    /// Checks the fields present match the operation and the ids (`id`,
-    /// `prepared`) are at most [`MAX_ID`]. `max` is the broker's to refuse
-    /// (`broker.limit`): airlock, the only sender, checked it already.
-    pub fn validate(&self) -> Result<(), ProtoError> {
+    /// Checks the fields present match the operation (`write_prepare` and
+    /// `write_append` come in a data frame, `data` its payload, the others
+    /// as messages, `data` `None`) and the ids (`id`, `prepared`) are at
+    /// most [`MAX_ID`]. `max` and the data's size are the broker's to
+    /// refuse (`broker.limit`): airlock, the only sender, checked them
+    /// already.
+    pub fn validate(&self, data: Option<&[u8]>) -> Result<(), ProtoError> {
         at_most("id", self.id, MAX_ID, codes::PROTOCOL)?;
         at_most("prepared", self.prepared.unwrap_or(0), MAX_ID, codes::PROTOCOL)?;
         at_most("offset", self.offset.unwrap_or(0), MAX_OFFSET, codes::PROTOCOL)?;
-        let (p, m, d, pr, s) = (
-            self.path.is_some(),
-            self.max.is_some(),
-            self.data.is_some(),
-            self.prepared.is_some(),
-            self.stage.is_some(),
-        );
+        let (p, m, d, pr, s) =
+            (self.path.is_some(), self.max.is_some(), data.is_some(), self.prepared.is_some(), self.stage.is_some());
         let o = self.offset.is_some();
         let ok = match self.op {
             BrokerOp::Read => p && m && !d && !pr && !s,
@@ -383,16 +370,14 @@ pub struct ReadStamp {
     pub ctime_nsec: u32,
 }
 
-/// Broker → airlock.
+/// Broker → airlock. A read's answer is a data frame (the bytes after
+/// this header); every other answer a message.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BrokerResponse {
     /// The request's id.
     pub id: u64,
-    /// `read`: the bytes, base64.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data: Option<String>,
-    /// `read`: the file as read.
+    /// `read` (a data frame whose payload is the bytes): the file as read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stamp: Option<ReadStamp>,
     /// `list`: valid names, sorted by bytes.
@@ -440,7 +425,7 @@ mod tests {
     #[test]
     fn requests_are_strict() {
         let r: Request = decode(br#"{"id":1,"op":"read","root":"data","path":"a.txt","max":10}"#).unwrap();
-        r.validate().unwrap();
+        r.validate(None).unwrap();
         assert_eq!(decode::<Request>(&encode(&r)).unwrap(), r);
         // Unknown field, unknown op, wrong type, missing field, surplus field for the op.
         for bad in [
@@ -450,41 +435,51 @@ mod tests {
             br#"{"id":-1,"op":"read","root":"d","path":"a","max":1}"#,
             br#"{"op":"read","root":"d","path":"a","max":1}"#,
             br#"{"id":1,"op":"read","root":"d","path":"a","max":1,"max":2}"#,
+            // Data travels only in a data frame's payload, never as a field.
+            br#"{"id":1,"op":"read","root":"d","path":"a","max":1,"data":""}"#,
+            br#"{"id":1,"op":"write","root":"d","path":"a","data":"YQ=="}"#,
         ] {
             assert!(decode::<Request>(bad).is_err(), "{}", String::from_utf8_lossy(bad));
         }
-        let surplus: Request = decode(br#"{"id":1,"op":"read","root":"d","path":"a","max":1,"data":""}"#).unwrap();
-        assert!(surplus.validate().is_err());
+        let surplus: Request = decode(br#"{"id":1,"op":"read","root":"d","path":"a","max":1}"#).unwrap();
+        assert!(surplus.validate(Some(b"")).is_err(), "a read carries no data");
         let offset: Request = decode(br#"{"id":1,"op":"read","root":"d","path":"a","max":1,"offset":9}"#).unwrap();
-        offset.validate().unwrap();
-        for bad in [
-            &br#"{"id":1,"op":"list","root":"d","path":".","max":1,"offset":1}"#[..],
-            br#"{"id":1,"op":"read","root":"d","path":"a","max":1,"version":"zz"}"#,
-            br#"{"id":1,"op":"write_open","root":"d","path":"a","data":""}"#,
-            br#"{"id":1,"op":"write_append","root":"d","path":"a","data":""}"#,
-            br#"{"id":1,"op":"write_commit","root":"d","path":"a"}"#,
-            br#"{"id":1,"op":"write_abort","root":"d","path":"a","stream":1,"data":""}"#,
-            br#"{"id":1,"op":"write_commit","root":"d","path":"a","stream":9007199254740992}"#,
-            br#"{"id":1,"op":"read","root":"d","path":"a","max":1,"offset":9007199254740992}"#,
+        offset.validate(None).unwrap();
+        let (none, some): (Option<&[u8]>, Option<&[u8]>) = (None, Some(b"x"));
+        for (bad, data) in [
+            (&br#"{"id":1,"op":"list","root":"d","path":".","max":1,"offset":1}"#[..], none),
+            (br#"{"id":1,"op":"read","root":"d","path":"a","max":1,"version":"zz"}"#, none),
+            (br#"{"id":1,"op":"write_open","root":"d","path":"a"}"#, some),
+            (br#"{"id":1,"op":"write_append","root":"d","path":"a"}"#, some),
+            (br#"{"id":1,"op":"write_append","root":"d","path":"a","stream":1}"#, none),
+            (br#"{"id":1,"op":"write_commit","root":"d","path":"a"}"#, none),
+            (br#"{"id":1,"op":"write_abort","root":"d","path":"a","stream":1}"#, some),
+            (br#"{"id":1,"op":"write_commit","root":"d","path":"a","stream":9007199254740992}"#, none),
+            (br#"{"id":1,"op":"read","root":"d","path":"a","max":1,"offset":9007199254740992}"#, none),
         ] {
             let r: Request = decode(bad).unwrap();
-            assert!(r.validate().is_err(), "{}", String::from_utf8_lossy(bad));
+            assert!(r.validate(data).is_err(), "{}", String::from_utf8_lossy(bad));
         }
-        for good in [
-            &br#"{"id":1,"op":"write_open","root":"d","path":"a"}"#[..],
-            br#"{"id":1,"op":"write_append","root":"d","path":"a","stream":1,"data":""}"#,
-            br#"{"id":1,"op":"write_commit","root":"d","path":"a","stream":1}"#,
-            br#"{"id":1,"op":"write_abort","root":"d","path":"a","stream":1}"#,
+        for (good, data) in [
+            (&br#"{"id":1,"op":"write_open","root":"d","path":"a"}"#[..], none),
+            (br#"{"id":1,"op":"write_append","root":"d","path":"a","stream":1}"#, some),
+            (br#"{"id":1,"op":"write_append","root":"d","path":"a","stream":1}"#, Some(&b""[..])),
+            (br#"{"id":1,"op":"write_commit","root":"d","path":"a","stream":1}"#, none),
+            (br#"{"id":1,"op":"write_abort","root":"d","path":"a","stream":1}"#, none),
         ] {
-            decode::<Request>(good).unwrap().validate().unwrap();
+            decode::<Request>(good).unwrap().validate(data).unwrap();
         }
         let missing: Request = decode(br#"{"id":1,"op":"write","root":"d","path":"a"}"#).unwrap();
-        assert!(missing.validate().is_err());
+        assert!(missing.validate(None).is_err());
+        missing.validate(Some(b"")).unwrap();
+        let over = vec![0u8; MAX_IO_BYTES as usize + 1];
+        assert_eq!(missing.validate(Some(&over)).map_err(|e| e.code()), Err(codes::LIMIT));
     }
 
     #[test]
     fn numbers_are_bounded_where_they_are_decoded() {
-        let check = |text: String| decode::<Request>(text.as_bytes()).and_then(|r| r.validate()).map_err(|e| e.code());
+        let check =
+            |text: String| decode::<Request>(text.as_bytes()).and_then(|r| r.validate(None)).map_err(|e| e.code());
         let read = |id: u64, max: u64| format!(r#"{{"id":{id},"op":"read","root":"d","path":"a","max":{max}}}"#);
         let list = |id: u64, max: u64| format!(r#"{{"id":{id},"op":"list","root":"d","path":".","max":{max}}}"#);
         assert_eq!(check(read(MAX_ID, MAX_IO_BYTES)), Ok(()));
@@ -497,13 +492,14 @@ mod tests {
         assert_eq!(check(read(u64::MAX, 1)), Err(codes::PROTOCOL));
         assert_eq!(check(r#"{"id":1e300,"op":"read","root":"d","path":"a","max":1}"#.into()), Err(codes::PROTOCOL));
         let over = Response { id: MAX_ID + 1, written: Some(1), ..Default::default() };
-        assert_eq!(over.validate().map_err(|e| e.code()), Err(codes::PROTOCOL));
+        assert_eq!(over.validate(None).map_err(|e| e.code()), Err(codes::PROTOCOL));
     }
 
     #[test]
     fn responses_hold_one_result() {
-        assert!(Response { id: 1, data: Some(b64_encode(b"hi")), ..Default::default() }.validate().is_err());
-        Response::error(2, "broker.denied", "no").validate().unwrap();
+        assert!(Response { id: 1, ..Default::default() }.validate(Some(b"hi")).is_err(), "data alone");
+        Response::error(2, "broker.denied", "no").validate(None).unwrap();
+        assert!(Response::error(2, "broker.denied", "no").validate(Some(b"")).is_err());
         let list = Response {
             id: 3,
             names: Some(vec!["a".into()]),
@@ -512,27 +508,30 @@ mod tests {
             truncated: Some(false),
             ..Default::default()
         };
-        list.validate().unwrap();
-        assert!(Response { kinds: Some(vec![]), ..list.clone() }.validate().is_err(), "one kind per name");
-        assert!(Response { kinds: None, ..list }.validate().is_err());
-        assert!(Response { id: 4, ..Default::default() }.validate().is_err());
-        assert!(Response { id: 5, names: Some(vec![]), ..Default::default() }.validate().is_err());
+        list.validate(None).unwrap();
+        assert!(list.validate(Some(b"")).is_err(), "a list carries no data");
+        assert!(Response { kinds: Some(vec![]), ..list.clone() }.validate(None).is_err(), "one kind per name");
+        assert!(Response { kinds: None, ..list }.validate(None).is_err());
+        assert!(Response { id: 4, ..Default::default() }.validate(None).is_err());
+        assert!(Response { id: 5, names: Some(vec![]), ..Default::default() }.validate(None).is_err());
         let read = Response {
             id: 7,
-            data: Some(String::new()),
             size: Some(0),
             eof: Some(true),
             version: Some("0".repeat(crate::VERSION_LEN)),
             ..Default::default()
         };
-        read.validate().unwrap();
-        assert!(Response { eof: None, ..read.clone() }.validate().is_err());
-        assert!(Response { version: Some("X".repeat(crate::VERSION_LEN)), ..read.clone() }.validate().is_err());
-        assert!(Response { stream: Some(1), ..read }.validate().is_err());
-        Response { id: 8, stream: Some(8), ..Default::default() }.validate().unwrap();
-        Response { id: 9, aborted: Some(true), ..Default::default() }.validate().unwrap();
+        read.validate(Some(b"")).unwrap();
+        assert!(read.validate(None).is_err(), "a read's answer is a data frame");
+        assert!(Response { eof: None, ..read.clone() }.validate(Some(b"")).is_err());
+        assert!(Response { version: Some("X".repeat(crate::VERSION_LEN)), ..read.clone() }
+            .validate(Some(b""))
+            .is_err());
+        assert!(Response { stream: Some(1), ..read }.validate(Some(b"")).is_err());
+        Response { id: 8, stream: Some(8), ..Default::default() }.validate(None).unwrap();
+        Response { id: 9, aborted: Some(true), ..Default::default() }.validate(None).unwrap();
         let two = Response { id: 6, written: Some(1), error: Response::error(6, "x", "y").error, ..Default::default() };
-        assert!(two.validate().is_err());
+        assert!(two.validate(None).is_err());
     }
 
     #[test]
@@ -544,16 +543,17 @@ mod tests {
             path: None,
             max: None,
             offset: None,
-            data: None,
             prepared: Some(1),
             stage: Some("s".into()),
         };
-        commit.validate().unwrap();
-        assert!(BrokerRequest { id: MAX_ID + 1, ..commit.clone() }.validate().is_err());
-        assert!(BrokerRequest { prepared: Some(MAX_ID + 1), ..commit.clone() }.validate().is_err());
-        assert!(BrokerRequest { path: Some("a".into()), ..commit.clone() }.validate().is_err());
-        assert!(BrokerRequest { op: BrokerOp::WriteAbort, ..commit }.validate().is_err());
-        assert_eq!(b64_decode(&b64_encode(b"\x00\xff")).unwrap(), b"\x00\xff");
-        assert!(b64_decode("a").is_err());
+        commit.validate(None).unwrap();
+        assert!(commit.validate(Some(b"")).is_err(), "a commit carries no data");
+        assert!(BrokerRequest { id: MAX_ID + 1, ..commit.clone() }.validate(None).is_err());
+        assert!(BrokerRequest { prepared: Some(MAX_ID + 1), ..commit.clone() }.validate(None).is_err());
+        assert!(BrokerRequest { path: Some("a".into()), ..commit.clone() }.validate(None).is_err());
+        let append = BrokerRequest { op: BrokerOp::WriteAppend, stage: None, ..commit.clone() };
+        append.validate(Some(b"x")).unwrap();
+        assert!(append.validate(None).is_err(), "an append needs its data frame");
+        assert!(BrokerRequest { op: BrokerOp::WriteAbort, ..commit }.validate(None).is_err());
     }
 }

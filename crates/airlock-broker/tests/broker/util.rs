@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use airlock_fsproto::{decode, encode, read_frame, write_frame, BrokerRequest, BrokerResponse, Rights, MAX_FRAME};
+use airlock_fsproto::{
+    decode_body, encode_body, read_frame, write_frame, BrokerRequest, BrokerResponse, Rights, MAX_FRAME,
+};
 use airlock_sandbox::{spawn_broker_with, BrokerOptions, BrokerProcess, SealedProgram};
 
 /// The broker exactly as `airlock-broker` runs it.
@@ -103,13 +105,22 @@ pub fn start(program: &str, roots: &Roots) -> Running {
 impl Running {
     /// Sends a request and reads the response.
     pub fn call(&mut self, req: &BrokerRequest) -> BrokerResponse {
-        write_frame(&mut self.sock, &encode(req)).unwrap();
+        self.call_with(req, None).0
+    }
+
+    /// Sends a request (in a data frame with `data`) and reads the
+    /// response and the payload of its data frame.
+    pub fn call_with(&mut self, req: &BrokerRequest, data: Option<&[u8]>) -> (BrokerResponse, Option<Vec<u8>>) {
+        write_frame(&mut self.sock, &encode_body(req, data).unwrap()).unwrap();
         self.response().unwrap_or_else(|| panic!("no response; stderr: {}", self.stderr_text()))
     }
 
-    /// The next response frame, `None` at end of stream.
-    pub fn response(&mut self) -> Option<BrokerResponse> {
-        read_frame(&mut self.sock, MAX_FRAME).unwrap().map(|body| decode(&body).unwrap())
+    /// The next response frame and its data, `None` at end of stream.
+    pub fn response(&mut self) -> Option<(BrokerResponse, Option<Vec<u8>>)> {
+        read_frame(&mut self.sock, MAX_FRAME).unwrap().map(|body| {
+            let (response, data) = decode_body::<BrokerResponse>(&body).unwrap();
+            (response, data.map(<[u8]>::to_vec))
+        })
     }
 
     /// Sends probe commands and reads one answer line per command; stops

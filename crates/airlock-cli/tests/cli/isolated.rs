@@ -20,7 +20,7 @@ fn isolated(p: &Project, roots: &[String], script: &str) -> Run {
     isolated_argv(p, roots, &["sh", "-c", script])
 }
 
-fn isolated_argv(p: &Project, roots: &[String], argv: &[&str]) -> Run {
+pub(crate) fn isolated_argv(p: &Project, roots: &[String], argv: &[&str]) -> Run {
     let mut args = vec!["isolated".to_owned()];
     for r in roots {
         args.push("--root".into());
@@ -331,7 +331,7 @@ fn budgets_are_charged_before_checking_and_end_the_submission() {
     let run = isolated(&p, &rw, "airlock-fs list data . --max 257");
     assert_op_failed(&run, "broker.limit");
     let append = raw_client(
-        r#"[b'{"id":1,"op":"write_open","root":"data","path":"big"}', b'{"id":2,"op":"write_append","root":"data","path":"big","stream":1,"data":"' + __import__("base64").b64encode(bytes(65537)) + b'"}']"#,
+        r#"[b'{"id":1,"op":"write_open","root":"data","path":"big"}', data_frame(b'{"id":2,"op":"write_append","root":"data","path":"big","stream":1}', bytes(65537))]"#,
     );
     let run = isolated_argv(&p, &rw, &["python3", "-c", &append]);
     assert_op_failed(&run, "broker.limit");
@@ -348,20 +348,27 @@ fn budgets_are_charged_before_checking_and_end_the_submission() {
     assert_eq!((run.status(), run.reason(), run.code), ("error", "config.invalid", 78), "{run:#?}");
 }
 
-/// A raw client in Python: sends FRAMES (bytes objects) at once, then
-/// prints each answer's code or "ok".
-fn raw_client(frames: &str) -> String {
+/// A raw client in Python: sends FRAMES (bodies, as bytes objects; a
+/// `data_frame(header, payload)` is a data frame's) at once, then prints
+/// each answer's code or "ok".
+pub(crate) fn raw_client(frames: &str) -> String {
     format!(
         r#"
 import json, os, socket, struct
 s = socket.socket(fileno=int(os.environ["AIRLOCK_FS_FD"]))
+def data_frame(header, payload):
+    return b"\x01" + struct.pack(">H", len(header)) + header + payload
+def header(body):
+    if body[:1] == b"\x01":
+        return body[3:3 + struct.unpack(">H", body[1:3])[0]]
+    return body
 frames = {frames}
 s.sendall(b"".join(struct.pack(">I", len(f)) + f for f in frames))
 for _ in frames:
     head = s.recv(4, socket.MSG_WAITALL)
     if len(head) < 4:
         break
-    body = json.loads(s.recv(struct.unpack(">I", head)[0], socket.MSG_WAITALL))
+    body = json.loads(header(s.recv(struct.unpack(">I", head)[0], socket.MSG_WAITALL)))
     print(body.get("error", {{}}).get("code", "ok"))
 "#
     )

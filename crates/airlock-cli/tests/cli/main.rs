@@ -11,6 +11,7 @@ mod cli_ux;
 mod concurrency;
 mod control_plane;
 mod crash;
+mod data_frames;
 mod everyday_config;
 mod everyday_envelope;
 mod everyday_logs;

@@ -13,17 +13,18 @@ use crate::util::{sha256_hex, Project, Run};
 fn client(frame: &str) -> String {
     format!(
         r#"
-import base64, json, os, socket, struct
+import json, os, socket, struct
 s = socket.socket(fileno=int(os.environ["AIRLOCK_FS_FD"]))
-def call(body):
+def call(body, data=None):
+    if data is not None:
+        body = b"\x01" + struct.pack(">H", len(body)) + body + data
     s.sendall(struct.pack(">I", len(body)) + body)
     head = s.recv(4, socket.MSG_WAITALL)
     if len(head) < 4:
         return "closed"
     answer = json.loads(s.recv(struct.unpack(">I", head)[0], socket.MSG_WAITALL))
     return answer.get("error", {{}}).get("code", "ok")
-data = base64.b64encode(b"landed").decode()
-print(call(json.dumps({{"id": 1, "op": "write", "root": "out", "path": "landed.txt", "data": data}}).encode()))
+print(call(json.dumps({{"id": 1, "op": "write", "root": "out", "path": "landed.txt"}}).encode(), b"landed"))
 print(call({frame}))
 "#
     )

@@ -31,8 +31,9 @@ fn read_write_and_list_round_trip() {
     let ops: Vec<Op> = log.requests.iter().map(|r| r.op).collect();
     assert_eq!(ops, [Op::Read, Op::Read, Op::Write, Op::Write, Op::List, Op::List]);
     assert_eq!(log.requests[1].max, Some(4));
-    assert_eq!(log.requests[2].data.as_deref(), Some("AP8gYmluYXJ5"), "standard base64 with padding");
-    assert_eq!(log.requests[3].data.as_deref(), Some(""));
+    assert_eq!(log.payloads[2].as_deref(), Some(&b"\x00\xff binary"[..]), "the raw bytes, in a data frame");
+    assert_eq!(log.payloads[3].as_deref(), Some(&b""[..]), "an empty write is an empty data frame");
+    assert!(log.payloads[4].is_none(), "a list is a message");
 }
 
 #[test]
@@ -67,7 +68,8 @@ fn bad_answers_are_protocol_errors_and_end_the_connection() {
     for (root, want) in [
         ("garbage", "broker.protocol"),
         ("wrongid", "broker.protocol"),
-        ("badb64", "broker.protocol"),
+        ("badframe", "broker.protocol"),
+        ("nodata", "broker.protocol"),
         ("toomuch", "broker.protocol"),
         ("huge", "broker.protocol"),
         ("hangup", "broker.io"),
@@ -136,10 +138,7 @@ fn whole_files_stream_in_frames_both_ways() {
     want.extend([Op::WriteAppend; 4]);
     want.extend([Op::WriteCommit, Op::Read, Op::Read]);
     assert_eq!(ops, want);
-    let sent: Vec<u8> = log.requests[7..11]
-        .iter()
-        .flat_map(|r| airlock_fsproto::b64_decode(r.data.as_deref().unwrap()).unwrap())
-        .collect();
+    let sent: Vec<u8> = log.payloads[7..11].iter().flat_map(|d| d.clone().unwrap()).collect();
     assert_eq!(sent, data, "every byte appended once, in order");
 }
 

@@ -1,8 +1,8 @@
 //! A test peer: airlock's side of the worker protocol on one end of a
-//! socketpair, served from a thread. It decodes every request strictly,
-//! checks ids strictly increase and that each body is byte for byte what
-//! `encode` makes of it, and answers with results computed from the
-//! request. Special roots make it misbehave.
+//! socketpair, served from a thread. It decodes every request strictly
+//! (messages and data frames), checks ids strictly increase and that each
+//! body is byte for byte what `encode_body` makes of it, and answers with
+//! results computed from the request. Special roots make it misbehave.
 
 use std::io::Write;
 use std::os::fd::OwnedFd;
@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::collections::BTreeMap;
 
 use airlock_fsproto::{
-    b64_decode, b64_encode, decode, encode, read_frame, write_frame, EntryKind, Op, Request, Response, MAX_FRAME,
+    decode_body, encode, encode_body, read_frame, write_frame, EntryKind, Op, Request, Response, DATA_TAG, MAX_FRAME,
     VERSION_LEN,
 };
 
@@ -24,6 +24,8 @@ pub const LISTED: usize = 5;
 pub struct Log {
     /// Every request, in order.
     pub requests: Vec<Request>,
+    /// The payload of each request's data frame (`None`: a message).
+    pub payloads: Vec<Option<Vec<u8>>>,
     /// Everything that broke the protocol (must stay empty).
     pub violations: Vec<String>,
 }
@@ -81,7 +83,8 @@ fn serve(mut sock: UnixStream) -> Log {
                 return log;
             }
         };
-        let req: Request = match decode(&body).and_then(|r: Request| r.validate().map(|()| r)) {
+        let decoded = decode_body::<Request>(&body).and_then(|(r, data)| r.validate(data).map(|()| (r, data)));
+        let (req, data) = match decoded {
             Ok(r) => r,
             Err(e) => {
                 log.violations.push(format!("request {}: {e}", String::from_utf8_lossy(&body)));
@@ -92,31 +95,39 @@ fn serve(mut sock: UnixStream) -> Log {
             log.violations.push(format!("id {} after {last_id}", req.id));
         }
         last_id = req.id;
-        if encode(&req) != body {
+        if encode_body(&req, data).ok().as_ref() != Some(&body) {
             log.violations.push(format!("not the canonical encoding: {}", String::from_utf8_lossy(&body)));
         }
         log.requests.push(req.clone());
+        log.payloads.push(data.map(<[u8]>::to_vec));
         let answer = match req.root.as_str() {
             "hangup" => return log,
             "huge" => {
                 let _ = sock.write_all(&((MAX_FRAME + 1) as u32).to_be_bytes());
                 return log;
             }
-            "garbage" => format!(r#"{{"id":{},"data":"","extra":1}}"#, req.id).into_bytes(),
-            "wrongid" => encode(&Response { id: req.id + 1, ..read_answer(&req, b"", 0) }),
-            "asread" => encode(&read_answer(&req, b"\0", 1)),
-            "badb64" => encode(&Response { data: Some("a".into()), ..read_answer(&req, b"", 1) }),
-            "toomuch" => encode(&read_answer(&req, &[0; 100], 100)),
+            "garbage" => format!(r#"{{"id":{},"size":0,"extra":1}}"#, req.id).into_bytes(),
+            "wrongid" => data_frame(&Response { id: req.id + 1, ..read_answer(&req, 0) }, b""),
+            "asread" => data_frame(&read_answer(&req, 1), b"\0"),
+            // A data frame whose header length runs past the frame.
+            "badframe" => [&[DATA_TAG, 0, 200][..], format!(r#"{{"id":{}}}"#, req.id).as_bytes()].concat(),
+            // A read answer sent as a message, without its data frame.
+            "nodata" => encode(&read_answer(&req, 1)),
+            "toomuch" => data_frame(&read_answer(&req, 100), &[0; 100]),
             // A file that grows by a byte every frame, its version unchanged.
             "growing" => {
                 frames += 1;
                 let bytes = vec![b'g'; req.max.unwrap_or(0) as usize];
-                encode(&Response { eof: Some(false), ..read_answer(&req, &bytes, 1_000_000 + frames) })
+                let end = req.offset.unwrap_or(0) + bytes.len() as u64;
+                data_frame(&Response { eof: Some(false), ..read_answer(&req, end + 1_000_000 + frames) }, &bytes)
             }
             "denied" => {
                 encode(&Response::error(req.id, "broker.denied", format!("{} is not granted", req.op.as_str())))
             }
-            _ => encode(&answer(&req, &mut streams)),
+            _ => {
+                let (response, data) = answer(&req, data, &mut streams);
+                encode_body(&response, data.as_deref()).unwrap()
+            }
         };
         if write_frame(&mut sock, &answer).is_err() {
             log.violations.push("the worker went away before its answer".into());
@@ -125,47 +136,50 @@ fn serve(mut sock: UnixStream) -> Log {
     }
 }
 
-/// A read answer of `bytes` from a file of `size` bytes.
-fn read_answer(req: &Request, bytes: &[u8], size: u64) -> Response {
-    let end = req.offset.unwrap_or(0) + bytes.len() as u64;
+/// The header of a read answer that reaches the end of a file of `size`
+/// bytes (its bytes go in the data frame).
+fn read_answer(req: &Request, size: u64) -> Response {
     Response {
         id: req.id,
-        data: Some(b64_encode(bytes)),
         size: Some(size),
-        eof: Some(end >= size),
+        eof: Some(true),
         version: Some("0".repeat(VERSION_LEN)),
         ..Response::default()
     }
 }
 
-fn answer(req: &Request, streams: &mut BTreeMap<u64, u64>) -> Response {
+/// A data frame's body.
+fn data_frame(header: &Response, bytes: &[u8]) -> Vec<u8> {
+    encode_body(header, Some(bytes)).unwrap()
+}
+
+/// The answer to `req` (whose data frame held `data`), and its bytes.
+fn answer(req: &Request, data: Option<&[u8]>, streams: &mut BTreeMap<u64, u64>) -> (Response, Option<Vec<u8>>) {
     let max = req.max.unwrap_or(0) as usize;
-    let frame = || match b64_decode(req.data.as_deref().unwrap_or("")) {
-        Ok(bytes) if bytes.len() > 65536 => Err(Box::new(Response::error(req.id, "broker.limit", "over 64 KiB"))),
-        Ok(bytes) => Ok(bytes.len() as u64),
-        Err(e) => Err(Box::new(Response::error(req.id, "broker.protocol", e.to_string()))),
-    };
+    // `decode_body` refused more than 64 KiB already.
+    let frame = || data.map_or(0, |d| d.len() as u64);
     let written = |n: u64| Response { id: req.id, written: Some(n), ..Response::default() };
     let stream = req.stream.unwrap_or_default();
-    match req.op {
-        Op::Read => {
-            let all = contents(&req.path);
-            let start = (req.offset.unwrap_or(0) as usize).min(all.len());
-            let bytes = &all[start..(start + max).min(all.len())];
-            read_answer(req, bytes, all.len() as u64)
-        }
-        Op::Write => frame().map_or_else(|e| *e, written),
+    if req.op == Op::Read {
+        let all = contents(&req.path);
+        let start = (req.offset.unwrap_or(0) as usize).min(all.len());
+        let bytes = all[start..(start + max).min(all.len())].to_vec();
+        let eof = start + bytes.len() >= all.len();
+        return (Response { eof: Some(eof), ..read_answer(req, all.len() as u64) }, Some(bytes));
+    }
+    let response = match req.op {
+        Op::Read => unreachable!("answered above"),
+        Op::Write => written(frame()),
         Op::WriteOpen => {
             streams.insert(req.id, 0);
             Response { id: req.id, stream: Some(req.id), ..Response::default() }
         }
-        Op::WriteAppend => match (frame(), streams.get_mut(&stream)) {
-            (Ok(n), Some(total)) => {
-                *total += n;
+        Op::WriteAppend => match streams.get_mut(&stream) {
+            Some(total) => {
+                *total += frame();
                 written(*total)
             }
-            (Err(e), _) => *e,
-            (_, None) => Response::error(req.id, "broker.protocol", "no such stream"),
+            None => Response::error(req.id, "broker.protocol", "no such stream"),
         },
         Op::WriteCommit => streams
             .remove(&stream)
@@ -187,5 +201,6 @@ fn answer(req: &Request, streams: &mut BTreeMap<u64, u64>) -> Response {
                 ..Response::default()
             }
         }
-    }
+    };
+    (response, None)
 }

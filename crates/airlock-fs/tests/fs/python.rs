@@ -70,7 +70,7 @@ except airlock_fs.FsError as e:
         [Op::WriteOpen, Op::WriteAppend, Op::WriteAppend, Op::WriteAppend, Op::WriteAppend, Op::WriteCommit]
     );
     assert_eq!(log.requests[0].max, Some(65536));
-    assert_eq!(log.requests[2].data.as_deref(), Some("AHBheWxvYWT/"));
+    assert_eq!(log.payloads[2].as_deref(), Some(&b"\x00payload\xff"[..]), "the raw bytes, in a data frame");
     assert_eq!((log.requests[4].path.as_str(), log.requests[4].max), (".", Some(256)));
 }
 
@@ -128,7 +128,8 @@ attempt(airlock_fs.read, "data", "after-a-broken-exchange")
 fn bad_answers_are_protocol_or_io_errors() {
     for (root, want) in [
         ("garbage", "broker.protocol"),
-        ("badb64", "broker.protocol"),
+        ("badframe", "broker.protocol"),
+        ("nodata", "broker.protocol"),
         ("toomuch", "broker.protocol"),
         ("huge", "broker.protocol"),
         ("asread", "broker.protocol"),

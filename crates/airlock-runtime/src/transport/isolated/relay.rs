@@ -22,6 +22,11 @@
 //! returns (never more than the budget left: a listing the budget would
 //! cut is `broker.budget`).
 //!
+//! File bytes travel in data frames (`airlock_fsproto::split`): a write's
+//! or an append's payload goes to the broker as it came, after its own
+//! checks, and a read's payload back to the worker as the broker sent it;
+//! only the small JSON headers are decoded and rewritten here.
+//!
 //! The first operation that fails ends the submission: the worker gets the
 //! error, then its socket is shut and the worker killed, whatever it does
 //! with the error.
@@ -33,9 +38,9 @@ use std::time::Instant;
 
 use airlock_core::broker::BrokerBudgets;
 use airlock_fsproto::{
-    b64_decode, b64_encode, check_path, codes, decode, encode, framed, read_frame, take_frame, write_frame, BrokerOp,
-    BrokerRequest, BrokerResponse, Op, ReadStamp, Request, Response, WriteIdentity, MAX_FRAME, MAX_ID, MAX_IO_BYTES,
-    MAX_LIST_NAMES, MAX_OPEN_WRITES, STAGE_PREFIX, VERSION_LEN,
+    check_path, codes, decode_body, encode_body, framed, read_frame, take_frame, write_frame, BrokerOp, BrokerRequest,
+    BrokerResponse, Op, ReadStamp, Request, Response, WriteIdentity, MAX_FRAME, MAX_ID, MAX_IO_BYTES, MAX_LIST_NAMES,
+    MAX_OPEN_WRITES, STAGE_PREFIX, VERSION_LEN,
 };
 use rustix::event::{PollFd, PollFlags};
 use serde::Serialize;
@@ -151,6 +156,10 @@ struct Fail {
     message: String,
 }
 
+/// A request's answer and a read's bytes, or the failure that ends the
+/// submission (the id to answer, the request if it was decoded, why).
+type Handled = Result<(Response, Option<Vec<u8>>), (u64, Option<Request>, Fail)>;
+
 fn fail(code: &str, message: impl Into<String>) -> Fail {
     Fail { code: code.to_owned(), message: message.into() }
 }
@@ -225,8 +234,8 @@ impl<'a> Relay<'a> {
                 continue;
             };
             match self.handle(&frame) {
-                Ok(response) => {
-                    if self.send(&response).is_err() {
+                Ok((response, data)) => {
+                    if self.send(&response, data.as_deref()).is_err() {
                         // The worker went away without reading its answer.
                         return RelayEnd::Closed;
                     }
@@ -242,7 +251,7 @@ impl<'a> Relay<'a> {
     }
 
     fn end_with(&mut self, id: u64, req: Option<Request>, f: Fail) -> RelayEnd {
-        let _ = self.send(&Response::error(id, &f.code, f.message.clone()));
+        let _ = self.send(&Response::error(id, &f.code, f.message.clone()), None);
         let _ = self.worker.shutdown(std::net::Shutdown::Both);
         let (op, root, path) = match &req {
             Some(r) => (r.op.as_str().to_owned(), r.root.clone(), r.path.clone()),
@@ -292,8 +301,10 @@ impl<'a> Relay<'a> {
         }
     }
 
-    fn send(&mut self, response: &Response) -> std::io::Result<()> {
-        let framed = framed(&encode(response))?;
+    /// Sends `response`, in a data frame with `data` when there is some.
+    fn send(&mut self, response: &Response, data: Option<&[u8]>) -> std::io::Result<()> {
+        let body = encode_body(response, data).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let framed = framed(&body)?;
         let mut sent = 0;
         while sent < framed.len() {
             match self.worker.write(&framed[sent..]) {
@@ -311,14 +322,15 @@ impl<'a> Relay<'a> {
         Ok(())
     }
 
-    /// Charges, checks and forwards one request.
+    /// Charges, checks and forwards one request; the answer, and a read's
+    /// bytes.
     #[allow(clippy::result_large_err)]
-    fn handle(&mut self, frame: &[u8]) -> Result<Response, (u64, Option<Request>, Fail)> {
+    fn handle(&mut self, frame: &[u8]) -> Handled {
         // Charged before anything is looked at.
         self.usage.calls += 1;
         let over_calls = self.usage.calls > self.budgets.calls;
-        let req: Request = decode::<Request>(frame).map_err(|e| (0, None, fail(e.code(), e.to_string())))?;
-        if let Err(e) = req.validate() {
+        let (req, data) = decode_body::<Request>(frame).map_err(|e| (0, None, fail(e.code(), e.to_string())))?;
+        if let Err(e) = req.validate(data) {
             // Bounded at decoding: an id over MAX_ID is not echoed back.
             let id = if req.id <= MAX_ID { req.id } else { 0 };
             return Err((id, Some(req), fail(e.code(), e.to_string())));
@@ -334,23 +346,17 @@ impl<'a> Relay<'a> {
             }
         }
         self.last_id = Some(id);
-        let data = match req.op {
-            Op::Write | Op::WriteAppend => Some(
-                b64_decode(req.data.as_deref().unwrap_or_default())
-                    .map_err(|e| err(fail(codes::PROTOCOL, e.to_string())))?,
-            ),
-            _ => None,
-        };
-        self.charge(&req, data.as_deref()).map_err(err)?;
-        let index = self.check(&req, data.as_deref()).map_err(err)?;
+        self.charge(&req, data).map_err(err)?;
+        let index = self.check(&req, data).map_err(err)?;
+        let bytes = data.unwrap_or_default();
         let result = match req.op {
-            Op::Read => self.read(&req, index),
-            Op::List => self.list(&req, index),
-            Op::Write => self.write(&req, index, data.unwrap_or_default()),
-            Op::WriteOpen => self.write_open(&req, index),
-            Op::WriteAppend => self.write_append(&req, index, &data.unwrap_or_default()),
-            Op::WriteCommit => self.write_commit(&req, index),
-            Op::WriteAbort => self.write_abort(&req, index),
+            Op::Read => self.read(&req, index).map(|(r, bytes)| (r, Some(bytes))),
+            Op::List => self.list(&req, index).map(|r| (r, None)),
+            Op::Write => self.write(&req, index, bytes).map(|r| (r, None)),
+            Op::WriteOpen => self.write_open(&req, index).map(|r| (r, None)),
+            Op::WriteAppend => self.write_append(&req, index, bytes).map(|r| (r, None)),
+            Op::WriteCommit => self.write_commit(&req, index).map(|r| (r, None)),
+            Op::WriteAbort => self.write_abort(&req, index).map(|r| (r, None)),
         };
         result.map_err(err)
     }
@@ -404,42 +410,68 @@ impl<'a> Relay<'a> {
         Ok(index as u32)
     }
 
-    fn call(&mut self, mut request: BrokerRequest) -> Result<BrokerResponse, Fail> {
+    /// One broker exchange for a message request.
+    fn call(&mut self, request: BrokerRequest) -> Result<BrokerResponse, Fail> {
+        self.call_with(request, None)
+    }
+
+    /// One broker exchange for a request (in a data frame with `data`)
+    /// whose answer carries no data.
+    fn call_with(&mut self, request: BrokerRequest, data: Option<&[u8]>) -> Result<BrokerResponse, Fail> {
+        let (response, data) = self.exchange(request, data)?;
+        if data.is_some() {
+            return Err(fail("broker.lost", "the broker answered with data where none belongs"));
+        }
+        Ok(response)
+    }
+
+    /// One broker exchange: `request` (in a data frame with `data`), its
+    /// answer and the answer's data frame payload.
+    fn exchange(
+        &mut self,
+        mut request: BrokerRequest,
+        data: Option<&[u8]>,
+    ) -> Result<(BrokerResponse, Option<Vec<u8>>), Fail> {
         self.broker_id += 1;
         request.id = self.broker_id;
         let lost = |why: String| fail("broker.lost", why);
         let left = self.deadline.saturating_duration_since(Instant::now()).max(std::time::Duration::from_millis(1));
         let _ = self.broker.set_read_timeout(Some(left));
         let _ = self.broker.set_write_timeout(Some(left));
-        write_frame(&mut self.broker, &encode(&request)).map_err(|e| lost(format!("writing to the broker: {e}")))?;
+        let body = encode_body(&request, data).map_err(|e| lost(format!("framing a broker request: {e}")))?;
+        write_frame(&mut self.broker, &body).map_err(|e| lost(format!("writing to the broker: {e}")))?;
         let body = read_frame(&mut self.broker, MAX_FRAME)
             .map_err(|e| lost(format!("reading the broker: {e}")))?
             .ok_or_else(|| lost("the broker exited".into()))?;
-        let response: BrokerResponse = decode(&body).map_err(|e| lost(format!("the broker answered badly: {e}")))?;
+        let (response, data) =
+            decode_body::<BrokerResponse>(&body).map_err(|e| lost(format!("the broker answered badly: {e}")))?;
         if response.id != request.id {
             return Err(lost(format!("the broker answered call {} for call {}", response.id, request.id)));
         }
         if let Some(e) = response.error {
             return Err(Fail { code: e.code, message: e.message });
         }
-        Ok(response)
+        Ok((response, data.map(<[u8]>::to_vec)))
     }
 
     fn broker_request(op: BrokerOp, root: u32) -> BrokerRequest {
-        BrokerRequest { id: 0, op, root, path: None, max: None, offset: None, data: None, prepared: None, stage: None }
+        BrokerRequest { id: 0, op, root, path: None, max: None, offset: None, prepared: None, stage: None }
     }
 
-    fn read(&mut self, req: &Request, root: u32) -> Result<Response, Fail> {
+    /// A read frame: the answer and the bytes, as the broker sent them.
+    fn read(&mut self, req: &Request, root: u32) -> Result<(Response, Vec<u8>), Fail> {
         let offset = req.offset.unwrap_or(0);
-        let response = self.call(BrokerRequest {
-            path: Some(req.path.clone()),
-            max: req.max,
-            offset: req.offset,
-            ..Self::broker_request(BrokerOp::Read, root)
-        })?;
-        let data = response.data.ok_or_else(|| fail("broker.lost", "a read answer without data"))?;
+        let (response, bytes) = self.exchange(
+            BrokerRequest {
+                path: Some(req.path.clone()),
+                max: req.max,
+                offset: req.offset,
+                ..Self::broker_request(BrokerOp::Read, root)
+            },
+            None,
+        )?;
+        let bytes = bytes.ok_or_else(|| fail("broker.lost", "a read answer without data"))?;
         let stamp = response.stamp.ok_or_else(|| fail("broker.lost", "a read answer without the file's stamp"))?;
-        let bytes = b64_decode(&data).map_err(|e| fail("broker.lost", e.to_string()))?;
         if bytes.len() as u64 > req.max.unwrap_or(0) {
             return Err(fail("broker.lost", "the broker returned more than asked"));
         }
@@ -456,14 +488,14 @@ impl<'a> Relay<'a> {
         }
         self.log_read(req, offset, &version, &bytes);
         let eof = offset.saturating_add(bytes.len() as u64) >= stamp.size;
-        Ok(Response {
+        let response = Response {
             id: req.id,
-            data: Some(b64_encode(&bytes)),
             size: Some(stamp.size),
             eof: Some(eof),
             version: Some(version),
             ..Response::default()
-        })
+        };
+        Ok((response, bytes))
     }
 
     /// Logs a read frame: one entry for the frames of one streamed read
@@ -528,13 +560,12 @@ impl<'a> Relay<'a> {
         })
     }
 
-    fn write(&mut self, req: &Request, root: u32, data: Vec<u8>) -> Result<Response, Fail> {
-        let sha256 = sha256_hex(&data);
-        let prepared = self.call(BrokerRequest {
-            path: Some(req.path.clone()),
-            data: Some(b64_encode(&data)),
-            ..Self::broker_request(BrokerOp::WritePrepare, root)
-        })?;
+    fn write(&mut self, req: &Request, root: u32, data: &[u8]) -> Result<Response, Fail> {
+        let sha256 = sha256_hex(data);
+        let prepared = self.call_with(
+            BrokerRequest { path: Some(req.path.clone()), ..Self::broker_request(BrokerOp::WritePrepare, root) },
+            Some(data),
+        )?;
         let prepare_id = prepared.id;
         let identity = prepared.identity.ok_or_else(|| fail("broker.lost", "a prepare answer without identity"))?;
         if identity.bytes != data.len() as u64 {
@@ -583,11 +614,10 @@ impl<'a> Relay<'a> {
 
     fn write_append(&mut self, req: &Request, root: u32, data: &[u8]) -> Result<Response, Fail> {
         let mut open = self.take_stream(req, root)?;
-        let appended = self.call(BrokerRequest {
-            prepared: Some(open.prepared),
-            data: Some(b64_encode(data)),
-            ..Self::broker_request(BrokerOp::WriteAppend, root)
-        })?;
+        let appended = self.call_with(
+            BrokerRequest { prepared: Some(open.prepared), ..Self::broker_request(BrokerOp::WriteAppend, root) },
+            Some(data),
+        )?;
         let total = open.bytes + data.len() as u64;
         if appended.written != Some(total) {
             return Err(fail("broker.lost", "the broker appended a different number of bytes"));

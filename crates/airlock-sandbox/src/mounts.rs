@@ -475,3 +475,47 @@ mod tests {
         assert!(verify_retained(&path, &file).unwrap_err().contains("links"));
     }
 }
+
+#[cfg(test)]
+mod copy_tests {
+    use super::*;
+
+    /// A 9 MiB source (more than one kernel step) and where to copy it.
+    fn source(len: usize) -> (tempfile::TempDir, Vec<u8>, File, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let content: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.path().join("src"), &content).unwrap();
+        let src = File::open(dir.path().join("src")).unwrap();
+        let dst = dir.path().join("dst").to_str().unwrap().to_string();
+        (dir, content, src, dst)
+    }
+
+    #[test]
+    fn an_input_of_the_declared_size_is_copied_whole() {
+        let (_d, content, src, dst) = source(9 << 20);
+        copy_bytes(&dst, &src, content.len() as u64, 0o444).unwrap();
+        assert_eq!(std::fs::read(&dst).unwrap(), content);
+    }
+
+    #[test]
+    fn an_input_that_grew_since_it_was_measured_is_refused() {
+        let (_d, content, src, dst) = source(9 << 20);
+        let err = copy_bytes(&dst, &src, content.len() as u64 - 1, 0o444).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EIO));
+    }
+
+    #[test]
+    fn an_input_that_shrank_since_it_was_measured_is_refused() {
+        let (_d, content, src, dst) = source(9 << 20);
+        let err = copy_bytes(&dst, &src, content.len() as u64 + 1, 0o444).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EIO));
+    }
+
+    #[test]
+    fn a_kernel_copy_stops_at_its_cap() {
+        let (_d, content, src, dst) = source(100);
+        let out = OpenOptions::new().read(true).write(true).create_new(true).open(&dst).unwrap();
+        assert_eq!(copy_in_kernel(&src, &out, 41).unwrap(), 41);
+        assert_eq!(std::fs::read(&dst).unwrap(), &content[..41]);
+    }
+}

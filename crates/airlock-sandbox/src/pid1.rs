@@ -191,3 +191,38 @@ fn export(out: &RetainedOutput, host: File, max_bytes: u64, virtual_path: &str) 
     // at once; what is published is a separate candidate the caller syncs.
     Ok(OutputExport { bytes: off, over_limit: false, refused: None })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::OpenOptions;
+
+    /// A retained output holding `len` bytes (more than one kernel step
+    /// when large) and an empty host staging file.
+    fn retained(len: usize) -> (tempfile::TempDir, Vec<u8>, RetainedOutput, File) {
+        let dir = tempfile::tempdir().unwrap();
+        let content: Vec<u8> = (0..len).map(|i| (i % 241) as u8).collect();
+        let path = dir.path().join("out");
+        std::fs::write(&path, &content).unwrap();
+        let file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        let out = RetainedOutput { path: path.to_str().unwrap().to_string(), file: Some(file) };
+        let host = OpenOptions::new().read(true).write(true).create_new(true).open(dir.path().join("host")).unwrap();
+        (dir, content, out, host)
+    }
+
+    #[test]
+    fn an_output_within_max_bytes_is_exported_exactly() {
+        let (dir, content, out, host) = retained(9 << 20);
+        let export = export(&out, host, content.len() as u64, "out").unwrap();
+        assert_eq!((export.bytes, export.over_limit, export.refused), (content.len() as u64, false, None));
+        assert_eq!(std::fs::read(dir.path().join("host")).unwrap(), content);
+    }
+
+    #[test]
+    fn an_output_over_max_bytes_is_not_exported() {
+        let (dir, content, out, host) = retained(9 << 20);
+        let export = export(&out, host, content.len() as u64 - 1, "out").unwrap();
+        assert_eq!((export.bytes, export.over_limit), (0, true));
+        assert_eq!(std::fs::metadata(dir.path().join("host")).unwrap().len(), 0);
+    }
+}

@@ -107,3 +107,16 @@ fn a_candidate_moved_away_before_the_rename_is_an_identity_mismatch() {
     assert_eq!(c.publish().unwrap_err().code(), ReasonCode::OutputIdentityMismatch);
     assert_eq!(s.names(), ["moved"]);
 }
+
+#[test]
+fn a_candidate_over_max_bytes_is_refused_and_leaves_nothing() {
+    for mode in [CandidateMode::Tmpfile, CandidateMode::Named] {
+        let (s, held, source) = setup();
+        let err = held.write_candidate(&source, 15, held.parent().dev_ino(), "inv-7", mode).unwrap_err();
+        assert_eq!(err.code(), ReasonCode::LimitOutputSize);
+        assert!(s.names().is_empty(), "{mode:?}: {:?}", s.names());
+        // Exactly at the bound is fine.
+        let c = held.write_candidate(&source, 16, held.parent().dev_ino(), "inv-8", mode).unwrap();
+        assert_eq!(c.file().bytes, 16);
+    }
+}

@@ -8,14 +8,20 @@ use std::path::PathBuf;
 #[derive(Debug, Parser)]
 #[command(
     name = "airlock",
-    version,
+    version = crate::version::TEXT,
     about = "Run tools on a host's files one operation at a time, with exactly the files each operation declares",
     max_term_width = 100
 )]
 pub struct Cli {
-    /// Configuration file (default: ./airlock.toml, else the embedded default).
+    /// Configuration file (default: $AIRLOCK_CONFIG, else airlock.toml in the
+    /// current directory or the nearest parent up to a repository top or
+    /// file-system boundary, else ~/.config/airlock/airlock.toml, else the
+    /// embedded default).
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Say on stderr which configuration file is in use and why.
+    #[arg(long, global = true)]
+    pub verbose: bool,
     /// Indent the JSON envelope.
     #[arg(long, global = true)]
     pub pretty: bool,
@@ -61,8 +67,10 @@ pub enum Command {
     /// Validate a call, snapshot its inputs, hold its output parent and print
     /// the descriptor; keep the prepared call for a later dispatch.
     Prepare(CallArgs),
-    /// Answer a bounded source query (read_file, list_files, grep_files)
-    /// beneath the configured ceilings, in-process, with no worker.
+    /// Answer a bounded source query beneath the configured ceilings:
+    /// read_file, list_files and grep_files in-process with no worker;
+    /// git_status, git_log, git_diff and git_staged_diff from a private
+    /// snapshot of the repository, in a sandbox.
     Query(QueryArgs),
     /// Run a command that reaches named directory roots only through a
     /// confined broker: `airlock isolated --root data=./data:r -- sh -c 'airlock-fs read data a.txt'`.
@@ -93,7 +101,7 @@ pub enum Command {
     /// request carries the bearer token), or on a Unix socket with --unix
     /// (each peer uid mapped to a principal by [mcp.principals]).
     Mcp {
-        /// Serve streamable HTTP on this loopback address (IP:PORT; port 0 picks one, printed on stderr).
+        /// Serve streamable HTTP on this loopback address (IP:PORT or localhost:PORT; port 0 picks one, printed on stderr).
         #[arg(long, value_name = "ADDR", conflicts_with = "unix")]
         http: Option<String>,
         /// The bearer token file of --http (default: STATE/mcp/token; made 0600 if missing).
@@ -104,8 +112,24 @@ pub enum Command {
         unix: Option<PathBuf>,
     },
     /// Report what this host supports (user namespaces, Landlock, seccomp,
-    /// openat2, cgroup delegation) and which tiers can run here.
-    Doctor,
+    /// openat2, cgroup delegation), which tiers can run here, and which
+    /// configuration file is in use and why.
+    Doctor {
+        /// Print the JSON envelope even on a terminal (the default when stdout is not a terminal).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a shell completion script: `airlock completions bash > /etc/bash_completion.d/airlock`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) of airlock, or of one subcommand:
+    /// `airlock man | man -l -`.
+    Man {
+        /// A subcommand (its page is airlock-SUBCOMMAND(1)).
+        subcommand: Option<String>,
+    },
 }
 
 /// `airlock approver …`.
@@ -128,7 +152,11 @@ pub enum ApproverCommand {
 #[derive(Debug, Subcommand)]
 pub enum ApprovalsCommand {
     /// The prepared calls waiting for an approval: id, tool, digest, principal, prepared and expiry times.
-    List,
+    List {
+        /// Print the JSON envelope even on a terminal (the default when stdout is not a terminal).
+        #[arg(long)]
+        json: bool,
+    },
     /// One prepared call: where it stands and its descriptor.
     Show {
         /// Invocation id.
@@ -149,7 +177,7 @@ pub enum ApprovalsCommand {
 pub enum StagingCommand {
     /// The pool's size, what is reserved, by which invocation and process.
     Status {
-        /// Print the envelope (JSON) instead of a table.
+        /// Print the JSON envelope even on a terminal (the default when stdout is not a terminal).
         #[arg(long)]
         json: bool,
     },
@@ -236,8 +264,12 @@ pub enum IsolatedCommand {
 /// `airlock tools …`.
 #[derive(Debug, Subcommand)]
 pub enum ToolsCommand {
-    /// List the tools in the tools directory.
-    List,
+    /// List the tools in the tools directory, and whether each can run.
+    List {
+        /// Print the JSON envelope even on a terminal (the default when stdout is not a terminal).
+        #[arg(long)]
+        json: bool,
+    },
     /// Check manifests (all in the tools directory when none are named).
     Validate {
         /// Manifest paths or tool names.
@@ -263,9 +295,9 @@ pub enum JournalCommand {
         #[arg(long, value_name = "FILE")]
         journal: Option<PathBuf>,
     },
-    /// Print the journal, one record a line (`--json` for machines).
+    /// Print the journal, one record a line on a terminal (else one envelope holding every record).
     Show {
-        /// One JSON envelope holding every record.
+        /// Print the JSON envelope even on a terminal (the default when stdout is not a terminal).
         #[arg(long)]
         json: bool,
     },

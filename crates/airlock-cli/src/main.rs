@@ -7,7 +7,10 @@
 
 mod cli;
 mod commands;
+mod logging;
+mod progress;
 mod settings;
+mod version;
 
 use airlock_core::{exit, Envelope, ReasonCode, Refusal};
 use clap::Parser;
@@ -32,6 +35,9 @@ fn main() -> ExitCode {
         }
     };
     let pretty = cli.pretty;
+    if let Err(refusal) = logging::init(matches!(cli.command, cli::Command::Mcp { .. })) {
+        return emit(&Envelope::from_refusal(&refusal), pretty);
+    }
     match commands::run(cli) {
         Ok(commands::Answer::Text(text)) => {
             let mut out = std::io::stdout().lock();
@@ -41,6 +47,16 @@ fn main() -> ExitCode {
             }
         }
         Ok(commands::Answer::Envelope(envelope)) => emit(&envelope, pretty),
+        Ok(commands::Answer::Report { text, envelope }) => {
+            if let Some(err) = &envelope.error {
+                eprintln!("airlock: {}: {}: {}", status_word(&envelope), err.code, err.message);
+            }
+            let mut out = std::io::stdout().lock();
+            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                Ok(()) => ExitCode::from(envelope.exit_code_for_process() as u8),
+                Err(_) => ExitCode::from(exit::SOFTWARE as u8),
+            }
+        }
         Err(refusal) => emit(&Envelope::from_refusal(&refusal), pretty),
     }
 }

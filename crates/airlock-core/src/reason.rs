@@ -21,6 +21,18 @@ pub enum Status {
     Error,
 }
 
+impl Status {
+    /// The word the envelope's `status` holds (`ok`, `failed`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Failed => "failed",
+            Status::Refused => "refused",
+            Status::Error => "error",
+        }
+    }
+}
+
 /// Process exit codes (DESIGN.md §3, sysexits-style).
 pub mod exit {
     /// Success.
@@ -335,6 +347,8 @@ reason_codes! {
     JournalInvalid => "journal.invalid", Failed, TOOL_FAILED;
     /// A prune would remove sealed segments never exported (export them, or `--allow-unexported`).
     JournalNotExported => "journal.not_exported", Refused, NO_PERM;
+    /// `journal verify` found no public key to check against: none beside the journal or in the state dir, and no `--public-key`.
+    JournalPublicKeyMissing => "journal.public_key_missing", Refused, USAGE;
     /// Recovery found a conflict an operator must look at (`--discard` to give up the candidate).
     RecoveryConflict => "recovery.conflict", Refused, NO_PERM;
     /// The invocation is still being run by a live process.
@@ -371,6 +385,10 @@ reason_codes! {
     ControlFileUnsafe => "config.control_file_unsafe", Refused, CONFIG;
     /// The host lacks a facility the configuration needs.
     HostUnsupported => "host.unsupported", Error, CONFIG;
+    /// Logging cannot be set up as the environment asks: `AIRLOCK_LOG` (or
+    /// `RUST_LOG`) is not a valid filter, or `AIRLOCK_LOG_FILE` is a
+    /// symbolic link or cannot be opened for appending.
+    ConfigLogging => "config.logging", Error, CONFIG;
     // ---- invocations ----
     /// The invocation id has been used before.
     InvocationDuplicate => "invocation.duplicate", Refused, NO_PERM;

@@ -171,9 +171,10 @@ impl RegularFile {
     /// `dest` then holds ([`crate::copy`]). A file that grows, shrinks or
     /// whose change time moves while it is copied is `input.changed` (the
     /// caller discards `dest`).
-    pub(crate) fn copy_to_file(self, dest: &File) -> Result<crate::copy::Copied> {
+    /// `copied` hears of each step's bytes.
+    pub(crate) fn copy_to_file(self, dest: &File, copied: &mut dyn FnMut(u64)) -> Result<crate::copy::Copied> {
         let want = self.size();
-        crate::copy::copy_hashed(&self.file, dest, want.saturating_add(1), ReasonCode::InputUnreadable, |n| {
+        crate::copy::copy_hashed(&self.file, dest, want.saturating_add(1), ReasonCode::InputUnreadable, copied, |n| {
             if n > want {
                 return Err(Error::new(ReasonCode::InputChanged, "the file grew while it was read; try again"));
             }

@@ -49,7 +49,8 @@ enum Way {
 
 /// Copies at most `cap` bytes from offset 0 of `src` to offset 0 of `dst`
 /// (new and empty, open for reading and writing), hashing `dst` in a second
-/// thread as it fills. `then` runs with the count once the copy is done,
+/// thread as it fills. `step` hears of each step's bytes (in the calling
+/// thread); `then` runs with the count once the copy is done,
 /// while the hash finishes. A failed copy is `code`; a copy whose bytes
 /// are not all in `dst` afterwards (it changed meanwhile) is
 /// `output.identity_mismatch`.
@@ -58,12 +59,13 @@ pub(crate) fn copy_hashed(
     dst: &File,
     cap: u64,
     code: ReasonCode,
+    step: &mut dyn FnMut(u64),
     then: impl FnOnce(u64) -> Result<()>,
 ) -> Result<Copied> {
     let (progress, seen) = channel();
     let (copied, hashed) = std::thread::scope(|s| {
         let hashing = s.spawn(|| hash_behind(dst, seen));
-        let copied = copy_range(src, dst, cap, progress)
+        let copied = copy_range(src, dst, cap, progress, step)
             .map_err(|e| Error::new(code, format!("copying in the kernel: {e}")))
             .and_then(|n| then(n).map(|()| n));
         let hashed = hashing.join().unwrap_or_else(|_| Err(std::io::Error::other("the hashing thread panicked")));
@@ -84,7 +86,13 @@ pub(crate) fn copy_hashed(
 
 /// The copier: sends the offset reached after each step; dropping
 /// `progress` tells the hashing thread the copy ended.
-fn copy_range(src: &File, dst: &File, cap: u64, progress: Sender<u64>) -> std::io::Result<u64> {
+fn copy_range(
+    src: &File,
+    dst: &File,
+    cap: u64,
+    progress: Sender<u64>,
+    copied: &mut dyn FnMut(u64),
+) -> std::io::Result<u64> {
     let mut way = Way::CopyFileRange;
     let mut buf = Vec::new();
     let mut off = 0u64;
@@ -125,6 +133,7 @@ fn copy_range(src: &File, dst: &File, cap: u64, progress: Sender<u64>) -> std::i
             break;
         }
         off += n as u64;
+        copied(n as u64);
         // The hashing thread only ends early on an error, which the
         // caller reports: nothing to do here if it is gone.
         let _ = progress.send(off);
@@ -170,7 +179,7 @@ mod tests {
     fn a_copy_larger_than_a_step_is_whole_and_hashed_from_the_copy() {
         let content: Vec<u8> = (0..(STEP as usize * 2 + 12_345)).map(|i| (i % 251) as u8).collect();
         let (tmp, src, dst) = files(&content);
-        let got = copy_hashed(&src, &dst, u64::MAX, ReasonCode::Internal, |_| Ok(())).unwrap();
+        let got = copy_hashed(&src, &dst, u64::MAX, ReasonCode::Internal, &mut |_| {}, |_| Ok(())).unwrap();
         assert_eq!(got.bytes, content.len() as u64);
         assert_eq!(got.sha256_hex, hex::encode(Sha256::digest(&content)));
         assert_eq!(std::fs::read(tmp.path().join("dst")).unwrap(), content);
@@ -179,7 +188,7 @@ mod tests {
     #[test]
     fn the_copy_stops_at_its_cap() {
         let (_tmp, src, dst) = files(b"0123456789");
-        let got = copy_hashed(&src, &dst, 4, ReasonCode::Internal, |n| {
+        let got = copy_hashed(&src, &dst, 4, ReasonCode::Internal, &mut |_| {}, |n| {
             assert_eq!(n, 4);
             Ok(())
         })
@@ -190,7 +199,7 @@ mod tests {
     #[test]
     fn a_failure_after_the_copy_is_the_callers() {
         let (_tmp, src, dst) = files(b"bytes");
-        let err = copy_hashed(&src, &dst, 100, ReasonCode::Internal, |_| {
+        let err = copy_hashed(&src, &dst, 100, ReasonCode::Internal, &mut |_| {}, |_| {
             Err(Error::new(ReasonCode::InputChanged, "changed"))
         })
         .unwrap_err();

@@ -101,11 +101,17 @@ impl InputFile {
     /// [`InputFile::snapshot_into`] a new, empty private file `dest` (open
     /// for reading and writing), for large inputs: the bytes are copied in
     /// the kernel and the hash is of what `dest` holds, read back while the
-    /// copy proceeds. The same refusals.
-    pub fn snapshot_to_file(self, dest: &std::fs::File, max_bytes: u64) -> Result<SnapshotInfo> {
+    /// copy proceeds; `copied` hears of each step's bytes. The same refusals.
+    pub fn snapshot_to_file(
+        self,
+        dest: &std::fs::File,
+        max_bytes: u64,
+        copied: &mut dyn FnMut(u64),
+    ) -> Result<SnapshotInfo> {
         self.check_bound(max_bytes)?;
         let p = self.path.clone();
-        let copied = self.file.copy_to_file(dest).map_err(|e| e.context(format_args!("input {:?}", p.as_str())))?;
+        let copied =
+            self.file.copy_to_file(dest, copied).map_err(|e| e.context(format_args!("input {:?}", p.as_str())))?;
         Ok(SnapshotInfo { bytes: copied.bytes, sha256_hex: copied.sha256_hex })
     }
 

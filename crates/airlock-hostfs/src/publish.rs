@@ -142,7 +142,7 @@ impl HeldOutput {
         // Copied in the kernel; hashed from the candidate itself while the
         // copy and then its fsync proceed.
         let file = &candidate.file;
-        let copied = copy_hashed(source, file, max_bytes.saturating_add(1), ReasonCode::Internal, |n| {
+        let copied = copy_hashed(source, file, max_bytes.saturating_add(1), ReasonCode::Internal, &mut |_| {}, |n| {
             if n > max_bytes {
                 return Err(Error::new(
                     ReasonCode::LimitOutputSize,

@@ -218,6 +218,7 @@ fn declared_length(request: &Request) -> Option<u64> {
 
 /// A refusal as an HTTP answer: `status` and the envelope as JSON.
 fn refuse(status: StatusCode, refusal: &Refusal) -> Response {
+    crate::request_log::refused_at_gate(status.as_u16(), refusal);
     let body = serde_json::to_vec(&Envelope::from_refusal(refusal)).unwrap_or_default();
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;

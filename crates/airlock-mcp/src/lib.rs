@@ -10,7 +10,10 @@
 //! never holds up another, and answers with [`answer::to_result`]: the
 //! content, plus `structuredContent` carrying the envelope (`created_files`,
 //! evidence). A refusal is a result with `isError: true` and the reason code,
-//! never a protocol error.
+//! never a protocol error. A call whose request carries
+//! `_meta.progressToken` gets `notifications/progress` for its long phases
+//! (large snapshots, Git snapshots), and every `tools/list` and
+//! `tools/call` is logged as one line ([`request_log`]).
 //!
 //! Transports: [`serve_stdio`] (the process's stdin/stdout; calls are made
 //! as the runtime's principal), [`serve_http`] (streamable HTTP on a
@@ -37,6 +40,8 @@
 pub mod answer;
 pub mod catalog;
 mod gate;
+mod progress;
+pub mod request_log;
 mod server;
 mod sessions;
 mod socket;

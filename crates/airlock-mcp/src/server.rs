@@ -12,7 +12,9 @@
 use crate::answer::to_result;
 use crate::catalog::Catalog;
 use crate::gate::Caller;
+use crate::request_log;
 use airlock_core::{Envelope, ReasonCode, Refusal};
+use airlock_runtime::progress::ProgressHook;
 use airlock_runtime::{new_invocation_id, CallRequest, Runtime};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult, PaginatedRequestParams,
@@ -21,6 +23,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Serves the runtime's tools over MCP. Cheap to clone (one runtime shared
 /// by every session).
@@ -56,12 +59,14 @@ impl AirlockServer {
     /// envelope. The thread lives until the worker has been reaped, which is
     /// what the native tier's parent-death signal is tied to: if this
     /// process dies, the worker dies with it. The call is made as
-    /// `principal` (`None`: the runtime's principal).
+    /// `principal` (`None`: the runtime's principal); its long phases are
+    /// reported to `progress`, if any.
     pub async fn call(
         &self,
         name: &str,
         arguments: serde_json::Map<String, serde_json::Value>,
         principal: Option<String>,
+        progress: Option<ProgressHook>,
     ) -> Envelope {
         let Some(entry) = self.catalog().find(name).cloned() else {
             return Envelope::from_refusal(&Refusal::new(
@@ -75,6 +80,7 @@ impl AirlockServer {
             named: arguments.into_iter().collect(),
             invocation_id: new_invocation_id(),
             principal,
+            progress,
         };
         let runtime = Arc::clone(&self.runtime);
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -128,9 +134,13 @@ impl ServerHandler for AirlockServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.catalog().tools()))
+        let began = Instant::now();
+        let tools = self.catalog().tools();
+        let principal = self.caller(&context).ok().flatten();
+        request_log::list(principal.as_deref().unwrap_or(self.runtime.principal()), tools.len(), began);
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     async fn call_tool(
@@ -138,10 +148,21 @@ impl ServerHandler for AirlockServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let envelope = match self.caller(&context) {
-            Ok(principal) => self.call(&request.name, request.arguments.unwrap_or_default(), principal).await,
-            Err(refusal) => Envelope::from_refusal(&refusal),
+        let began = Instant::now();
+        let (principal, envelope) = match self.caller(&context) {
+            Ok(principal) => {
+                let (hook, sender) = crate::progress::for_request(&context).unzip();
+                let arguments = request.arguments.unwrap_or_default();
+                let envelope = self.call(&request.name, arguments, principal.clone(), hook).await;
+                if let Some(sender) = sender {
+                    crate::progress::flushed(sender).await;
+                }
+                (principal.unwrap_or_else(|| self.runtime.principal().to_owned()), envelope)
+            }
+            // Nobody authenticated: no principal to name.
+            Err(refusal) => ("-".to_owned(), Envelope::from_refusal(&refusal)),
         };
+        request_log::call(&principal, &request.name, &envelope, began);
         Ok(to_result(&envelope).into())
     }
 }

@@ -128,31 +128,54 @@ pub(crate) fn parse(sources: &[(String, String)]) -> Result<Parsed, PolicyError>
 }
 
 /// Strict validation against `schema`; each error names the policy, its
-/// file and the line and column of the offending expression.
+/// file and the line and column of the offending expression. Cedar checks
+/// a policy once per action it may apply to, so one bad expression yields
+/// the same error for every tool: those are said once, with how many
+/// actions it failed for.
 pub(crate) fn validate(
     parsed: &Parsed,
     validator: &cedar::Validator,
     sources: &[(String, String)],
 ) -> Result<(), PolicyError> {
     let result = validator.validate(&parsed.set, cedar::ValidationMode::Strict);
-    let mut problems: Vec<(usize, usize, String)> = Vec::new();
+    // (file, offset, policy, kind of error) → the first message and how many repeat it.
+    type Place = (usize, usize, String, std::mem::Discriminant<cedar::ValidationError>);
+    let mut problems: Vec<(Place, String, usize)> = Vec::new();
     for e in result.validation_errors() {
         let id = e.policy_id().to_string();
         let (index, policy_offset) = parsed.origins.get(&id).copied().unwrap_or((usize::MAX, 0));
-        let Some((file, text)) = sources.get(index) else {
-            problems.push((usize::MAX, 0, format!("policy {id}: {}", describe(e))));
-            continue;
+        let (offset, message) = match sources.get(index) {
+            None => (0, format!("policy {id}: {}", describe(e))),
+            Some((file, text)) => {
+                // An offset inside the policy's file; otherwise the policy's start.
+                let offset = first_offset(e).filter(|o| *o <= text.len()).unwrap_or(policy_offset);
+                let message = describe(e);
+                let message = message.strip_prefix(&format!("for policy `{id}`, ")).unwrap_or(&message);
+                (offset, format!("{}policy {id}: {message}", place(file, text, Some(offset))))
+            }
         };
-        // An offset inside the policy's file; otherwise the policy's start.
-        let offset = first_offset(e).filter(|o| *o <= text.len()).unwrap_or(policy_offset);
-        let message = describe(e);
-        let message = message.strip_prefix(&format!("for policy `{id}`, ")).unwrap_or(&message);
-        problems.push((index, offset, format!("{}policy {id}: {message}", place(file, text, Some(offset)))));
+        let key = (index, offset, id, std::mem::discriminant(e));
+        // The first message by text stands for the rest (Cedar's order is not stable).
+        match problems.iter_mut().find(|(k, _, _)| *k == key) {
+            Some((_, first, count)) => {
+                *count += 1;
+                if message < *first {
+                    *first = message;
+                }
+            }
+            None => problems.push((key, message, 1)),
+        }
     }
     if problems.is_empty() {
         return Ok(());
     }
-    problems.sort();
-    problems.dedup();
-    Err(PolicyError::invalid(problems.into_iter().map(|(_, _, m)| m).collect::<Vec<_>>().join("\n")))
+    problems.sort_by(|a, b| (a.0 .0, a.0 .1, &a.1).cmp(&(b.0 .0, b.0 .1, &b.1)));
+    let lines: Vec<String> = problems
+        .into_iter()
+        .map(|(_, message, count)| match count {
+            1 => message,
+            n => format!("{message} (and the same for {} more actions)", n - 1),
+        })
+        .collect();
+    Err(PolicyError::invalid(lines.join("\n")))
 }

@@ -36,6 +36,7 @@ pub mod failure;
 mod id;
 pub mod ledger;
 mod policy_files;
+pub mod progress;
 pub mod recovery;
 pub mod store;
 pub mod transport;
@@ -162,6 +163,11 @@ impl Runtime {
     pub fn set_principal(&mut self, principal: String) -> &mut Self {
         self.principal = principal;
         self
+    }
+
+    /// The principal of calls whose request names none.
+    pub fn principal(&self) -> &str {
+        &self.principal
     }
 
     pub(crate) fn native_tier(&self) -> Result<airlock_sandbox::NativeTier, Refusal> {

@@ -59,9 +59,32 @@ pub fn approve(
 /// `airlock approvals list|show|deny`.
 pub fn run(runtime: &Runtime, cmd: ApprovalsCommand) -> Result<Answer, Refusal> {
     let content = match cmd {
-        ApprovalsCommand::List => json!({ "waiting": runtime.waiting_for_approval()? }),
+        ApprovalsCommand::List { json } => {
+            let waiting = runtime.waiting_for_approval()?;
+            let envelope = Envelope { content: Some(json!({ "waiting": waiting })), ..Envelope::ok() };
+            return Ok(super::report::status(json, envelope, |_| table(&waiting)));
+        }
         ApprovalsCommand::Show { id } => runtime.show_prepared(&id)?,
         ApprovalsCommand::Deny { id, reason } => runtime.deny(&id, reason.as_deref())?,
     };
     Ok(Envelope { content: Some(content), ..Envelope::ok() }.into())
+}
+
+/// `approvals list` for people: one line a waiting call.
+fn table(waiting: &[airlock_runtime::approval::WaitingCall]) -> String {
+    if waiting.is_empty() {
+        return "no call is waiting for an approval\n".to_owned();
+    }
+    let mut out = format!("{:<40} {:<20} {:<16} {:<26} digest\n", "invocation", "tool", "principal", "expires");
+    for w in waiting {
+        out.push_str(&format!(
+            "{:<40} {:<20} {:<16} {:<26} {}\n",
+            w.invocation_id,
+            w.tool,
+            w.principal.as_deref().unwrap_or("-"),
+            w.expires_at.as_deref().unwrap_or("-"),
+            w.descriptor_sha256
+        ));
+    }
+    out
 }

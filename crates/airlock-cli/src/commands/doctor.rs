@@ -46,8 +46,9 @@ fn approval_report(config: &Config) -> Value {
 }
 
 /// Probes the host; the status is `error` (`sandbox.unavailable`, exit 78)
-/// when the configured tier cannot run here.
-pub fn run(config: &Config) -> Envelope {
+/// when the configured tier cannot run here. `config_report` says which
+/// configuration file is in use and why.
+pub fn run(config: &Config, config_report: Value) -> Envelope {
     let host = airlock_sandbox::probe();
     let native = host.native_ready();
     let userns = match &host.userns {
@@ -92,6 +93,7 @@ pub fn run(config: &Config) -> Envelope {
         "isolated": airlock_runtime::isolated_helper_report(config),
         "approval": approval_report(config),
         "configured_tier": config.tier,
+        "config": config_report,
     });
     let envelope = Envelope { content: Some(content), ..Envelope::ok() };
     let required = if config.require_cgroup {
@@ -163,4 +165,40 @@ fn limits_report(config: &Config) -> Value {
         "require_cgroup": config.require_cgroup,
         "detail": detail,
     })
+}
+
+/// `doctor` for people: the configuration in use, each host check, each
+/// tier, the limits, the approvers, and the verdict.
+pub fn text(envelope: &Envelope) -> String {
+    let c = envelope.content.as_ref().unwrap_or(&Value::Null);
+    let s = |v: &Value| v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+    let mut out = format!(
+        "configuration: {} ({}: {})\nstate dir: {}\n\nhost:\n",
+        c["config"]["file"].as_str().unwrap_or("the embedded default"),
+        s(&c["config"]["origin"]),
+        s(&c["config"]["why"]),
+        s(&c["config"]["state_dir"])
+    );
+    for (name, check) in c["host"].as_object().into_iter().flatten() {
+        let mark = if check["ok"] == true { "ok " } else { "no " };
+        out.push_str(&format!("  {mark} {name:<18} {}\n", s(&check["detail"])));
+    }
+    out.push_str("\ntiers:\n");
+    for (name, tier) in c["tiers"].as_object().into_iter().flatten() {
+        let mark = if tier["ready"] == true { "ok " } else { "no " };
+        out.push_str(&format!("  {mark} {name:<18} {}\n", s(&tier["detail"])));
+    }
+    out.push_str(&format!(
+        "\nlimits: memory by {}, processes by {}; {}\n",
+        s(&c["limits"]["memory"]),
+        s(&c["limits"]["pids"]),
+        s(&c["limits"]["detail"])
+    ));
+    // The approval warnings were said on stderr already.
+    out.push_str(&format!("approvers pinned: {}\n", c["approval"]["approvers"]));
+    out.push_str(&match &envelope.error {
+        None => format!("\nthe configured tier ({}) can run here\n", s(&c["configured_tier"])),
+        Some(e) => format!("\n{}: {}\n", e.code, e.message),
+    });
+    out
 }

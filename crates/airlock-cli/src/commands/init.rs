@@ -19,6 +19,10 @@ working_dir = "/workspace"      # where the worker sees declared paths
 roots = ["./data:data:ro", "./results:results:rw"]
 "#;
 
+/// `.airlock/.gitignore`: nothing in the state directory (the journal's
+/// signing key, snapshots, the MCP token) belongs in a repository.
+const STATE_GITIGNORE: &str = "# airlock's state: the journal signing key, snapshots, tokens. Never commit it.\n*\n";
+
 const TOOL: &str = include_str!("../../../../examples/tools/wordcount.clad.toml");
 const EXAMPLE: &str = "airlock runs one tool call at a time with exactly the files it declares.\n";
 
@@ -60,6 +64,14 @@ pub fn run(config: Option<&Path>) -> Result<Envelope, Refusal> {
     let state_dir = PrivateDir::open_or_create(&HostAuthority::ambient(), &state)?;
     let key =
         airlock_journal::JournalKey::open_or_create(&state_dir).map_err(airlock_runtime::failure::journal_refusal)?;
+    // The state dir holds the journal's signing key: git must never pick it up.
+    let ignore = state.join(".gitignore");
+    if state_dir.contains(".gitignore") {
+        kept.push(ignore.display().to_string());
+    } else {
+        state_dir.write_new_file(".gitignore", STATE_GITIGNORE.as_bytes())?;
+        created.push(ignore.display().to_string());
+    }
     let content = serde_json::json!({
         "created": created,
         "kept": kept,

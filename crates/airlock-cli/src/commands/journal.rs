@@ -22,20 +22,37 @@ fn read_bounded(file: impl Read, what: &str) -> Result<Vec<u8>, Refusal> {
     Ok(bytes)
 }
 
-/// Verifies a journal from its bytes and a pinned public key only.
+/// Verifies a journal from its bytes and a public key only: `public_key`,
+/// else `journal.pub` beside `journal`, else the state dir's `journal.pub`.
+/// The state dir is never created here.
 pub fn verify(config: &Config, public_key: Option<&Path>, journal: Option<&Path>) -> Result<Envelope, Refusal> {
     let authority = HostAuthority::ambient();
-    let state = || PrivateDir::open_or_create(&authority, &config.state_dir).map_err(Refusal::from);
-    let key_text = match public_key {
-        Some(p) => String::from_utf8(read_bounded(
-            std::fs::File::open(p).map_err(|e| Refusal::new(ReasonCode::Usage, format!("{}: {e}", p.display())))?,
-            "the public key",
-        )?)
-        .unwrap_or_default(),
-        None => String::from_utf8(read_bounded(state()?.open_nofollow(PUBLIC_KEY_FILE)?, PUBLIC_KEY_FILE)?)
-            .unwrap_or_default(),
+    let state_exists = std::fs::symlink_metadata(&config.state_dir).is_ok();
+    let state = || {
+        if !state_exists {
+            return Err(Refusal::new(
+                ReasonCode::JournalPublicKeyMissing,
+                format!(
+                    "there is no state directory at {} to verify; name a journal file with --journal FILE and its \
+                     public key with --public-key FILE",
+                    config.state_dir.display()
+                ),
+            ));
+        }
+        PrivateDir::open_or_create(&authority, &config.state_dir).map_err(Refusal::from)
     };
-    let key = PublicKey::parse(&key_text).map_err(|e| Refusal::new(ReasonCode::Usage, format!("public key: {e}")))?;
+    let key_file = match public_key {
+        Some(p) => p.to_path_buf(),
+        None => default_public_key(config, journal)?,
+    };
+    let key_text = String::from_utf8(read_bounded(
+        std::fs::File::open(&key_file)
+            .map_err(|e| Refusal::new(ReasonCode::Usage, format!("{}: {e}", key_file.display())))?,
+        "the public key",
+    )?)
+    .unwrap_or_default();
+    let key = PublicKey::parse(&key_text)
+        .map_err(|e| Refusal::new(ReasonCode::Usage, format!("public key {}: {e}", key_file.display())))?;
     let report = match journal {
         Some(p) => verify_bytes(
             &read_bounded(
@@ -55,6 +72,7 @@ pub fn verify(config: &Config, public_key: Option<&Path>, journal: Option<&Path>
         "truncated_tail": report.truncated_tail,
         "starts_after": report.starts_after.as_ref().map(|s| json!({ "segment": s.segment, "seq": s.seq, "head": s.head })),
         "public_key": key.to_text(),
+        "public_key_file": key_file.display().to_string(),
         "first_bad": report.first_bad.as_ref().map(|b| json!({ "segment": b.segment, "line": b.line, "seq": b.seq, "reason": b.reason })),
     });
     Ok(match &report.first_bad {
@@ -64,10 +82,10 @@ pub fn verify(config: &Config, public_key: Option<&Path>, journal: Option<&Path>
             ..Envelope::from_refusal(&Refusal::new(
                 ReasonCode::JournalInvalid,
                 format!(
-                    "record at {}line {} (seq {:?}) fails verification: {}",
-                    bad.segment.map_or_else(String::new, |n| format!("segment {n} ")),
+                    "the record at {}line {}{} fails verification: {}",
+                    bad.segment.map_or_else(String::new, |n| format!("segment {n}, ")),
                     bad.line,
-                    bad.seq,
+                    bad.seq.map_or_else(|| " (its seq is unreadable)".to_owned(), |seq| format!(" (seq {seq})")),
                     bad.reason
                 ),
             ))
@@ -75,19 +93,38 @@ pub fn verify(config: &Config, public_key: Option<&Path>, journal: Option<&Path>
     })
 }
 
-/// Prints the journal: one line a record, or one envelope with `--json`.
+/// `journal.pub` beside `journal` (an exported copy kept with its key),
+/// else in the state dir; refused, naming `--public-key`, when neither
+/// exists. A key found beside a copy only shows the copy is consistent
+/// with it: to prove who wrote it, pin the key with `--public-key`.
+fn default_public_key(config: &Config, journal: Option<&Path>) -> Result<std::path::PathBuf, Refusal> {
+    let beside = journal.map(|j| j.parent().unwrap_or(Path::new("")).join(PUBLIC_KEY_FILE));
+    let in_state = config.state_dir.join(PUBLIC_KEY_FILE);
+    let places: Vec<std::path::PathBuf> = beside.into_iter().chain([in_state]).collect();
+    if let Some(found) = places.iter().find(|p| std::fs::symlink_metadata(p).is_ok()) {
+        return Ok(found.clone());
+    }
+    let looked = places.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" or ");
+    Err(Refusal::new(
+        ReasonCode::JournalPublicKeyMissing,
+        format!("no public key to verify against: {looked} does not exist; name the pinned key with --public-key FILE"),
+    ))
+}
+
+/// Prints the journal: one line a record on a terminal, else (or with
+/// `--json`) one envelope holding every record.
 pub fn show(runtime: &Runtime, as_json: bool) -> Result<Answer, Refusal> {
     let records = runtime.journal().records().map_err(airlock_runtime::failure::journal_refusal)?;
-    if as_json {
-        return Ok(Envelope { content: Some(json!({ "records": records })), ..Envelope::ok() }.into());
-    }
-    let mut text = String::new();
-    for r in &records {
-        let summary: String = serde_json::to_string(&r.body).unwrap_or_default().chars().take(160).collect();
-        let id = r.invocation_id.as_deref().unwrap_or("-");
-        text.push_str(&format!("{:>6} {} {:<26} {:<38} {summary}\n", r.seq, r.time, r.kind, id));
-    }
-    Ok(Answer::Text(text))
+    let envelope = Envelope { content: Some(json!({ "records": records })), ..Envelope::ok() };
+    Ok(super::report::status(as_json, envelope, |_| {
+        let mut text = String::new();
+        for r in &records {
+            let summary: String = serde_json::to_string(&r.body).unwrap_or_default().chars().take(160).collect();
+            let id = r.invocation_id.as_deref().unwrap_or("-");
+            text.push_str(&format!("{:>6} {} {:<26} {:<38} {summary}\n", r.seq, r.time, r.kind, id));
+        }
+        text
+    }))
 }
 
 /// Copies sealed segment `segment` to `file` (created, synced, never

@@ -101,9 +101,19 @@ pub fn run(runtime: Runtime, front: Front) -> Result<(), Refusal> {
     served.map_err(|e| Refusal::new(ReasonCode::Internal, format!("airlock mcp: {e}")))
 }
 
+/// `IP:PORT` with a loopback IP, or `localhost:PORT` (127.0.0.1). No other
+/// name is resolved: what a name resolves to is up to `/etc/hosts` and DNS,
+/// may change between the check and the bind, and may not be loopback,
+/// while `localhost` is loopback by definition (RFC 6761), so it is mapped
+/// here without asking a resolver.
 fn parse_addr(text: &str) -> Result<SocketAddr, Refusal> {
-    let addr: SocketAddr =
-        text.parse().map_err(|_| crate::usage(format!("--http {text:?}: expected IP:PORT, e.g. 127.0.0.1:8765")))?;
+    let localhost = text.strip_prefix("localhost:").map(|port| format!("127.0.0.1:{port}"));
+    let addr: SocketAddr = localhost.as_deref().unwrap_or(text).parse().map_err(|_| {
+        crate::usage(format!(
+            "--http {text:?}: expected IP:PORT or localhost:PORT, e.g. 127.0.0.1:8765 (other host names are not \
+             resolved: a name may resolve to a non-loopback address)"
+        ))
+    })?;
     if !addr.ip().is_loopback() {
         return Err(crate::usage(format!(
             "--http {text}: only a loopback address is served (for other hosts, put a TLS proxy in front)"

@@ -2,12 +2,14 @@
 
 mod approvals;
 mod doctor;
+mod generate;
 mod init;
 mod isolated;
 mod journal;
 mod mcp;
 mod prepare;
 mod query;
+mod report;
 mod run;
 mod staging;
 mod tools;
@@ -18,13 +20,21 @@ use airlock_core::{Envelope, Refusal};
 use airlock_hostfs::HostAuthority;
 use airlock_runtime::Runtime;
 
-/// What a command answers: an envelope, or text that is the answer itself
-/// (`journal show`, `attest`'s DSSE envelope).
+/// What a command answers: an envelope, text that is the answer itself
+/// (`attest`'s DSSE envelope, a man page), or a status report for people.
 pub enum Answer {
     /// One JSON envelope.
     Envelope(Box<Envelope>),
     /// Printed as is; exit 0.
     Text(String),
+    /// A status command's text on a terminal (see `report`): `text` is
+    /// printed, and `envelope` gives the exit code and the stderr line.
+    Report {
+        /// What people read.
+        text: String,
+        /// The answer it renders.
+        envelope: Box<Envelope>,
+    },
 }
 
 impl From<Envelope> for Answer {
@@ -35,13 +45,20 @@ impl From<Envelope> for Answer {
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<Answer, Refusal> {
-    if let Command::Init = cli.command {
-        return init::run(cli.config.as_deref()).map(Answer::from);
+    match &cli.command {
+        Command::Init => return init::run(cli.config.as_deref()).map(Answer::from),
+        Command::Completions { shell } => return Ok(Answer::Text(generate::completions(*shell))),
+        Command::Man { subcommand } => return generate::man_page(subcommand.as_deref()).map(Answer::Text),
+        _ => {}
     }
-    let config = settings::load_config(cli.config.as_deref())?;
-    if let Command::Doctor = cli.command {
-        return Ok(doctor::run(&config).into());
+    let loaded = settings::load_config(cli.config.as_deref())?;
+    if cli.verbose {
+        eprintln!("airlock: {}", loaded.describe());
     }
+    if let Command::Doctor { json } = cli.command {
+        return Ok(report::status(json, doctor::run(&loaded.config, loaded.report()), doctor::text));
+    }
+    let config = loaded.config;
     if let Command::Approver(crate::cli::ApproverCommand::Init { key, id }) = &cli.command {
         return approvals::init(&config, key.as_deref(), id.as_deref()).map(Answer::from);
     }
@@ -90,7 +107,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
             runtime.set_init_program(this_executable()?, true);
             isolated::run(&runtime, args)?.into()
         }
-        Command::Tools(cmd) => tools::run(&runtime, cmd)?.into(),
+        Command::Tools(cmd) => tools::run(&runtime, cmd)?,
         Command::Staging(cmd) => staging::run(&runtime, cmd)?,
         Command::Journal(crate::cli::JournalCommand::Show { json }) => journal::show(&runtime, json)?,
         Command::Journal(crate::cli::JournalCommand::Export { segment, file }) => {
@@ -107,7 +124,12 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
             journal::inspection(runtime.recover(&id, discard)?).into()
         }
         Command::Attest { id } => journal::attest(&runtime, &id)?,
-        Command::Init | Command::Doctor | Command::Policy(_) | Command::Approver(_) => {
+        Command::Init
+        | Command::Doctor { .. }
+        | Command::Policy(_)
+        | Command::Approver(_)
+        | Command::Completions { .. }
+        | Command::Man { .. } => {
             unreachable!("handled above")
         }
     };

@@ -11,8 +11,11 @@ use std::fmt::Write;
 pub fn run(runtime: &Runtime, cmd: StagingCommand) -> Result<Answer, Refusal> {
     let pool = runtime.pool();
     let content = match cmd {
-        StagingCommand::Status { json: false } => return Ok(Answer::Text(table(&pool.status()?))),
-        StagingCommand::Status { json: true } => to_json(serde_json::to_value(pool.status()?)),
+        StagingCommand::Status { json } => {
+            let status = pool.status()?;
+            let envelope = Envelope { content: Some(to_json(serde_json::to_value(&status))), ..Envelope::ok() };
+            return Ok(super::report::status(json, envelope, |_| table(&status)));
+        }
         StagingCommand::Gc => to_json(serde_json::to_value(pool.gc()?)),
         StagingCommand::Release { id } => {
             airlock_runtime::check_invocation_id(&id)?;

@@ -1,24 +1,53 @@
 //! `airlock tools list|validate|schema`.
 
+use super::Answer;
 use crate::cli::ToolsCommand;
 use airlock_core::{Envelope, Refusal};
 use airlock_runtime::{catalog, Runtime};
 use serde_json::{json, Value};
 
 /// Runs a `tools` subcommand.
-pub fn run(runtime: &Runtime, cmd: ToolsCommand) -> Result<Envelope, Refusal> {
-    match cmd {
-        ToolsCommand::List => list(runtime),
-        ToolsCommand::Validate { tools } => validate(runtime, tools),
+pub fn run(runtime: &Runtime, cmd: ToolsCommand) -> Result<Answer, Refusal> {
+    Ok(match cmd {
+        ToolsCommand::List { json } => super::report::status(json, list(runtime)?, table),
+        ToolsCommand::Validate { tools } => validate(runtime, tools)?.into(),
         ToolsCommand::Schema { tool } => {
             let loaded = runtime.load_tool(&tool)?;
-            Ok(Envelope {
+            Envelope {
                 tool: Some(loaded.manifest.name().to_owned()),
                 content: Some(loaded.manifest.input_schema()),
                 ..Envelope::ok()
-            })
+            }
+            .into()
         }
+    })
+}
+
+/// `tools list` for people: one line a tool (name, runnable, risk tier, description).
+fn table(envelope: &Envelope) -> String {
+    let content = envelope.content.as_ref().unwrap_or(&Value::Null);
+    let mut out = format!("tools in {}\n", content["tools_dir"].as_str().unwrap_or_default());
+    for t in content["tools"].as_array().into_iter().flatten() {
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        if let Some(e) = t.get("error") {
+            out.push_str(&format!(
+                "{:<24} invalid: {}: {}\n",
+                text(&t["manifest"]),
+                text(&e["code"]),
+                text(&e["message"])
+            ));
+            continue;
+        }
+        let runnable = super::report::yes_no(t["runnable"] == true, &text(&t["unsupported"]["message"]));
+        out.push_str(&format!(
+            "{:<24} {:<8} runnable: {runnable}\n{:<24} {}\n",
+            text(&t["name"]),
+            text(&t["risk_tier"]),
+            "",
+            text(&t["description"])
+        ));
     }
+    out
 }
 
 /// Describes `tool` (a path, or the name of a bundled source tool, which

@@ -59,7 +59,11 @@ fn init_makes_a_project_whose_suggested_command_publishes() {
     assert_eq!(state.permissions().mode() & 0o777, 0o700, "the state dir must be private");
     let mut created = strings(&init.envelope["content"]["created"]);
     created.sort();
-    assert_eq!(created, ["airlock.toml", "data/example.txt", "tools/wordcount.clad.toml"], "{init:#?}");
+    assert_eq!(
+        created,
+        [".airlock/.gitignore", "airlock.toml", "data/example.txt", "tools/wordcount.clad.toml"],
+        "{init:#?}"
+    );
     assert_eq!(init.envelope["content"]["kept"], json!([]));
 
     // The suggested next step, exactly as printed.
@@ -102,7 +106,7 @@ fn a_second_init_keeps_everything_and_changes_nothing() {
     assert_eq!(again.envelope["content"]["created"], json!([]), "{again:#?}");
     let mut kept = strings(&again.envelope["content"]["kept"]);
     kept.sort();
-    assert_eq!(kept, ["airlock.toml", "data/example.txt", "tools/wordcount.clad.toml"]);
+    assert_eq!(kept, [".airlock/.gitignore", "airlock.toml", "data/example.txt", "tools/wordcount.clad.toml"]);
     assert_eq!(snapshot(dir.path()), before, "a second init changed the project");
 }
 

@@ -11,6 +11,8 @@ mod cli_ux;
 mod concurrency;
 mod control_plane;
 mod crash;
+mod everyday_config;
+mod everyday_logs;
 mod examples;
 mod exec_arguments;
 mod git;

@@ -17,11 +17,19 @@ pub struct McpSession {
     lines: Receiver<String>,
     pending: HashMap<u64, Value>,
     next_id: u64,
+    /// Notifications from the server (a `method`, no `id`), in order of arrival.
+    pub notifications: Vec<Value>,
 }
 
 impl McpSession {
     /// Starts `airlock mcp` in the project and completes the handshake.
     pub fn start(p: &Project) -> McpSession {
+        McpSession::start_with(p, &[], Stdio::inherit())
+    }
+
+    /// [`McpSession::start`] with more environment variables and stderr
+    /// sent to `stderr`.
+    pub fn start_with(p: &Project, env: &[(&str, &str)], stderr: Stdio) -> McpSession {
         let mut cmd = Command::new(AIRLOCK);
         cmd.arg("mcp")
             .current_dir(p.root())
@@ -29,7 +37,8 @@ impl McpSession {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(stderr)
+            .envs(env.iter().copied());
         if let Ok(r) = std::env::var("AIRLOCK_RESOLVER") {
             cmd.env("AIRLOCK_RESOLVER", r);
         }
@@ -44,7 +53,7 @@ impl McpSession {
             }
         });
         let stdin = child.stdin.take();
-        let mut s = McpSession { child, stdin, lines, pending: HashMap::new(), next_id: 1 };
+        let mut s = McpSession { child, stdin, lines, pending: HashMap::new(), next_id: 1, notifications: Vec::new() };
         let init = s.request(
             "initialize",
             json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "airlock-tests", "version": "1"}}),
@@ -77,9 +86,18 @@ impl McpSession {
             let left = deadline.saturating_duration_since(Instant::now());
             let line = self.lines.recv_timeout(left).unwrap_or_else(|e| panic!("no answer to request {id}: {e}"));
             let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
-            if let Some(got) = v["id"].as_u64() {
+            self.keep(v);
+        }
+    }
+
+    /// Files an answer by its id, a notification in order.
+    fn keep(&mut self, v: Value) {
+        match v["id"].as_u64() {
+            Some(got) => {
                 self.pending.insert(got, v);
             }
+            None if v["method"].is_string() => self.notifications.push(v),
+            None => {}
         }
     }
 
@@ -93,9 +111,7 @@ impl McpSession {
             let left = deadline.saturating_duration_since(Instant::now());
             let line = self.lines.recv_timeout(left).expect("an answer");
             let v: Value = serde_json::from_str(&line).unwrap();
-            if let Some(got) = v["id"].as_u64() {
-                self.pending.insert(got, v);
-            }
+            self.keep(v);
         }
     }
 

@@ -146,8 +146,7 @@ fn a_prepared_call_keeps_a_durable_reservation_that_its_dispatch_releases() {
     // The process that prepared it is gone; gc keeps a durable reservation.
     p.run(&["staging", "gc"]).assert_ok();
     assert_eq!(status(&p)["pending_reservations"], 1);
-    let text = p.command(&["staging", "status"]).output().unwrap();
-    let text = String::from_utf8_lossy(&text.stdout);
+    let text = p.on_terminal(&["staging", "status"]);
     assert!(text.contains("0 of 2 reservations") && text.contains("1 waiting") && text.contains("durable"), "{text}");
 
     let digest = first.envelope["evidence"]["descriptor_sha256"].as_str().unwrap().to_owned();

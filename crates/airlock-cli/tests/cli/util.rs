@@ -158,7 +158,13 @@ roots = ["./data:data:ro", "./results:results:rw"]
     /// Runs the binary; a run longer than 30 s is killed and fails the test
     /// (nothing airlock does here may block).
     pub fn run(&self, args: &[&str]) -> Run {
-        let mut child = self.command(args).spawn().expect("spawn airlock");
+        self.run_command(self.command(args), args)
+    }
+
+    /// [`Project::run`] of a command made by [`Project::command`] and then
+    /// changed (another directory, more environment); `args` are for messages.
+    pub fn run_command(&self, mut command: Command, args: &[&str]) -> Run {
+        let mut child = command.spawn().expect("spawn airlock");
         let start = Instant::now();
         loop {
             if child.try_wait().unwrap().is_some() {
@@ -289,5 +295,26 @@ impl Project {
     /// which print clap's text rather than an envelope).
     pub fn run_raw(&self, args: &[&str]) -> i32 {
         self.command(args).output().unwrap().status.code().unwrap_or(-1)
+    }
+}
+
+impl Project {
+    /// Runs the binary on a terminal (`script(1)` gives it a pty, as a
+    /// person's shell would) and returns what it printed there.
+    pub fn on_terminal(&self, args: &[&str]) -> String {
+        let line: Vec<String> =
+            std::iter::once(AIRLOCK).chain(args.iter().copied()).map(|a| format!("'{a}'")).collect();
+        // The environment `command` gives the binary (PATH, AIRLOCK_RESOLVER).
+        let envs: Vec<_> =
+            self.command(&[]).get_envs().filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))).collect();
+        let out = Command::new("script")
+            .args(["-q", "-e", "-c", &line.join(" "), "/dev/null"])
+            .current_dir(self.root())
+            .env_clear()
+            .envs(envs)
+            .stdin(Stdio::null())
+            .output()
+            .expect("script(1) from util-linux");
+        String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n")
     }
 }

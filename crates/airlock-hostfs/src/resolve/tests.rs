@@ -119,7 +119,7 @@ fn snapshot_to_file_after(change: impl FnOnce(&std::path::Path)) -> Result<(u64,
     change(&tree.tmp.path().join("ceiling/big"));
     let dest_path = tree.tmp.path().join("snapshot");
     let dest = fs::OpenOptions::new().read(true).write(true).create_new(true).open(&dest_path).unwrap();
-    let info = input.snapshot_to_file(&dest, 1 << 20).map_err(|e| e.code())?;
+    let info = input.snapshot_to_file(&dest, 1 << 20, &mut |_| {}).map_err(|e| e.code())?;
     Ok((info.bytes, info.sha256_tagged(), fs::read(&dest_path).unwrap()))
 }
 

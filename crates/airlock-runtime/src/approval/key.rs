@@ -29,10 +29,7 @@ fn unusable(path: &Path, why: impl std::fmt::Display) -> Refusal {
 /// `$XDG_CONFIG_HOME/airlock/approver.key` (if that is absolute), else
 /// `$HOME/.config/airlock/approver.key`; `None` when neither is set.
 pub fn default_key_path() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from).filter(|p| p.is_absolute()).or_else(|| {
-        std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute()).map(|h| h.join(".config"))
-    })?;
-    Some(base.join("airlock").join(DEFAULT_KEY_FILE))
+    Some(crate::control::user_config_dir()?.join(DEFAULT_KEY_FILE))
 }
 
 /// The key file to use: `explicit`, else the default place.

@@ -159,12 +159,19 @@ impl Runtime {
             invocation_id: prepared.invocation_id(),
             approved,
         };
+        let began = std::time::Instant::now();
         let decision = self.authorizer().authorize(&question)?;
         self.note(
             kind::INVOCATION_AUTHORIZED,
             Some(prepared.invocation_id()),
             json!({ "policy_ids": decision.policy_ids, "approved": approved }),
         )?;
+        tracing::debug!(
+            policy_ids = ?decision.policy_ids,
+            approved,
+            duration_ms = super::elapsed_ms(began),
+            "authorized"
+        );
         Ok(AuthorizedCall { prepared, decision })
     }
 }

@@ -21,6 +21,15 @@
 //!
 //! A call shape is one module of [`crate::transport`] implementing
 //! [`Transport`]; the engine never depends on a transport.
+//!
+//! # Logs
+//!
+//! Each driven call runs in a `call` span (`invocation_id`, `tool`,
+//! `transport`); its steps log one `debug` event each (`prepared`,
+//! `authorized`, `worker started`/`worker finished`, `published`) with
+//! `duration_ms`, and its end one `info` event (`status`, `code`,
+//! `duration_ms`). They are for operators (`AIRLOCK_LOG`); the journal, not
+//! the log, is the evidence.
 
 pub(crate) mod answer;
 mod authorize;
@@ -38,6 +47,12 @@ use airlock_core::{CallShape, Descriptor, Envelope, FilesystemBoundary, ReasonCo
 use airlock_journal::kind;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Milliseconds since `began`, for a log event's `duration_ms`.
+pub(crate) fn elapsed_ms(began: Instant) -> u64 {
+    u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
 
 /// The tool a call is for, as the catalog knows it.
 #[derive(Debug, Clone)]
@@ -64,6 +79,8 @@ pub struct CallStart<'a> {
     pub keep: bool,
     /// For a kept call: when it expires (Unix seconds).
     pub expires_at: Option<u64>,
+    /// Where the long phases of prepare are reported, if anywhere.
+    pub progress: Option<&'a dyn crate::progress::Progress>,
 }
 
 /// What a shape's prepare resolved, for the engine to describe and commit.
@@ -122,6 +139,32 @@ impl Runtime {
         tool: &CallTool,
         start: CallStart<'_>,
     ) -> Result<Envelope, Refusal> {
+        let span = tracing::info_span!(
+            "call",
+            invocation_id = start.invocation_id,
+            tool = %tool.identity.name,
+            transport = T::NAME
+        );
+        let _in_call = span.enter();
+        let began = Instant::now();
+        let result = self.drive_steps(transport, tool, start);
+        let duration_ms = elapsed_ms(began);
+        match &result {
+            Ok(e) => {
+                let code = e.error.as_ref().map(|e| e.code.as_str());
+                tracing::info!(status = e.status.as_str(), code, duration_ms, "call finished");
+            }
+            Err(r) => tracing::info!(code = r.code.as_str(), duration_ms, "call refused"),
+        }
+        result
+    }
+
+    fn drive_steps<T: Transport>(
+        &self,
+        transport: T,
+        tool: &CallTool,
+        start: CallStart<'_>,
+    ) -> Result<Envelope, Refusal> {
         let needs = crate::approval::needs_approval(&tool.identity.risk_tier, tool.identity.human_approval);
         if let (true, Some(why)) = (needs, T::NOT_KEPT) {
             return Err(Refusal::new(
@@ -169,6 +212,7 @@ impl Runtime {
         let prepared_at = airlock_staging::unix_now();
         let expires_at = start.keep.then(|| prepared_at.saturating_add(self.config().approval.ttl_seconds));
         let start = CallStart { expires_at, ..start };
+        let began = Instant::now();
         let prep = transport.prepare(self, &start)?;
         let descriptor = Descriptor::new(
             &tool.identity,
@@ -222,6 +266,13 @@ impl Runtime {
         // worker's start, or the answer's end, makes it durable).
         let append = if start.keep { Runtime::record } else { Runtime::note };
         append(self, kind::INVOCATION_PREPARED, Some(start.invocation_id), body)?;
+        tracing::debug!(
+            descriptor_sha256 = %record.descriptor_sha256,
+            inputs = record.inputs.len(),
+            kept = start.keep,
+            duration_ms = elapsed_ms(began),
+            "prepared"
+        );
         Ok(PreparedCall { record, store, spec: tool.spec.clone(), staged: None, lease, payload: prep.payload })
     }
 

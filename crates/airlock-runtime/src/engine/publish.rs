@@ -54,6 +54,7 @@ impl Runtime {
             return Ok(Vec::new());
         };
         let id = prepared.invocation_id();
+        let began = std::time::Instant::now();
         let publication_id = format!("{id}/0");
         let expected = (parse_id(&rec.parent.dev)?, parse_id(&rec.parent.ino)?);
         let file = staging.open_file(OUTPUT_FILE)?;
@@ -115,6 +116,12 @@ impl Runtime {
         ledger::crash_point("after_finished");
         marker.clear()?;
         let published = published?;
+        tracing::debug!(
+            path = %rec.path,
+            bytes = published.bytes,
+            duration_ms = super::elapsed_ms(began),
+            "published"
+        );
         Ok(vec![CreatedFile {
             path: rec.path.clone(),
             bytes: published.bytes,

@@ -87,7 +87,7 @@ fn tool(risk_tier: &str) -> CallTool {
 }
 
 fn start(id: &str) -> CallStart<'_> {
-    CallStart { invocation_id: id, principal: "tester", keep: false, expires_at: None }
+    CallStart { invocation_id: id, principal: "tester", keep: false, expires_at: None, progress: None }
 }
 
 /// `(kind, body)` of the records of invocation `id`, in order.

@@ -12,6 +12,7 @@ use airlock_core::Refusal;
 use airlock_journal::kind;
 use airlock_sandbox::WorkerOutcome;
 use serde_json::{json, Value};
+use std::time::Instant;
 
 /// A worker whose start was journaled; [`WorkerStep::finished`] records its end.
 #[derive(Debug)]
@@ -19,6 +20,7 @@ use serde_json::{json, Value};
 pub(crate) struct WorkerStep<'a> {
     runtime: &'a Runtime,
     id: &'a str,
+    began: Instant,
 }
 
 impl Runtime {
@@ -31,7 +33,8 @@ impl Runtime {
         extra: Value,
     ) -> Result<WorkerStep<'a>, Refusal> {
         self.record(kind::WORKER_STARTED, Some(id), ledger::worker_started_body(argv, extra))?;
-        Ok(WorkerStep { runtime: self, id })
+        tracing::debug!(program = argv.first().map(String::as_str), "worker started");
+        Ok(WorkerStep { runtime: self, id, began: Instant::now() })
     }
 }
 
@@ -47,6 +50,17 @@ impl WorkerStep<'_> {
             }),
             Err(r) => json!({ "error": r.code.as_str(), "message": r.message }),
         };
+        let duration_ms = super::elapsed_ms(self.began);
+        match outcome {
+            Ok(o) => tracing::debug!(
+                exit_code = exit_number(o.exit),
+                timed_out = o.timed_out,
+                cleanup_confirmed = o.cleanup_confirmed,
+                duration_ms,
+                "worker finished"
+            ),
+            Err(r) => tracing::debug!(code = r.code.as_str(), duration_ms, "worker failed"),
+        }
         self.runtime.note(kind::WORKER_FINISHED, Some(self.id), body)
     }
 }

@@ -61,6 +61,7 @@
 
 use crate::engine::{answer, AuthorizedCall, CallStart, Preparation, Transport};
 use crate::failure::sandbox_refusal;
+use crate::progress::{Meter, Phase};
 use crate::{ceilings, Runtime};
 use airlock_core::{Envelope, FilesystemBoundary, ReadGrant, ReasonCode, Refusal, RelPath, SnapshotBinding, Tier};
 use airlock_git::{snapshot, ControlIds, Limits, Operation, Request, SnapshotStats};
@@ -131,8 +132,10 @@ impl Transport for Git<'_> {
             files: 1,
         })?;
         let mut archive = lease.data().create_file(ARCHIVE)?;
-        let stats =
-            snapshot::take(&repo, op.scope(), limits, &rt.control_ids(), &mut archive).map_err(Refusal::from)?;
+        let mut meter = Meter::begin(start.progress, Phase::GitSnapshot, None);
+        let stats = snapshot::take(&repo, op.scope(), limits, &rt.control_ids(), &mut meter.writer(&mut archive))
+            .map_err(Refusal::from)?;
+        drop(meter);
         drop(archive);
         lease.shrink(stats.archive_bytes, 1)?;
         let filesystem = boundary(&path, &stats);

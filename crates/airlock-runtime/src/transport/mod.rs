@@ -78,7 +78,13 @@ impl Runtime {
             // what policy sees and what runs all come from these bytes
             // (whose digest the descriptor binds).
             let tool = self.load_tool(&request.tool)?;
-            let start = CallStart { invocation_id: &request.invocation_id, principal, keep: false, expires_at: None };
+            let start = CallStart {
+                invocation_id: &request.invocation_id,
+                principal,
+                keep: false,
+                expires_at: None,
+                progress: request.progress.as_deref(),
+            };
             match Shape::of(&tool.manifest)? {
                 Shape::Exec => {
                     let call_tool = tool.call_tool();
@@ -106,7 +112,13 @@ impl Runtime {
     pub fn prepare(&self, request: &CallRequest) -> Result<PreparedCall<ExecPayload>, Refusal> {
         let principal = self.principal_of(request.principal.as_deref());
         let _caller = self.enter_call(&request.invocation_id, principal);
-        let start = CallStart { invocation_id: &request.invocation_id, principal, keep: true, expires_at: None };
+        let start = CallStart {
+            invocation_id: &request.invocation_id,
+            principal,
+            keep: true,
+            expires_at: None,
+            progress: request.progress.as_deref(),
+        };
         let result = self.load_tool(&request.tool).and_then(|tool| match Shape::of(&tool.manifest)?.not_kept() {
             Some(why) => Err(Refusal::new(ReasonCode::ManifestUnsupported, format!("{}: {why}", tool.manifest.name()))),
             None => {

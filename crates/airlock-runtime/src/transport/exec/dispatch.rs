@@ -17,6 +17,8 @@ impl Runtime {
         let valid = id::check_invocation_id(id).is_ok();
         let preparer = valid.then(|| self.prepared_record(id).ok()).flatten().map(|r| r.principal);
         let principal = self.principal_of(preparer.as_deref()).to_owned();
+        let span = tracing::info_span!("dispatch", invocation_id = id);
+        let _in_call = span.enter();
         self.as_call(id, &principal, || self.dispatch_kept(id))
     }
 

@@ -3,6 +3,7 @@
 
 use super::{Exec, ExecPayload};
 use crate::engine::{CallStart, Preparation};
+use crate::progress::{Meter, Phase};
 use crate::store::{RecordedInput, RecordedOutput};
 use crate::{ceilings, Runtime};
 use airlock_core::{CeilingMode, FilesystemBoundary, ReadGrant, ReasonCode, Refusal, RelPath};
@@ -24,6 +25,9 @@ pub struct CallRequest {
     /// it; `None` is the runtime's principal (`[policy] principal` or
     /// `--principal`). Never taken from a request body.
     pub principal: Option<String>,
+    /// Where the call's long phases (snapshots) are reported; `None`:
+    /// nowhere ([`crate::progress`]).
+    pub progress: Option<crate::progress::ProgressHook>,
 }
 
 impl Runtime {
@@ -102,12 +106,14 @@ impl Runtime {
         let mut reads = Vec::with_capacity(opened.len());
         let mut recorded = Vec::with_capacity(opened.len());
         let mut total: u64 = 0;
+        // Large inputs take seconds to copy and hash: one phase for all of them.
+        let mut meter = Meter::begin(start.progress, Phase::Snapshot, Some(declared_bytes));
         for (index, (path, file)) in opened.into_iter().enumerate() {
             let name = index.to_string();
             let inputs_dir =
                 inputs_dir.as_ref().ok_or_else(|| Refusal::new(ReasonCode::Internal, "no staging room"))?;
             let dest = inputs_dir.create_file_rw(&name).map_err(Refusal::from)?;
-            let info = file.snapshot_to_file(&dest, max_input_file_bytes)?;
+            let info = file.snapshot_to_file(&dest, max_input_file_bytes, &mut |n| meter.add(n))?;
             total += info.bytes;
             if total > limits.max_input_bytes {
                 return Err(input_bytes_refusal(total, limits.max_input_bytes));
@@ -121,6 +127,7 @@ impl Runtime {
             });
             reads.push(grant);
         }
+        drop(meter);
 
         let output_parent = output.as_ref().map(|o| o.parent().identity());
         let mut filesystem =

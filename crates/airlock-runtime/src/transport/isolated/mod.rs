@@ -225,7 +225,13 @@ impl Runtime {
                 format: OutputFormat::Text,
                 broker_pin: request.broker_sha256.clone(),
             };
-            let start = CallStart { invocation_id: &request.invocation_id, principal, keep: false, expires_at: None };
+            let start = CallStart {
+                invocation_id: &request.invocation_id,
+                principal,
+                keep: false,
+                expires_at: None,
+                progress: None,
+            };
             self.drive(submission, &catalog::adhoc_isolated_tool(), start)
         })
     }

@@ -166,6 +166,25 @@ impl RegularFile {
         Ok(RangeRead { bytes, sha256_hex })
     }
 
+    /// Copies exactly the size seen at open into the new, empty `dest`
+    /// (open for reading and writing) in the kernel, and hashes what
+    /// `dest` then holds ([`crate::copy`]). A file that grows, shrinks or
+    /// whose change time moves while it is copied is `input.changed` (the
+    /// caller discards `dest`).
+    /// `copied` hears of each step's bytes.
+    pub(crate) fn copy_to_file(self, dest: &File, copied: &mut dyn FnMut(u64)) -> Result<crate::copy::Copied> {
+        let want = self.size();
+        crate::copy::copy_hashed(&self.file, dest, want.saturating_add(1), ReasonCode::InputUnreadable, copied, |n| {
+            if n > want {
+                return Err(Error::new(ReasonCode::InputChanged, "the file grew while it was read; try again"));
+            }
+            if n < want {
+                return Err(Error::new(ReasonCode::InputChanged, "the file shrank while it was read; try again"));
+            }
+            self.unchanged()
+        })
+    }
+
     /// Copies exactly the size seen at open into `dest` and returns it. A
     /// file that grows, shrinks or whose change time moves while it is
     /// read is `input.changed` (the caller discards what reached `dest`).

@@ -92,14 +92,41 @@ impl InputFile {
     /// caller discards whatever reached `dest`.
     pub fn snapshot_into(self, dest: &mut impl Write, max_bytes: u64) -> Result<SnapshotInfo> {
         let p = self.path.as_str();
-        if self.file.size() > max_bytes {
-            return Err(Error::new(
-                ReasonCode::InputTooLarge,
-                format!("input {p:?} is {} bytes, more than max_input_file_bytes = {max_bytes}", self.file.size()),
-            ));
-        }
+        self.check_bound(max_bytes)?;
         let mut hashing = Hashing { inner: dest, hasher: Sha256::new() };
         let bytes = self.file.copy_into(&mut hashing).map_err(|e| e.context(format_args!("input {p:?}")))?;
         Ok(SnapshotInfo { bytes, sha256_hex: hex::encode(hashing.hasher.finalize()) })
+    }
+
+    /// [`InputFile::snapshot_into`] a new, empty private file `dest` (open
+    /// for reading and writing), for large inputs: the bytes are copied in
+    /// the kernel and the hash is of what `dest` holds, read back while the
+    /// copy proceeds; `copied` hears of each step's bytes. The same refusals.
+    pub fn snapshot_to_file(
+        self,
+        dest: &std::fs::File,
+        max_bytes: u64,
+        copied: &mut dyn FnMut(u64),
+    ) -> Result<SnapshotInfo> {
+        self.check_bound(max_bytes)?;
+        let p = self.path.clone();
+        let copied =
+            self.file.copy_to_file(dest, copied).map_err(|e| e.context(format_args!("input {:?}", p.as_str())))?;
+        Ok(SnapshotInfo { bytes: copied.bytes, sha256_hex: copied.sha256_hex })
+    }
+
+    /// `input.too_large` when the file was over `max_bytes` when opened.
+    fn check_bound(&self, max_bytes: u64) -> Result<()> {
+        if self.file.size() > max_bytes {
+            return Err(Error::new(
+                ReasonCode::InputTooLarge,
+                format!(
+                    "input {:?} is {} bytes, more than max_input_file_bytes = {max_bytes}",
+                    self.path.as_str(),
+                    self.file.size()
+                ),
+            ));
+        }
+        Ok(())
     }
 }

@@ -135,6 +135,7 @@
 mod authority;
 mod checked;
 mod control;
+mod copy;
 mod dir;
 mod error;
 mod fault;

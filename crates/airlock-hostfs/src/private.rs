@@ -134,6 +134,13 @@ impl PrivateDir {
         self.open_at(name, flags, 0o600, "O_CREAT|O_EXCL")
     }
 
+    /// Creates file `name` exclusively, mode `0600`, for reading and
+    /// writing (a copy that is read back to hash it).
+    pub fn create_file_rw(&self, name: &str) -> Result<File> {
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        self.open_at(name, flags, 0o600, "O_RDWR|O_CREAT|O_EXCL")
+    }
+
     /// Opens regular file `name` for reading, never through a link.
     pub fn open_file(&self, name: &str) -> Result<File> {
         let file = self.open_nofollow(name).map_err(|e| match e.errno() {

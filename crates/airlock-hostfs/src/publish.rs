@@ -10,6 +10,7 @@
 //! receipt states is read back through that descriptor. Nothing is unlinked
 //! by name unless the name is still the candidate's inode.
 
+use crate::copy::copy_hashed;
 use crate::error::{Error, Result};
 use crate::output::HeldOutput;
 use airlock_core::ReasonCode;
@@ -17,8 +18,6 @@ use rustix::fd::{AsFd, AsRawFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
-use std::io::{Read, Seek, Write};
-use std::os::unix::fs::FileExt;
 
 /// Prefix of publication candidates in a destination directory.
 pub const CANDIDATE_PREFIX: &str = ".airlock-candidate-";
@@ -86,42 +85,6 @@ pub struct EntryIdentity {
     pub owner: u32,
 }
 
-/// Copies `source` from its start into `out`, refusing more than `max_bytes`.
-fn copy_bounded(source: &mut std::fs::File, out: &mut std::fs::File, max_bytes: u64) -> Result<u64> {
-    source.rewind().map_err(|e| Error::new(ReasonCode::Internal, format!("rewinding output: {e}")))?;
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut total = 0u64;
-    loop {
-        let n = source.read(&mut buf).map_err(|e| Error::new(ReasonCode::Internal, format!("reading output: {e}")))?;
-        if n == 0 {
-            return Ok(total);
-        }
-        total += n as u64;
-        if total > max_bytes {
-            return Err(Error::new(ReasonCode::LimitOutputSize, format!("output is larger than {max_bytes} bytes")));
-        }
-        out.write_all(&buf[..n]).map_err(|e| Error::new(ReasonCode::Internal, format!("writing candidate: {e}")))?;
-    }
-}
-
-/// Size and SHA-256 of the bytes the open file holds, read back through the
-/// descriptor: what a link of this file publishes.
-fn hash_open(file: &std::fs::File) -> Result<(u64, String)> {
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut offset = 0u64;
-    loop {
-        let n = file
-            .read_at(&mut buf, offset)
-            .map_err(|e| Error::new(ReasonCode::Internal, format!("reading the candidate back: {e}")))?;
-        if n == 0 {
-            return Ok((offset, hex::encode(hasher.finalize())));
-        }
-        hasher.update(&buf[..n]);
-        offset += n as u64;
-    }
-}
-
 /// `errno`s of an `O_TMPFILE` open that mean "not supported here" (file
 /// system or kernel), so the named candidate is used instead.
 fn tmpfile_unsupported(e: Errno) -> bool {
@@ -130,9 +93,10 @@ fn tmpfile_unsupported(e: Errno) -> bool {
 
 impl HeldOutput {
     /// Step 1: checks the parent is still `expected_parent` and the name is
-    /// still free, then copies `source` (at most `max_bytes`) into a new
-    /// `0600` candidate in the held parent, syncs it, and hashes what the
-    /// candidate holds by reading it back through its descriptor.
+    /// still free, then copies `source` from its start (at most
+    /// `max_bytes`) into a new `0600` candidate in the held parent, syncs
+    /// it, and hashes what the candidate holds by reading it back through
+    /// its descriptor (while the copy and the sync proceed).
     ///
     /// With [`CandidateMode::Tmpfile`] the candidate is an unnamed
     /// `O_TMPFILE`; where the file system does not support one (or with
@@ -141,7 +105,7 @@ impl HeldOutput {
     /// find it even when a crash came before any record named it.
     pub fn write_candidate(
         &self,
-        source: &mut std::fs::File,
+        source: &std::fs::File,
         max_bytes: u64,
         expected_parent: (u64, u64),
         tag: &str,
@@ -175,17 +139,20 @@ impl HeldOutput {
             done: false,
             mode: None,
         };
-        let copied = copy_bounded(source, &mut candidate.file, max_bytes)?;
-        candidate.file.sync_all().map_err(|e| Error::new(ReasonCode::Internal, format!("syncing candidate: {e}")))?;
-        let (bytes, sha256_hex) = hash_open(&candidate.file)?;
-        if bytes != copied {
-            return Err(Error::new(
-                ReasonCode::OutputIdentityMismatch,
-                format!("the candidate holds {bytes} bytes after {copied} were written: it changed meanwhile"),
-            ));
-        }
-        candidate.info.bytes = bytes;
-        candidate.info.sha256_hex = sha256_hex;
+        // Copied in the kernel; hashed from the candidate itself while the
+        // copy and then its fsync proceed.
+        let file = &candidate.file;
+        let copied = copy_hashed(source, file, max_bytes.saturating_add(1), ReasonCode::Internal, &mut |_| {}, |n| {
+            if n > max_bytes {
+                return Err(Error::new(
+                    ReasonCode::LimitOutputSize,
+                    format!("output is larger than {max_bytes} bytes"),
+                ));
+            }
+            file.sync_all().map_err(|e| Error::new(ReasonCode::Internal, format!("syncing candidate: {e}")))
+        })?;
+        candidate.info.bytes = copied.bytes;
+        candidate.info.sha256_hex = copied.sha256_hex;
         Ok(candidate)
     }
 

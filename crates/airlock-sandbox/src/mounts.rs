@@ -326,28 +326,54 @@ fn copy_input(path: &str, src: File, bytes: u64, virtual_path: &str, fd: i32) ->
 /// `path` with `mode`; `EIO` if `src` holds fewer or more bytes than that
 /// (it changed since it was measured).
 fn copy_bytes(path: &str, src: &File, bytes: u64, mode: u32) -> std::io::Result<()> {
-    let mut dst = OpenOptions::new()
+    let dst = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)?;
-    let mut buf = vec![0u8; 64 << 10];
-    let mut off = 0u64;
-    while off < bytes {
-        let want = buf.len().min((bytes - off) as usize);
-        let n = src.read_at(&mut buf[..want], off)?;
-        if n == 0 {
-            return Err(std::io::Error::from_raw_os_error(libc::EIO)); // shrank
-        }
-        dst.write_all(&buf[..n])?;
-        off += n as u64;
-    }
-    let mut probe = [0u8; 1];
-    if src.read_at(&mut probe, bytes)? != 0 {
-        return Err(std::io::Error::from_raw_os_error(libc::EIO)); // grew
+    // One byte more than expected, so growth is seen.
+    let copied = copy_in_kernel(src, &dst, bytes.saturating_add(1))?;
+    if copied != bytes {
+        return Err(std::io::Error::from_raw_os_error(libc::EIO)); // grew or shrank
     }
     Ok(())
+}
+
+/// Copies at most `cap` bytes from offset 0 of `src` to offset 0 of `dst`
+/// (new and empty), stopping at `src`'s end; returns the count. The bytes
+/// move in the kernel (`sendfile`: the worker's tmpfs and the host's
+/// staging are different file systems, where `copy_file_range` gives
+/// `EXDEV`), falling back to `pread`/`pwrite` where the kernel refuses.
+pub(crate) fn copy_in_kernel(src: &File, dst: &File, cap: u64) -> std::io::Result<u64> {
+    const STEP: u64 = 8 << 20;
+    rustix::fs::seek(dst, rustix::fs::SeekFrom::Start(0))?;
+    let mut buf = Vec::new();
+    let mut off = 0u64;
+    while off < cap {
+        let want = (cap - off).min(STEP) as usize;
+        let n = if buf.is_empty() {
+            let mut from = off;
+            match rustix::fs::sendfile(dst, src, Some(&mut from), want) {
+                Ok(n) => n,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
+                    buf = vec![0u8; 64 << 10];
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            let n = src.read_at(&mut buf[..want.min(64 << 10)], off)?;
+            dst.write_all_at(&buf[..n], off)?;
+            n
+        };
+        if n == 0 {
+            break;
+        }
+        off += n as u64;
+    }
+    Ok(off)
 }
 
 /// The output a worker created itself, opened for export: a regular file
@@ -447,5 +473,49 @@ mod tests {
         let (d, path, file) = setup();
         std::fs::hard_link(&path, d.path().join("alias")).unwrap();
         assert!(verify_retained(&path, &file).unwrap_err().contains("links"));
+    }
+}
+
+#[cfg(test)]
+mod copy_tests {
+    use super::*;
+
+    /// A 9 MiB source (more than one kernel step) and where to copy it.
+    fn source(len: usize) -> (tempfile::TempDir, Vec<u8>, File, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let content: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.path().join("src"), &content).unwrap();
+        let src = File::open(dir.path().join("src")).unwrap();
+        let dst = dir.path().join("dst").to_str().unwrap().to_string();
+        (dir, content, src, dst)
+    }
+
+    #[test]
+    fn an_input_of_the_declared_size_is_copied_whole() {
+        let (_d, content, src, dst) = source(9 << 20);
+        copy_bytes(&dst, &src, content.len() as u64, 0o444).unwrap();
+        assert_eq!(std::fs::read(&dst).unwrap(), content);
+    }
+
+    #[test]
+    fn an_input_that_grew_since_it_was_measured_is_refused() {
+        let (_d, content, src, dst) = source(9 << 20);
+        let err = copy_bytes(&dst, &src, content.len() as u64 - 1, 0o444).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EIO));
+    }
+
+    #[test]
+    fn an_input_that_shrank_since_it_was_measured_is_refused() {
+        let (_d, content, src, dst) = source(9 << 20);
+        let err = copy_bytes(&dst, &src, content.len() as u64 + 1, 0o444).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EIO));
+    }
+
+    #[test]
+    fn a_kernel_copy_stops_at_its_cap() {
+        let (_d, content, src, dst) = source(100);
+        let out = OpenOptions::new().read(true).write(true).create_new(true).open(&dst).unwrap();
+        assert_eq!(copy_in_kernel(&src, &out, 41).unwrap(), 41);
+        assert_eq!(std::fs::read(&dst).unwrap(), &content[..41]);
     }
 }

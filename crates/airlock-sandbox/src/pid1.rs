@@ -9,7 +9,6 @@
 
 use std::fs::File;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::FileExt;
 
 use rustix::event::{PollFd, PollFlags};
 use rustix::process::{WaitOptions, WaitStatus};
@@ -178,25 +177,52 @@ fn export(out: &RetainedOutput, host: File, max_bytes: u64, virtual_path: &str) 
     if size > max_bytes {
         return Ok(OutputExport { bytes: 0, over_limit: true, refused: None });
     }
-    // Read at most max_bytes + 1 from the retained descriptor (the size
-    // could only have changed if something were still writing: nothing is).
-    let mut buf = vec![0u8; 64 << 10];
-    let (mut off, limit) = (0u64, max_bytes.saturating_add(1));
-    while off < limit {
-        let want = buf.len().min((limit - off) as usize);
-        let n = source.read_at(&mut buf[..want], off).map_err(fail("pread(retained output)"))?;
-        if n == 0 {
-            break;
-        }
-        if off + n as u64 > max_bytes {
-            host.set_len(0).map_err(fail("ftruncate(host output, 0)"))?;
-            return Ok(OutputExport { bytes: 0, over_limit: true, refused: None });
-        }
-        host.write_all_at(&buf[..n], off).map_err(fail("pwrite(host output)"))?;
-        off += n as u64;
+    // Copy at most max_bytes + 1 from the retained descriptor, in the
+    // kernel (the size could only have changed if something were still
+    // writing: nothing is; a copy past the bound is refused all the same).
+    let off = crate::mounts::copy_in_kernel(source, &host, max_bytes.saturating_add(1))
+        .map_err(fail("sendfile(host output, retained output)"))?;
+    if off > max_bytes {
+        host.set_len(0).map_err(fail("ftruncate(host output, 0)"))?;
+        return Ok(OutputExport { bytes: 0, over_limit: true, refused: None });
     }
     host.set_len(off).map_err(fail("ftruncate(host output)"))?;
     // No fsync: the host file is private staging that the caller reads back
     // at once; what is published is a separate candidate the caller syncs.
     Ok(OutputExport { bytes: off, over_limit: false, refused: None })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::OpenOptions;
+
+    /// A retained output holding `len` bytes (more than one kernel step
+    /// when large) and an empty host staging file.
+    fn retained(len: usize) -> (tempfile::TempDir, Vec<u8>, RetainedOutput, File) {
+        let dir = tempfile::tempdir().unwrap();
+        let content: Vec<u8> = (0..len).map(|i| (i % 241) as u8).collect();
+        let path = dir.path().join("out");
+        std::fs::write(&path, &content).unwrap();
+        let file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        let out = RetainedOutput { path: path.to_str().unwrap().to_string(), file: Some(file) };
+        let host = OpenOptions::new().read(true).write(true).create_new(true).open(dir.path().join("host")).unwrap();
+        (dir, content, out, host)
+    }
+
+    #[test]
+    fn an_output_within_max_bytes_is_exported_exactly() {
+        let (dir, content, out, host) = retained(9 << 20);
+        let export = export(&out, host, content.len() as u64, "out").unwrap();
+        assert_eq!((export.bytes, export.over_limit, export.refused), (content.len() as u64, false, None));
+        assert_eq!(std::fs::read(dir.path().join("host")).unwrap(), content);
+    }
+
+    #[test]
+    fn an_output_over_max_bytes_is_not_exported() {
+        let (dir, content, out, host) = retained(9 << 20);
+        let export = export(&out, host, content.len() as u64 - 1, "out").unwrap();
+        assert_eq!((export.bytes, export.over_limit), (0, true));
+        assert_eq!(std::fs::metadata(dir.path().join("host")).unwrap().len(), 0);
+    }
 }

@@ -45,8 +45,8 @@ fn sha_of(bytes: &[u8]) -> String {
 
 #[test]
 fn an_unnamed_candidate_has_no_name_until_it_is_linked() {
-    let (s, held, mut source) = setup();
-    let c = held.write_candidate(&mut source, 1024, held.parent().dev_ino(), "inv-1", CandidateMode::Tmpfile).unwrap();
+    let (s, held, source) = setup();
+    let c = held.write_candidate(&source, 1024, held.parent().dev_ino(), "inv-1", CandidateMode::Tmpfile).unwrap();
     assert_eq!(c.mode(), CandidateMode::Tmpfile);
     assert_eq!(c.name(), None);
     assert!(s.names().is_empty(), "nothing named before the link: {:?}", s.names());
@@ -62,8 +62,8 @@ fn an_unnamed_candidate_has_no_name_until_it_is_linked() {
 
 #[test]
 fn a_taken_name_refuses_the_link_and_an_unnamed_candidate_leaves_nothing() {
-    let (s, held, mut source) = setup();
-    let c = held.write_candidate(&mut source, 1024, held.parent().dev_ino(), "inv-2", CandidateMode::Tmpfile).unwrap();
+    let (s, held, source) = setup();
+    let c = held.write_candidate(&source, 1024, held.parent().dev_ino(), "inv-2", CandidateMode::Tmpfile).unwrap();
     fs::write(s.path("result.txt"), "someone else's").unwrap();
     assert_eq!(c.publish().unwrap_err().code(), ReasonCode::OutputExists);
     assert_eq!(s.names(), ["result.txt"]);
@@ -72,8 +72,8 @@ fn a_taken_name_refuses_the_link_and_an_unnamed_candidate_leaves_nothing() {
 
 #[test]
 fn a_swapped_named_candidate_is_refused_and_the_foreign_file_left() {
-    let (s, held, mut source) = setup();
-    let c = held.write_candidate(&mut source, 1024, held.parent().dev_ino(), "inv-3", CandidateMode::Named).unwrap();
+    let (s, held, source) = setup();
+    let c = held.write_candidate(&source, 1024, held.parent().dev_ino(), "inv-3", CandidateMode::Named).unwrap();
     assert_eq!(c.name(), Some(".airlock-candidate-inv-3"));
     // Another user moves the candidate away and puts its own file there.
     fs::rename(s.path(".airlock-candidate-inv-3"), s.path("moved")).unwrap();
@@ -87,12 +87,12 @@ fn a_swapped_named_candidate_is_refused_and_the_foreign_file_left() {
 
 #[test]
 fn a_dropped_named_candidate_is_removed_only_while_its_name_is_its_inode() {
-    let (s, held, mut source) = setup();
-    let c = held.write_candidate(&mut source, 1024, held.parent().dev_ino(), "inv-4", CandidateMode::Named).unwrap();
+    let (s, held, source) = setup();
+    let c = held.write_candidate(&source, 1024, held.parent().dev_ino(), "inv-4", CandidateMode::Named).unwrap();
     drop(c);
     assert!(s.names().is_empty(), "{:?}", s.names());
 
-    let c = held.write_candidate(&mut source, 1024, held.parent().dev_ino(), "inv-5", CandidateMode::Named).unwrap();
+    let c = held.write_candidate(&source, 1024, held.parent().dev_ino(), "inv-5", CandidateMode::Named).unwrap();
     fs::rename(s.path(".airlock-candidate-inv-5"), s.path("moved")).unwrap();
     fs::write(s.path(".airlock-candidate-inv-5"), "foreign bytes").unwrap();
     drop(c);
@@ -101,9 +101,22 @@ fn a_dropped_named_candidate_is_removed_only_while_its_name_is_its_inode() {
 
 #[test]
 fn a_candidate_moved_away_before_the_rename_is_an_identity_mismatch() {
-    let (s, held, mut source) = setup();
-    let c = held.write_candidate(&mut source, 1024, held.parent().dev_ino(), "inv-6", CandidateMode::Named).unwrap();
+    let (s, held, source) = setup();
+    let c = held.write_candidate(&source, 1024, held.parent().dev_ino(), "inv-6", CandidateMode::Named).unwrap();
     fs::rename(s.path(".airlock-candidate-inv-6"), s.path("moved")).unwrap();
     assert_eq!(c.publish().unwrap_err().code(), ReasonCode::OutputIdentityMismatch);
     assert_eq!(s.names(), ["moved"]);
+}
+
+#[test]
+fn a_candidate_over_max_bytes_is_refused_and_leaves_nothing() {
+    for mode in [CandidateMode::Tmpfile, CandidateMode::Named] {
+        let (s, held, source) = setup();
+        let err = held.write_candidate(&source, 15, held.parent().dev_ino(), "inv-7", mode).unwrap_err();
+        assert_eq!(err.code(), ReasonCode::LimitOutputSize);
+        assert!(s.names().is_empty(), "{mode:?}: {:?}", s.names());
+        // Exactly at the bound is fine.
+        let c = held.write_candidate(&source, 16, held.parent().dev_ino(), "inv-8", mode).unwrap();
+        assert_eq!(c.file().bytes, 16);
+    }
 }

@@ -109,6 +109,42 @@ fn snapshot_hash_matches_content() {
     assert_eq!(info.sha256_tagged(), airlock_core::sha256_tagged(b"alpha"));
 }
 
+/// Snapshots `big` (100 bytes when opened) into a private file after
+/// `change` ran on the host file, with the kernel copy.
+fn snapshot_to_file_after(change: impl FnOnce(&std::path::Path)) -> Result<(u64, String, Vec<u8>), ReasonCode> {
+    let tree = Tree::new();
+    let c = tree.ceiling();
+    let rel = p("big");
+    let input = InputFile::open(&backends()[0], &c, &rel, &rel, 1 << 20).unwrap();
+    change(&tree.tmp.path().join("ceiling/big"));
+    let dest_path = tree.tmp.path().join("snapshot");
+    let dest = fs::OpenOptions::new().read(true).write(true).create_new(true).open(&dest_path).unwrap();
+    let info = input.snapshot_to_file(&dest, 1 << 20, &mut |_| {}).map_err(|e| e.code())?;
+    Ok((info.bytes, info.sha256_tagged(), fs::read(&dest_path).unwrap()))
+}
+
+#[test]
+fn a_kernel_snapshot_is_hashed_from_the_private_copy() {
+    let (bytes, sha, copy) = snapshot_to_file_after(|_| {}).unwrap();
+    assert_eq!((bytes, copy.as_slice()), (100, &[b'x'; 100][..]));
+    assert_eq!(sha, airlock_core::sha256_tagged(&[b'x'; 100]));
+}
+
+#[test]
+fn a_kernel_snapshot_of_an_input_that_grew_is_refused() {
+    let grow = |path: &std::path::Path| {
+        use std::io::Write;
+        fs::OpenOptions::new().append(true).open(path).unwrap().write_all(b"more").unwrap();
+    };
+    assert_eq!(snapshot_to_file_after(grow), Err(ReasonCode::InputChanged));
+}
+
+#[test]
+fn a_kernel_snapshot_of_an_input_that_shrank_is_refused() {
+    let shrink = |path: &std::path::Path| fs::OpenOptions::new().write(true).open(path).unwrap().set_len(60).unwrap();
+    assert_eq!(snapshot_to_file_after(shrink), Err(ReasonCode::InputChanged));
+}
+
 #[test]
 fn outputs_refuse_every_existing_kind() {
     let tree = Tree::new();

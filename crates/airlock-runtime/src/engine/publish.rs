@@ -59,7 +59,7 @@ impl Runtime {
         let began = std::time::Instant::now();
         let publication_id = format!("{id}/0");
         let expected = (parse_id(&rec.parent.dev)?, parse_id(&rec.parent.ino)?);
-        let mut file = staging.open_file(OUTPUT_FILE)?;
+        let file = staging.open_file(OUTPUT_FILE)?;
         let max = prepared.descriptor().command_boundary.filesystem.max_file_bytes;
         let marker = ledger::mark_pending(self.state(), id)?;
         let made = match self.make_parents(held, id) {
@@ -74,7 +74,7 @@ impl Runtime {
             None => (held, expected),
         };
         ledger::crash_point("before_candidate");
-        let candidate = match held.write_candidate(&mut file, max, expected, id, ledger::candidate_mode()) {
+        let candidate = match held.write_candidate(&file, max, expected, id, ledger::candidate_mode()) {
             Ok(c) => c.with_mode(self.output_modes().file),
             Err(e) => {
                 marker.clear()?;

@@ -112,8 +112,8 @@ impl Runtime {
             let name = index.to_string();
             let inputs_dir =
                 inputs_dir.as_ref().ok_or_else(|| Refusal::new(ReasonCode::Internal, "no staging room"))?;
-            let mut dest = inputs_dir.create_file(&name).map_err(Refusal::from)?;
-            let info = file.snapshot_into(&mut meter.writer(&mut dest), max_input_file_bytes)?;
+            let dest = inputs_dir.create_file_rw(&name).map_err(Refusal::from)?;
+            let info = file.snapshot_to_file(&dest, max_input_file_bytes, &mut |n| meter.add(n))?;
             total += info.bytes;
             if total > limits.max_input_bytes {
                 return Err(input_bytes_refusal(total, limits.max_input_bytes));

@@ -170,7 +170,7 @@ pub fn load_config(explicit: Option<&Path>) -> Result<Loaded, Refusal> {
         }
         Stop::Root => format!("{} and all its parents", cwd.display()),
     };
-    let user = airlock_runtime::control::user_config_dir().map(|d| d.join(CONFIG_NAME));
+    let user = airlock_runtime::user_dirs::user_config_dir().map(|d| d.join(CONFIG_NAME));
     match &user {
         Some(p) if std::fs::symlink_metadata(p).is_ok() => {
             load_file(&cwd, p, Origin::User, format!("the user's configuration; no {CONFIG_NAME} in {searched}"))

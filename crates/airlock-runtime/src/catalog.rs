@@ -5,6 +5,7 @@
 
 use crate::engine::CallTool;
 use crate::names::ToolIndex;
+pub use crate::names::{list_manifests, MAX_MANIFEST_BYTES};
 use airlock_core::manifest::Manifest;
 use airlock_core::{ReasonCode, Refusal};
 use airlock_hostfs::HostAuthority;
@@ -12,9 +13,6 @@ use std::path::{Path, PathBuf};
 
 /// The tool name of a command-line submission (`airlock isolated -- CMD`).
 pub const ADHOC_TOOL: &str = "isolated";
-
-/// Largest manifest file read.
-pub const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
 
 /// A manifest and the bytes it was parsed from.
 #[derive(Debug)]
@@ -71,11 +69,6 @@ pub fn load(authority: &HostAuthority, path: &Path) -> Result<LoadedTool, Refusa
     let text = crate::control::read_text(authority, crate::control::MANIFEST, path, MAX_MANIFEST_BYTES)?;
     let manifest = Manifest::parse(&text, &path.display().to_string())?;
     Ok(LoadedTool { manifest, text, origin: path.to_path_buf() })
-}
-
-/// Every `*.clad.toml` in `tools_dir`, sorted.
-pub fn list_manifests(authority: &HostAuthority, tools_dir: &Path) -> Vec<PathBuf> {
-    authority.files_in(tools_dir, |name| name.ends_with(crate::names::MANIFEST_SUFFIX))
 }
 
 /// Loads a tool by manifest path or name ([`locate`]); the bundled source

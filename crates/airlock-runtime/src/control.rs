@@ -18,16 +18,6 @@ use airlock_core::{Config, ReasonCode, Refusal};
 use airlock_hostfs::{HostAuthority, Owner};
 use std::path::{Path, PathBuf};
 
-/// The user's airlock directory: `$XDG_CONFIG_HOME/airlock` (if that is
-/// absolute), else `$HOME/.config/airlock`; `None` when neither is set. It
-/// holds the user's `airlock.toml` and the default approver key.
-pub fn user_config_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from).filter(|p| p.is_absolute()).or_else(|| {
-        std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute()).map(|h| h.join(".config"))
-    })?;
-    Some(base.join("airlock"))
-}
-
 /// One control file or directory, for messages and for the exposure check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ControlFile {

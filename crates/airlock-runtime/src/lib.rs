@@ -44,6 +44,7 @@ pub mod retention;
 mod runnable;
 pub mod store;
 pub mod transport;
+pub mod user_dirs;
 
 pub use airlock_staging as staging;
 pub use attest::{IN_TOTO_PAYLOAD_TYPE, PREDICATE_TYPE};

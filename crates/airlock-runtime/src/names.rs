@@ -16,6 +16,14 @@ use std::path::{Path, PathBuf};
 /// The suffix of a manifest file in `tools_dir`.
 pub const MANIFEST_SUFFIX: &str = ".clad.toml";
 
+/// Largest manifest file read.
+pub const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
+
+/// Every `*.clad.toml` in `tools_dir`, sorted.
+pub fn list_manifests(authority: &HostAuthority, tools_dir: &Path) -> Vec<PathBuf> {
+    authority.files_in(tools_dir, |name| name.ends_with(MANIFEST_SUFFIX))
+}
+
 /// One manifest of `tools_dir` and the names it answers to.
 #[derive(Debug)]
 struct Named {
@@ -38,13 +46,13 @@ impl ToolIndex {
     /// that does not parse answers to its file name only (loading it then
     /// reports why it does not parse).
     pub fn read(authority: &HostAuthority, tools_dir: &Path) -> ToolIndex {
-        let entries = crate::catalog::list_manifests(authority, tools_dir)
+        let entries = list_manifests(authority, tools_dir)
             .into_iter()
             .map(|path| {
                 let file = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
                 let stem = file.strip_suffix(MANIFEST_SUFFIX).unwrap_or(file).to_owned();
                 let name = authority
-                    .read_text(&path, crate::catalog::MAX_MANIFEST_BYTES)
+                    .read_text(&path, MAX_MANIFEST_BYTES)
                     .and_then(|text| Manifest::parse(&text, "").ok())
                     .map(|m| m.name().to_owned());
                 Named { path, stem, name }

@@ -29,7 +29,7 @@ fn unusable(path: &Path, why: impl std::fmt::Display) -> Refusal {
 /// `$XDG_CONFIG_HOME/airlock/approver.key` (if that is absolute), else
 /// `$HOME/.config/airlock/approver.key`; `None` when neither is set.
 pub fn default_key_path() -> Option<PathBuf> {
-    Some(crate::control::user_config_dir()?.join(DEFAULT_KEY_FILE))
+    Some(crate::user_dirs::user_config_dir()?.join(DEFAULT_KEY_FILE))
 }
 
 /// The key file to use: `explicit`, else the default place.

@@ -156,8 +156,9 @@ fn a_program_outside_the_worker_image_is_not_runnable() {
     assert_eq!(result["isError"], true, "{result:#}");
 
     // The fix the message gives works: add the program's directory to the
-    // image (one outside /tmp, which the sandbox builds itself).
-    let dir = tempfile::Builder::new().prefix("airlock-image-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // image (one outside /tmp, which the sandbox builds itself; the build
+    // directory may be under /tmp, /var/tmp is not).
+    let dir = tempfile::Builder::new().prefix("airlock-image-").tempdir_in("/var/tmp").unwrap();
     let program = dir.path().join("mytool");
     std::fs::copy(p.path("outside/bin/mytool"), &program).unwrap();
     p.write("tools/mytool.clad.toml", running("mytool", program.to_str().unwrap()));

@@ -8,14 +8,11 @@
 //! record of what a call did.
 
 use airlock_core::{Envelope, Refusal};
+use airlock_runtime::engine::elapsed_ms;
 use std::time::Instant;
 
 /// The target of every request line (for filters: `airlock::request=info`).
 pub const TARGET: &str = "airlock::request";
-
-fn elapsed_ms(began: Instant) -> u64 {
-    u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
 
 /// A `tools/call` answered with `envelope`.
 pub(crate) fn call(principal: &str, tool: &str, envelope: &Envelope, began: Instant) {

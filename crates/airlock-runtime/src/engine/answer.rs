@@ -97,9 +97,9 @@ pub(crate) fn sealed(
     principal: &str,
     journal: JournalEvidence,
     records: Option<RecordRange>,
-    took: std::time::Duration,
+    began: std::time::Instant,
 ) -> Envelope {
-    envelope.duration_ms = Some(u64::try_from(took.as_millis()).unwrap_or(u64::MAX));
+    envelope.duration_ms = Some(super::elapsed_ms(began));
     let evidence = envelope.evidence.get_or_insert_with(Evidence::default);
     evidence.principal.get_or_insert_with(|| principal.to_owned());
     evidence.journal = Some(journal);

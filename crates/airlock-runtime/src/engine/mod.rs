@@ -49,8 +49,9 @@ use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-/// Milliseconds since `began`, for a log event's `duration_ms`.
-pub(crate) fn elapsed_ms(began: Instant) -> u64 {
+/// Milliseconds since `began` (saturating), for `duration_ms` in answers
+/// and log events.
+pub fn elapsed_ms(began: Instant) -> u64 {
     u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -359,7 +360,7 @@ impl Runtime {
             ..Envelope::from_refusal(&refusal)
         });
         let journal = airlock_core::JournalEvidence { key_id: self.journal().key().key_id() };
-        answer::sealed(envelope, principal, journal, caller.records(), started.elapsed())
+        answer::sealed(envelope, principal, journal, caller.records(), started)
     }
 }
 

@@ -178,6 +178,7 @@
 #![deny(unsafe_code)]
 
 pub mod broker_jail;
+mod call_dir;
 mod cancel;
 mod cgroup;
 mod error;
@@ -196,6 +197,7 @@ mod sealed;
 mod seccomp;
 mod spec;
 mod sys;
+mod tier_report;
 mod visible;
 mod wire;
 mod worker;
@@ -218,5 +220,6 @@ pub use spec::{
     ImageMount, ProvidedFile, StagedInput, StagedOutput, WorkerLimits, WorkerSpec, FS_SOCKET_ENV, FS_SOCKET_FD,
     MAX_PROVIDED_FILES, PROGRAM_PATH, PROVIDED_DIR, STDOUT_TAIL,
 };
+pub use tier_report::{Leftover, TierReport};
 pub use visible::{find_program, NotRunnable, WORKER_PATH};
 pub use worker::{KillHandle, Tier, Worker};

@@ -222,6 +222,7 @@ impl Runtime {
             stderr_limit: STDERR_LIMIT,
             fs_socket: None,
             provided: Vec::new(),
+            call_id: Some(prepared.invocation_id().to_string()),
         })
     }
 }

@@ -46,6 +46,7 @@ pub(super) fn run_parser(
         stderr_limit: STDERR_LIMIT,
         fs_socket: None,
         provided: Vec::new(),
+        call_id: None,
     };
     let outcome = run_worker(tier, spec, &format!("the parser {program}"))?;
     let failed = |why: String| Refusal::new(ReasonCode::OutputParse, format!("the parser {program} {why}"));

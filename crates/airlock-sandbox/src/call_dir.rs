@@ -67,9 +67,10 @@ impl CallDir {
     /// file here and returns its host path (the bind source).
     pub(crate) fn place_input(&self, index: usize, input: &StagedInput) -> Result<PathBuf, SandboxError> {
         let path = self.path.join(format!("in-{index}"));
-        let fail = |call: &str, e: io::Error| SandboxError::StageInput {
+        // The failing step is in the message's errno; the descriptor names the input.
+        let fail = |_step: &str, e: io::Error| SandboxError::StageInput {
             virtual_path: input.virtual_path.clone(),
-            call: call.into(),
+            fd: std::os::fd::AsRawFd::as_raw_fd(&input.file),
             errno: crate::error::OsErrno::of(&e),
         };
         let copy = OpenOptions::new()

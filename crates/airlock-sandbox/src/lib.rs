@@ -182,6 +182,7 @@ mod call_dir;
 mod cancel;
 mod cgroup;
 mod error;
+pub mod gvisor;
 pub mod init;
 mod ipc;
 mod landlock;
@@ -210,6 +211,7 @@ pub use broker_jail::{
 pub use cancel::Cancel;
 pub use cgroup::{cgroup_delegation, cgroup_limits_available, CgroupDelegation, SharedCgroup};
 pub use error::{OsErrno, SandboxError, SandboxErrorKind};
+pub use gvisor::{GvisorPlatform, GvisorSettings, GvisorTier, GvisorWorker};
 pub use ipc::IPC_ENFORCEMENT;
 pub use native::{LiveStdio, NativeTier};
 pub use outcome::{AppliedLimits, Enforcement, ExitStatusKind, OutputExport, WorkerOutcome};

@@ -15,6 +15,11 @@
 //! seccomp; capabilities dropped; no-new-privs; rlimits; and a delegated
 //! cgroup v2 where the host offers one.
 //!
+//! The gVisor tier ([`GvisorTier`], module [`gvisor`]) runs each worker in
+//! its own `runsc` sandbox from an OCI bundle with the same files, identity
+//! and limits; its promises and what it trusts are in that module and in
+//! DESIGN.md §3 "gVisor tier". Its tests are `tests/gvisor.rs`.
+//!
 //! # What the native tier guarantees
 //!
 //! - The worker sees no host file or directory but the read-only image

@@ -208,6 +208,7 @@ fn a_sibling_file_and_host_secrets_are_invisible() {
     let script = format!(
         "for f in /etc/shadow {host_dir}/sibling.txt {host_dir}/in {state} /root /home /var /etc/ssh; do \
            if cat \"$f\" >/dev/null 2>&1 || [ -e \"$f\" ]; then echo \"VISIBLE $f\"; fi; done; \
+         [ -e /workspace/in.txt ] && cat /workspace/in.txt >/dev/null && echo control-visible; \
          cat /etc/passwd; echo ---; ls /workspace 2>/dev/null; python3 -c 'import os; print(sorted(os.listdir(\"/workspace\")))'"
     );
     let mut spec = sh(&script);
@@ -215,6 +216,7 @@ fn a_sibling_file_and_host_secrets_are_invisible() {
     let o = w.run(spec);
     let out = text(&o.stdout);
     assert!(!out.contains("VISIBLE"), "{}", show(&o));
+    assert!(out.contains("control-visible"), "the check cannot see even the input: {}", show(&o));
     assert!(out.contains("nobody:x:65534"), "{}", show(&o));
     assert!(!out.contains("root:x:0:0:root:/root:/bin/bash"), "the host's passwd is visible: {out}");
     assert!(out.contains("['in.txt']"), "{}", show(&o));
@@ -251,6 +253,23 @@ fn a_write_past_the_file_size_limit_fails() {
     assert!(o.cleanup_confirmed, "{}", show(&o));
     assert_eq!(o.output.as_ref().unwrap().bytes, 1000, "{}", show(&o));
     assert_eq!(w.read("out").len(), 1000);
+    w.assert_nothing_left();
+}
+
+#[test]
+fn memory_and_process_limits_hold() {
+    let Some(w) = World::new("limits") else { return };
+    let mut spec = WorkerSpec::new(["python3", "-c", "b = bytearray(512 << 20); print('ALLOCATED')"]);
+    spec.limits.memory_bytes = Some(128 << 20);
+    let o = w.run(spec);
+    assert!(!o.exit.success() && !text(&o.stdout).contains("ALLOCATED"), "{}", show(&o));
+    assert!(text(&o.stderr).contains("MemoryError"), "{}", show(&o));
+
+    let mut spec = sh("for i in 1 2 3 4 5 6 7 8; do sleep 2 & done; wait; echo finished");
+    spec.limits.pids = Some(4);
+    let o = w.run(spec);
+    assert!(text(&o.stderr).contains("fork"), "more processes than pids started: {}", show(&o));
+    assert!(!text(&o.stdout).contains("finished"), "{}", show(&o));
     w.assert_nothing_left();
 }
 
@@ -369,7 +388,8 @@ fn probe_reports_a_ready_tier() {
     assert!(r.found && r.ready, "{r:?}");
     assert_eq!(r.tier, "gvisor");
     assert!(r.version.as_deref().is_some_and(|v| v.contains("runsc")), "{r:?}");
-    assert!(r.platform.is_some(), "{r:?}");
+    let rootless = !rustix::process::geteuid().is_root();
+    assert_eq!(r.platform.as_deref().map(|p| p.ends_with("(rootless)")), Some(rootless), "{r:?}");
     w.assert_nothing_left();
 
     let missing = GvisorSettings { runsc: w.path("no-runsc"), ..w.settings.clone() };
@@ -425,4 +445,44 @@ fn leftovers_of_a_killed_caller_are_found_and_reaped() {
     assert!(std::fs::read_dir(&logs).map(|d| d.count() == 0).unwrap_or(true), "a log was left");
     // Reaping what is already gone is fine.
     reap(&w.settings, &found[0]).unwrap();
+}
+
+/// Set in the copy of this test binary that runs as uid 65534.
+const UNPRIVILEGED_ENV: &str = "AIRLOCK_GVISOR_TEST_UNPRIVILEGED";
+
+#[test]
+fn every_test_passes_for_an_unprivileged_caller_with_rootless_runsc() {
+    let Some(w) = World::new("unprivileged") else { return };
+    if std::env::var_os(UNPRIVILEGED_ENV).is_some() {
+        return; // this is the re-run itself
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIP gvisor unprivileged re-run: not root, so already covered by this run");
+        return;
+    }
+    let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"].into_iter().find(|p| std::path::Path::new(p).exists());
+    let Some(setpriv) = setpriv else {
+        assert!(std::env::var_os("CI").is_none(), "setpriv (util-linux) is missing");
+        eprintln!("SKIP gvisor unprivileged re-run: setpriv (util-linux) is not installed");
+        return;
+    };
+    // A copy any user can execute (the build directory may not be).
+    let exe = w.path("gvisor-tests");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    std::fs::set_permissions(w.tmp.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&exe, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = Command::new(setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&exe)
+        .args(["--test-threads=2", "--nocapture"])
+        .current_dir("/")
+        .env_clear()
+        .env("HOME", "/tmp")
+        .env(UNPRIVILEGED_ENV, "1")
+        .env("AIRLOCK_RUNSC", runsc_path())
+        .output()
+        .unwrap();
+    let report = format!("{}\n{}", text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "the unprivileged re-run failed:\n{report}");
+    assert!(report.contains("test result: ok.") && !report.contains("SKIP"), "{report}");
 }

@@ -46,8 +46,17 @@ fn query_platform(bin: &Path) -> Result<&'static str, SandboxError> {
     let out = runsc::output_within(cmd, QUERY_TIMEOUT)
         .map_err(|e| SandboxError::Unavailable(format!("cannot run {} flags: {e}", bin.display())))?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    let platform_help = text.split("-platform ").nth(1).and_then(|rest| rest.lines().nth(1)).unwrap_or("");
-    Ok(if platform_help.contains("systrap") { "systrap" } else { "ptrace" })
+    Ok(platform_from_flags(&text))
+}
+
+/// `systrap` when the help of `-platform` in `runsc flags` names it.
+fn platform_from_flags(flags: &str) -> &'static str {
+    let platform_help = flags.split("-platform ").nth(1).and_then(|rest| rest.lines().nth(1)).unwrap_or("");
+    if platform_help.contains("systrap") {
+        "systrap"
+    } else {
+        "ptrace"
+    }
 }
 
 /// Whether runsc can make a memory cgroup for a sandbox here: a writable
@@ -206,4 +215,19 @@ pub fn reap(settings: &GvisorSettings, leftover: &Leftover) -> Result<(), Sandbo
     crate::call_dir::remove_call_dir(&bundle)?;
     let _ = std::fs::remove_file(settings.logs_dir().join(format!("{id}.log")));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::platform_from_flags;
+
+    #[test]
+    fn auto_picks_systrap_only_where_runsc_has_it() {
+        let old = "  -platform string\n    \tspecifies which platform to use: ptrace (default), kvm. (default \"ptrace\")\n  \
+                   -platform_device_path string\n    \tpath to a platform-specific device file (systrap)";
+        assert_eq!(platform_from_flags(old), "ptrace");
+        let new = "  -platform string\n    \tspecifies which platform to use: systrap (default), ptrace, kvm.\n";
+        assert_eq!(platform_from_flags(new), "systrap");
+        assert_eq!(platform_from_flags(""), "ptrace");
+    }
 }

@@ -327,9 +327,22 @@ fn wait_worker(mut w: NativeWorker) -> Result<WorkerOutcome, SandboxError> {
         None
     };
     let exit = exit.unwrap_or(ExitStatusKind::Signaled(libc::SIGKILL));
+    finish(exit, timed_out, out, err, output, cleanup_confirmed, limits)
+}
+
+/// The outcome of a worker that is gone, from its drained stdout and stderr
+/// — an error instead when its stdout did not reach its file whole (then
+/// the run cannot be judged on it).
+pub(crate) fn finish(
+    exit: ExitStatusKind,
+    timed_out: bool,
+    out: Stream,
+    err: Stream,
+    output: Option<OutputExport>,
+    cleanup_confirmed: bool,
+    limits: AppliedLimits,
+) -> Result<WorkerOutcome, SandboxError> {
     if let Some(e) = out.sink.failed {
-        // The worker is gone (reaped above); what it printed did not reach
-        // its file whole, so the run cannot be judged on it.
         return Err(SandboxError::Wait { call: "write(stdout file)".into(), errno: errno(e) });
     }
     Ok(WorkerOutcome {

@@ -15,6 +15,11 @@ use airlock_sandbox::{
     StagedOutput, Tier, Worker, WorkerOutcome, WorkerSpec,
 };
 
+// The native tests' helpers (text, show, processes_with).
+#[path = "native/util.rs"]
+mod util;
+use util::{processes_with, show, text};
+
 /// Set in the helper process that drives a worker until it is SIGKILLed.
 const DRIVER_ENV: &str = "AIRLOCK_GVISOR_TEST_DRIVER_STATE";
 
@@ -108,43 +113,6 @@ fn sh(script: &str) -> WorkerSpec {
     let mut spec = WorkerSpec::new(["sh", "-c", script]);
     spec.timeout = Duration::from_secs(60);
     spec
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn show(o: &WorkerOutcome) -> String {
-    format!(
-        "exit={:?} timed_out={} cleanup={} output={:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.exit,
-        o.timed_out,
-        o.cleanup_confirmed,
-        o.output,
-        text(&o.stdout),
-        text(&o.stderr)
-    )
-}
-
-/// Pids of live (non-zombie) processes whose command line contains `needle`.
-fn processes_with(needle: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        if cmdline.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-            let state = stat.rsplit_once(") ").map(|(_, r)| r.chars().next().unwrap_or('?')).unwrap_or('?');
-            if state != 'Z' && state != 'X' && pid != std::process::id() {
-                found.push(pid);
-            }
-        }
-    }
-    found
 }
 
 #[test]

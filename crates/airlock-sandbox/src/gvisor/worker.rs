@@ -247,23 +247,10 @@ fn wait_worker(mut w: GvisorWorker) -> Result<WorkerOutcome, SandboxError> {
         return Err(e);
     }
     let output = output.transpose()?;
-    if let Some(e) = streams[0].sink.failed.take() {
-        return Err(SandboxError::Wait { call: "write(stdout file)".into(), errno: errno(e) });
-    }
     let [out, err] = streams;
     let exit = if killed { ExitStatusKind::Signaled(libc::SIGKILL) } else { tool_exit(status) };
-    Ok(WorkerOutcome {
-        exit,
-        timed_out,
-        stdout_truncated: out.sink.truncated(),
-        stdout: out.sink.kept,
-        stderr_truncated: err.sink.truncated(),
-        stderr: err.sink.kept,
-        output,
-        cleanup_confirmed: cleanup_confirmed && removed.is_ok(),
-        cgroup_limits_applied: w.limits.cgroup_limits_applied,
-        limits: w.limits.clone(),
-    })
+    let confirmed = cleanup_confirmed && removed.is_ok();
+    crate::parent::finish(exit, timed_out, out, err, output, confirmed, w.limits.clone())
 }
 
 fn refused(why: String) -> OutputExport {

@@ -294,7 +294,9 @@ fn a_detached_child_does_not_write_late() {
 #[test]
 fn a_kill_handle_and_a_cancel_stop_the_worker() {
     let Some(w) = World::new("kill") else { return };
-    let worker = w.tier().start(sh("sleep 100")).unwrap();
+    let mut spec = sh("sleep 100");
+    spec.call_id = Some(format!("inv-kill-{}", std::process::id()));
+    let worker = w.tier().start(spec).unwrap();
     let handle = worker.kill_handle();
     let killer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(1500));
@@ -310,10 +312,22 @@ fn a_kill_handle_and_a_cancel_stop_the_worker() {
     tier.cancel_with(cancel.clone());
     cancel.cancel();
     let t = Instant::now();
-    let o = tier.start(sh("sleep 100")).unwrap().wait().unwrap();
+    let mut spec = sh("sleep 100");
+    spec.call_id = Some(format!("inv-cancel-{}", std::process::id()));
+    let o = tier.start(spec).unwrap().wait().unwrap();
     assert_eq!(o.exit, ExitStatusKind::Signaled(9), "{}", show(&o));
     assert!(o.cleanup_confirmed && t.elapsed() < Duration::from_secs(15), "{}", show(&o));
     w.assert_nothing_left();
+    // Not even the sandbox's cgroup, also where runsc run died before saving it.
+    for id in [format!("inv-kill-{}", std::process::id()), format!("inv-cancel-{}", std::process::id())] {
+        let left: Vec<_> = std::fs::read_dir("/sys/fs/cgroup")
+            .unwrap()
+            .flatten()
+            .map(|h| h.path().join("airlock-gvisor").join(&id))
+            .filter(|p| p.exists())
+            .collect();
+        assert!(left.is_empty(), "cgroups left: {left:?}");
+    }
 }
 
 #[test]

@@ -33,7 +33,7 @@ mod runsc;
 mod worker;
 
 use std::os::unix::fs::DirBuilderExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -201,12 +201,38 @@ fn sandbox_cgroup(name: &str, spec: &WorkerSpec) -> Result<Option<SandboxCgroup>
     probe::cgroup_usable()?;
     let files: u64 = spec.inputs.iter().filter_map(|i| i.file.metadata().ok()).map(|m| m.len()).sum();
     Ok(Some(SandboxCgroup {
-        path: format!("/airlock-gvisor/{name}"),
+        path: cgroup_path(name),
         memory_bytes: memory
             .saturating_add(files)
             .saturating_add(spec.limits.scratch_bytes)
             .saturating_add(SENTRY_MEMORY_MARGIN),
     }))
+}
+
+/// The `cgroupsPath` of call `name`'s sandbox.
+fn cgroup_path(name: &str) -> String {
+    format!("/airlock-gvisor/{name}")
+}
+
+/// Removes what is left of call `name`'s cgroup in every hierarchy (runsc
+/// removes it on delete, but not when `runsc run` died before it saved the
+/// container's state). An error when one still holds a process.
+fn remove_cgroup(name: &str) -> Result<(), String> {
+    let relative = cgroup_path(name);
+    let relative = relative.trim_start_matches('/');
+    let root = Path::new("/sys/fs/cgroup");
+    let hierarchies = std::fs::read_dir(root)
+        .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect())
+        .unwrap_or_default();
+    for dir in std::iter::once(root.to_path_buf()).chain::<Vec<PathBuf>>(hierarchies) {
+        let cgroup = dir.join(relative);
+        match std::fs::remove_dir(&cgroup) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("cannot remove the sandbox's cgroup {}: {e}", cgroup.display())),
+        }
+    }
+    Ok(())
 }
 
 /// What this tier reports in [`AppliedLimits`] before the cgroup is known.

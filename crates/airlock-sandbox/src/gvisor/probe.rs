@@ -212,6 +212,7 @@ pub fn reap(settings: &GvisorSettings, leftover: &Leftover) -> Result<(), Sandbo
     if !left.is_empty() {
         return Err(SandboxError::Unavailable(format!("processes {left:?} of container {id} survived SIGKILL")));
     }
+    super::remove_cgroup(id).map_err(SandboxError::Unavailable)?;
     crate::call_dir::remove_call_dir(&bundle)?;
     let _ = std::fs::remove_file(settings.logs_dir().join(format!("{id}.log")));
     Ok(())

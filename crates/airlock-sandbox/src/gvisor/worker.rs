@@ -181,7 +181,7 @@ fn runsc_failure(status: ExitStatus, log_tail: &str, argv0: &str) -> Option<Sand
 
 /// Deletes the container and confirms it and every host process of it are
 /// gone. Returns whether that is confirmed, and why not.
-fn clean_up(runsc: &Runsc, id: &str, call: &CallDir) -> Result<(), String> {
+fn clean_up(runsc: &Runsc, id: &str, call: &CallDir, cgroup: bool) -> Result<(), String> {
     let left = runsc::kill_processes(&runsc.root, call.path(), KILL_GRACE);
     // `runsc run` deletes a container that ended by itself; delete only
     // what is still there (killed, timed out, runsc failed).
@@ -195,6 +195,9 @@ fn clean_up(runsc: &Runsc, id: &str, call: &CallDir) -> Result<(), String> {
     }
     if !left.is_empty() {
         return Err(format!("processes {left:?} of container {id} survived SIGKILL"));
+    }
+    if cgroup {
+        super::remove_cgroup(id)?;
     }
     Ok(())
 }
@@ -224,7 +227,7 @@ fn wait_worker(mut w: GvisorWorker) -> Result<WorkerOutcome, SandboxError> {
     let killed = timed_out || w.killed.load(Ordering::SeqCst);
 
     let call = w.guard.call.take().ok_or_else(|| SandboxError::Protocol("the call directory is gone".into()))?;
-    let cleanup = clean_up(&runsc, &id, &call);
+    let cleanup = clean_up(&runsc, &id, &call, w.limits.cgroup_path.is_some());
     let log_tail = runsc::log_tail(&w.guard.log);
     let _ = std::fs::remove_file(&w.guard.log);
     let cleanup_confirmed = all_eof && cleanup.is_ok();
@@ -289,7 +292,7 @@ impl Drop for Guard {
         let _ = std::thread::Builder::new().name("airlock-gvisor-reaper".into()).spawn(move || {
             let _ = child.wait();
             if let Some(call) = call {
-                let _ = clean_up(&runsc, &id, &call);
+                let _ = clean_up(&runsc, &id, &call, true);
                 let _ = call.remove();
             }
             let _ = std::fs::remove_file(log);

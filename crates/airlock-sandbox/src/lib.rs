@@ -15,6 +15,11 @@
 //! seccomp; capabilities dropped; no-new-privs; rlimits; and a delegated
 //! cgroup v2 where the host offers one.
 //!
+//! The gVisor tier ([`GvisorTier`], module [`gvisor`]) runs each worker in
+//! its own `runsc` sandbox from an OCI bundle with the same files, identity
+//! and limits; its promises and what it trusts are in that module and in
+//! DESIGN.md §3 "gVisor tier". Its tests are `tests/gvisor.rs`.
+//!
 //! # What the native tier guarantees
 //!
 //! - The worker sees no host file or directory but the read-only image
@@ -183,6 +188,7 @@ mod call_dir;
 mod cancel;
 mod cgroup;
 mod error;
+pub mod gvisor;
 pub mod init;
 mod ipc;
 mod landlock;
@@ -212,6 +218,7 @@ pub use broker_jail::{
 pub use cancel::Cancel;
 pub use cgroup::{cgroup_delegation, cgroup_limits_available, CgroupDelegation, SharedCgroup};
 pub use error::{OsErrno, SandboxError, SandboxErrorKind};
+pub use gvisor::{GvisorPlatform, GvisorSettings, GvisorTier, GvisorWorker};
 pub use ipc::IPC_ENFORCEMENT;
 pub use native::{LiveStdio, NativeTier};
 pub use outcome::{AppliedLimits, Enforcement, ExitStatusKind, OutputExport, WorkerOutcome};

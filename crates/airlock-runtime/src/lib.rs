@@ -44,7 +44,7 @@ pub mod retention;
 mod runnable;
 pub mod store;
 mod tier_choice;
-mod tiers;
+pub mod tiers;
 pub mod transport;
 pub mod user_dirs;
 

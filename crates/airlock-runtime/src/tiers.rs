@@ -2,41 +2,161 @@
 //! a call (by the name its descriptor records), what `doctor` reports about
 //! each, and what `staging gc` reaps of calls whose airlock died.
 
-use airlock_core::config::Tier;
+use std::path::PathBuf;
+
+use airlock_core::config::{Config, Tier};
 use airlock_core::reason::{ReasonCode, Refusal};
-use airlock_sandbox::AnyTier;
+use airlock_core::tier_settings::{GvisorPlatformChoice, ALL_TIERS};
+use airlock_sandbox::{gvisor, AnyTier, GvisorPlatform, GvisorSettings, Leftover, TierReport};
+use serde::Serialize;
 
 use crate::Runtime;
+
+/// Where `runsc` is looked for when `[sandbox.gvisor] runsc` names none.
+const RUNSC_PLACES: [&str; 3] = ["/usr/local/bin/runsc", "/usr/bin/runsc", "/usr/sbin/runsc"];
+
+/// The gVisor tier's settings: runsc, platform, and its state under the
+/// state dir (`STATE/tiers/gvisor`).
+pub fn gvisor_settings(config: &Config) -> GvisorSettings {
+    let runsc = config.tiers.gvisor.runsc.clone().unwrap_or_else(|| {
+        RUNSC_PLACES.iter().map(PathBuf::from).find(|p| p.is_file()).unwrap_or_else(|| PathBuf::from(RUNSC_PLACES[1]))
+    });
+    let platform = match config.tiers.gvisor.platform {
+        GvisorPlatformChoice::Auto => GvisorPlatform::Auto,
+        GvisorPlatformChoice::Systrap => GvisorPlatform::Systrap,
+        GvisorPlatformChoice::Ptrace => GvisorPlatform::Ptrace,
+        GvisorPlatformChoice::Kvm => GvisorPlatform::Kvm,
+    };
+    GvisorSettings { runsc, platform, state_dir: tier_dir(config, Tier::Gvisor) }
+}
+
+fn tier_dir(config: &Config, tier: Tier) -> PathBuf {
+    config.state_dir.join("tiers").join(tier.as_str())
+}
+
+/// Every tier's report for `airlock doctor` (a trivial worker is started on
+/// each configured container tier).
+pub fn tier_reports(config: &Config) -> Vec<TierReport> {
+    ALL_TIERS
+        .into_iter()
+        .map(|tier| match tier {
+            Tier::Native => {
+                let host = airlock_sandbox::probe();
+                match host.native_ready() {
+                    Ok(()) => TierReport {
+                        tier: "native".into(),
+                        found: true,
+                        version: None,
+                        platform: Some("namespaces, Landlock, seccomp".into()),
+                        ready: true,
+                        why: None,
+                    },
+                    Err(why) => TierReport { found: true, ..TierReport::not_ready("native", why) },
+                }
+            }
+            Tier::Gvisor => gvisor::probe(&gvisor_settings(config)),
+            Tier::Docker => TierReport::not_ready("docker", "not built in this version of airlock"),
+            Tier::Microvm => TierReport::not_ready("microvm", "not built in this version of airlock"),
+        })
+        .collect()
+}
+
+/// One leftover `staging gc` removed (or could not).
+#[derive(Debug, Clone, Serialize)]
+pub struct ReapedLeftover {
+    /// The tier that left it.
+    pub tier: &'static str,
+    /// What it was.
+    pub leftover: Leftover,
+    /// Why it could not be removed; `None`: removed and its absence confirmed.
+    pub error: Option<String>,
+}
 
 impl Runtime {
     /// The tier named `name` by a call's descriptor (`native`, `gvisor`,
     /// `docker`, `docker+RUNTIME`), ready to start that call's workers.
-    /// Refused if the configuration changed since the call was prepared so
-    /// that the name means another tier now.
+    /// What dead calls left on that tier is reaped first.
     pub(crate) fn worker_tier(&self, name: &str) -> Result<AnyTier, Refusal> {
         let tier = self.tier_named(name)?;
+        let unavailable = |why: String| {
+            Refusal::new(ReasonCode::SandboxUnavailable, format!("tier {name:?} cannot run here: {why}"))
+        };
         match tier {
             Tier::Native => Ok(AnyTier::Native(self.native_tier()?)),
-            other => Err(Refusal::new(
-                ReasonCode::SandboxUnavailable,
-                format!("tier {:?} is not built in this version of airlock", other.as_str()),
-            )),
+            Tier::Gvisor => {
+                let settings = gvisor_settings(self.config());
+                self.reap_dead(Tier::Gvisor);
+                let mut t = airlock_sandbox::GvisorTier::new(settings);
+                t.cancel_with(self.cancel.clone());
+                Ok(AnyTier::Gvisor(t))
+            }
+            Tier::Docker => Err(unavailable("the docker tier is not built in this version of airlock".into())),
+            Tier::Microvm => Err(unavailable("the microvm tier is not built in this version of airlock".into())),
         }
     }
 
     /// The configured tier a descriptor's tier name stands for.
     fn tier_named(&self, name: &str) -> Result<Tier, Refusal> {
         let tiers = &self.config().tiers;
-        airlock_core::tier_settings::ALL_TIERS.into_iter().find(|t| tiers.descriptor_name(*t) == name).ok_or_else(
-            || {
-                Refusal::new(
-                    ReasonCode::SandboxUnavailable,
-                    format!(
-                        "the call was prepared for tier {name:?}, which the configuration no longer describes \
-                         (was [sandbox.docker] runtime changed?); prepare the call again"
-                    ),
-                )
-            },
-        )
+        ALL_TIERS.into_iter().find(|t| tiers.descriptor_name(*t) == name).ok_or_else(|| {
+            Refusal::new(
+                ReasonCode::SandboxUnavailable,
+                format!(
+                    "the call was prepared for tier {name:?}, which the configuration no longer describes \
+                     (was [sandbox.docker] runtime changed?); prepare the call again"
+                ),
+            )
+        })
+    }
+
+    /// Removes what calls whose airlock died left on every container tier
+    /// (`staging gc`): a leftover is dead when no live process holds its
+    /// call's staging reservation.
+    pub fn reap_tier_leftovers(&self) -> Result<Vec<ReapedLeftover>, Refusal> {
+        let mut reaped = Vec::new();
+        for tier in [Tier::Gvisor] {
+            reaped.extend(self.reap_tier(tier)?);
+        }
+        Ok(reaped)
+    }
+
+    /// Reaping before a call starts a worker: best effort, logged.
+    fn reap_dead(&self, tier: Tier) {
+        match self.reap_tier(tier) {
+            Ok(done) => {
+                for r in done {
+                    tracing::info!(tier = r.tier, id = %r.leftover.id, error = r.error.as_deref(), "reaped a dead call's worker");
+                }
+            }
+            Err(e) => tracing::warn!(tier = tier.as_str(), error = %e.message, "could not look for dead calls' workers"),
+        }
+    }
+
+    fn reap_tier(&self, tier: Tier) -> Result<Vec<ReapedLeftover>, Refusal> {
+        let config = self.config();
+        let live = self.live_reservations()?;
+        let dead = |l: &Leftover| l.call_id.as_ref().is_some_and(|id| !live.contains(id));
+        let sandbox_err = |e: airlock_sandbox::SandboxError| Refusal::new(ReasonCode::SandboxUnavailable, e.to_string());
+        let mut out = Vec::new();
+        match tier {
+            Tier::Gvisor => {
+                let settings = gvisor_settings(config);
+                if !settings.state_dir.exists() {
+                    return Ok(out);
+                }
+                for l in gvisor::leftovers(&settings).map_err(sandbox_err)?.into_iter().filter(dead) {
+                    let error = gvisor::reap(&settings, &l).err().map(|e| e.to_string());
+                    out.push(ReapedLeftover { tier: "gvisor", leftover: l, error });
+                }
+            }
+            Tier::Native | Tier::Docker | Tier::Microvm => {}
+        }
+        Ok(out)
+    }
+
+    /// Invocation ids whose staging reservation a live process holds.
+    fn live_reservations(&self) -> Result<std::collections::HashSet<String>, Refusal> {
+        let status = self.pool().status()?;
+        Ok(status.reservations.into_iter().filter(|r| r.live).map(|r| r.reservation.invocation_id).collect())
     }
 }

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 use crate::error::SandboxError;
+use crate::gvisor::{GvisorTier, GvisorWorker};
 use crate::native::NativeTier;
 use crate::outcome::WorkerOutcome;
 use crate::parent::NativeWorker;
@@ -15,6 +16,8 @@ use crate::worker::{KillHandle, Tier, Worker};
 pub enum AnyTier {
     /// Namespaces, Landlock and seccomp on this host.
     Native(NativeTier),
+    /// gVisor's `runsc`: a user-space kernel between the tool and the host.
+    Gvisor(GvisorTier),
 }
 
 /// A worker of an [`AnyTier`].
@@ -22,6 +25,8 @@ pub enum AnyTier {
 pub enum AnyWorker {
     /// A native worker.
     Native(NativeWorker),
+    /// A gVisor worker.
+    Gvisor(GvisorWorker),
 }
 
 impl Tier for AnyTier {
@@ -30,12 +35,14 @@ impl Tier for AnyTier {
     fn name(&self) -> &'static str {
         match self {
             AnyTier::Native(t) => t.name(),
+            AnyTier::Gvisor(t) => t.name(),
         }
     }
 
     fn start(&self, spec: WorkerSpec) -> Result<AnyWorker, SandboxError> {
         match self {
             AnyTier::Native(t) => t.start(spec).map(AnyWorker::Native),
+            AnyTier::Gvisor(t) => t.start(spec).map(AnyWorker::Gvisor),
         }
     }
 }
@@ -44,18 +51,21 @@ impl Worker for AnyWorker {
     fn kill_handle(&self) -> KillHandle {
         match self {
             AnyWorker::Native(w) => w.kill_handle(),
+            AnyWorker::Gvisor(w) => w.kill_handle(),
         }
     }
 
     fn kill(&mut self) -> Result<(), SandboxError> {
         match self {
             AnyWorker::Native(w) => w.kill(),
+            AnyWorker::Gvisor(w) => w.kill(),
         }
     }
 
     fn wait(self) -> Result<WorkerOutcome, SandboxError> {
         match self {
             AnyWorker::Native(w) => w.wait(),
+            AnyWorker::Gvisor(w) => w.wait(),
         }
     }
 }

@@ -95,28 +95,29 @@ impl NativeWorker {
 const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// Keeps the first `limit` bytes (in memory, or written to a file with the
-/// last [`STDOUT_TAIL`] kept in memory) and counts the rest.
-struct Bounded {
-    kept: Vec<u8>,
+/// last [`STDOUT_TAIL`] kept in memory) and counts the rest (also used
+/// by the Docker tier).
+pub(crate) struct Bounded {
+    pub(crate) kept: Vec<u8>,
     limit: usize,
     /// Bytes kept so far (in memory or in `file`).
     stored: u64,
     total: u64,
     file: Option<std::fs::File>,
     /// The first write to `file` that failed.
-    failed: Option<std::io::Error>,
+    pub(crate) failed: Option<std::io::Error>,
 }
 
 impl Bounded {
-    fn new(limit: usize) -> Self {
+    pub(crate) fn new(limit: usize) -> Self {
         Bounded { kept: Vec::new(), limit, stored: 0, total: 0, file: None, failed: None }
     }
 
-    fn into_file(limit: usize, file: Option<std::fs::File>) -> Self {
+    pub(crate) fn into_file(limit: usize, file: Option<std::fs::File>) -> Self {
         Bounded { file, ..Bounded::new(limit) }
     }
 
-    fn push(&mut self, bytes: &[u8]) {
+    pub(crate) fn push(&mut self, bytes: &[u8]) {
         self.total += bytes.len() as u64;
         let room = (self.limit as u64).saturating_sub(self.stored);
         let take = &bytes[..usize::try_from(room).unwrap_or(usize::MAX).min(bytes.len())];
@@ -136,7 +137,7 @@ impl Bounded {
         }
     }
 
-    fn truncated(&self) -> bool {
+    pub(crate) fn truncated(&self) -> bool {
         self.total > self.stored
     }
 }

@@ -15,6 +15,7 @@ set -euo pipefail
 sock=$1
 tag=$2
 docker=(docker -H "unix://$sock")
+"${docker[@]}" version >/dev/null || { echo "no Docker daemon answers at $sock" >&2; exit 1; }
 
 python=$(readlink -f /usr/bin/python3)
 pkgs=(dash coreutils libc6 python3-minimal)

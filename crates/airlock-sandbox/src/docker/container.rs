@@ -42,6 +42,12 @@ pub(crate) fn create_body(
     if let Some(n) = spec.limits.open_files {
         ulimits.push(ulimit("nofile", n, n));
     }
+    // As in the native tier: RLIMIT_NPROC as well as the cgroup's pids limit
+    // (and an explicit value keeps Podman from raising it past what the
+    // host allows).
+    if let Some(n) = spec.limits.pids {
+        ulimits.push(ulimit("nproc", n, n));
+    }
     if let Some(s) = spec.limits.cpu_seconds {
         ulimits.push(ulimit("cpu", s, s.saturating_add(1)));
     }

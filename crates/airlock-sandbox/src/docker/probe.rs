@@ -8,10 +8,11 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
+use bollard::errors::Error as ApiError;
 use bollard::query_parameters::{InspectContainerOptions, ListContainersOptions};
 
 use super::client::{engine_error, is_not_found, remove_and_confirm, Engine};
-use super::{DockerSettings, DockerTier, LABEL_CALL, LABEL_MANAGED};
+use super::{DockerSettings, DockerTier, LABEL_CALL, LABEL_MANAGED, NAME_PREFIX};
 use crate::call_dir::{is_safe_name, remove_call_dir};
 use crate::error::SandboxError;
 use crate::spec::WorkerSpec;
@@ -141,13 +142,36 @@ pub fn leftovers(settings: &DockerSettings) -> Result<Vec<Leftover>, SandboxErro
         filters: Some(HashMap::from([("label".to_string(), vec![format!("{LABEL_MANAGED}=1")])])),
         ..Default::default()
     };
-    let containers = engine
-        .block_on(engine.api.list_containers(Some(opts)))
-        .map_err(|e| engine_error("GET /containers/json?all=1", e))?;
-    for c in containers {
-        let Some(id) = c.id else { continue };
-        let call_id = c.labels.and_then(|mut l| l.remove(LABEL_CALL));
-        found.insert(0, Leftover { id, call_id });
+    let containers = match engine.block_on(engine.api.list_containers(Some(opts))) {
+        Ok(list) => list
+            .into_iter()
+            .filter_map(|c| Some(Leftover { id: c.id?, call_id: c.labels.and_then(|mut l| l.remove(LABEL_CALL)) }))
+            .collect(),
+        // Podman lists states Docker's API does not have (`stopped`), which
+        // the client cannot read: find the containers by name instead, one
+        // for each call directory (a container never outlives its directory).
+        Err(ApiError::JsonDataError { .. }) => {
+            let calls: Vec<String> = found.iter().filter_map(|l| l.call_id.clone()).collect();
+            by_name(&engine, &calls)?
+        }
+        Err(e) => return Err(engine_error("GET /containers/json?all=1", e)),
+    };
+    found.splice(0..0, containers);
+    Ok(found)
+}
+
+/// The containers named after `calls` that exist; one whose description
+/// the client cannot read is given by its name.
+fn by_name(engine: &Engine, calls: &[String]) -> Result<Vec<Leftover>, SandboxError> {
+    let mut found = Vec::new();
+    for call in calls {
+        let name = format!("{NAME_PREFIX}{call}");
+        match engine.block_on(engine.api.inspect_container(&name, None::<InspectContainerOptions>)) {
+            Ok(info) => found.push(Leftover { id: info.id.unwrap_or(name), call_id: Some(call.clone()) }),
+            Err(e) if is_not_found(&e) => {}
+            Err(ApiError::JsonDataError { .. }) => found.push(Leftover { id: name, call_id: Some(call.clone()) }),
+            Err(e) => return Err(engine_error(&format!("GET /containers/{name}/json"), e)),
+        }
     }
     Ok(found)
 }
@@ -168,13 +192,16 @@ pub fn reap(settings: &DockerSettings, leftover: &Leftover) -> Result<(), Sandbo
         }
         return remove_call_dir(path);
     }
-    if leftover.id.is_empty() || !leftover.id.bytes().all(|b| b.is_ascii_hexdigit()) {
+    let named = leftover.id.strip_prefix(NAME_PREFIX).is_some_and(is_safe_name);
+    if !named && (leftover.id.is_empty() || !leftover.id.bytes().all(|b| b.is_ascii_hexdigit())) {
         return Err(SandboxError::InvalidSpec(format!("{:?} is not a container id", leftover.id)));
     }
     let engine = Engine::connect(&settings.socket)?;
     let ours = match engine.block_on(engine.api.inspect_container(&leftover.id, None::<InspectContainerOptions>)) {
         Ok(info) => info.config.and_then(|c| c.labels).is_some_and(|l| l.get(LABEL_MANAGED).is_some_and(|v| v == "1")),
         Err(e) if is_not_found(&e) => true,
+        // Named by this tier, described in states the client cannot read (Podman).
+        Err(ApiError::JsonDataError { .. }) if named => true,
         Err(e) => return Err(engine_error(&format!("GET /containers/{}/json", leftover.id), e)),
     };
     if !ours {

@@ -35,6 +35,7 @@ use crate::worker::{KillHandle, Worker};
 const KILL_GRACE: Duration = Duration::from_secs(10);
 
 type Frames = Pin<Box<dyn Stream<Item = Result<LogOutput, ApiError>> + Send>>;
+type Exits = Pin<Box<dyn Stream<Item = Result<ContainerWaitResponse, ApiError>> + Send>>;
 
 /// A running Docker worker (one container).
 pub struct DockerWorker {
@@ -55,7 +56,10 @@ pub struct DockerWorker {
 
 impl std::fmt::Debug for DockerWorker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DockerWorker").field("container", &self.container.id).finish()
+        f.debug_struct("DockerWorker")
+            .field("container", &self.container.id)
+            .field("call_dir", &self.call_dir.as_ref().map(|d| d.path()))
+            .finish()
     }
 }
 
@@ -150,9 +154,13 @@ impl DockerWorker {
                 .api
                 .attach_container(&id, Some(attach))
                 .await
-                .map_err(|e| engine_error(&format!("POST /containers/{id}/attach"), e))?
+                .map_err(|e| launch_error(&format!("POST /containers/{id}/attach"), &spec.argv[0], e))?
                 .output;
-            engine.api.start_container(&id, None::<StartContainerOptions>).await.map_err(|e| start_error(&id, e))?;
+            engine
+                .api
+                .start_container(&id, None::<StartContainerOptions>)
+                .await
+                .map_err(|e| launch_error(&format!("POST /containers/{id}/start"), &spec.argv[0], e))?;
             Ok::<_, SandboxError>((limits, frames))
         });
         let (limits, frames) = match begun {
@@ -250,17 +258,16 @@ fn create_error(settings: &DockerSettings, e: ApiError) -> SandboxError {
     engine_error("POST /containers/create", e)
 }
 
-fn start_error(id: &str, e: ApiError) -> SandboxError {
-    // The daemon reports a program that cannot be executed as a failed start.
+/// A failed start (or, with Podman, attach, which creates the process): a
+/// `program` that cannot be executed is [`SandboxError::Exec`].
+fn launch_error(call: &str, program: &str, e: ApiError) -> SandboxError {
     if let ApiError::DockerResponseServerError { message, .. } = &e {
-        if message.contains("executable file not found") || message.contains("no such file or directory") {
-            return SandboxError::Exec { program: message.clone(), errno: crate::error::OsErrno(libc::ENOENT) };
-        }
-        if message.contains("permission denied") {
-            return SandboxError::Exec { program: message.clone(), errno: crate::error::OsErrno(libc::EACCES) };
+        if message.contains("exec: \"") {
+            let errno = if message.contains("permission denied") { libc::EACCES } else { libc::ENOENT };
+            return SandboxError::Exec { program: program.into(), errno: crate::error::OsErrno(errno) };
         }
     }
-    engine_error(&format!("POST /containers/{id}/start"), e)
+    engine_error(call, e)
 }
 
 /// Which of the requested cgroup limits the daemon kept (it drops, with a
@@ -306,7 +313,7 @@ enum Stop {
 /// What is collected while the container runs.
 struct Collect {
     frames: Option<Frames>,
-    waiting: Option<Pin<Box<dyn Stream<Item = Result<ContainerWaitResponse, ApiError>> + Send>>>,
+    waiting: Option<Exits>,
     stdout: Bounded,
     stderr: Bounded,
     exit_code: Option<i64>,
@@ -356,7 +363,7 @@ impl Collect {
                         Some(Ok(r)) => self.exit_code = Some(r.status_code),
                         Some(Err(ApiError::DockerContainerWaitError { code, .. })) => self.exit_code = Some(code),
                         Some(Err(e)) => {
-                            self.error.get_or_insert(engine_error("POST /containers/{id}/wait", e));
+                            self.error.get_or_insert(engine_error("POST /containers/ID/wait", e));
                         }
                         None => {}
                     }
@@ -412,7 +419,7 @@ fn wait_worker(mut w: DockerWorker) -> Result<WorkerOutcome, SandboxError> {
     let call_dir = w.call_dir.take().expect("the call directory lives until wait");
     let output = match &w.output {
         None => None,
-        Some(o) if killed => Some(refused(if timed_out { "the worker timed out" } else { "the worker was killed" })),
+        Some(_) if killed => Some(refused(if timed_out { "the worker timed out" } else { "the worker was killed" })),
         Some(_) if !removed => Some(refused("the container's removal was not confirmed")),
         Some(o) => Some(call_dir.export(o)?),
     };

@@ -3,7 +3,7 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
-use super::lab::{lab, run_on, Lab};
+use super::lab::{lab, run_on, skip, Lab};
 use super::util::{sh, show, text, Dir};
 
 /// Prints `uid gid CapEff NoNewPrivs`, then tries to write the input.
@@ -40,11 +40,7 @@ fn the_worker_runs_as_65534_without_capabilities() {
 fn the_same_holds_on_docker_with_runsc() {
     let Some(lab) = lab("the_same_holds_on_docker_with_runsc") else { return };
     if let Some(why) = &lab.runsc_missing {
-        if std::env::var("AIRLOCK_TEST_DOCKER_REQUIRED").is_ok_and(|v| v == "1") {
-            panic!("Docker+runsc is required here: {why}");
-        }
-        eprintln!("SKIP docker::the_same_holds_on_docker_with_runsc: {why}");
-        return;
+        return skip("the_same_holds_on_docker_with_runsc", &format!("Docker+runsc is not ready: {why}"));
     }
     check_identity(lab, Some("runsc"));
 }
@@ -76,4 +72,37 @@ print(sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[
     assert!(!out.contains("CONNECTED"), "{out}");
     assert!(out.trim_end().ends_with("['lo']"), "{out}");
     assert!(listener.accept().is_err(), "the host's listener saw a connection");
+}
+
+#[test]
+fn the_process_and_memory_limits_hold_in_the_containers_cgroup() {
+    let Some(lab) = lab("the_process_and_memory_limits_hold_in_the_containers_cgroup") else { return };
+    let forks = r#"
+import os, time
+n = 0
+for i in range(40):
+    try:
+        if os.fork() == 0:
+            time.sleep(3)
+            os._exit(0)
+        n += 1
+    except OSError:
+        break
+print(n)
+"#;
+    let mut spec = airlock_sandbox::WorkerSpec::new(["python3", "-c", forks]);
+    spec.limits.pids = Some(8);
+    spec.timeout = Duration::from_secs(30);
+    let o = lab.run(spec);
+    assert!(o.limits.cgroup_pids && o.limits.cgroup_limits_applied, "{:?}", o.limits);
+    let forked: u32 = text(&o.stdout).trim().parse().unwrap_or_else(|_| panic!("{}", show(&o)));
+    assert!(forked < 8, "{forked} children under pids 8");
+
+    let mut spec = airlock_sandbox::WorkerSpec::new(["python3", "-c", "b = bytearray(400 << 20); print('ALLOCATED')"]);
+    spec.limits.memory_bytes = Some(64 << 20);
+    spec.timeout = Duration::from_secs(30);
+    let o = lab.run(spec);
+    assert!(o.limits.cgroup_memory, "{:?}", o.limits);
+    assert!(!o.exit.success() && !text(&o.stdout).contains("ALLOCATED"), "{}", show(&o));
+    assert!(o.cleanup_confirmed);
 }

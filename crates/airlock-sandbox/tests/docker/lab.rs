@@ -78,12 +78,22 @@ pub fn lab(test: &str) -> Option<&'static Lab> {
     static LAB: OnceLock<Result<Lab, String>> = OnceLock::new();
     match LAB.get_or_init(set_up) {
         Ok(lab) => Some(lab),
-        Err(why) if required() => panic!("the Docker tier is required here (AIRLOCK_TEST_DOCKER_REQUIRED=1): {why}"),
         Err(why) => {
-            eprintln!("SKIP docker::{test}: {why}");
+            skip(test, why);
             None
         }
     }
+}
+
+/// Says loudly that `test` did not run and why — straight to the process's
+/// stderr, past the test harness's capture — or fails it where Docker is
+/// required (`AIRLOCK_TEST_DOCKER_REQUIRED=1`).
+pub fn skip(test: &str, why: &str) {
+    if required() {
+        panic!("the Docker tier is required here (AIRLOCK_TEST_DOCKER_REQUIRED=1): {why}");
+    }
+    let line = format!("\n*** SKIPPED docker::{test}: {why} ***\n");
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
 }
 
 /// A tier on the lab with its own state directory (kept alive by the

@@ -152,3 +152,58 @@ fn probe_reports_a_ready_tier() {
     assert!(report.found && report.ready && report.why.is_none(), "{report:?}");
     assert!(report.version.is_some() && report.platform.is_some(), "{report:?}");
 }
+
+/// Start-up of one trivial one-input/one-output call on this tier against
+/// `docker run --rm` of the same command on the same image (issue 19's
+/// benchmark row; run by hand: `-- --ignored measure`, with
+/// `AIRLOCK_MEASURE_RUNTIME=runsc` for Docker+gVisor).
+#[test]
+#[ignore = "a measurement, run by hand"]
+fn measure_a_trivial_call_against_docker_run() {
+    let Some(lab) = lab("measure_a_trivial_call_against_docker_run") else { return };
+    let d = Dir::new();
+    d.write("in", b"hello\n");
+    let runs = 10;
+    let script = "cat in.txt > out.txt";
+    let mut tier_ms = Vec::new();
+    let runtime = std::env::var("AIRLOCK_MEASURE_RUNTIME").ok();
+    let t = lab.tier(runtime.as_deref());
+    for i in 0..runs {
+        let mut spec = sh(script, &[]);
+        spec.inputs.push(d.input("in", "in.txt"));
+        spec.output = Some(d.output(&format!("out{i}"), "out.txt", 100));
+        let begun = Instant::now();
+        let o = run_on(&t, spec);
+        tier_ms.push(begun.elapsed().as_secs_f64() * 1000.0);
+        assert!(o.exit.success() && o.output.unwrap().bytes == 6);
+    }
+    let mut cli_ms = Vec::new();
+    for i in 0..runs {
+        let out = d.write(&format!("cli{i}"), b"");
+        std::fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+        let begun = Instant::now();
+        let status = Command::new("docker")
+            .arg("-H")
+            .arg(format!("unix://{}", lab.socket.display()))
+            .args(["run", "--rm", "--network", "none", "--read-only", "-u", "65534:65534", "-w", "/workspace"])
+            .args(runtime.iter().flat_map(|r| ["--runtime", r.as_str()]))
+            .arg("-v")
+            .arg(format!("{}:/workspace/in.txt:ro", d.path("in").display()))
+            .arg("-v")
+            .arg(format!("{}:/workspace/out.txt", out.display()))
+            .args([&lab.image, "sh", "-c", script])
+            .status()
+            .unwrap();
+        cli_ms.push(begun.elapsed().as_secs_f64() * 1000.0);
+        assert!(status.success());
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (a, b) = (median(&mut tier_ms), median(&mut cli_ms));
+    println!(
+        "runtime {runtime:?}: docker tier: median {a:.0} ms; docker run --rm: median {b:.0} ms; ratio {:.2}",
+        a / b
+    );
+}

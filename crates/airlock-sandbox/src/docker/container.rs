@@ -91,6 +91,11 @@ pub(crate) fn create_body(
         auto_remove: Some(false),
         init: Some(false),
         ipc_mode: Some("private".into()),
+        // The daemon writes /etc/resolv.conf even without a network: keep
+        // the host's resolvers and search domains out of it.
+        dns: Some(vec!["127.0.0.1".into()]),
+        dns_search: Some(vec![".".into()]),
+        dns_options: Some(Vec::new()),
         shm_size: Some(64 << 10),
         ..Default::default()
     };

@@ -7,15 +7,17 @@
 //! - The configured image, which must already exist in the daemon (made
 //!   offline, e.g. by `scripts/docker-image.sh`), as a read-only root.
 //! - User `65534:65534`, no capabilities (`CapDrop ALL`), `no-new-privileges`,
-//!   `NetworkMode none`, no stdin, no TTY, logging driver `none` (nothing the
-//!   tool prints is stored by the daemon), the daemon's default seccomp and
-//!   AppArmor profiles and masked `/proc` paths.
-//! - Limits: `ulimit fsize` = `limits.file_size`, `nofile`, `cpu` (when
-//!   `cpu_seconds` is set), `PidsLimit` and memory (no swap) in the
+//!   `NetworkMode none` (and no resolver of the host's in `/etc/resolv.conf`),
+//!   no stdin, no TTY, logging driver `none` (nothing the tool prints is
+//!   stored by the daemon), the daemon's default seccomp profile and masked
+//!   `/proc` paths.
+//! - Limits: `ulimit fsize` = `limits.file_size`, `nproc` (= `pids`, as in
+//!   the native tier), `nofile`, `cpu` (when `cpu_seconds` is set), `core 0`,
+//!   `PidsLimit` and memory (no swap) in the
 //!   container's cgroup, a size-bounded tmpfs `/tmp`, and a small root-owned
 //!   tmpfs at the working directory that holds only the mount points.
 //! - Exactly two kinds of bind mount, both from the call's private directory
-//!   ([`CallDir`](crate::call_dir::CallDir)): each staged input's private
+//!   (`CallDir`): each staged input's private
 //!   copy read-only at `working_dir/virtual_path`, and the one output file
 //!   (owned by 65534) read-write at its virtual path.
 //! - `Runtime` = [`DockerSettings::runtime`] (`runsc` for Docker+gVisor).
@@ -24,10 +26,10 @@
 //!
 //! When the tool exits (its container's PID 1: the kernel kills every other
 //! process of the container with it), at the deadline, on
-//! [`Worker::kill`](crate::Worker::kill) or [`Cancel`](crate::Cancel), the
+//! [`Worker::kill`](crate::Worker::kill) or [`Cancel`], the
 //! container is killed, force-removed, and its removal confirmed (inspect
 //! answers 404). Only then is the output copied out by
-//! [`CallDir::export`](crate::call_dir::CallDir::export) (same inode, one link,
+//! `CallDir::export` (same inode, one link,
 //! within `max_bytes`) and the call directory removed;
 //! [`WorkerOutcome::cleanup_confirmed`](crate::WorkerOutcome::cleanup_confirmed)
 //! is set only when removal was confirmed.
@@ -46,6 +48,11 @@
 //!   remove it and its call directory.
 //! - `spec.image` (host directories) is not used: the Docker image replaces
 //!   it. A spec with an `fs_socket` or provided files is refused.
+//! - The worker's `/proc/self/mountinfo` names the call directory's host
+//!   path (the bind sources); `/sys` and `/proc` are masked as the daemon
+//!   masks them, not as the native tier does.
+//! - The tier's calls block on a small runtime of their own: call them from
+//!   a plain thread, not from inside an async runtime.
 #![forbid(unsafe_code)]
 
 mod client;

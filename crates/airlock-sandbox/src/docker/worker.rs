@@ -308,6 +308,9 @@ enum Stop {
     Deadline,
     /// A kill was requested.
     Killed,
+    /// The output stream broke (the worker is killed: what it printed
+    /// cannot be judged).
+    Broken,
 }
 
 /// What is collected while the container runs.
@@ -353,6 +356,7 @@ impl Collect {
                         Some(Err(e)) => {
                             self.error.get_or_insert(engine_error("attach (stdout, stderr)", e));
                             self.frames = None;
+                            return Stop::Broken;
                         }
                         None => self.frames = None,
                     }
@@ -424,7 +428,8 @@ fn wait_worker(mut w: DockerWorker) -> Result<WorkerOutcome, SandboxError> {
         Some(o) => Some(call_dir.export(o)?),
     };
     let dir_removed = call_dir.remove();
-    if let Some(e) = c.error.take().filter(|_| !killed) {
+    // A kill or the deadline decides the outcome; any other failure is the error.
+    if let Some(e) = c.error.take().filter(|_| !matches!(stop, Stop::Deadline | Stop::Killed)) {
         return Err(e);
     }
     if let Some(e) = c.stdout.failed.take() {

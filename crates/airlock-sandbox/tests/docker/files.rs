@@ -51,7 +51,7 @@ fn a_sibling_file_and_host_secrets_are_invisible() {
     let t = lab.tier(None);
     let state = t.tier.settings().state_dir.display().to_string();
     let script = "ls -a .; echo --; ls -a /; for p in \"$@\"; do [ -e \"$p\" ] && echo \"VISIBLE $p\"; done; \
-                  cat /etc/shadow 2>/dev/null && echo SHADOW; echo done";
+                  cat /etc/shadow 2>/dev/null && echo SHADOW; cat /etc/resolv.conf; echo done";
     let host_dir = d.tmp.path().display().to_string();
     let sibling = d.path("sibling").display().to_string();
     let mut spec = sh(script, &["/etc/shadow", &host_dir, &sibling, &state, "/var/lib/docker", "/root", "/home"]);
@@ -64,6 +64,11 @@ fn a_sibling_file_and_host_secrets_are_invisible() {
     let listing: Vec<&str> = out.lines().take_while(|l| *l != "--").collect();
     assert_eq!(listing, [".", "..", "in.txt"], "{out}");
     assert!(out.trim_end().ends_with("done"));
+    // Not even the host's resolvers (the daemon writes a resolv.conf).
+    let host_resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    for server in host_resolv.lines().filter(|l| l.starts_with("nameserver") && !l.contains("127.0.0.1")) {
+        assert!(!out.contains(server), "{server} visible: {out}");
+    }
 }
 
 #[test]

@@ -32,7 +32,8 @@ storage_driver() {
 }
 
 start() {
-  command -v dockerd >/dev/null || { echo "dockerd not found: apt-get install docker.io" >&2; exit 1; }
+  command -v dockerd >/dev/null && command -v docker >/dev/null ||
+    { echo "dockerd or docker not found: apt-get install docker.io" >&2; exit 1; }
   if [[ -S $sock ]] && [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
     echo "$sock"; return
   fi
@@ -74,7 +75,7 @@ JSON
       tail -n 20 "$dir/dockerd.log" >&2
       exit 1
     fi
-    if [[ -S $sock ]] && curl -fsS --max-time 2 --unix-socket "$sock" http://localhost/_ping >/dev/null 2>&1; then
+    if [[ -S $sock ]] && timeout 5 docker -H "unix://$sock" version --format '{{.Server.Version}}' >/dev/null 2>&1; then
       if [[ -n $owner ]]; then
         # A watcher that stops this daemon once its owner (a test process) is gone.
         setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; exec "$2" stop "$3"' \
@@ -101,6 +102,14 @@ stop() {
       kill -KILL "$pid" 2>/dev/null || true
     fi
   fi
+  # Container shims (and runsc sandboxes) of this daemon outlive it: end
+  # those whose command line names this daemon's exec root, by pid.
+  local p
+  for p in /proc/[0-9]*; do
+    if { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF "$dir/exec/"; then
+      kill -KILL "${p#/proc/}" 2>/dev/null || true
+    fi
+  done
   # Mounts left under the data or exec root (overlay layers, shm, netns).
   if [[ -d $dir ]]; then
     awk -v d="$dir/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r | while read -r m; do

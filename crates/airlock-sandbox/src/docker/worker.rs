@@ -423,11 +423,14 @@ fn wait_worker(mut w: DockerWorker) -> Result<WorkerOutcome, SandboxError> {
     let call_dir = w.call_dir.take().expect("the call directory lives until wait");
     let output = match &w.output {
         None => None,
-        Some(_) if killed => Some(refused(if timed_out { "the worker timed out" } else { "the worker was killed" })),
-        Some(_) if !removed => Some(refused("the container's removal was not confirmed")),
-        Some(o) => Some(call_dir.export(o)?),
+        Some(_) if killed => {
+            Some(Ok(refused(if timed_out { "the worker timed out" } else { "the worker was killed" })))
+        }
+        Some(_) if !removed => Some(Ok(refused("the container's removal was not confirmed"))),
+        Some(o) => Some(call_dir.export(o)),
     };
     let dir_removed = call_dir.remove();
+    let output = output.transpose()?;
     // A kill or the deadline decides the outcome; any other failure is the error.
     if let Some(e) = c.error.take().filter(|_| !matches!(stop, Stop::Deadline | Stop::Killed)) {
         return Err(e);

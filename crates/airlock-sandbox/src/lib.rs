@@ -177,6 +177,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+mod any_tier;
 pub mod broker_jail;
 mod call_dir;
 mod cancel;
@@ -204,6 +205,7 @@ mod wire;
 mod worker;
 mod worker_exec;
 
+pub use any_tier::{AnyTier, AnyWorker};
 pub use broker_jail::{
     confine_broker, spawn_broker, spawn_broker_with, BrokerOptions, BrokerProcess, BROKER_FIRST_ROOT_FD,
     DEFAULT_MAX_FILE_BYTES,

@@ -303,12 +303,8 @@ impl Config {
         }
         let limits = Limits::configured(&raw.limits)?;
         let tier = raw.sandbox.tier.unwrap_or(Tier::Native);
-        let tiers = crate::tier_settings::TierSettings::check(
-            tier,
-            raw.sandbox.tiers,
-            raw.sandbox.gvisor,
-            raw.sandbox.docker,
-        )?;
+        let tiers =
+            crate::tier_settings::TierSettings::check(tier, raw.sandbox.tiers, raw.sandbox.gvisor, raw.sandbox.docker)?;
         raw.staging.check()?;
         raw.journal.check()?;
         Ok(Config {

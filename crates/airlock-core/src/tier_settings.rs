@@ -21,7 +21,6 @@ pub enum Tier {
     Microvm,
 }
 
-
 /// The tiers, their settings and the allow-list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TierSettings {
@@ -186,8 +185,9 @@ mod tests {
 
     #[test]
     fn the_default_tier_must_be_allowed() {
-        let err = TierSettings::check(Tier::Gvisor, Some(vec![Tier::Native]), RawGvisor::default(), RawDocker::default())
-            .unwrap_err();
+        let err =
+            TierSettings::check(Tier::Gvisor, Some(vec![Tier::Native]), RawGvisor::default(), RawDocker::default())
+                .unwrap_err();
         assert!(err.message.contains("not in [sandbox] tiers"), "{}", err.message);
     }
 

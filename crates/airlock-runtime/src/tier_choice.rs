@@ -97,11 +97,17 @@ mod tests {
     #[test]
     fn the_allow_list_and_the_shape_bound_the_choice() {
         let c = config("[sandbox]\ntiers = [\"native\", \"gvisor\"]\n");
-        assert_eq!(choose(&c, Some(Tier::Docker), None, ONE_SHOT, "t").unwrap_err().code, ReasonCode::SandboxTierNotAllowed);
+        assert_eq!(
+            choose(&c, Some(Tier::Docker), None, ONE_SHOT, "t").unwrap_err().code,
+            ReasonCode::SandboxTierNotAllowed
+        );
         let e = choose(&c, Some(Tier::Gvisor), None, NATIVE_ONLY, "a Git query").unwrap_err();
         assert_eq!(e.code, ReasonCode::SandboxTierUnsupported);
         assert!(e.message.contains("a Git query"), "{}", e.message);
-        assert_eq!(no_worker(Some(Tier::Gvisor), "a source query").unwrap_err().code, ReasonCode::SandboxTierUnsupported);
+        assert_eq!(
+            no_worker(Some(Tier::Gvisor), "a source query").unwrap_err().code,
+            ReasonCode::SandboxTierUnsupported
+        );
         assert_eq!(no_worker(None, "a source query").unwrap(), NO_WORKER);
     }
 }

@@ -2,12 +2,12 @@
 //! a call (by the name its descriptor records), what `doctor` reports about
 //! each, and what `staging gc` reaps of calls whose airlock died.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use airlock_core::config::{Config, Tier};
 use airlock_core::reason::{ReasonCode, Refusal};
 use airlock_core::tier_settings::{GvisorPlatformChoice, ALL_TIERS};
-use airlock_sandbox::{gvisor, AnyTier, GvisorPlatform, GvisorSettings, Leftover, TierReport};
+use airlock_sandbox::{docker, gvisor, AnyTier, DockerSettings, GvisorPlatform, GvisorSettings, Leftover, TierReport};
 use serde::Serialize;
 
 use crate::Runtime;
@@ -28,6 +28,23 @@ pub fn gvisor_settings(config: &Config) -> GvisorSettings {
         GvisorPlatformChoice::Kvm => GvisorPlatform::Kvm,
     };
     GvisorSettings { runsc, platform, state_dir: tier_dir(config, Tier::Gvisor) }
+}
+
+/// The Docker tier's settings, or why it is not configured.
+pub fn docker_settings(config: &Config) -> Result<DockerSettings, String> {
+    let d = &config.tiers.docker;
+    let image = d.image.clone().ok_or_else(|| {
+        "[sandbox.docker] image is not set: name a local image (airlock never pulls; scripts/docker-image.sh \
+         builds one offline)"
+            .to_owned()
+    })?;
+    let socket = d.socket.clone().unwrap_or_else(|| {
+        std::env::var("DOCKER_HOST")
+            .ok()
+            .and_then(|h| h.strip_prefix("unix://").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("/var/run/docker.sock"))
+    });
+    Ok(DockerSettings { socket, image, runtime: d.runtime.clone(), state_dir: tier_dir(config, Tier::Docker) })
 }
 
 fn tier_dir(config: &Config, tier: Tier) -> PathBuf {
@@ -55,7 +72,10 @@ pub fn tier_reports(config: &Config) -> Vec<TierReport> {
                 }
             }
             Tier::Gvisor => gvisor::probe(&gvisor_settings(config)),
-            Tier::Docker => TierReport::not_ready("docker", "not built in this version of airlock"),
+            Tier::Docker => match docker_settings(config) {
+                Ok(settings) => docker::probe(&settings),
+                Err(why) => TierReport::not_ready("docker", why),
+            },
             Tier::Microvm => TierReport::not_ready("microvm", "not built in this version of airlock"),
         })
         .collect()
@@ -78,9 +98,8 @@ impl Runtime {
     /// What dead calls left on that tier is reaped first.
     pub(crate) fn worker_tier(&self, name: &str) -> Result<AnyTier, Refusal> {
         let tier = self.tier_named(name)?;
-        let unavailable = |why: String| {
-            Refusal::new(ReasonCode::SandboxUnavailable, format!("tier {name:?} cannot run here: {why}"))
-        };
+        let unavailable =
+            |why: String| Refusal::new(ReasonCode::SandboxUnavailable, format!("tier {name:?} cannot run here: {why}"));
         match tier {
             Tier::Native => Ok(AnyTier::Native(self.native_tier()?)),
             Tier::Gvisor => {
@@ -90,7 +109,13 @@ impl Runtime {
                 t.cancel_with(self.cancel.clone());
                 Ok(AnyTier::Gvisor(t))
             }
-            Tier::Docker => Err(unavailable("the docker tier is not built in this version of airlock".into())),
+            Tier::Docker => {
+                let settings = docker_settings(self.config()).map_err(unavailable)?;
+                self.reap_dead(Tier::Docker);
+                let mut t = airlock_sandbox::DockerTier::new(settings);
+                t.cancel_with(self.cancel.clone());
+                Ok(AnyTier::Docker(t))
+            }
             Tier::Microvm => Err(unavailable("the microvm tier is not built in this version of airlock".into())),
         }
     }
@@ -114,7 +139,7 @@ impl Runtime {
     /// call's staging reservation.
     pub fn reap_tier_leftovers(&self) -> Result<Vec<ReapedLeftover>, Refusal> {
         let mut reaped = Vec::new();
-        for tier in [Tier::Gvisor] {
+        for tier in [Tier::Gvisor, Tier::Docker] {
             reaped.extend(self.reap_tier(tier)?);
         }
         Ok(reaped)
@@ -128,7 +153,9 @@ impl Runtime {
                     tracing::info!(tier = r.tier, id = %r.leftover.id, error = r.error.as_deref(), "reaped a dead call's worker");
                 }
             }
-            Err(e) => tracing::warn!(tier = tier.as_str(), error = %e.message, "could not look for dead calls' workers"),
+            Err(e) => {
+                tracing::warn!(tier = tier.as_str(), error = %e.message, "could not look for dead calls' workers")
+            }
         }
     }
 
@@ -136,7 +163,8 @@ impl Runtime {
         let config = self.config();
         let live = self.live_reservations()?;
         let dead = |l: &Leftover| l.call_id.as_ref().is_some_and(|id| !live.contains(id));
-        let sandbox_err = |e: airlock_sandbox::SandboxError| Refusal::new(ReasonCode::SandboxUnavailable, e.to_string());
+        let sandbox_err =
+            |e: airlock_sandbox::SandboxError| Refusal::new(ReasonCode::SandboxUnavailable, e.to_string());
         let mut out = Vec::new();
         match tier {
             Tier::Gvisor => {
@@ -149,7 +177,17 @@ impl Runtime {
                     out.push(ReapedLeftover { tier: "gvisor", leftover: l, error });
                 }
             }
-            Tier::Native | Tier::Docker | Tier::Microvm => {}
+            Tier::Docker => {
+                let Ok(settings) = docker_settings(config) else { return Ok(out) };
+                if !Path::new(&settings.socket).exists() {
+                    return Ok(out);
+                }
+                for l in docker::leftovers(&settings).map_err(sandbox_err)?.into_iter().filter(dead) {
+                    let error = docker::reap(&settings, &l).err().map(|e| e.to_string());
+                    out.push(ReapedLeftover { tier: "docker", leftover: l, error });
+                }
+            }
+            Tier::Native | Tier::Microvm => {}
         }
         Ok(out)
     }

@@ -3,6 +3,7 @@
 //! the same code whatever the tier.
 #![forbid(unsafe_code)]
 
+use crate::docker::{DockerTier, DockerWorker};
 use crate::error::SandboxError;
 use crate::gvisor::{GvisorTier, GvisorWorker};
 use crate::native::NativeTier;
@@ -18,6 +19,8 @@ pub enum AnyTier {
     Native(NativeTier),
     /// gVisor's `runsc`: a user-space kernel between the tool and the host.
     Gvisor(GvisorTier),
+    /// A Docker engine over its Unix socket (with its `runtime`, e.g. runsc).
+    Docker(DockerTier),
 }
 
 /// A worker of an [`AnyTier`].
@@ -27,6 +30,8 @@ pub enum AnyWorker {
     Native(NativeWorker),
     /// A gVisor worker.
     Gvisor(GvisorWorker),
+    /// A Docker worker.
+    Docker(DockerWorker),
 }
 
 impl Tier for AnyTier {
@@ -36,6 +41,7 @@ impl Tier for AnyTier {
         match self {
             AnyTier::Native(t) => t.name(),
             AnyTier::Gvisor(t) => t.name(),
+            AnyTier::Docker(t) => t.name(),
         }
     }
 
@@ -43,6 +49,7 @@ impl Tier for AnyTier {
         match self {
             AnyTier::Native(t) => t.start(spec).map(AnyWorker::Native),
             AnyTier::Gvisor(t) => t.start(spec).map(AnyWorker::Gvisor),
+            AnyTier::Docker(t) => t.start(spec).map(AnyWorker::Docker),
         }
     }
 }
@@ -52,6 +59,7 @@ impl Worker for AnyWorker {
         match self {
             AnyWorker::Native(w) => w.kill_handle(),
             AnyWorker::Gvisor(w) => w.kill_handle(),
+            AnyWorker::Docker(w) => w.kill_handle(),
         }
     }
 
@@ -59,6 +67,7 @@ impl Worker for AnyWorker {
         match self {
             AnyWorker::Native(w) => w.kill(),
             AnyWorker::Gvisor(w) => w.kill(),
+            AnyWorker::Docker(w) => w.kill(),
         }
     }
 
@@ -66,6 +75,7 @@ impl Worker for AnyWorker {
         match self {
             AnyWorker::Native(w) => w.wait(),
             AnyWorker::Gvisor(w) => w.wait(),
+            AnyWorker::Docker(w) => w.wait(),
         }
     }
 }

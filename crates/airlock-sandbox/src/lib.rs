@@ -187,6 +187,7 @@ pub mod broker_jail;
 mod call_dir;
 mod cancel;
 mod cgroup;
+pub mod docker;
 mod error;
 pub mod gvisor;
 pub mod init;
@@ -217,6 +218,7 @@ pub use broker_jail::{
 };
 pub use cancel::Cancel;
 pub use cgroup::{cgroup_delegation, cgroup_limits_available, CgroupDelegation, SharedCgroup};
+pub use docker::{DockerSettings, DockerTier, DockerWorker};
 pub use error::{OsErrno, SandboxError, SandboxErrorKind};
 pub use gvisor::{GvisorPlatform, GvisorSettings, GvisorTier, GvisorWorker};
 pub use ipc::IPC_ENFORCEMENT;

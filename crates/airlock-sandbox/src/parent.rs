@@ -95,7 +95,8 @@ impl NativeWorker {
 pub(crate) const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// Keeps the first `limit` bytes (in memory, or written to a file with the
-/// last [`STDOUT_TAIL`] kept in memory) and counts the rest.
+/// last [`STDOUT_TAIL`] kept in memory) and counts the rest (also used
+/// by the gVisor and Docker tiers).
 pub(crate) struct Bounded {
     pub(crate) kept: Vec<u8>,
     limit: usize,
@@ -116,7 +117,7 @@ impl Bounded {
         Bounded { file, ..Bounded::new(limit) }
     }
 
-    fn push(&mut self, bytes: &[u8]) {
+    pub(crate) fn push(&mut self, bytes: &[u8]) {
         self.total += bytes.len() as u64;
         let room = (self.limit as u64).saturating_sub(self.stored);
         let take = &bytes[..usize::try_from(room).unwrap_or(usize::MAX).min(bytes.len())];

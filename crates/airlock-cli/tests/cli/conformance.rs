@@ -280,8 +280,9 @@ fn a_detached_child_does_not_write_late() {
 
 #[test]
 fn the_misbehave_example_is_contained_and_publishes_nothing() {
-    let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/tools/misbehave.clad.toml"))
-        .unwrap();
+    let manifest =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/tools/misbehave.clad.toml"))
+            .unwrap();
     for t in ready_tiers("misbehave") {
         let p = project(&t, "misbehave", &manifest);
         let run = p.run(&["run", "misbehave", "data/in.txt", "results/m.txt"]);

@@ -114,15 +114,10 @@ impl Transport for Git<'_> {
 
     fn prepare(self, rt: &Runtime, start: &CallStart<'_>) -> Result<Preparation<GitPayload>, Refusal> {
         let (op, path, request) = parse_args(self.operation, self.args)?;
-        let tier_name = crate::tier_choice::choose(
-            rt.config(),
-            start.tier,
-            None,
-            crate::tier_choice::NATIVE_ONLY,
-            "a Git query",
-        )?
-        .as_str()
-        .to_owned();
+        let tier_name =
+            crate::tier_choice::choose(rt.config(), start.tier, None, crate::tier_choice::NATIVE_ONLY, "a Git query")?
+                .as_str()
+                .to_owned();
         let tier = rt.native_tier()?;
         // Resolve, reserve the snapshot's bound in the staging pool,
         // snapshot, give back what the archive did not use, describe.

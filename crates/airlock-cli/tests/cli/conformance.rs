@@ -313,12 +313,66 @@ fn the_misbehave_example_is_contained_and_publishes_nothing() {
 
 /// What a container tier leaves in the state dir between calls: nothing.
 fn assert_no_tier_leftovers(p: &Project, t: &TierUnderTest) {
+    let calls = call_dirs(p, t);
+    assert!(calls.is_empty(), "{}: call directories left: {calls:?}", t.name);
+}
+
+/// The call directories of a container tier in the project's state dir
+/// (gVisor keeps them under `calls/`, Docker directly).
+fn call_dirs(p: &Project, t: &TierUnderTest) -> Vec<String> {
     let dir = p.path(".airlock/tiers").join(t.name.split('+').next().unwrap());
-    let left: Vec<String> = std::fs::read_dir(&dir)
-        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-        .unwrap_or_default();
-    let calls: Vec<&String> = left.iter().filter(|n| n.starts_with("inv-") || n.starts_with("w-")).collect();
-    assert!(calls.is_empty(), "{}: call directories left in {}: {calls:?}", t.name, dir.display());
+    [dir.clone(), dir.join("calls")]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("inv-") || n.starts_with("w-"))
+        .collect()
+}
+
+/// A SIGKILLed airlock leaves its container running; `airlock staging gc`
+/// then leaves no container, sandbox process, call directory or staging data.
+#[test]
+fn a_killed_airlock_leaves_nothing_after_staging_gc() {
+    for t in ready_tiers("killed airlock").into_iter().filter(|t| t.name != "native") {
+        let m = marker(120);
+        let script = format!("sleep {m}; echo never > \"$2\"");
+        let p = project(&t, "sleepy", &sh_tool("sleepy", "timeout_seconds = 60", IO_ARGS, &script, IO_FS));
+        let _guard = KillOnDrop(m.clone());
+        let id = format!("inv-killed-{}", std::process::id());
+        let mut child = p
+            .command(&["run", "sleepy", "data/in.txt", "results/out.txt", "--invocation-id", &id])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_until(Duration::from_secs(30), || !call_dirs(&p, &t).is_empty()),
+            "{}: the call never started its container",
+            t.name
+        );
+        // Past the start: the tool is sleeping inside.
+        std::thread::sleep(Duration::from_millis(1500));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!call_dirs(&p, &t).is_empty(), "{}: nothing was left to reap (the test proves nothing)", t.name);
+
+        let gc = p.run(&["staging", "gc"]);
+        gc.assert_ok();
+        let reaped = gc.envelope["content"]["tier_leftovers_removed"].as_array().cloned().unwrap_or_default();
+        assert!(!reaped.is_empty(), "{}: gc reaped nothing: {gc:#?}", t.name);
+        assert!(reaped.iter().all(|r| r["error"].is_null()), "{}: {reaped:#?}", t.name);
+        assert!(call_dirs(&p, &t).is_empty(), "{}: call directories left: {:?}", t.name, call_dirs(&p, &t));
+        assert_staging_empty(&p);
+        assert!(
+            wait_until(Duration::from_secs(5), || procs_with(&m).is_empty()),
+            "{}: the tool survived: {:?}",
+            t.name,
+            procs_with(&m)
+        );
+        let state = p.path(".airlock").to_str().unwrap().to_owned();
+        assert!(procs_with(&state).is_empty(), "{}: runtime processes left: {:?}", t.name, procs_with(&state));
+        assert!(!p.path("results/out.txt").exists());
+    }
 }
 
 // ---- tier selection, policy and refusals (tier-independent) ----

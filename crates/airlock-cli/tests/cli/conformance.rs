@@ -433,3 +433,39 @@ when { resource.name == "sensitive" && context.invocation.resolved.tier != "gvis
         assert_eq!(std::fs::read_to_string(p.path("results/o.txt")).unwrap(), "x\n");
     }
 }
+
+/// The issue's example: a high-risk tool only on gVisor. The call waits for
+/// an approval like every high-risk call; once approved, Cedar still refuses
+/// it on the native tier and lets it run on gvisor.
+#[test]
+fn a_high_risk_tool_that_policy_keeps_on_gvisor_is_refused_on_native_even_when_approved() {
+    let policy = r#"
+@id("permit-all")
+permit (principal, action, resource);
+
+@id("high-risk-only-on-gvisor")
+forbid (principal, action, resource)
+when { resource.risk_tier == "high" && context.invocation.resolved.tier != "gvisor" };
+"#;
+    let (p, alice) = crate::approvers::approved_project(&format!("{ROOTS}[policy]\nfiles = [\"policy/*.cedar\"]\n"));
+    p.write("policy/tiers.cedar", policy);
+    p.write("data/in.txt", "x\n");
+    p.tool("risky", &sh_tool("risky", "risk_tier = \"high\"", IO_ARGS, "cat \"$1\" > \"$2\"", IO_FS));
+    let approved_dispatch = |extra: &[&str], out: &str| {
+        let mut args = vec!["run", "risky", "data/in.txt", out];
+        args.extend_from_slice(extra);
+        let first = p.run(&args);
+        first.assert_refused("approval.required", 77);
+        let digest = first.envelope["evidence"]["descriptor_sha256"].as_str().unwrap().to_owned();
+        alice.approve(&p, &digest, &[]).assert_ok();
+        p.run(&["dispatch", first.envelope["invocation_id"].as_str().unwrap()])
+    };
+    let native = approved_dispatch(&[], "results/native.txt");
+    native.assert_refused("policy.denied", 77);
+    assert!(native.stderr.contains("high-risk-only-on-gvisor"), "{native:#?}");
+    assert!(!p.path("results/native.txt").exists());
+    if ready_tiers("high risk on gvisor").iter().any(|t| t.name == "gvisor") {
+        approved_dispatch(&["--tier", "gvisor"], "results/gvisor.txt").assert_ok();
+        assert_eq!(std::fs::read_to_string(p.path("results/gvisor.txt")).unwrap(), "x\n");
+    }
+}

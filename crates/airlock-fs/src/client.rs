@@ -135,8 +135,8 @@ impl Client {
     /// the window at once, so a file that grows, shrinks or is replaced
     /// meanwhile fails the read (`broker.changed`) instead of mixing two
     /// versions; the bytes already written to `out` are then not the file.
-    /// If `out` fails, the answers still in flight are taken (and dropped)
-    /// first, so the socket stays in step for the next process using it.
+    /// The frames go a window at a time: all of a window's answers are
+    /// taken before its bytes are written to `out`.
     pub fn read_into(
         &mut self,
         root: &str,
@@ -159,11 +159,17 @@ impl Client {
         if n < want {
             return Err(self.fail(FsError::protocol(format!("a read of {want} bytes got {n} before the end"))));
         }
-        // The rest: [offset + n, end), in frames of at most MAX_IO_BYTES.
+        // The rest: [offset + n, end), in frames of at most MAX_IO_BYTES,
+        // a window at a time: every answer of a window is taken before its
+        // bytes go to `out`, so nothing is in flight while `out` blocks (a
+        // full pipe) and another process may use the socket meanwhile, as
+        // with one frame at a time.
         let end = max.map_or(size, |m| size.min(offset.saturating_add(m)));
-        let (mut next, mut pos) = (offset + n, offset + n);
-        let mut pending: VecDeque<(u64, u64)> = VecDeque::new();
+        let mut pos = offset + n;
+        let mut frames = Vec::with_capacity(self.window);
         while pos < end {
+            let mut pending = VecDeque::with_capacity(self.window);
+            let mut next = pos;
             while pending.len() < self.window && next < end {
                 let want = (end - next).min(MAX_IO_BYTES);
                 let request = Request {
@@ -175,20 +181,24 @@ impl Client {
                 pending.push_back((self.send(request, None)?, want));
                 next += want;
             }
-            let Some((id, want)) = pending.pop_front() else { break };
-            let frame = self.take_frame(id, want)?;
-            if frame.size != size {
-                let message = format!("{root}:{path} was {size} bytes, now {}", frame.size);
-                return Err(self.fail(FsError::new(codes::CHANGED, message)));
+            frames.clear();
+            while let Some((id, want)) = pending.pop_front() {
+                let frame = self.take_frame(id, want)?;
+                if frame.size != size {
+                    let message = format!("{root}:{path} was {size} bytes, now {}", frame.size);
+                    return Err(self.fail(FsError::new(codes::CHANGED, message)));
+                }
+                if (frame.bytes.len() as u64) < want {
+                    let got = frame.bytes.len();
+                    let message = format!("a read of {want} bytes got {got} before the end");
+                    return Err(self.fail(FsError::protocol(message)));
+                }
+                frames.push(frame.bytes);
             }
-            if (frame.bytes.len() as u64) < want {
-                let got = frame.bytes.len();
-                return Err(self.fail(FsError::protocol(format!("a read of {want} bytes got {got} before the end"))));
+            for bytes in &frames {
+                write_out(out, bytes)?;
+                pos += bytes.len() as u64;
             }
-            if let Err(e) = write_out(out, &frame.bytes) {
-                return Err(self.settle(pending.into_iter().map(|(id, _)| id), e));
-            }
-            pos += want;
         }
         let done = pos - offset;
         Ok(Streamed { bytes: done, size, complete: pos >= size })
@@ -241,8 +251,9 @@ impl Client {
     /// streamed: up to 64 KiB is one `write`; more is a chunked write
     /// (`write_open`, `write_append` per 64 KiB with up to the window in
     /// flight, `write_commit` once every append was answered), named only
-    /// at the commit. If `src` fails the write is aborted and nothing is
-    /// named. Returns the bytes written.
+    /// at the commit. `src` is read while appends are in flight (a process
+    /// sharing the socket waits for the call to return). If `src` fails
+    /// the write is aborted and nothing is named. Returns the bytes written.
     pub fn write_from(&mut self, root: &str, path: &str, src: &mut impl Read) -> Result<u64, FsError> {
         let mut chunk = vec![0u8; MAX_IO_BYTES as usize];
         let n = fill(src, &mut chunk)?;
@@ -399,19 +410,6 @@ impl Client {
             Some(e) => Err(FsError { code: e.code, message: e.message }),
             None => Ok((response, data.map(<[u8]>::to_vec))),
         }
-    }
-
-    /// Takes (and drops) the answers to `ids`, still in flight, so the
-    /// socket is in step for whoever uses it next; then passes `e` on. If
-    /// one of them fails, the connection is unusable.
-    fn settle(&mut self, ids: impl IntoIterator<Item = u64>, e: FsError) -> FsError {
-        for id in ids {
-            if self.receive(id).is_err() {
-                self.broken = true;
-                break;
-            }
-        }
-        e
     }
 
     /// Marks the connection unusable and passes `e` on.

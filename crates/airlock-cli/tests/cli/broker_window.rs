@@ -30,6 +30,25 @@ fn project(calls: u64, read_bytes: u64, write_bytes: u64) -> Project {
 }
 
 const PY_COPY: &str = "import airlock_fs\nairlock_fs.write('out', 'py.bin', airlock_fs.read('b', 'big.bin'))\n";
+
+/// The Python copy, counting the requests it has sent and not yet taken
+/// the answer of: the client keeps the whole window in flight.
+const PY_COUNTED_COPY: &str = r#"
+import airlock_fs
+c = airlock_fs._connection
+flight, most = [0], [0]
+send, receive = c.send, c.receive
+def counted_send(*a):
+    flight[0] += 1
+    most[0] = max(most[0], flight[0])
+    return send(*a)
+def counted_receive(*a):
+    flight[0] -= 1
+    return receive(*a)
+c.send, c.receive = counted_send, counted_receive
+airlock_fs.write('out', 'py.bin', airlock_fs.read('b', 'big.bin'))
+print("most in flight:", most[0], flush=True)
+"#;
 const CLI_COPY: &str = "airlock-fs read b big.bin | airlock-fs write out cli.bin";
 
 fn usage(run: &Run, what: &str) -> u64 {
@@ -53,9 +72,13 @@ fn a_pipelined_copy_of_several_mib_matches_with_both_clients() {
     p.write("data/big.bin", &source);
     let r = [root(&p, "b", "data", "r"), root(&p, "out", "results", "w")];
     let want = format!("sha256:{}", sha256_hex(&source));
-    for (argv, copy) in [(["sh", "-c", CLI_COPY], "cli.bin"), (["python3", "-c", PY_COPY], "py.bin")] {
+    for (argv, copy) in [(["sh", "-c", CLI_COPY], "cli.bin"), (["python3", "-c", PY_COUNTED_COPY], "py.bin")] {
         let run = isolated_argv(&p, &r, &argv);
         run.assert_ok();
+        if copy == "py.bin" {
+            let out = run.envelope["content"]["output"]["raw_output"].as_str().unwrap_or("");
+            assert!(out.contains("most in flight: 4"), "the window given is AIRLOCK_FS_WINDOW = 4: {run:#?}");
+        }
         let bytes = std::fs::read(p.path(&format!("results/{copy}"))).unwrap();
         assert_eq!((bytes.len(), format!("sha256:{}", sha256_hex(&bytes))), (source.len(), want.clone()), "{copy}");
         // One logged read of the whole file, the commit with the same hash.
@@ -64,10 +87,10 @@ fn a_pipelined_copy_of_several_mib_matches_with_both_clients() {
         assert_eq!((read["amount"].as_u64(), read["sha256"].as_str()), (Some(9_000_000), Some(want.as_str())));
         let commit = ops.iter().find(|o| o["op"] == "write_commit").unwrap_or_else(|| panic!("{run:#?}"));
         assert_eq!(commit["sha256"].as_str(), Some(want.as_str()), "{copy}");
-        // The window was used (more than one request awaited an answer at
-        // once) and never exceeded: 138 read frames, 138 appends.
+        // airlock never held more than the window (138 read frames, 138
+        // appends); how many it held at once depends on who is faster.
         let most = usage(&run, "max_outstanding");
-        assert!((2..=4).contains(&most), "{copy}: max_outstanding {most}");
+        assert!((1..=4).contains(&most), "{copy}: max_outstanding {most}");
         assert_eq!(usage(&run, "read_bytes"), 9_000_000, "{copy}: every frame asked exactly what was left");
         assert_eq!(usage(&run, "write_bytes"), 9_000_000, "{copy}");
     }

@@ -50,6 +50,7 @@
 
 use std::collections::VecDeque;
 use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::ops::ControlFlow;
 use std::os::unix::net::UnixStream;
 use std::time::Instant;
 
@@ -279,7 +280,7 @@ impl<'a> Relay<'a> {
                 None if Instant::now() >= self.deadline => return RelayEnd::Deadline,
                 None => continue,
             };
-            if let Err(end) = step {
+            if let ControlFlow::Break(end) = step {
                 return end;
             }
         }
@@ -289,11 +290,11 @@ impl<'a> Relay<'a> {
     /// to the broker (its answer is taken later, in order); anything else
     /// first waits for the answers before it, then is handled and
     /// answered. A failure first lets the requests before it be answered.
-    fn take(&mut self, frame: &[u8]) -> Result<(), RelayEnd> {
+    fn take(&mut self, frame: &[u8]) -> ControlFlow<RelayEnd> {
         let result = match self.admit(frame) {
             Ok((req, data, index)) if matches!(req.op, Op::Read | Op::WriteAppend) => {
                 match self.forward(&req, index, data.unwrap_or_default()) {
-                    Ok(()) => return Ok(()),
+                    Ok(()) => return ControlFlow::Continue(()),
                     Err(f) => Err((req.id, Some(req), f)),
                 }
             }
@@ -307,37 +308,40 @@ impl<'a> Relay<'a> {
             Ok((response, data)) => self.answer(&response, data.as_deref()),
             Err((id, req, f)) => {
                 self.drain()?;
-                Err(self.finish(id, req, f))
+                ControlFlow::Break(self.finish(id, req, f))
             }
         }
     }
 
     /// Takes the answers of every forwarded request, in order.
-    fn drain(&mut self) -> Result<(), RelayEnd> {
+    fn drain(&mut self) -> ControlFlow<RelayEnd> {
         while !self.inflight.is_empty() {
             self.complete_next()?;
         }
-        Ok(())
+        ControlFlow::Continue(())
     }
 
     /// Takes the broker's answer to the oldest forwarded request, checks
     /// and logs it, and answers the worker.
-    fn complete_next(&mut self) -> Result<(), RelayEnd> {
-        let Some(sent) = self.inflight.pop_front() else { return Ok(()) };
+    fn complete_next(&mut self) -> ControlFlow<RelayEnd> {
+        let Some(sent) = self.inflight.pop_front() else { return ControlFlow::Continue(()) };
         let result = self.broker_receive(sent.broker_id).and_then(|(response, data)| match sent.req.op {
             Op::Read => self.read_answered(&sent.req, response, data).map(|(r, bytes)| (r, Some(bytes))),
             _ => self.append_answered(&sent.req, response, data, sent.total).map(|r| (r, None)),
         });
         match result {
             Ok((response, data)) => self.answer(&response, data.as_deref()),
-            Err(f) => Err(self.finish(sent.req.id, Some(sent.req), f)),
+            Err(f) => ControlFlow::Break(self.finish(sent.req.id, Some(sent.req), f)),
         }
     }
 
     /// Sends an answer; a worker that went away without reading it ends
     /// the relay.
-    fn answer(&mut self, response: &Response, data: Option<&[u8]>) -> Result<(), RelayEnd> {
-        self.send(response, data).map_err(|_| RelayEnd::Closed)
+    fn answer(&mut self, response: &Response, data: Option<&[u8]>) -> ControlFlow<RelayEnd> {
+        match self.send(response, data) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(_) => ControlFlow::Break(RelayEnd::Closed),
+        }
     }
 
     /// How a failure ends the relay: a lost broker, or the failed operation.

@@ -10,6 +10,7 @@ mod broker_window;
 mod call_shapes;
 mod cli_ux;
 mod concurrency;
+mod conformance;
 mod control_plane;
 mod crash;
 mod data_frames;

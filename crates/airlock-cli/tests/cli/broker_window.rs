@@ -5,23 +5,11 @@
 //! fails loudly with no target, and a worker flooding requests beyond the
 //! window gets no more than `outstanding + 1` frames read into airlock.
 
+use crate::broker_streaming::{content, stage_entries};
 use crate::isolated::{assert_op_failed, isolated_argv, raw_client, root};
 use crate::util::{sha256_hex, Project, Run};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-/// `n` bytes that are not a repetition of any short block.
-fn content(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn project(calls: u64, read_bytes: u64, write_bytes: u64) -> Project {
     Project::with_config(&format!(
@@ -53,16 +41,6 @@ const CLI_COPY: &str = "airlock-fs read b big.bin | airlock-fs write out cli.bin
 
 fn usage(run: &Run, what: &str) -> u64 {
     run.envelope["content"]["broker"]["usage"][what].as_u64().unwrap_or_else(|| panic!("{what}: {run:#?}"))
-}
-
-/// Staging entries directly in `dir`.
-fn stage_entries(dir: &std::path::Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.to_ascii_lowercase().starts_with(".airlock-stage-"))
-        .collect()
 }
 
 #[test]

@@ -6,6 +6,7 @@ mod approvers;
 mod attacks;
 mod bounds;
 mod broker_streaming;
+mod broker_window;
 mod call_shapes;
 mod cli_ux;
 mod concurrency;

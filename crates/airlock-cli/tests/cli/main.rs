@@ -10,6 +10,7 @@ mod call_shapes;
 mod cli_ux;
 mod concurrency;
 mod control_plane;
+mod copy_path;
 mod crash;
 mod data_frames;
 mod everyday_config;

@@ -22,6 +22,7 @@ fn descriptor() -> serde_json::Value {
         risk_tier: "low".into(),
         human_approval: false,
         working_dir: "/workspace".into(),
+        tier: "native".into(),
         command_boundary: CommandBoundary {
             filesystem: FilesystemBoundary::new(
                 reads,

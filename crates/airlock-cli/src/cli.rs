@@ -209,6 +209,15 @@ pub struct CallArgs {
     /// Use this invocation id instead of a fresh one (1-64 of A-Z a-z 0-9 . _ -).
     #[arg(long, value_name = "ID")]
     pub invocation_id: Option<String>,
+    /// Run the worker on this tier (native, gvisor, docker); it must be in
+    /// `[sandbox] tiers` and agree with the manifest's `[tool.sandbox] tier`.
+    #[arg(long, value_name = "TIER", value_parser = parse_tier)]
+    pub tier: Option<airlock_core::config::Tier>,
+}
+
+fn parse_tier(name: &str) -> Result<airlock_core::config::Tier, String> {
+    airlock_core::config::Tier::parse(name)
+        .ok_or_else(|| format!("{name:?} is not a tier (native, gvisor, docker, microvm)"))
 }
 
 /// A source operation and its arguments.

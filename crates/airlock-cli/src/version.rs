@@ -5,10 +5,10 @@
 /// reported by `airlock doctor` as not built.
 macro_rules! built_tiers {
     () => {
-        "native"
+        "native, gvisor, docker"
     };
 }
 
-/// `0.1.0 (commit 5f818c5; tiers: native)`.
+/// `0.1.0 (commit 5f818c5; tiers: native, gvisor, docker)`.
 pub const TEXT: &str =
     concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("AIRLOCK_GIT_COMMIT"), "; tiers: ", built_tiers!(), ")");

@@ -76,19 +76,7 @@ impl Ceiling {
     }
 }
 
-/// The worker tier.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Tier {
-    /// Namespaces, Landlock and seccomp on this host; no daemon.
-    Native,
-    /// gVisor `runsc`.
-    Gvisor,
-    /// A Docker engine.
-    Docker,
-    /// A micro virtual machine.
-    Microvm,
-}
+pub use crate::tier_settings::Tier;
 
 /// Which resolver `airlock-hostfs` uses beneath a ceiling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
@@ -189,6 +177,11 @@ impl Default for JournalSettings {
 #[serde(deny_unknown_fields)]
 struct RawSandbox {
     tier: Option<Tier>,
+    tiers: Option<Vec<Tier>>,
+    #[serde(default)]
+    gvisor: crate::tier_settings::RawGvisor,
+    #[serde(default)]
+    docker: crate::tier_settings::RawDocker,
     working_dir: Option<String>,
     #[serde(default)]
     parsers: Vec<String>,
@@ -227,8 +220,10 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// Where tool names are looked up (`NAME.clad.toml`).
     pub tools_dir: PathBuf,
-    /// Worker tier.
+    /// The default worker tier (`[sandbox] tier`).
     pub tier: Tier,
+    /// The tiers a call may run on and how each is reached.
+    pub tiers: crate::tier_settings::TierSettings,
     /// Absolute directory where the worker sees declared paths.
     pub working_dir: String,
     /// Custom output parsers (absolute paths in the worker image) that
@@ -307,6 +302,9 @@ impl Config {
             ceilings.push(c);
         }
         let limits = Limits::configured(&raw.limits)?;
+        let tier = raw.sandbox.tier.unwrap_or(Tier::Native);
+        let tiers =
+            crate::tier_settings::TierSettings::check(tier, raw.sandbox.tiers, raw.sandbox.gvisor, raw.sandbox.docker)?;
         raw.staging.check()?;
         raw.journal.check()?;
         Ok(Config {
@@ -314,7 +312,8 @@ impl Config {
             base_dir: base_dir.to_path_buf(),
             state_dir: base_dir.join(raw.state_dir.as_deref().unwrap_or(".airlock")),
             tools_dir: base_dir.join(raw.tools_dir.as_deref().unwrap_or("tools")),
-            tier: raw.sandbox.tier.unwrap_or(Tier::Native),
+            tier,
+            tiers,
             working_dir,
             parsers: raw.sandbox.parsers,
             image: raw.sandbox.image.map(|dirs| dirs.into_iter().map(|d| check_image_dir(&d)).collect()).transpose()?,

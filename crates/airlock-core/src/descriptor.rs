@@ -26,7 +26,7 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
 /// Version of the descriptor layout; bump on any change of meaning.
-pub const DESCRIPTOR_VERSION: u32 = 1;
+pub const DESCRIPTOR_VERSION: u32 = 2;
 
 /// One input as bound into the descriptor.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -177,6 +177,10 @@ pub struct Descriptor {
     pub human_approval: bool,
     /// Where the worker sees declared paths.
     pub working_dir: String,
+    /// The worker tier the call runs on (`native`, `gvisor`, `docker`,
+    /// `docker+runsc`, …; `none` for a shape that starts no worker), so that
+    /// a policy can require one.
+    pub tier: String,
     /// The resolved boundary.
     pub command_boundary: CommandBoundary,
 }
@@ -222,6 +226,8 @@ pub struct CallShape {
     pub argv: Vec<String>,
     /// Where the worker sees declared paths.
     pub working_dir: String,
+    /// The worker tier (see [`Descriptor::tier`]).
+    pub tier: String,
     /// The resolved file boundary.
     pub filesystem: FilesystemBoundary,
 }
@@ -240,6 +246,7 @@ impl Descriptor {
             risk_tier: tool.risk_tier.clone(),
             human_approval: tool.human_approval,
             working_dir: shape.working_dir,
+            tier: shape.tier,
             command_boundary: CommandBoundary { filesystem: shape.filesystem },
         }
     }
@@ -285,6 +292,7 @@ mod tests {
                 args: BTreeMap::from([("input".into(), "data/in.txt".into())]),
                 argv: vec!["wc".into(), "data/in.txt".into()],
                 working_dir: "/workspace".into(),
+                tier: "native".into(),
                 filesystem: FilesystemBoundary::new(
                     reads,
                     Some(&RelPath::parse("out/r.json").unwrap()),

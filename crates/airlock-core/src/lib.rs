@@ -37,6 +37,7 @@ pub mod path;
 pub mod reason;
 pub mod source;
 pub mod state;
+pub mod tier_settings;
 
 pub use config::{Ceiling, CeilingMode, Config, JournalSettings, ResolverChoice, Tier};
 pub use descriptor::{

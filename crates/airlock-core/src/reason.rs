@@ -246,6 +246,12 @@ reason_codes! {
     /// `[sandbox] require_cgroup = true` and no delegated cgroup v2 can hold
     /// the worker's memory and process limits; nothing was started.
     SandboxLimitsUnavailable => "sandbox.limits_unavailable", Refused, CONFIG;
+    /// The call asks for a worker tier the operator's `[sandbox] tiers` does
+    /// not allow, or another than the manifest's `[tool.sandbox] tier`.
+    SandboxTierNotAllowed => "sandbox.tier_not_allowed", Refused, NO_PERM;
+    /// The call's shape cannot run on the chosen tier (isolated submissions,
+    /// Git queries and `[mcp]` tools run on the native tier only).
+    SandboxTierUnsupported => "sandbox.tier_unsupported", Refused, CONFIG;
     /// Setting up the worker failed.
     SandboxSetup => "sandbox.setup_failed", Error, SOFTWARE;
     /// The worker's processes could not be confirmed gone; nothing is published.

@@ -82,6 +82,7 @@ impl AirlockServer {
             invocation_id: new_invocation_id(),
             principal,
             progress,
+            tier: None,
         };
         let runtime = Arc::clone(&self.runtime);
         let (tx, rx) = tokio::sync::oneshot::channel();

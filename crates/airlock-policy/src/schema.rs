@@ -212,6 +212,7 @@ pub(crate) fn resolved_ty(args: &BTreeMap<String, ArgKind>) -> Ty {
         req("risk_tier", Ty::Str),
         req("human_approval", Ty::Bool),
         req("working_dir", Ty::Str),
+        req("tier", Ty::Str),
         req("command_boundary", Ty::Named("CommandBoundary", Box::new(command_boundary_ty()))),
     ])
 }

@@ -53,7 +53,8 @@ pub fn note(journal: &Journal, kind: &str, invocation_id: Option<&str>, body: Va
 /// Most bytes of argv words a `WorkerStarted` record keeps (4 KiB).
 pub const ARGV_PREFIX_BYTES: usize = 4096;
 
-/// The body of a `WorkerStarted` record: `tier` (`native`), then the argv
+/// The body of a `WorkerStarted` record: `tier` (`native` unless `extra`
+/// names the call's tier), then the argv
 /// as evidence of bounded size, whatever its length: `argv` holds the
 /// words while they fit in [`ARGV_PREFIX_BYTES`] (the word that does not
 /// fit is cut at a character boundary, the rest left out), `argv_truncated`

@@ -43,6 +43,8 @@ pub mod recovery;
 pub mod retention;
 mod runnable;
 pub mod store;
+mod tier_choice;
+pub mod tiers;
 pub mod transport;
 pub mod user_dirs;
 

@@ -265,6 +265,14 @@ pub enum SandboxError {
         /// The digest of the sealed copy.
         actual: String,
     },
+    /// A container engine (the Docker tier's daemon) refused or failed a request.
+    #[error("container engine: {call}: {message}")]
+    ContainerEngine {
+        /// The request, e.g. `POST /containers/create`.
+        call: String,
+        /// What the engine answered.
+        message: String,
+    },
     /// Starting or stopping the broker process failed.
     #[error("broker: {call}: {errno}")]
     Broker {
@@ -370,6 +378,7 @@ impl SandboxError {
             | SandboxError::Seccomp(_)
             | SandboxError::Wait { .. }
             | SandboxError::Export { .. }
+            | SandboxError::ContainerEngine { .. }
             | SandboxError::Protocol(_) => K::SetupFailed,
         }
     }

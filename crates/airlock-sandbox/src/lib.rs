@@ -15,6 +15,11 @@
 //! seccomp; capabilities dropped; no-new-privs; rlimits; and a delegated
 //! cgroup v2 where the host offers one.
 //!
+//! The gVisor tier ([`GvisorTier`], module [`gvisor`]) runs each worker in
+//! its own `runsc` sandbox from an OCI bundle with the same files, identity
+//! and limits; its promises and what it trusts are in that module and in
+//! DESIGN.md §3 "gVisor tier". Its tests are `tests/gvisor.rs`.
+//!
 //! # What the native tier guarantees
 //!
 //! - The worker sees no host file or directory but the read-only image
@@ -177,10 +182,14 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+mod any_tier;
 pub mod broker_jail;
+mod call_dir;
 mod cancel;
 mod cgroup;
+pub mod docker;
 mod error;
+pub mod gvisor;
 pub mod init;
 mod ipc;
 mod landlock;
@@ -196,18 +205,22 @@ mod sealed;
 mod seccomp;
 mod spec;
 mod sys;
+mod tier_report;
 mod visible;
 mod wire;
 mod worker;
 mod worker_exec;
 
+pub use any_tier::{AnyTier, AnyWorker};
 pub use broker_jail::{
     confine_broker, spawn_broker, spawn_broker_with, BrokerOptions, BrokerProcess, BROKER_FIRST_ROOT_FD,
     DEFAULT_MAX_FILE_BYTES,
 };
 pub use cancel::Cancel;
 pub use cgroup::{cgroup_delegation, cgroup_limits_available, CgroupDelegation, SharedCgroup};
+pub use docker::{DockerSettings, DockerTier, DockerWorker};
 pub use error::{OsErrno, SandboxError, SandboxErrorKind};
+pub use gvisor::{GvisorPlatform, GvisorSettings, GvisorTier, GvisorWorker};
 pub use ipc::IPC_ENFORCEMENT;
 pub use native::{LiveStdio, NativeTier};
 pub use outcome::{AppliedLimits, Enforcement, ExitStatusKind, OutputExport, WorkerOutcome};
@@ -218,5 +231,6 @@ pub use spec::{
     ImageMount, ProvidedFile, StagedInput, StagedOutput, WorkerLimits, WorkerSpec, FS_SOCKET_ENV, FS_SOCKET_FD,
     MAX_PROVIDED_FILES, PROGRAM_PATH, PROVIDED_DIR, STDOUT_TAIL,
 };
+pub use tier_report::{Leftover, TierReport};
 pub use visible::{find_program, NotRunnable, WORKER_PATH};
 pub use worker::{KillHandle, Tier, Worker};

@@ -48,9 +48,10 @@ const DEV_TMPFS_OPTS: &str = "size=65536,nr_inodes=64,mode=0755";
 /// Margin for `/etc` and the directory tree on the root tmpfs.
 const ROOT_MARGIN_BYTES: u64 = 1 << 20;
 
-const PASSWD: &str = "root:x:0:0:root:/root:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/tmp:/usr/sbin/nologin\n";
-const GROUP: &str = "root:x:0:\nnogroup:x:65534:\n";
-const HOSTS: &str = "127.0.0.1 localhost airlock\n::1 localhost ip6-localhost\n";
+pub(crate) const PASSWD: &str =
+    "root:x:0:0:root:/root:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/tmp:/usr/sbin/nologin\n";
+pub(crate) const GROUP: &str = "root:x:0:\nnogroup:x:65534:\n";
+pub(crate) const HOSTS: &str = "127.0.0.1 localhost airlock\n::1 localhost ip6-localhost\n";
 
 /// The output file as PID 1 keeps it: an open descriptor of the inode it
 /// created, and that inode's identity.

@@ -68,6 +68,11 @@ pub struct AppliedLimits {
     /// broker of an isolated submission), so its limits bound them together.
     #[serde(default)]
     pub cgroup_shared: bool,
+    /// The worker ran on gVisor's user-space kernel (the Sentry), which
+    /// implements System V IPC, message queues and memfds itself: they
+    /// live in the sandbox's memory, not in the host kernel.
+    #[serde(default)]
+    pub sentry: bool,
 }
 
 /// How one resource of a worker was bounded.
@@ -114,9 +119,15 @@ impl AppliedLimits {
     }
 
     /// How System V IPC and POSIX message queues were bounded: denied by
-    /// the seccomp filter for every worker (see the `ipc` module).
+    /// the seccomp filter for every native worker (see the `ipc` module);
+    /// `sentry` for a gVisor worker (implemented by the Sentry, in the
+    /// sandbox's memory).
     pub fn ipc(&self) -> &'static str {
-        crate::ipc::IPC_ENFORCEMENT
+        if self.sentry {
+            "sentry"
+        } else {
+            crate::ipc::IPC_ENFORCEMENT
+        }
     }
 
     /// How memfd contents were bounded: `cgroup` (charged to `memory.max`)

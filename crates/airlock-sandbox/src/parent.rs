@@ -92,31 +92,32 @@ impl NativeWorker {
 }
 
 /// How long after a kill the caller waits for the sandbox to disappear.
-const KILL_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// Keeps the first `limit` bytes (in memory, or written to a file with the
-/// last [`STDOUT_TAIL`] kept in memory) and counts the rest.
-struct Bounded {
-    kept: Vec<u8>,
+/// last [`STDOUT_TAIL`] kept in memory) and counts the rest (also used
+/// by the gVisor and Docker tiers).
+pub(crate) struct Bounded {
+    pub(crate) kept: Vec<u8>,
     limit: usize,
     /// Bytes kept so far (in memory or in `file`).
     stored: u64,
     total: u64,
     file: Option<std::fs::File>,
     /// The first write to `file` that failed.
-    failed: Option<std::io::Error>,
+    pub(crate) failed: Option<std::io::Error>,
 }
 
 impl Bounded {
-    fn new(limit: usize) -> Self {
+    pub(crate) fn new(limit: usize) -> Self {
         Bounded { kept: Vec::new(), limit, stored: 0, total: 0, file: None, failed: None }
     }
 
-    fn into_file(limit: usize, file: Option<std::fs::File>) -> Self {
+    pub(crate) fn into_file(limit: usize, file: Option<std::fs::File>) -> Self {
         Bounded { file, ..Bounded::new(limit) }
     }
 
-    fn push(&mut self, bytes: &[u8]) {
+    pub(crate) fn push(&mut self, bytes: &[u8]) {
         self.total += bytes.len() as u64;
         let room = (self.limit as u64).saturating_sub(self.stored);
         let take = &bytes[..usize::try_from(room).unwrap_or(usize::MAX).min(bytes.len())];
@@ -136,15 +137,15 @@ impl Bounded {
         }
     }
 
-    fn truncated(&self) -> bool {
+    pub(crate) fn truncated(&self) -> bool {
         self.total > self.stored
     }
 }
 
 /// One pipe being drained.
-struct Stream {
-    fd: Option<OwnedFd>,
-    sink: Bounded,
+pub(crate) struct Stream {
+    pub(crate) fd: Option<OwnedFd>,
+    pub(crate) sink: Bounded,
 }
 
 fn timespec(d: Duration) -> rustix::time::Timespec {
@@ -153,7 +154,7 @@ fn timespec(d: Duration) -> rustix::time::Timespec {
 
 /// Reads whatever is ready on the streams until all are at EOF or
 /// `deadline` passes. Returns whether all reached EOF.
-fn drain(streams: &mut [Stream], deadline: Instant) -> Result<bool, SandboxError> {
+pub(crate) fn drain(streams: &mut [Stream], deadline: Instant) -> Result<bool, SandboxError> {
     let mut buf = vec![0u8; 64 << 10];
     loop {
         let open: Vec<usize> = (0..streams.len()).filter(|&i| streams[i].fd.is_some()).collect();
@@ -198,7 +199,7 @@ fn drain(streams: &mut [Stream], deadline: Instant) -> Result<bool, SandboxError
 }
 
 /// Polls a pidfd until it is readable (the process has exited) or `until`.
-fn exited_by(pidfd: &impl AsFd, until: Instant) -> bool {
+pub(crate) fn exited_by(pidfd: &impl AsFd, until: Instant) -> bool {
     loop {
         let left = until.saturating_duration_since(Instant::now());
         let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
@@ -327,9 +328,22 @@ fn wait_worker(mut w: NativeWorker) -> Result<WorkerOutcome, SandboxError> {
         None
     };
     let exit = exit.unwrap_or(ExitStatusKind::Signaled(libc::SIGKILL));
+    finish(exit, timed_out, out, err, output, cleanup_confirmed, limits)
+}
+
+/// The outcome of a worker that is gone, from its drained stdout and stderr
+/// — an error instead when its stdout did not reach its file whole (then
+/// the run cannot be judged on it).
+pub(crate) fn finish(
+    exit: ExitStatusKind,
+    timed_out: bool,
+    out: Stream,
+    err: Stream,
+    output: Option<OutputExport>,
+    cleanup_confirmed: bool,
+    limits: AppliedLimits,
+) -> Result<WorkerOutcome, SandboxError> {
     if let Some(e) = out.sink.failed {
-        // The worker is gone (reaped above); what it printed did not reach
-        // its file whole, so the run cannot be judged on it.
         return Err(SandboxError::Wait { call: "write(stdout file)".into(), errno: errno(e) });
     }
     Ok(WorkerOutcome {

@@ -76,6 +76,11 @@ pub struct WorkerSpec {
     pub fs_socket: Option<OwnedFd>,
     /// Files copied into the sandbox under [`PROVIDED_DIR`], read-only.
     pub provided: Vec<ProvidedFile>,
+    /// The call this worker serves (the invocation id): container tiers name
+    /// and label their container and call directory with it, so that what a
+    /// dead airlock left can be found and reaped. `None` (or a name that is
+    /// not ASCII letters, digits, `-`, `_`, at most 64 bytes): a random name.
+    pub call_id: Option<String>,
 }
 
 /// Bytes of stdout kept in memory, as a tail, when it goes to a
@@ -101,6 +106,7 @@ impl WorkerSpec {
             stderr_limit: 1 << 20,
             fs_socket: None,
             provided: Vec::new(),
+            call_id: None,
         }
     }
 }

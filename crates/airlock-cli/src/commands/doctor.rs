@@ -7,15 +7,6 @@ fn check(ok: bool, detail: impl Into<String>) -> Value {
     json!({ "ok": ok, "detail": detail.into() })
 }
 
-fn on_path(program: &str) -> Option<String> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| std::path::Path::new(d).join(program))
-        .find(|p| p.is_file())
-        .map(|p| p.display().to_string())
-}
-
 /// Approvers and their keys: warns when none is pinned, and when an
 /// approver key at the default place is readable by the user running this
 /// (who, running `airlock doctor` where calls run, is the user an agent's
@@ -64,9 +55,29 @@ pub fn run(config: &Config, config_report: Value) -> Envelope {
         Err(why) => check(false, format!("{why}; memory and process limits fall back to RLIMIT_AS and RLIMIT_NPROC")),
     };
     let limits = limits_report(config);
-    let not_built = |program: &str| {
-        let found = on_path(program).map_or_else(|| format!("{program} not found"), |p| format!("{program} at {p}"));
-        json!({ "ready": false, "detail": format!("not built in this version of airlock ({found})") })
+    // Each tier as it would run a call now (a trivial worker is started
+    // on every configured container tier).
+    let reports = airlock_runtime::tiers::tier_reports(config);
+    let mut tiers = serde_json::Map::new();
+    for r in &reports {
+        let detail = match (&r.why, r.tier.as_str()) {
+            (Some(why), _) => why.clone(),
+            (None, "native") => "namespaces, Landlock and seccomp are available".to_owned(),
+            (None, _) => format!(
+                "a trivial worker ran here ({})",
+                [r.version.as_deref(), r.platform.as_deref()].into_iter().flatten().collect::<Vec<_>>().join("; ")
+            ),
+        };
+        let mut entry = serde_json::to_value(r).expect("tier reports serialize");
+        entry["detail"] = detail.into();
+        entry["allowed"] = config.tiers.allowed.iter().any(|t| t.as_str() == r.tier).into();
+        tiers.insert(r.tier.clone(), entry);
+    }
+    // Why the configured tier cannot run a call here; `None`: it can.
+    let configured_why = match reports.iter().find(|r| r.tier == config.tier.as_str()) {
+        Some(r) if r.ready => None,
+        Some(r) => Some(r.why.clone().unwrap_or_else(|| "its trivial worker did not run".to_owned())),
+        None => Some("no report".to_owned()),
     };
     let content = json!({
         "host": {
@@ -81,15 +92,7 @@ pub fn run(config: &Config, config_report: Value) -> Envelope {
             "cgroup_delegation": cgroups,
         },
         "limits": limits,
-        "tiers": {
-            "native": match &native {
-                Ok(()) => json!({ "ready": true, "detail": "namespaces, Landlock and seccomp are available" }),
-                Err(why) => json!({ "ready": false, "detail": why }),
-            },
-            "gvisor": not_built("runsc"),
-            "docker": not_built("docker"),
-            "microvm": not_built("qemu-system-x86_64"),
-        },
+        "tiers": tiers,
         "isolated": airlock_runtime::isolated_helper_report(config),
         "approval": approval_report(config),
         "configured_tier": config.tier,
@@ -123,12 +126,15 @@ pub fn run(config: &Config, config_report: Value) -> Envelope {
                 format!("the native tier cannot run here: {why}"),
             ))
         },
-        (other, _) => Envelope {
-            content: envelope.content,
-            ..Envelope::from_refusal(&Refusal::new(
-                ReasonCode::SandboxUnavailable,
-                format!("the configured tier {other:?} is not built in this version"),
-            ))
+        (other, _) => match configured_why {
+            None => envelope,
+            Some(why) => Envelope {
+                content: envelope.content,
+                ..Envelope::from_refusal(&Refusal::new(
+                    ReasonCode::SandboxUnavailable,
+                    format!("the configured tier {:?} cannot run here: {why}", other.as_str()),
+                ))
+            },
         },
     }
 }

@@ -19,6 +19,7 @@ pub fn request(call: CallArgs) -> Result<CallRequest, Refusal> {
         invocation_id: call.invocation_id.unwrap_or_else(new_invocation_id),
         principal: None,
         progress: crate::progress::terminal_hook(),
+        tier: call.tier,
     })
 }
 

@@ -32,6 +32,7 @@ pub fn run(runtime: &Runtime, args: QueryArgs) -> Result<Envelope, Refusal> {
         invocation_id: args.invocation_id.unwrap_or_else(new_invocation_id),
         principal: None,
         progress: crate::progress::terminal_hook(),
+        tier: None,
     };
     let progress = std::io::stderr().is_terminal();
     if progress && op.is_git() {

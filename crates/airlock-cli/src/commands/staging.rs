@@ -20,6 +20,10 @@ pub fn run(runtime: &Runtime, cmd: StagingCommand) -> Result<Answer, Refusal> {
             let mut report = to_json(serde_json::to_value(pool.gc()?));
             // Settled calls' directories past `[state] keep_settled` go too.
             report["settled_invocations_removed"] = runtime.sweep_settled()?.into();
+            // Containers, sandboxes and call directories of container tiers
+            // whose calls' airlock died (after the pool's gc, which released
+            // those calls' reservations).
+            report["tier_leftovers_removed"] = to_json(serde_json::to_value(runtime.reap_tier_leftovers()?));
             report
         }
         StagingCommand::Release { id } => {

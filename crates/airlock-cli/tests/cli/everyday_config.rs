@@ -171,7 +171,7 @@ fn version_names_the_commit_and_the_tiers() {
         .ok()
         .filter(|o| o.status.success())
         .map_or_else(|| "unknown".to_owned(), |o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
-    let expected = format!("airlock {} (commit {commit}; tiers: native)\n", env!("CARGO_PKG_VERSION"));
+    let expected = format!("airlock {} (commit {commit}; tiers: native, gvisor, docker)\n", env!("CARGO_PKG_VERSION"));
     assert_eq!(text, expected);
 }
 

@@ -9,6 +9,7 @@ mod broker_streaming;
 mod call_shapes;
 mod cli_ux;
 mod concurrency;
+mod conformance;
 mod control_plane;
 mod copy_path;
 mod crash;

@@ -164,6 +164,17 @@ pub struct ToolMeta {
     pub evidence: Option<EvidenceMeta>,
     /// `[tool.limits]` (airlock extension).
     pub limits: Option<ToolLimits>,
+    /// `[tool.sandbox]` (airlock extension): where the tool's worker runs.
+    pub sandbox: Option<ToolSandbox>,
+}
+
+/// `[tool.sandbox]` (airlock extension).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolSandbox {
+    /// The tier every call of the tool must run on (it must be in the
+    /// operator's `[sandbox] tiers`; a call that asks for another is refused).
+    pub tier: Option<crate::tier_settings::Tier>,
 }
 
 /// `[tool.cedar]`: the Cedar resource and action of the tool.

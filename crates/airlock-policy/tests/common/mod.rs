@@ -81,6 +81,7 @@ impl Call {
             risk_tier: self.risk_tier.clone(),
             human_approval: self.human_approval,
             working_dir: "/workspace".into(),
+            tier: "native".into(),
             command_boundary: CommandBoundary {
                 filesystem: FilesystemBoundary::new(
                     reads,

@@ -82,6 +82,9 @@ pub struct CallStart<'a> {
     pub expires_at: Option<u64>,
     /// Where the long phases of prepare are reported, if anywhere.
     pub progress: Option<&'a dyn crate::progress::Progress>,
+    /// The worker tier the caller asks for (`airlock run --tier`); `None`:
+    /// the manifest's `[tool.sandbox] tier`, else the configured default.
+    pub tier: Option<airlock_core::config::Tier>,
 }
 
 /// What a shape's prepare resolved, for the engine to describe and commit.
@@ -93,6 +96,9 @@ pub struct Preparation<P> {
     pub argv: Vec<String>,
     /// The resolved file boundary.
     pub filesystem: FilesystemBoundary,
+    /// The worker tier the call runs on, as the descriptor names it
+    /// (`crate::tier_choice`).
+    pub tier: String,
     /// Snapshots taken, in declaration order.
     pub inputs: Vec<RecordedInput>,
     /// The output, with its held parent's identity.
@@ -222,6 +228,7 @@ impl Runtime {
                 args: prep.args,
                 argv: prep.argv,
                 working_dir: self.config().working_dir.clone(),
+                tier: prep.tier,
                 filesystem: prep.filesystem,
             },
         );

@@ -47,6 +47,7 @@ impl<'a> Transport for Probe<'a> {
             output: None,
             lease: None,
             journal,
+            tier: "none".into(),
             payload: ProbePayload(self.steps),
         })
     }
@@ -87,7 +88,7 @@ fn tool(risk_tier: &str) -> CallTool {
 }
 
 fn start(id: &str) -> CallStart<'_> {
-    CallStart { invocation_id: id, principal: "tester", keep: false, expires_at: None, progress: None }
+    CallStart { invocation_id: id, principal: "tester", keep: false, expires_at: None, progress: None, tier: None }
 }
 
 /// `(kind, body)` of the records of invocation `id`, in order.

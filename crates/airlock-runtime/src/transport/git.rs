@@ -63,7 +63,7 @@ use crate::engine::{answer, AuthorizedCall, CallStart, Preparation, Transport};
 use crate::failure::sandbox_refusal;
 use crate::progress::{Meter, Phase};
 use crate::{ceilings, Runtime};
-use airlock_core::{Envelope, FilesystemBoundary, ReadGrant, ReasonCode, Refusal, RelPath, SnapshotBinding, Tier};
+use airlock_core::{Envelope, FilesystemBoundary, ReadGrant, ReasonCode, Refusal, RelPath, SnapshotBinding};
 use airlock_git::{snapshot, ControlIds, Limits, Operation, Request, SnapshotStats};
 use airlock_hostfs::Dir;
 use airlock_sandbox::{
@@ -114,12 +114,10 @@ impl Transport for Git<'_> {
 
     fn prepare(self, rt: &Runtime, start: &CallStart<'_>) -> Result<Preparation<GitPayload>, Refusal> {
         let (op, path, request) = parse_args(self.operation, self.args)?;
-        if rt.config().tier != Tier::Native {
-            return Err(Refusal::new(
-                ReasonCode::SandboxUnavailable,
-                format!("tier {:?} cannot run Git queries yet; they need the native tier", rt.config().tier),
-            ));
-        }
+        let tier_name =
+            crate::tier_choice::choose(rt.config(), start.tier, None, crate::tier_choice::NATIVE_ONLY, "a Git query")?
+                .as_str()
+                .to_owned();
         let tier = rt.native_tier()?;
         // Resolve, reserve the snapshot's bound in the staging pool,
         // snapshot, give back what the archive did not use, describe.
@@ -150,6 +148,7 @@ impl Transport for Git<'_> {
             output: None,
             lease: Some(lease),
             journal,
+            tier: tier_name,
             payload: GitPayload { op, request, stats, tier },
         })
     }

@@ -84,6 +84,7 @@ impl Runtime {
                 keep: false,
                 expires_at: None,
                 progress: request.progress.as_deref(),
+                tier: request.tier,
             };
             match Shape::of(&tool.manifest)? {
                 Shape::Exec => {
@@ -119,6 +120,7 @@ impl Runtime {
             keep: true,
             expires_at: None,
             progress: request.progress.as_deref(),
+            tier: request.tier,
         };
         let result = self.load_tool(&request.tool).and_then(|tool| match Shape::of(&tool.manifest)?.not_kept() {
             Some(why) => Err(Refusal::new(ReasonCode::ManifestUnsupported, format!("{}: {why}", tool.manifest.name()))),

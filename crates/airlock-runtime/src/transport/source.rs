@@ -93,7 +93,7 @@ impl Transport for Source<'_> {
     const NOT_KEPT: Option<&'static str> =
         Some("it is a source query: it is answered in one call (`airlock query`), not kept for dispatch");
 
-    fn prepare(self, rt: &Runtime, _start: &CallStart<'_>) -> Result<Preparation<Value>, Refusal> {
+    fn prepare(self, rt: &Runtime, start: &CallStart<'_>) -> Result<Preparation<Value>, Refusal> {
         let Source { request, manifest, op } = self;
         let args = manifest.bind_args(&request.positional, &request.named)?;
         let strings = args.as_strings();
@@ -136,6 +136,7 @@ impl Transport for Source<'_> {
             output: None,
             lease: None,
             journal,
+            tier: crate::tier_choice::no_worker(start.tier, "a source query")?,
             payload: answer.result,
         })
     }

@@ -25,10 +25,10 @@ use crate::failure::sandbox_refusal;
 use crate::Runtime;
 use airlock_core::manifest::{Manifest, OutputFormat};
 use airlock_core::output::{parse_output, DEFAULT_MAX_OUTPUT_BYTES};
-use airlock_core::{Envelope, ReasonCode, Refusal, Tier};
+use airlock_core::{Envelope, ReasonCode, Refusal};
 use airlock_hostfs::HeldOutput;
 use airlock_sandbox::{
-    NativeTier, StagedInput, StagedOutput, Tier as _, Worker as _, WorkerLimits, WorkerOutcome, WorkerSpec,
+    AnyTier, StagedInput, StagedOutput, Tier as _, Worker as _, WorkerLimits, WorkerOutcome, WorkerSpec,
 };
 use parser::{run_parser, ParserPlace};
 use serde_json::json;
@@ -94,12 +94,6 @@ impl Transport for Exec<'_> {
     }
 
     fn execute(rt: &Runtime, call: AuthorizedCall<ExecPayload>) -> Result<Envelope, Refusal> {
-        if rt.config().tier != Tier::Native {
-            return Err(Refusal::new(
-                ReasonCode::SandboxUnavailable,
-                format!("tier {:?} is not built yet; this build runs the native tier", rt.config().tier),
-            ));
-        }
         match call.prepared().manifest().mcp_spec()? {
             Some(spec) => rt.execute_mcp(spec, call),
             None => rt.execute_command(call),
@@ -110,7 +104,7 @@ impl Transport for Exec<'_> {
 impl Runtime {
     fn execute_command(&self, call: AuthorizedCall<ExecPayload>) -> Result<Envelope, Refusal> {
         let (mut prepared, decision) = call.into_parts();
-        let tier = self.native_tier()?;
+        let tier = self.worker_tier(&prepared.descriptor().tier)?;
         let manifest = prepared.manifest();
         let parser = manifest.output.as_ref().and_then(|o| o.custom_parser()).map(str::to_owned);
         if let Some(p) = &parser {
@@ -122,7 +116,8 @@ impl Runtime {
             }
         }
         let (spec, staged_output) = self.worker_spec(&prepared)?;
-        let step = self.worker_started(prepared.invocation_id(), &prepared.descriptor().argv, json!({}))?;
+        let d = prepared.descriptor();
+        let step = self.worker_started(prepared.invocation_id(), &d.argv, json!({ "tier": d.tier }))?;
         let outcome = run_worker(&tier, spec, "the tool");
         step.finished(outcome.as_ref())?;
         let outcome = outcome?;
@@ -163,7 +158,7 @@ impl Runtime {
     fn tool_content(
         &self,
         prepared: &PreparedCall<ExecPayload>,
-        tier: &NativeTier,
+        tier: &AnyTier,
         outcome: &WorkerOutcome,
         parser: Option<&str>,
     ) -> Result<serde_json::Value, Refusal> {
@@ -178,6 +173,7 @@ impl Runtime {
                     staging: prepared.staged()?,
                     working_dir: &self.config().working_dir,
                     image: self.image(),
+                    invocation_id: prepared.invocation_id(),
                 };
                 run_parser(tier, program, &outcome.stdout, place, manifest)
             }
@@ -229,6 +225,7 @@ impl Runtime {
             stderr_limit: STDERR_LIMIT,
             fs_socket: None,
             provided: Vec::new(),
+            call_id: Some(prepared.invocation_id().to_string()),
         };
         Ok((spec, kept))
     }
@@ -250,7 +247,7 @@ fn worker_limits(manifest: &Manifest, max_file_bytes: u64) -> WorkerLimits {
 }
 
 /// Starts a worker and waits for it; a sandbox failure is a refusal naming `what`.
-fn run_worker(tier: &NativeTier, spec: WorkerSpec, what: &str) -> Result<WorkerOutcome, Refusal> {
+fn run_worker(tier: &AnyTier, spec: WorkerSpec, what: &str) -> Result<WorkerOutcome, Refusal> {
     tier.start(spec).and_then(|worker| worker.wait()).map_err(|e| sandbox_refusal(&e, what))
 }
 

@@ -5,7 +5,7 @@ use super::{output_max_bytes, run_worker, STDERR_LIMIT};
 use airlock_core::manifest::Manifest;
 use airlock_core::{ReasonCode, Refusal};
 use airlock_hostfs::PrivateDir;
-use airlock_sandbox::{ImageMount, NativeTier, StagedInput, WorkerLimits, WorkerSpec};
+use airlock_sandbox::{AnyTier, ImageMount, StagedInput, WorkerLimits, WorkerSpec};
 use std::time::Duration;
 
 /// Name of the raw output inside a parser's worker (ToolClad passes its path
@@ -19,16 +19,19 @@ pub(super) struct ParserPlace<'a> {
     pub staging: &'a PrivateDir,
     pub working_dir: &'a str,
     pub image: Vec<ImageMount>,
+    /// The call's invocation id: container tiers name the parser's
+    /// container after it (the tool's is gone by then).
+    pub invocation_id: &'a str,
 }
 
 pub(super) fn run_parser(
-    tier: &NativeTier,
+    tier: &AnyTier,
     program: &str,
     raw: &[u8],
     place: ParserPlace<'_>,
     manifest: &Manifest,
 ) -> Result<serde_json::Value, Refusal> {
-    let ParserPlace { staging, working_dir, image } = place;
+    let ParserPlace { staging, working_dir, image, invocation_id } = place;
     use std::io::Write;
     let internal = |e: std::io::Error| Refusal::new(ReasonCode::Internal, format!("staging the raw output: {e}"));
     staging.create_file(RAW_OUTPUT)?.write_all(raw).map_err(internal)?;
@@ -46,6 +49,7 @@ pub(super) fn run_parser(
         stderr_limit: STDERR_LIMIT,
         fs_socket: None,
         provided: Vec::new(),
+        call_id: Some(invocation_id.to_owned()),
     };
     let outcome = run_worker(tier, spec, &format!("the parser {program}"))?;
     let failed = |why: String| Refusal::new(ReasonCode::OutputParse, format!("the parser {program} {why}"));

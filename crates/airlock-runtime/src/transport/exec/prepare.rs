@@ -28,6 +28,9 @@ pub struct CallRequest {
     /// Where the call's long phases (snapshots) are reported; `None`:
     /// nowhere ([`crate::progress`]).
     pub progress: Option<crate::progress::ProgressHook>,
+    /// The worker tier asked for (`--tier`); `None`: the manifest's, else
+    /// the configured default ([`crate::tier_choice`]).
+    pub tier: Option<airlock_core::config::Tier>,
 }
 
 impl Runtime {
@@ -43,6 +46,12 @@ impl Runtime {
         manifest.check_executable()?;
         let args = manifest.bind_args(&request.positional, &request.named)?;
         let argv = manifest.build_argv(&args)?;
+        let (supported, shape) = match manifest.mcp_spec()? {
+            Some(_) => (crate::tier_choice::NATIVE_ONLY, "an [mcp] tool"),
+            None => (crate::tier_choice::ONE_SHOT, "a [command] tool"),
+        };
+        let pinned = manifest.tool.sandbox.and_then(|s| s.tier);
+        let tier = crate::tier_choice::choose(self.config(), start.tier, pinned, supported, shape)?;
         let plan = manifest.filesystem_plan(&args)?;
         let limits = &self.config().limits;
         if plan.reads.len() > limits.max_inputs {
@@ -151,6 +160,7 @@ impl Runtime {
                 .map(|(p, parent)| RecordedOutput { path: p.as_str().to_owned(), parent }),
             lease,
             journal,
+            tier: self.config().tiers.descriptor_name(tier),
             payload: ExecPayload { manifest, output },
         })
     }

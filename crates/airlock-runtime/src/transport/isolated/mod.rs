@@ -151,6 +151,8 @@ pub(crate) struct Isolated {
     timeout: Duration,
     format: OutputFormat,
     broker_pin: Option<String>,
+    /// A `[broker]` manifest's `[tool.sandbox] tier`.
+    pinned_tier: Option<airlock_core::config::Tier>,
 }
 
 /// What an authorized submission runs with: its roots open, its helpers sealed.
@@ -171,10 +173,17 @@ impl Transport for Isolated {
     const NOT_KEPT: Option<&'static str> =
         Some("it reaches named roots through the broker: it runs in one call (`airlock run`), not kept for dispatch");
 
-    fn prepare(self, rt: &Runtime, _start: &CallStart<'_>) -> Result<Preparation<IsolatedPayload>, Refusal> {
+    fn prepare(self, rt: &Runtime, start: &CallStart<'_>) -> Result<Preparation<IsolatedPayload>, Refusal> {
         if self.argv.is_empty() {
             return Err(Refusal::new(ReasonCode::BrokerRootInvalid, "no command was given after `--`"));
         }
+        let tier = crate::tier_choice::choose(
+            rt.config(),
+            start.tier,
+            self.pinned_tier,
+            crate::tier_choice::NATIVE_ONLY,
+            "an isolated submission",
+        )?;
         let roots = rt.open_roots(&self.roots)?;
         let cfg = &rt.config().broker;
         let broker_path = helpers::locate(cfg.program.as_deref(), helpers::BROKER_BIN)?;
@@ -200,6 +209,7 @@ impl Transport for Isolated {
             output: None,
             lease: None,
             journal,
+            tier: tier.as_str().to_owned(),
             payload: IsolatedPayload {
                 argv: self.argv,
                 timeout: self.timeout,
@@ -229,6 +239,7 @@ impl Runtime {
                 timeout: request.timeout.unwrap_or(DEFAULT_TIMEOUT),
                 format: OutputFormat::Text,
                 broker_pin: request.broker_sha256.clone(),
+                pinned_tier: None,
             };
             let start = CallStart {
                 invocation_id: &request.invocation_id,
@@ -236,6 +247,7 @@ impl Runtime {
                 keep: false,
                 expires_at: None,
                 progress: None,
+                tier: None,
             };
             self.drive(submission, &catalog::adhoc_isolated_tool(), start)
         })
@@ -261,6 +273,7 @@ impl Runtime {
             timeout: Duration::from_secs(manifest.tool.timeout_seconds),
             format: manifest.output.as_ref().map_or(OutputFormat::Text, |o| o.format),
             broker_pin: None,
+            pinned_tier: manifest.tool.sandbox.and_then(|s| s.tier),
         };
         self.drive(submission, &tool.call_tool(), start)
     }

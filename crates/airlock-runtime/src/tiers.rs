@@ -1,0 +1,200 @@
+//! The worker tiers as the configuration describes them: the tier that runs
+//! a call (by the name its descriptor records), what `doctor` reports about
+//! each, and what `staging gc` reaps of calls whose airlock died.
+
+use std::path::{Path, PathBuf};
+
+use airlock_core::config::{Config, Tier};
+use airlock_core::reason::{ReasonCode, Refusal};
+use airlock_core::tier_settings::{GvisorPlatformChoice, ALL_TIERS};
+use airlock_sandbox::{docker, gvisor, AnyTier, DockerSettings, GvisorPlatform, GvisorSettings, Leftover, TierReport};
+use serde::Serialize;
+
+use crate::Runtime;
+
+/// Where `runsc` is looked for when `[sandbox.gvisor] runsc` names none.
+const RUNSC_PLACES: [&str; 3] = ["/usr/local/bin/runsc", "/usr/bin/runsc", "/usr/sbin/runsc"];
+
+/// The gVisor tier's settings: runsc, platform, and its state under the
+/// state dir (`STATE/tiers/gvisor`).
+pub fn gvisor_settings(config: &Config) -> GvisorSettings {
+    let runsc = config.tiers.gvisor.runsc.clone().unwrap_or_else(|| {
+        RUNSC_PLACES.iter().map(PathBuf::from).find(|p| p.is_file()).unwrap_or_else(|| PathBuf::from(RUNSC_PLACES[1]))
+    });
+    let platform = match config.tiers.gvisor.platform {
+        GvisorPlatformChoice::Auto => GvisorPlatform::Auto,
+        GvisorPlatformChoice::Systrap => GvisorPlatform::Systrap,
+        GvisorPlatformChoice::Ptrace => GvisorPlatform::Ptrace,
+        GvisorPlatformChoice::Kvm => GvisorPlatform::Kvm,
+    };
+    GvisorSettings { runsc, platform, state_dir: tier_dir(config, Tier::Gvisor) }
+}
+
+/// The Docker tier's settings, or why it is not configured.
+pub fn docker_settings(config: &Config) -> Result<DockerSettings, String> {
+    let d = &config.tiers.docker;
+    let image = d.image.clone().ok_or_else(|| {
+        "[sandbox.docker] image is not set: name a local image (airlock never pulls; scripts/docker-image.sh \
+         builds one offline)"
+            .to_owned()
+    })?;
+    let socket = d.socket.clone().unwrap_or_else(|| {
+        std::env::var("DOCKER_HOST")
+            .ok()
+            .and_then(|h| h.strip_prefix("unix://").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from("/var/run/docker.sock"))
+    });
+    Ok(DockerSettings { socket, image, runtime: d.runtime.clone(), state_dir: tier_dir(config, Tier::Docker) })
+}
+
+fn tier_dir(config: &Config, tier: Tier) -> PathBuf {
+    config.state_dir.join("tiers").join(tier.as_str())
+}
+
+/// Every tier's report for `airlock doctor` (a trivial worker is started on
+/// each configured container tier).
+pub fn tier_reports(config: &Config) -> Vec<TierReport> {
+    ALL_TIERS
+        .into_iter()
+        .map(|tier| match tier {
+            Tier::Native => {
+                let host = airlock_sandbox::probe();
+                match host.native_ready() {
+                    Ok(()) => TierReport {
+                        tier: "native".into(),
+                        found: true,
+                        version: None,
+                        platform: Some("namespaces, Landlock, seccomp".into()),
+                        ready: true,
+                        why: None,
+                    },
+                    Err(why) => TierReport { found: true, ..TierReport::not_ready("native", why) },
+                }
+            }
+            Tier::Gvisor => gvisor::probe(&gvisor_settings(config)),
+            Tier::Docker => match docker_settings(config) {
+                Ok(settings) => docker::probe(&settings),
+                Err(why) => TierReport::not_ready("docker", why),
+            },
+            Tier::Microvm => TierReport::not_ready("microvm", "not built in this version of airlock"),
+        })
+        .collect()
+}
+
+/// One leftover `staging gc` removed (or could not).
+#[derive(Debug, Clone, Serialize)]
+pub struct ReapedLeftover {
+    /// The tier that left it.
+    pub tier: &'static str,
+    /// What it was.
+    pub leftover: Leftover,
+    /// Why it could not be removed; `None`: removed and its absence confirmed.
+    pub error: Option<String>,
+}
+
+impl Runtime {
+    /// The tier named `name` by a call's descriptor (`native`, `gvisor`,
+    /// `docker`, `docker+RUNTIME`), ready to start that call's workers.
+    /// What dead calls left on that tier is reaped first.
+    pub(crate) fn worker_tier(&self, name: &str) -> Result<AnyTier, Refusal> {
+        let tier = self.tier_named(name)?;
+        let unavailable =
+            |why: String| Refusal::new(ReasonCode::SandboxUnavailable, format!("tier {name:?} cannot run here: {why}"));
+        match tier {
+            Tier::Native => Ok(AnyTier::Native(self.native_tier()?)),
+            Tier::Gvisor => {
+                let settings = gvisor_settings(self.config());
+                self.reap_dead(Tier::Gvisor);
+                let mut t = airlock_sandbox::GvisorTier::new(settings);
+                t.cancel_with(self.cancel.clone());
+                Ok(AnyTier::Gvisor(t))
+            }
+            Tier::Docker => {
+                let settings = docker_settings(self.config()).map_err(unavailable)?;
+                self.reap_dead(Tier::Docker);
+                let mut t = airlock_sandbox::DockerTier::new(settings);
+                t.cancel_with(self.cancel.clone());
+                Ok(AnyTier::Docker(t))
+            }
+            Tier::Microvm => Err(unavailable("the microvm tier is not built in this version of airlock".into())),
+        }
+    }
+
+    /// The configured tier a descriptor's tier name stands for.
+    fn tier_named(&self, name: &str) -> Result<Tier, Refusal> {
+        let tiers = &self.config().tiers;
+        ALL_TIERS.into_iter().find(|t| tiers.descriptor_name(*t) == name).ok_or_else(|| {
+            Refusal::new(
+                ReasonCode::SandboxUnavailable,
+                format!(
+                    "the call was prepared for tier {name:?}, which the configuration no longer describes \
+                     (was [sandbox.docker] runtime changed?); prepare the call again"
+                ),
+            )
+        })
+    }
+
+    /// Removes what calls whose airlock died left on every container tier
+    /// (`staging gc`): a leftover is dead when no live process holds its
+    /// call's staging reservation.
+    pub fn reap_tier_leftovers(&self) -> Result<Vec<ReapedLeftover>, Refusal> {
+        let mut reaped = Vec::new();
+        for tier in [Tier::Gvisor, Tier::Docker] {
+            reaped.extend(self.reap_tier(tier)?);
+        }
+        Ok(reaped)
+    }
+
+    /// Reaping before a call starts a worker: best effort, logged.
+    fn reap_dead(&self, tier: Tier) {
+        match self.reap_tier(tier) {
+            Ok(done) => {
+                for r in done {
+                    tracing::info!(tier = r.tier, id = %r.leftover.id, error = r.error.as_deref(), "reaped a dead call's worker");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(tier = tier.as_str(), error = %e.message, "could not look for dead calls' workers")
+            }
+        }
+    }
+
+    fn reap_tier(&self, tier: Tier) -> Result<Vec<ReapedLeftover>, Refusal> {
+        let config = self.config();
+        let live = self.live_reservations()?;
+        let dead = |l: &Leftover| l.call_id.as_ref().is_some_and(|id| !live.contains(id));
+        let sandbox_err =
+            |e: airlock_sandbox::SandboxError| Refusal::new(ReasonCode::SandboxUnavailable, e.to_string());
+        let mut out = Vec::new();
+        match tier {
+            Tier::Gvisor => {
+                let settings = gvisor_settings(config);
+                if !settings.state_dir.exists() {
+                    return Ok(out);
+                }
+                for l in gvisor::leftovers(&settings).map_err(sandbox_err)?.into_iter().filter(dead) {
+                    let error = gvisor::reap(&settings, &l).err().map(|e| e.to_string());
+                    out.push(ReapedLeftover { tier: "gvisor", leftover: l, error });
+                }
+            }
+            Tier::Docker => {
+                let Ok(settings) = docker_settings(config) else { return Ok(out) };
+                if !Path::new(&settings.socket).exists() {
+                    return Ok(out);
+                }
+                for l in docker::leftovers(&settings).map_err(sandbox_err)?.into_iter().filter(dead) {
+                    let error = docker::reap(&settings, &l).err().map(|e| e.to_string());
+                    out.push(ReapedLeftover { tier: "docker", leftover: l, error });
+                }
+            }
+            Tier::Native | Tier::Microvm => {}
+        }
+        Ok(out)
+    }
+
+    /// Invocation ids whose staging reservation a live process holds.
+    fn live_reservations(&self) -> Result<std::collections::HashSet<String>, Refusal> {
+        let status = self.pool().status()?;
+        Ok(status.reservations.into_iter().filter(|r| r.live).map(|r| r.reservation.invocation_id).collect())
+    }
+}

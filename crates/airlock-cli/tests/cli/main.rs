@@ -12,6 +12,7 @@ mod cli_ux;
 mod concurrency;
 mod conformance;
 mod control_plane;
+mod copy_path;
 mod crash;
 mod data_frames;
 mod everyday_config;

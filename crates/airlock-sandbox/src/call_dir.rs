@@ -197,6 +197,26 @@ pub(crate) fn call_name(spec: &WorkerSpec) -> String {
     }
 }
 
+/// Refuses what only the native tier gives a worker (the filesystem
+/// socket of isolated submissions, provided helper files): a container
+/// tier binds files, it does not pass descriptors.
+pub(crate) fn refuse_native_only(spec: &WorkerSpec, tier: &str) -> Result<(), SandboxError> {
+    let mut missing = Vec::new();
+    if spec.fs_socket.is_some() {
+        missing.push("the filesystem socket (fs_socket)");
+    }
+    if !spec.provided.is_empty() {
+        missing.push("provided files");
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(SandboxError::InvalidSpec(format!(
+        "the {tier} tier does not support {}; use the native tier for this call",
+        missing.join(" or ")
+    )))
+}
+
 /// ASCII letters, digits, `-` and `_`, at most 64 bytes, not empty.
 pub(crate) fn is_safe_name(name: &str) -> bool {
     !name.is_empty()

@@ -113,7 +113,7 @@ impl DockerWorker {
     /// was made (container, call directory) is removed again.
     pub(crate) fn start(settings: &DockerSettings, mut spec: WorkerSpec) -> Result<DockerWorker, SandboxError> {
         spec.validate()?;
-        refuse_unsupported(&spec)?;
+        crate::call_dir::refuse_native_only(&spec, "docker")?;
         let started = Instant::now();
         let engine = Engine::connect(&settings.socket)?;
         let name = call_name(&spec);
@@ -191,25 +191,6 @@ impl DockerWorker {
             kill,
             cancel: None,
         })
-    }
-}
-
-/// Refuses what this tier cannot give a worker.
-fn refuse_unsupported(spec: &WorkerSpec) -> Result<(), SandboxError> {
-    let mut missing = Vec::new();
-    if spec.fs_socket.is_some() {
-        missing.push("an fs_socket (the filesystem broker)");
-    }
-    if !spec.provided.is_empty() {
-        missing.push("provided files");
-    }
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(SandboxError::InvalidSpec(format!(
-            "the docker tier does not support {}; use the native tier for this tool",
-            missing.join(" or ")
-        )))
     }
 }
 

@@ -170,25 +170,6 @@ impl GvisorTier {
     }
 }
 
-/// Refuses what this tier does not do (the native tier does).
-fn check_supported(spec: &WorkerSpec) -> Result<(), SandboxError> {
-    let mut missing = Vec::new();
-    if spec.fs_socket.is_some() {
-        missing.push("the filesystem socket (fs_socket)");
-    }
-    if !spec.provided.is_empty() {
-        missing.push("provided files");
-    }
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(SandboxError::InvalidSpec(format!(
-            "the gvisor tier does not support {}; use the native tier for this call",
-            missing.join(" or ")
-        )))
-    }
-}
-
 /// Extra memory the sandbox's cgroup allows beyond the tool's own limit:
 /// the Sentry, the gofer and their page caches.
 pub(crate) const SENTRY_MEMORY_MARGIN: u64 = 256 << 20;
@@ -259,7 +240,7 @@ impl Tier for GvisorTier {
 
     fn start(&self, mut spec: WorkerSpec) -> Result<GvisorWorker, SandboxError> {
         spec.validate()?;
-        check_supported(&spec)?;
+        crate::call_dir::refuse_native_only(&spec, "gvisor")?;
         let started = Instant::now();
         let runsc = self.runsc()?.clone();
         let name = call_name(&spec);

@@ -16,7 +16,7 @@ WHOLE = {"airlock-hostfs", "airlock-source", "airlock-broker", "airlock-git"}
 CLI_MODULES = [
     "attacks::", "race::", "resolvers::", "prepare::", "run::", "source::", "isolated::", "git::",
     "control_plane::", "git_control::", "approval::", "staging_pool::", "concurrency::", "crash::",
-    "publish_race::", "journal::", "data_frames::",
+    "publish_race::", "journal::", "data_frames::", "copy_path::", "broker_window::",
 ]
 
 def main():

@@ -20,7 +20,12 @@ sending the first frame's ``version``: a file that grows, shrinks or is
 replaced meanwhile raises ``FsError`` (``broker.changed``), as does a budget
 that ends first (``broker.budget``); a read never returns a silently short
 file. A write of more than one frame is a chunked write, named only at its
-commit.
+commit. The frames after a read's first, and a chunked write's appends,
+keep up to the window (``AIRLOCK_FS_WINDOW``, airlock's ``outstanding``
+budget) in flight; every answer is taken before the call returns. No
+deadlock: a read's requests and an append's answers are small, so the
+direction not drained while a frame is sent holds at most a window of
+small frames.
 
 A refused or failed call raises ``FsError`` with ``.code`` (``broker.denied``,
 ``broker.not_found``, ``path.traversal``, ...) and ``.message``. Transport
@@ -28,8 +33,9 @@ failures use ``broker.io`` (no socket, or it failed) and ``broker.protocol``
 (a malformed or mismatched frame, or a request too large to frame); after
 one of those the connection is unusable.
 
-Standard library only; Python 3.8 or later. Calls are made one at a time,
-and processes sharing the socket must take turns.
+Standard library only; Python 3.8 or later. Calls are made one at a time
+(but for the frames in flight of one read or write), and processes sharing
+the socket must take turns.
 """
 
 import builtins
@@ -50,6 +56,9 @@ MAX_IO_BYTES = 65536
 MAX_LIST_NAMES = 256
 #: The environment variable naming the socket's descriptor.
 ENV_FD = "AIRLOCK_FS_FD"
+#: The environment variable giving the window: how many requests may be
+#: sent and not yet answered (absent or not a positive number: 1).
+ENV_WINDOW = "AIRLOCK_FS_WINDOW"
 #: The first byte of a data frame's body.
 DATA_TAG = 0x01
 #: The largest data frame header: what a full payload leaves of a frame.
@@ -85,6 +94,7 @@ class _Connection:
         self.sock = None
         self.last_id = 0
         self.broken = False
+        self.window = _window(os.environ.get(ENV_WINDOW))
 
     def open(self):
         if self.sock is not None:
@@ -121,6 +131,11 @@ class _Connection:
         """Sends ``request`` (without its id; in a data frame with ``data``,
         bytes-like) and returns the answer's fields and the payload of its
         data frame (``None`` for a message)."""
+        return self.receive(self.send(request, data))
+
+    def send(self, request, data=None):
+        """Sends ``request`` with the next id (in a data frame with
+        ``data``: its head and the payload in one ``sendmsg``); returns the id."""
         if self.broken:
             raise FsError(_PROTOCOL, "the connection failed earlier and is unusable")
         sock = self.open()
@@ -141,7 +156,16 @@ class _Connection:
                 "the {} request is {} bytes, over the {}-byte frame limit".format(request["op"], size, MAX_FRAME),
             )
         try:
-            sock.sendall(b"".join(parts))
+            self._send_all(sock, parts)
+        except OSError as e:
+            raise self.fail(_IO, "sending call {}: {}".format(ident, e)) from None
+        return ident
+
+    def receive(self, ident):
+        """The next answer, which must be to the call ``ident``: its fields
+        and its data frame's payload (``None`` for a message)."""
+        sock = self.open()
+        try:
             head = self._recv_exact(sock, 4)
             (length,) = struct.unpack(">I", head)
             if length > MAX_FRAME:
@@ -156,6 +180,17 @@ class _Connection:
         if error is not None:
             raise FsError(error["code"], error["message"])
         return response, payload
+
+    @staticmethod
+    def _send_all(sock, parts):
+        parts = [memoryview(p).cast("B") for p in parts if len(p)]
+        while parts:
+            sent = sock.sendmsg(parts)
+            while parts and sent >= len(parts[0]):
+                sent -= len(parts[0])
+                parts.pop(0)
+            if parts and sent:
+                parts[0] = parts[0][sent:]
 
     def _recv_exact(self, sock, n):
         buf = bytearray(n)
@@ -228,6 +263,14 @@ class _Connection:
         return response, payload
 
 
+def _window(raw):
+    """The window ``AIRLOCK_FS_WINDOW`` allows: a decimal number of at least
+    1, else 1 (the same rule as the Rust client)."""
+    if raw and len(raw) <= 4 and raw.isascii() and raw.isdigit() and int(raw) >= 1:
+        return int(raw)
+    return 1
+
+
 def _is_u64(value):
     return type(value) is int and 0 <= value < 2**64
 
@@ -245,13 +288,21 @@ def _check_max(maximum):
         raise TypeError("maximum must be a non-negative int")
 
 
-def _read_frame(conn, root, path, offset, maximum, version):
+def _read_request(root, path, offset, maximum, version):
     request = {"op": "read", "root": root, "path": path, "max": maximum}
     if offset:
         request["offset"] = offset
     if version is not None:
         request["version"] = version
-    r, data = conn.exchange(request)
+    return request
+
+
+def _read_frame(conn, root, path, offset, maximum, version):
+    return _take_frame(conn, conn.send(_read_request(root, path, offset, maximum, version)), maximum)
+
+
+def _take_frame(conn, ident, maximum):
+    r, data = conn.receive(ident)
     ok = (
         data is not None
         and _is_u64(r.get("size"))
@@ -278,24 +329,36 @@ def read(root, path, maximum=None, offset=0):
         _check_max(maximum)
     _check_max(offset)
     conn = _connection
-    chunks = []
-    pos, done, first = offset, 0, None
-    while True:
-        want = MAX_IO_BYTES if maximum is None else min(maximum - done, MAX_IO_BYTES)
-        if first is not None:
-            want = min(want, max(first[0] - pos, 0))
-        data, size, eof, version = _read_frame(conn, root, path, pos, want, None if first is None else first[1])
-        if first is None:
-            first = (size, version)
-        elif size != first[0]:
-            raise FsError(_CHANGED, "{}:{} was {} bytes, now {}".format(root, path, first[0], size))
-        chunks.append(data)
-        pos += len(data)
-        done += len(data)
-        if eof or done == maximum:
-            return b"".join(chunks)
-        if len(data) < want:
-            raise conn.fail(_PROTOCOL, "a read of {} bytes got {} before the end".format(want, len(data)))
+    want = MAX_IO_BYTES if maximum is None else min(maximum, MAX_IO_BYTES)
+    data, size, eof, version = _read_frame(conn, root, path, offset, want, None)
+    if eof or len(data) == maximum:
+        return bytes(data)
+    if len(data) < want:
+        raise conn.fail(_PROTOCOL, "a read of {} bytes got {} before the end".format(want, len(data)))
+    # The rest: [offset + len(data), end), up to the window in flight.
+    end = size if maximum is None else min(size, offset + maximum)
+    chunks = [data]
+    pos = nxt = offset + len(data)
+    pending = collections.deque()
+    try:
+        while pos < end:
+            while len(pending) < conn.window and nxt < end:
+                want = min(end - nxt, MAX_IO_BYTES)
+                pending.append((conn.send(_read_request(root, path, nxt, want, version)), want))
+                nxt += want
+            ident, want = pending.popleft()
+            data, now, _, _ = _take_frame(conn, ident, want)
+            if now != size:
+                raise FsError(_CHANGED, "{}:{} was {} bytes, now {}".format(root, path, size, now))
+            if len(data) < want:
+                raise conn.fail(_PROTOCOL, "a read of {} bytes got {} before the end".format(want, len(data)))
+            chunks.append(data)
+            pos += want
+    finally:
+        if pending:
+            # Answers left unread: the connection is out of step.
+            conn.broken = True
+    return b"".join(chunks)
 
 
 def write(root, path, data):
@@ -315,10 +378,22 @@ def write(root, path, data):
     stream = r.get("stream")
     if not _is_u64(stream):
         raise conn.fail(_PROTOCOL, "a write_open was answered without a stream")
-    for start in range(0, len(data), MAX_IO_BYTES):
-        chunk = data[start : start + MAX_IO_BYTES]
-        request = {"op": "write_append", "root": root, "path": path, "stream": stream}
-        _expect_written(conn, conn.call(request, chunk), start + len(chunk))
+    pending = collections.deque()
+    try:
+        for start in range(0, len(data), MAX_IO_BYTES):
+            if len(pending) >= conn.window:
+                ident, want = pending.popleft()
+                _expect_written(conn, conn.receive(ident)[0], want)
+            chunk = data[start : start + MAX_IO_BYTES]
+            request = {"op": "write_append", "root": root, "path": path, "stream": stream}
+            pending.append((conn.send(request, chunk), start + len(chunk)))
+        while pending:
+            ident, want = pending.popleft()
+            _expect_written(conn, conn.receive(ident)[0], want)
+    finally:
+        if pending:
+            # Answers left unread: the connection is out of step.
+            conn.broken = True
     r = conn.call({"op": "write_commit", "root": root, "path": path, "stream": stream})
     _expect_written(conn, r, len(data))
 

@@ -1,12 +1,15 @@
-//! The Rust client: one call at a time over the worker's socket.
+//! The Rust client over the worker's socket: one call at a time, except
+//! the frames of a streamed read or a chunked write, which keep up to the
+//! window airlock allows in flight.
 
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 
 use airlock_fsproto::{
-    codes, decode_body, encode_body, read_frame, write_frame, EntryKind, Op, Request, Response, ENV_FD, MAX_FRAME,
-    MAX_IO_BYTES,
+    codes, decode_body, frame_head, read_frame, write_parts, EntryKind, Op, Request, Response, ENV_FD, ENV_WINDOW,
+    MAX_FRAME, MAX_IO_BYTES,
 };
 use rustix::process::{getpid, pidfd_getfd, pidfd_open, PidfdFlags, PidfdGetfdFlags};
 
@@ -53,15 +56,24 @@ pub struct Streamed {
 
 /// A connection to airlock over the worker's file-system socket.
 ///
-/// Calls are made one at a time, and the processes sharing the socket must
-/// take turns too (a script running `airlock-fs` commands one after
-/// another does). After a transport or protocol error the connection is
-/// unusable and every later call fails with `broker.protocol`.
+/// Calls are made one at a time, except that a streamed read and a chunked
+/// write keep up to the window (`AIRLOCK_FS_WINDOW`, airlock's
+/// `outstanding` budget) of frames in flight, and take every answer before
+/// they return. The processes sharing the socket must take turns (a script
+/// running `airlock-fs` commands one after another does). After a transport
+/// or protocol error the connection is unusable and every later call fails
+/// with `broker.protocol`.
+///
+/// No deadlock with a window in flight: a read's requests are small (a few
+/// hundred bytes each), and an append's answers are too, so the direction
+/// that is not drained while the client writes holds at most a window of
+/// small frames, far below any socket buffer.
 #[derive(Debug)]
 pub struct Client {
     stream: UnixStream,
     ids: Ids,
     broken: bool,
+    window: usize,
 }
 
 impl Client {
@@ -80,7 +92,15 @@ impl Client {
             pidfd_open(getpid(), PidfdFlags::empty()).map_err(|e| FsError::io(format!("pidfd_open(self): {e}")))?;
         let dup = pidfd_getfd(&me, fd, PidfdGetfdFlags::empty())
             .map_err(|e| FsError::io(format!("descriptor {fd} from {ENV_FD}: {e}")))?;
-        Client::from_fd(dup)
+        let window = airlock_fsproto::window(std::env::var(ENV_WINDOW).ok().as_deref());
+        Ok(Client::from_fd(dup)?.with_window(window))
+    }
+
+    /// The same client keeping up to `window` (at least 1) frames of a
+    /// streamed read or a chunked write in flight; more than airlock's
+    /// `outstanding` budget ends the submission.
+    pub fn with_window(self, window: usize) -> Client {
+        Client { window: window.max(1), ..self }
     }
 
     /// Connects through `fd`, a connected stream socket.
@@ -89,7 +109,7 @@ impl Client {
         if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
             return Err(FsError::io("the file-system descriptor is not a socket"));
         }
-        Ok(Client { stream: UnixStream::from(fd), ids: Ids::default(), broken: false })
+        Ok(Client { stream: UnixStream::from(fd), ids: Ids::default(), broken: false, window: 1 })
     }
 
     /// Reads the whole regular file `path` in `root`, streamed in frames of
@@ -110,10 +130,13 @@ impl Client {
     }
 
     /// Streams `path` from `offset` into `out`, frame by frame, to the end
-    /// of the file or `max` bytes. Every frame after the first sends the
-    /// first frame's version, so a file that grows, shrinks or is replaced
+    /// of the file or `max` bytes. The first frame tells the file's size
+    /// and version; the frames after it are sent with that version, up to
+    /// the window at once, so a file that grows, shrinks or is replaced
     /// meanwhile fails the read (`broker.changed`) instead of mixing two
     /// versions; the bytes already written to `out` are then not the file.
+    /// The frames go a window at a time: all of a window's answers are
+    /// taken before its bytes are written to `out`.
     pub fn read_into(
         &mut self,
         root: &str,
@@ -122,37 +145,63 @@ impl Client {
         max: Option<u64>,
         out: &mut impl Write,
     ) -> Result<Streamed, FsError> {
-        let (mut pos, mut done) = (offset, 0u64);
-        let mut first: Option<(u64, String)> = None;
-        loop {
-            let mut want = max.map_or(MAX_IO_BYTES, |m| (m - done).min(MAX_IO_BYTES));
-            if let Some((size, _)) = &first {
-                want = want.min(size.saturating_sub(pos));
+        let want = max.map_or(MAX_IO_BYTES, |m| m.min(MAX_IO_BYTES));
+        let first = self.read_frame(root, path, offset, want, None)?;
+        let (size, version) = (first.size, first.version);
+        let n = first.bytes.len() as u64;
+        write_out(out, &first.bytes)?;
+        if first.eof {
+            return Ok(Streamed { bytes: n, size, complete: true });
+        }
+        if max == Some(n) {
+            return Ok(Streamed { bytes: n, size, complete: false });
+        }
+        if n < want {
+            return Err(self.fail(FsError::protocol(format!("a read of {want} bytes got {n} before the end"))));
+        }
+        // The rest: [offset + n, end), in frames of at most MAX_IO_BYTES,
+        // a window at a time: every answer of a window is taken before its
+        // bytes go to `out`, so nothing is in flight while `out` blocks (a
+        // full pipe) and another process may use the socket meanwhile, as
+        // with one frame at a time.
+        let end = max.map_or(size, |m| size.min(offset.saturating_add(m)));
+        let mut pos = offset + n;
+        let mut frames = Vec::with_capacity(self.window);
+        while pos < end {
+            let mut pending = VecDeque::with_capacity(self.window);
+            let mut next = pos;
+            while pending.len() < self.window && next < end {
+                let want = (end - next).min(MAX_IO_BYTES);
+                let request = Request {
+                    max: Some(want),
+                    offset: Some(next),
+                    version: Some(version.clone()),
+                    ..self.request(Op::Read, root, path)
+                };
+                pending.push_back((self.send(request, None)?, want));
+                next += want;
             }
-            let version = first.as_ref().map(|(_, v)| v.as_str());
-            let frame = self.read_frame(root, path, pos, want, version)?;
-            let n = frame.bytes.len() as u64;
-            match &first {
-                Some((size, _)) if *size != frame.size => {
-                    let (was, now) = (*size, frame.size);
-                    return Err(FsError::new(codes::CHANGED, format!("{root}:{path} was {was} bytes, now {now}")));
+            frames.clear();
+            while let Some((id, want)) = pending.pop_front() {
+                let frame = self.take_frame(id, want)?;
+                if frame.size != size {
+                    let message = format!("{root}:{path} was {size} bytes, now {}", frame.size);
+                    return Err(self.fail(FsError::new(codes::CHANGED, message)));
                 }
-                Some(_) => {}
-                None => first = Some((frame.size, frame.version.clone())),
+                if (frame.bytes.len() as u64) < want {
+                    let got = frame.bytes.len();
+                    let message = format!("a read of {want} bytes got {got} before the end");
+                    return Err(self.fail(FsError::protocol(message)));
+                }
+                frames.push(frame.bytes);
             }
-            out.write_all(&frame.bytes).map_err(|e| FsError::io(format!("writing what was read: {e}")))?;
-            (pos, done) = (pos + n, done + n);
-            let size = frame.size;
-            if frame.eof {
-                return Ok(Streamed { bytes: done, size, complete: true });
-            }
-            if max == Some(done) {
-                return Ok(Streamed { bytes: done, size, complete: false });
-            }
-            if n < want {
-                return Err(self.fail(FsError::protocol(format!("a read of {want} bytes got {n} before the end"))));
+            for bytes in &frames {
+                write_out(out, bytes)?;
+                pos += bytes.len() as u64;
             }
         }
+        let done = pos - offset;
+        Ok(Streamed { bytes: done, size, complete: pos >= size })
     }
 
     /// One read frame: at most `max` bytes from `offset`; with `version`,
@@ -171,7 +220,13 @@ impl Client {
             version: version.map(str::to_owned),
             ..self.request(Op::Read, root, path)
         };
-        let (r, data) = self.exchange(request, None)?;
+        let id = self.send(request, None)?;
+        self.take_frame(id, max)
+    }
+
+    /// The answer to the read frame `id` of at most `max` bytes.
+    fn take_frame(&mut self, id: u64, max: u64) -> Result<Frame, FsError> {
+        let (r, data) = self.receive(id)?;
         let (bytes, size, eof, version) = match (data, r.size, r.eof, r.version) {
             (Some(d), Some(s), Some(e), Some(v)) => (d, s, e, v),
             _ => return Err(self.fail(FsError::protocol("a read was answered without data"))),
@@ -194,9 +249,11 @@ impl Client {
 
     /// Creates or replaces `path` in `root` with everything `src` yields,
     /// streamed: up to 64 KiB is one `write`; more is a chunked write
-    /// (`write_open`, `write_append` per 64 KiB, `write_commit`), named only
-    /// at the commit. If `src` fails the write is aborted and nothing is
-    /// named. Returns the bytes written.
+    /// (`write_open`, `write_append` per 64 KiB with up to the window in
+    /// flight, `write_commit` once every append was answered), named only
+    /// at the commit. `src` is read while appends are in flight (a process
+    /// sharing the socket waits for the call to return). If `src` fails
+    /// the write is aborted and nothing is named. Returns the bytes written.
     pub fn write_from(&mut self, root: &str, path: &str, src: &mut impl Read) -> Result<u64, FsError> {
         let mut chunk = vec![0u8; MAX_IO_BYTES as usize];
         let n = fill(src, &mut chunk)?;
@@ -209,13 +266,17 @@ impl Client {
             (Some(s), None, None) => s,
             _ => return Err(self.fail(FsError::protocol("a write_open was answered without a stream"))),
         };
-        let mut total = 0u64;
-        let mut n = n;
+        // (id, the bytes the write holds once that append is answered).
+        let mut pending: VecDeque<(u64, u64)> = VecDeque::new();
+        let (mut sent, mut n) = (0u64, n);
         loop {
             if n > 0 {
+                if pending.len() >= self.window {
+                    self.take_appended(&mut pending)?;
+                }
                 let append = Request { stream: Some(stream), ..self.request(Op::WriteAppend, root, path) };
-                let r = self.call_with(append, Some(&chunk[..n]))?;
-                total = self.expect_written(r, total + n as u64)?;
+                sent += n as u64;
+                pending.push_back((self.send(append, Some(&chunk[..n]))?, sent));
             }
             if n < chunk.len() {
                 break;
@@ -224,13 +285,28 @@ impl Client {
                 Ok(n) => n,
                 Err(e) => {
                     // Best effort: the reason to report is the input's.
+                    while !pending.is_empty() {
+                        self.take_appended(&mut pending)?;
+                    }
                     let _ = self.call(Request { stream: Some(stream), ..self.request(Op::WriteAbort, root, path) });
                     return Err(e);
                 }
             };
         }
+        while !pending.is_empty() {
+            self.take_appended(&mut pending)?;
+        }
         let r = self.call(Request { stream: Some(stream), ..self.request(Op::WriteCommit, root, path) })?;
-        self.expect_written(r, total)
+        self.expect_written(r, sent)
+    }
+
+    /// Takes the answer to the oldest append in flight.
+    fn take_appended(&mut self, pending: &mut VecDeque<(u64, u64)>) -> Result<(), FsError> {
+        if let Some((id, total)) = pending.pop_front() {
+            let r = self.receive(id)?.0;
+            self.expect_written(r, total)?;
+        }
+        Ok(())
     }
 
     /// `written` of a write answer, which must be `want`.
@@ -288,17 +364,23 @@ impl Client {
         Ok(self.exchange(request, data)?.0)
     }
 
-    /// One exchange: the request out (with the next id; a data frame with
-    /// `data`), its answer and the answer's data back, an `error` answer
-    /// turned into the peer's [`FsError`].
+    /// One exchange: the request out, its answer and the answer's data
+    /// back, an `error` answer turned into the peer's [`FsError`].
     fn exchange(&mut self, request: Request, data: Option<&[u8]>) -> Result<(Response, Option<Vec<u8>>), FsError> {
+        let id = self.send(request, data)?;
+        self.receive(id)
+    }
+
+    /// Sends the request with the next id (a data frame with `data`: its
+    /// head and the payload in one vectored write); returns the id.
+    fn send(&mut self, request: Request, data: Option<&[u8]>) -> Result<u64, FsError> {
         if self.broken {
             return Err(FsError::protocol("the connection failed earlier and is unusable"));
         }
         let id = self.ids.next();
         let op = request.op;
-        let body = match encode_body(&Request { id, ..request }, data) {
-            Ok(body) if body.len() <= MAX_FRAME => body,
+        let head = match frame_head(&Request { id, ..request }, data) {
+            Ok(head) if head.len() - 4 + data.map_or(0, <[u8]>::len) <= MAX_FRAME => head,
             // Nothing was sent: the connection is still in step.
             _ => {
                 return Err(FsError::protocol(format!(
@@ -307,8 +389,13 @@ impl Client {
                 )))
             }
         };
-        write_frame(&mut self.stream, &body)
+        write_parts(&mut self.stream, &[&head, data.unwrap_or_default()])
             .map_err(|e| self.fail(FsError::io(format!("sending the request: {e}"))))?;
+        Ok(id)
+    }
+
+    /// The next answer, which must be to the request `id`, and its data.
+    fn receive(&mut self, id: u64) -> Result<(Response, Option<Vec<u8>>), FsError> {
         let answer = match read_frame(&mut self.stream, MAX_FRAME) {
             Ok(Some(a)) => a,
             Ok(None) => return Err(self.fail(FsError::io("airlock closed the connection before answering"))),
@@ -330,6 +417,11 @@ impl Client {
         self.broken = true;
         e
     }
+}
+
+/// Writes what was read to `out`.
+fn write_out(out: &mut impl Write, bytes: &[u8]) -> Result<(), FsError> {
+    out.write_all(bytes).map_err(|e| FsError::io(format!("writing what was read: {e}")))
 }
 
 /// Reads from `src` until `buf` is full or the input ends; the bytes read.

@@ -113,6 +113,34 @@ pub fn encode_data<T: Serialize>(header: &T, payload: &[u8]) -> Result<Vec<u8>, 
     Ok(body)
 }
 
+/// Everything of a frame but a data frame's payload: the length prefix,
+/// then the message, or the tag, the header length and the header. Sent
+/// with the payload as a second buffer ([`crate::write_parts`], one
+/// `writev`), the payload is never copied. Refused like [`encode_data`].
+pub fn frame_head<T: Serialize>(message: &T, payload: Option<&[u8]>) -> Result<Vec<u8>, ProtoError> {
+    let header = encode(message);
+    let Some(payload) = payload else {
+        let mut head = Vec::with_capacity(4 + header.len());
+        head.extend_from_slice(&(header.len() as u32).to_be_bytes());
+        head.extend_from_slice(&header);
+        return Ok(head);
+    };
+    if header.len() > MAX_DATA_HEADER {
+        return Err(ProtoError::TooLarge { len: header.len(), max: MAX_DATA_HEADER });
+    }
+    if payload.len() as u64 > MAX_IO_BYTES {
+        return Err(ProtoError::TooLarge { len: payload.len(), max: MAX_IO_BYTES as usize });
+    }
+    // At most MAX_FRAME: it fits a u32, and the header length a u16.
+    let len = (3 + header.len() + payload.len()) as u32;
+    let mut head = Vec::with_capacity(7 + header.len());
+    head.extend_from_slice(&len.to_be_bytes());
+    head.push(DATA_TAG);
+    head.extend_from_slice(&(header.len() as u16).to_be_bytes());
+    head.extend_from_slice(&header);
+    Ok(head)
+}
+
 /// A message or, with `payload`, a data frame: the body to send.
 pub fn encode_body<T: Serialize>(message: &T, payload: Option<&[u8]>) -> Result<Vec<u8>, ProtoError> {
     match payload {
@@ -148,6 +176,17 @@ mod tests {
         // An empty payload is a payload (an empty write).
         let empty = data_frame(header, header.len() as u16, b"");
         assert_eq!(decode_body::<Response>(&empty).unwrap().1, Some(&b""[..]));
+    }
+
+    #[test]
+    fn a_frame_head_and_its_payload_are_the_framed_body() {
+        let header = Response { id: 9, written: Some(3), ..Response::default() };
+        for payload in [None, Some(&b""[..]), Some(&b"a\x00\xff"[..])] {
+            let mut sent = frame_head(&header, payload).unwrap();
+            sent.extend_from_slice(payload.unwrap_or_default());
+            assert_eq!(sent, crate::framed(&encode_body(&header, payload).unwrap()).unwrap(), "{payload:?}");
+        }
+        assert!(frame_head(&header, Some(&vec![0u8; MAX_IO_BYTES as usize + 1])).is_err());
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Length-prefixed frames and strict decoding.
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -64,6 +64,23 @@ impl ProtoError {
 /// inside a small frame.
 pub fn write_frame(w: &mut impl Write, body: &[u8]) -> io::Result<()> {
     w.write_all(&framed(body)?)?;
+    w.flush()
+}
+
+/// Writes `parts` in order as one stream of bytes, with as few vectored
+/// writes as the writer allows (one for a frame's head and payload).
+pub fn write_parts(w: &mut impl Write, parts: &[&[u8]]) -> io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+    let mut slices = &mut slices[..];
+    IoSlice::advance_slices(&mut slices, 0);
+    while !slices.is_empty() {
+        match w.write_vectored(slices) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut slices, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
     w.flush()
 }
 

@@ -44,6 +44,21 @@
 //! `write_abort`; a chunked write is `write_open` (the same unnamed file,
 //! empty), `write_append` …, then the same `write_commit`.
 //!
+//! # The window
+//!
+//! A worker may have up to its window of requests sent and not yet answered
+//! ([`ENV_WINDOW`], airlock's `outstanding` budget: 1 … 4; [`window`]
+//! parses it); more is `broker.budget` and ends the submission. Answers come
+//! strictly in request order. airlock forwards read frames and appends to
+//! the broker as they arrive (the broker, too, answers in order), and holds
+//! every other operation until all before it are answered. Each request is
+//! charged and checked when airlock takes it, in order; each answer is
+//! checked (`version`, sizes) and logged in order. The first request that
+//! fails, in request order, ends the submission: its error is the last
+//! answer, the socket is then shut, and the requests after it are never
+//! answered (read frames already forwarded are discarded; appends already
+//! forwarded went into an unnamed file that is never named).
+//!
 //! Grants: root names are `[a-z][a-z0-9_-]{0,63}`, 1–64 roots a submission;
 //! the rights `r` (read), `w` (create or replace) and `l` (list) are
 //! independent.
@@ -54,8 +69,8 @@ mod grant;
 mod message;
 mod paths;
 
-pub use data::{decode_body, encode_body, encode_data, split, Body, DATA_TAG, MAX_DATA_HEADER};
-pub use frame::{decode, encode, framed, read_frame, take_frame, write_frame, ProtoError};
+pub use data::{decode_body, encode_body, encode_data, frame_head, split, Body, DATA_TAG, MAX_DATA_HEADER};
+pub use frame::{decode, encode, framed, read_frame, take_frame, write_frame, write_parts, ProtoError};
 pub use grant::{check_root_name, Rights, RightsError};
 pub use message::{
     BrokerOp, BrokerRequest, BrokerResponse, EntryKind, ErrorBody, Op, ReadStamp, Request, Response, WriteIdentity,
@@ -90,6 +105,20 @@ pub const STAGE_PREFIX: &str = ".airlock-stage-";
 pub const WORKER_FD: i32 = 3;
 /// The environment variable that names [`WORKER_FD`] inside the worker.
 pub const ENV_FD: &str = "AIRLOCK_FS_FD";
+/// The environment variable that tells the worker its window: how many
+/// requests it may have sent and not yet seen answered (airlock's
+/// `outstanding` budget). Absent or not a positive number: one at a time.
+pub const ENV_WINDOW: &str = "AIRLOCK_FS_WINDOW";
+
+/// The window [`ENV_WINDOW`]'s value allows: a decimal number of at least
+/// 1, else 1 (one request at a time, which any airlock accepts).
+pub fn window(value: Option<&str>) -> usize {
+    value
+        .filter(|v| !v.is_empty() && v.len() <= 4 && v.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or(1)
+}
 
 /// Reason codes carried in [`ErrorBody::code`]. Path grammar refusals use the
 /// `path.*` codes of `airlock-core` instead (`path.traversal`, …).
@@ -125,4 +154,16 @@ pub mod codes {
     pub const IO: &str = "broker.io";
     /// The submission already failed; no further operation is served.
     pub const ENDED: &str = "broker.ended";
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_window_is_a_positive_decimal_or_one() {
+        assert_eq!(super::window(Some("4")), 4);
+        assert_eq!(super::window(Some("1")), 1);
+        for bad in [None, Some(""), Some("0"), Some("-2"), Some("+2"), Some(" 2"), Some("2x"), Some("99999")] {
+            assert_eq!(super::window(bad), 1, "{bad:?}");
+        }
+    }
 }

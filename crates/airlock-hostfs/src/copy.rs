@@ -84,6 +84,26 @@ pub(crate) fn copy_hashed(
     Ok(Copied { bytes, sha256_hex })
 }
 
+/// Hashes all of `file` (from offset 0 to its end) in a second thread while
+/// `meanwhile` runs in this one (a publication candidate's `fsync`), and
+/// answers what was hashed. `file` must not change meanwhile: the caller
+/// holds the only writer, and checks the count against the size after.
+pub(crate) fn hash_while(file: &File, meanwhile: impl FnOnce() -> Result<()>) -> Result<Copied> {
+    let (done, hashed) = std::thread::scope(|s| {
+        let (progress, seen) = channel();
+        let hashing = s.spawn(|| hash_behind(file, seen));
+        // The whole file at once: `hash_behind` reads to each offset it is told.
+        let _ = progress.send(u64::MAX);
+        drop(progress);
+        let done = meanwhile();
+        (done, hashing.join().unwrap_or_else(|_| Err(std::io::Error::other("the hashing thread panicked"))))
+    });
+    done?;
+    let (bytes, sha256_hex) =
+        hashed.map_err(|e| Error::new(ReasonCode::Internal, format!("reading the file back: {e}")))?;
+    Ok(Copied { bytes, sha256_hex })
+}
+
 /// The copier: sends the offset reached after each step; dropping
 /// `progress` tells the hashing thread the copy ended.
 fn copy_range(
@@ -141,8 +161,9 @@ fn copy_range(
     Ok(off)
 }
 
-/// The hashing thread: reads `dst` up to each offset the copier reports,
-/// until the copier is done; answers the bytes hashed and the digest.
+/// The hashing thread: reads `dst` up to each offset the copier reports
+/// (`u64::MAX`: to its end), until the copier is done; answers the bytes
+/// hashed and the digest.
 fn hash_behind(dst: &File, progress: Receiver<u64>) -> std::io::Result<(u64, String)> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; HASH_BUF];
@@ -151,6 +172,10 @@ fn hash_behind(dst: &File, progress: Receiver<u64>) -> std::io::Result<(u64, Str
         while done < upto {
             let want = buf.len().min((upto - done) as usize);
             let n = dst.read_at(&mut buf[..want], done)?;
+            if n == 0 && upto == u64::MAX {
+                // Told to read to the end, and there.
+                break;
+            }
             if n == 0 {
                 // Shorter when read back than the copier reported.
                 return Err(Errno::IO.into());

@@ -141,6 +141,21 @@ impl PrivateDir {
         self.open_at(name, flags, 0o600, "O_RDWR|O_CREAT|O_EXCL")
     }
 
+    /// Creates a new `0600` file for reading and writing, unnamed
+    /// (`O_TMPFILE`) where the file system allows it, else named `name`
+    /// (exclusively). An unnamed file can later be given a name in
+    /// another directory of the same mount by linking its descriptor (a
+    /// staged output published as itself, [`crate::HeldOutput::adopt_staged`]);
+    /// it vanishes with its last descriptor.
+    pub fn create_staged(&self, name: &str) -> Result<File> {
+        let flags = OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC;
+        match rustix::fs::openat(self.dir.as_fd(), ".", flags, Mode::from_raw_mode(0o600)) {
+            Ok(fd) => Ok(File::from(fd)),
+            Err(e) if crate::publish::tmpfile_unsupported(e) => self.create_file_rw(name),
+            Err(e) => Err(Error::syscall(ReasonCode::Internal, "openat(\".\", O_TMPFILE|O_RDWR, 0600)", e)),
+        }
+    }
+
     /// Opens regular file `name` for reading, never through a link.
     pub fn open_file(&self, name: &str) -> Result<File> {
         let file = self.open_nofollow(name).map_err(|e| match e.errno() {

@@ -9,6 +9,10 @@
 //! `(dev, ino)` is then compared with the open candidate's. The hash a
 //! receipt states is read back through that descriptor. Nothing is unlinked
 //! by name unless the name is still the candidate's inode.
+//!
+//! The candidate is a copy of the staged output, except where the staged
+//! output can be the candidate itself ([`HeldOutput::adopt_staged`],
+//! `staged.rs`): no copy, the same unnamed-file publication.
 
 use crate::copy::copy_hashed;
 use crate::error::{Error, Result};
@@ -87,7 +91,7 @@ pub struct EntryIdentity {
 
 /// `errno`s of an `O_TMPFILE` open that mean "not supported here" (file
 /// system or kernel), so the named candidate is used instead.
-fn tmpfile_unsupported(e: Errno) -> bool {
+pub(crate) fn tmpfile_unsupported(e: Errno) -> bool {
     matches!(e, Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL)
 }
 
@@ -111,21 +115,7 @@ impl HeldOutput {
         tag: &str,
         mode: CandidateMode,
     ) -> Result<Candidate<'_>> {
-        let now = rustix::fs::fstat(self.parent.as_fd())
-            .map_err(|e| Error::syscall(ReasonCode::Internal, "fstat(parent)", e))?;
-        if (now.st_dev, now.st_ino) != expected_parent || self.parent.dev_ino() != expected_parent {
-            return Err(Error::new(
-                ReasonCode::OutputParentChanged,
-                format!("the parent directory of {:?} is not the one that was prepared", self.path.as_str()),
-            ));
-        }
-        if !self.missing.is_empty() {
-            return Err(Error::new(
-                ReasonCode::Internal,
-                format!("the parent directories of {:?} have not been made", self.path.as_str()),
-            ));
-        }
-        self.ensure_absent()?;
+        self.check_ready(expected_parent)?;
         if tag.is_empty() || tag.contains('/') || tag.contains('\0') || tag.len() > 128 {
             return Err(Error::new(ReasonCode::Internal, format!("invalid candidate tag {tag:?}")));
         }
@@ -154,6 +144,26 @@ impl HeldOutput {
         candidate.info.bytes = copied.bytes;
         candidate.info.sha256_hex = copied.sha256_hex;
         Ok(candidate)
+    }
+
+    /// Before any candidate: the parent is still `expected_parent`, made
+    /// (with `create_parents`), and the output's name is free.
+    fn check_ready(&self, expected_parent: (u64, u64)) -> Result<()> {
+        let now = rustix::fs::fstat(self.parent.as_fd())
+            .map_err(|e| Error::syscall(ReasonCode::Internal, "fstat(parent)", e))?;
+        if (now.st_dev, now.st_ino) != expected_parent || self.parent.dev_ino() != expected_parent {
+            return Err(Error::new(
+                ReasonCode::OutputParentChanged,
+                format!("the parent directory of {:?} is not the one that was prepared", self.path.as_str()),
+            ));
+        }
+        if !self.missing.is_empty() {
+            return Err(Error::new(
+                ReasonCode::Internal,
+                format!("the parent directories of {:?} have not been made", self.path.as_str()),
+            ));
+        }
+        self.ensure_absent()
     }
 
     /// Opens a new `0600` candidate for reading and writing: unnamed when
@@ -419,6 +429,8 @@ impl Drop for Candidate<'_> {
         }
     }
 }
+
+mod staged;
 
 #[cfg(test)]
 mod tests;

@@ -42,7 +42,7 @@ fn raised(mib: u64) -> Project {
 }
 
 /// `n` bytes that are not a repetition of any short block.
-fn content(n: usize, seed: u64) -> Vec<u8> {
+pub(crate) fn content(n: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
     (0..n)
         .map(|_| {
@@ -55,7 +55,7 @@ fn content(n: usize, seed: u64) -> Vec<u8> {
 }
 
 /// Staging entries directly in `dir`.
-fn stage_entries(dir: &std::path::Path) -> Vec<String> {
+pub(crate) fn stage_entries(dir: &std::path::Path) -> Vec<String> {
     std::fs::read_dir(dir)
         .unwrap()
         .flatten()

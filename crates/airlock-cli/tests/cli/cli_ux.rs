@@ -127,9 +127,16 @@ fn doctor_reports_a_ready_native_tier_and_each_host_facility() {
     for needed in ["landlock", "user_namespaces", "seccomp"] {
         assert_eq!(c["host"][needed]["ok"], true, "{needed}: {c:#}");
     }
-    for tier in ["gvisor", "docker", "microvm"] {
-        assert_eq!(c["tiers"][tier]["ready"], false, "{tier} is not built: {c:#}");
+    // Every tier is reported, ready or not, with what decided it.
+    for tier in ["native", "gvisor", "docker", "microvm"] {
+        assert!(c["tiers"][tier]["ready"].is_boolean(), "{tier}: {c:#}");
+        assert!(c["tiers"][tier]["detail"].as_str().is_some_and(|d| !d.is_empty()), "{tier}: {c:#}");
     }
+    assert_eq!(c["tiers"]["native"]["ready"], true, "{c:#}");
+    assert_eq!(c["tiers"]["microvm"]["ready"], false, "microvm is not built: {c:#}");
+    // This project configures no docker image: not ready, and why.
+    assert_eq!(c["tiers"]["docker"]["ready"], false, "{c:#}");
+    assert!(c["tiers"]["docker"]["detail"].as_str().unwrap().contains("[sandbox.docker] image"), "{c:#}");
 }
 
 /// A project whose `slowcopy` would take 5 s and then write its output,

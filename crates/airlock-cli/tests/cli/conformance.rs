@@ -341,7 +341,6 @@ fn a_killed_airlock_leaves_nothing_after_staging_gc() {
         let id = format!("inv-killed-{}", std::process::id());
         let mut child = p
             .command(&["run", "sleepy", "data/in.txt", "results/out.txt", "--invocation-id", &id])
-            .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
@@ -352,6 +351,10 @@ fn a_killed_airlock_leaves_nothing_after_staging_gc() {
         );
         // Past the start: the tool is sleeping inside.
         std::thread::sleep(Duration::from_millis(1500));
+        if child.try_wait().unwrap().is_some() {
+            let out = child.wait_with_output().unwrap();
+            panic!("{}: the call ended before it was killed: {}", t.name, String::from_utf8_lossy(&out.stdout));
+        }
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(!call_dirs(&p, &t).is_empty(), "{}: nothing was left to reap (the test proves nothing)", t.name);
@@ -431,5 +434,61 @@ when { resource.name == "sensitive" && context.invocation.resolved.tier != "gvis
         let run = p.run(&["run", "sensitive", "data/in.txt", "results/o.txt", "--tier", "gvisor"]);
         run.assert_ok();
         assert_eq!(std::fs::read_to_string(p.path("results/o.txt")).unwrap(), "x\n");
+    }
+}
+
+/// The issue's example: a high-risk tool only on gVisor. The call waits for
+/// an approval like every high-risk call; once approved, Cedar still refuses
+/// it on the native tier and lets it run on gvisor.
+#[test]
+fn a_high_risk_tool_that_policy_keeps_on_gvisor_is_refused_on_native_even_when_approved() {
+    let policy = r#"
+@id("permit-all")
+permit (principal, action, resource);
+
+@id("high-risk-only-on-gvisor")
+forbid (principal, action, resource)
+when { resource.risk_tier == "high" && context.invocation.resolved.tier != "gvisor" };
+"#;
+    let (p, alice) = crate::approvers::approved_project(&format!("{ROOTS}[policy]\nfiles = [\"policy/*.cedar\"]\n"));
+    p.write("policy/tiers.cedar", policy);
+    p.write("data/in.txt", "x\n");
+    p.tool("risky", &sh_tool("risky", "risk_tier = \"high\"", IO_ARGS, "cat \"$1\" > \"$2\"", IO_FS));
+    let approved_dispatch = |extra: &[&str], out: &str| {
+        let mut args = vec!["run", "risky", "data/in.txt", out];
+        args.extend_from_slice(extra);
+        let first = p.run(&args);
+        first.assert_refused("approval.required", 77);
+        let digest = first.envelope["evidence"]["descriptor_sha256"].as_str().unwrap().to_owned();
+        alice.approve(&p, &digest, &[]).assert_ok();
+        p.run(&["dispatch", first.envelope["invocation_id"].as_str().unwrap()])
+    };
+    let native = approved_dispatch(&[], "results/native.txt");
+    native.assert_refused("policy.denied", 77);
+    assert!(native.stderr.contains("high-risk-only-on-gvisor"), "{native:#?}");
+    assert!(!p.path("results/native.txt").exists());
+    if ready_tiers("high risk on gvisor").iter().any(|t| t.name == "gvisor") {
+        approved_dispatch(&["--tier", "gvisor"], "results/gvisor.txt").assert_ok();
+        assert_eq!(std::fs::read_to_string(p.path("results/gvisor.txt")).unwrap(), "x\n");
+    }
+}
+
+/// Several airlock state directories may share one engine: a call of one is
+/// never another's leftover (gc and the reaping before each call look only
+/// at their own state directory's containers).
+#[test]
+fn another_state_directorys_live_call_is_not_reaped() {
+    for t in ready_tiers("shared engine").into_iter().filter(|t| t.name != "native") {
+        let script = "sleep 4; cat \"$1\" > \"$2\"";
+        let a = project(&t, "slowcopy", &sh_tool("slowcopy", "timeout_seconds = 60", IO_ARGS, script, IO_FS));
+        let b = project(&t, "slowcopy", &sh_tool("slowcopy", "timeout_seconds = 60", IO_ARGS, script, IO_FS));
+        let child = a.command(&["run", "slowcopy", "data/in.txt", "results/out.txt"]).spawn().unwrap();
+        assert!(wait_until(Duration::from_secs(30), || !call_dirs(&a, &t).is_empty()), "{}: no call started", t.name);
+        let gc = b.run(&["staging", "gc"]);
+        gc.assert_ok();
+        assert_eq!(gc.envelope["content"]["tier_leftovers_removed"], serde_json::json!([]), "{}: {gc:#?}", t.name);
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}: {}", t.name, String::from_utf8_lossy(&out.stdout));
+        assert_eq!(std::fs::read_to_string(a.path("results/out.txt")).unwrap(), "granted input\n", "{}", t.name);
     }
 }

@@ -7,11 +7,14 @@
 //! `create_parents`, each missing parent made through the handle of the one
 //! before and journaled (`OutputDirectoryCreated`, synced; made after the
 //! call was authorized and ran, so a refused or failed call makes none) →
-//! candidate written and
-//! synced (unnamed; or, without `O_TMPFILE`, `.airlock-candidate-ID`, named
-//! from the id so a crash before any record still leaves it findable) →
+//! candidate synced and hashed: the staged output itself where it can be
+//! linked into the parent (unnamed, same mount, no set-group-ID bit or
+//! default ACL there: `candidate_origin` `staged`, no copy), else a copy
+//! (`copy`): unnamed; or, without `O_TMPFILE`, `.airlock-candidate-ID`,
+//! named from the id so a crash before any record still leaves it
+//! findable) →
 //! `FilePublicationPrepared` (`candidate_mode` `tmpfile`|`named`,
-//! `candidate_name` or null, the candidate's `(dev, ino)`, size, hash, the
+//! `candidate_name` or null, `candidate_origin`, the candidate's `(dev, ino)`, size, hash, the
 //! identity of the directory it is linked into, the `mode` it gets) →
 //! `linkat` (or `RENAME_NOREPLACE` + identity check) + directory fsync →
 //! `FilePublicationFinished` → marker removed.
@@ -30,12 +33,19 @@
 use super::prepared::PreparedCall;
 use crate::{ledger, Runtime};
 use airlock_core::{CreatedFile, ReasonCode, Refusal};
-use airlock_hostfs::{HeldOutput, PrivateDir};
+use airlock_hostfs::HeldOutput;
 use airlock_journal::kind;
 use serde_json::json;
 
-/// The output file in the call's staging data, where the worker's export lands.
+/// The output file in the call's staging data, where the worker's export
+/// lands (its name where the staging file system has no `O_TMPFILE`).
 pub(crate) const OUTPUT_FILE: &str = "output";
+
+/// `candidate_origin` of a candidate that is the staged output itself.
+const ORIGIN_STAGED: &str = "staged";
+
+/// `candidate_origin` of a candidate copied from the staged output.
+const ORIGIN_COPY: &str = "copy";
 
 impl Runtime {
     /// Publishes the one output in journaled steps: pending marker, synced
@@ -48,18 +58,18 @@ impl Runtime {
         &self,
         prepared: &PreparedCall<P>,
         held: Option<&HeldOutput>,
-        staging: &PrivateDir,
+        staged: Option<&std::fs::File>,
     ) -> Result<Vec<CreatedFile>, Refusal> {
         let (Some(held), Some(rec)) = (held, prepared.record().output.as_ref()) else {
             return Ok(Vec::new());
         };
+        let file = staged.ok_or_else(|| Refusal::new(ReasonCode::Internal, "the call staged no output"))?;
         // A cancelled call publishes nothing.
         self.check_cancelled()?;
         let id = prepared.invocation_id();
         let began = std::time::Instant::now();
         let publication_id = format!("{id}/0");
         let expected = (parse_id(&rec.parent.dev)?, parse_id(&rec.parent.ino)?);
-        let file = staging.open_file(OUTPUT_FILE)?;
         let max = prepared.descriptor().command_boundary.filesystem.max_file_bytes;
         let marker = ledger::mark_pending(self.state(), id)?;
         let made = match self.make_parents(held, id) {
@@ -74,8 +84,15 @@ impl Runtime {
             None => (held, expected),
         };
         ledger::crash_point("before_candidate");
-        let candidate = match held.write_candidate(&file, max, expected, id, ledger::candidate_mode()) {
-            Ok(c) => c.with_mode(self.output_modes().file),
+        // The staged output itself where it can be published as itself,
+        // else a copy of it beside the destination.
+        let mode = ledger::candidate_mode();
+        let made = held.adopt_staged(file, max, expected, mode).and_then(|adopted| match adopted {
+            Some(c) => Ok((c, ORIGIN_STAGED)),
+            None => held.write_candidate(file, max, expected, id, mode).map(|c| (c, ORIGIN_COPY)),
+        });
+        let (candidate, origin) = match made {
+            Ok((c, origin)) => (c.with_mode(self.output_modes().file), origin),
             Err(e) => {
                 marker.clear()?;
                 return Err(e.into());
@@ -89,6 +106,7 @@ impl Runtime {
             "destination_name": held.name(),
             "candidate_mode": candidate.mode().as_str(),
             "candidate_name": candidate.name(),
+            "candidate_origin": origin,
             "parent": { "dev": expected.0.to_string(), "ino": expected.1.to_string() },
             "mode": format!("{:04o}", self.output_modes().file),
             "candidate": { "dev": c.dev_ino.0.to_string(), "ino": c.dev_ino.1.to_string() },
@@ -121,6 +139,7 @@ impl Runtime {
         tracing::debug!(
             path = %rec.path,
             bytes = published.bytes,
+            candidate = origin,
             duration_ms = super::elapsed_ms(began),
             "published"
         );

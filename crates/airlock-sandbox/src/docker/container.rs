@@ -10,7 +10,7 @@ use bollard::models::{
     MountType, ResourcesUlimits,
 };
 
-use super::{DockerSettings, LABEL_CALL, LABEL_MANAGED};
+use super::{state_label, DockerSettings, LABEL_CALL, LABEL_MANAGED, LABEL_STATE};
 use crate::call_dir::WORKER_ID;
 use crate::spec::WorkerSpec;
 
@@ -70,14 +70,20 @@ pub(crate) fn create_body(
             ..Default::default()
         })
         .collect();
-    let memory = spec.limits.memory_bytes.map(clamp);
+    // Under a gVisor runtime the container's cgroup also holds the Sentry
+    // and the gofer: its bounds get the gVisor tier's margins, and the tool's
+    // own are the rlimits the Sentry enforces (nproc above).
+    let sentry = settings.runtime.as_deref().is_some_and(|r| r.contains("runsc"));
+    let (memory_margin, task_margin) =
+        if sentry { (crate::gvisor::SENTRY_MEMORY_MARGIN, crate::gvisor::SENTRY_TASK_MARGIN) } else { (0, 0) };
+    let memory = spec.limits.memory_bytes.map(|m| clamp(m.saturating_add(memory_margin)));
     let host_config = HostConfig {
         network_mode: Some("none".into()),
         readonly_rootfs: Some(true),
         cap_drop: Some(vec!["ALL".into()]),
         security_opt: Some(vec!["no-new-privileges".into()]),
         privileged: Some(false),
-        pids_limit: spec.limits.pids.map(clamp),
+        pids_limit: spec.limits.pids.map(|n| clamp(n.saturating_add(task_margin))),
         memory,
         // No swap: the memory limit is the limit.
         memory_swap: memory,
@@ -116,6 +122,7 @@ pub(crate) fn create_body(
         labels: Some(HashMap::from([
             (LABEL_MANAGED.to_string(), "1".to_string()),
             (LABEL_CALL.to_string(), call.to_string()),
+            (LABEL_STATE.to_string(), state_label(settings)),
         ])),
         host_config: Some(host_config),
         ..Default::default()

@@ -136,5 +136,18 @@ pub(crate) const LABEL_MANAGED: &str = "airlock.managed";
 /// The label that names a container's call ([`WorkerSpec::call_id`], or the
 /// random name it was given).
 pub(crate) const LABEL_CALL: &str = "airlock.call";
+/// The label that names the airlock state directory a container belongs to
+/// ([`state_label`]): airlock processes of other state directories share the
+/// engine, and their live calls are not this one's leftovers.
+pub(crate) const LABEL_STATE: &str = "airlock.state";
+
+/// The value of [`LABEL_STATE`] for `settings`: the first 32 hex digits of
+/// the SHA-256 of the state directory's path.
+pub(crate) fn state_label(settings: &DockerSettings) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(settings.state_dir.as_os_str().as_encoded_bytes());
+    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
 /// The prefix of every container name of the tier.
 pub(crate) const NAME_PREFIX: &str = "airlock-";

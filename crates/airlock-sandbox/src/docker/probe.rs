@@ -12,7 +12,7 @@ use bollard::errors::Error as ApiError;
 use bollard::query_parameters::{InspectContainerOptions, ListContainersOptions};
 
 use super::client::{engine_error, is_not_found, remove_and_confirm, Engine};
-use super::{DockerSettings, DockerTier, LABEL_CALL, LABEL_MANAGED, NAME_PREFIX};
+use super::{state_label, DockerSettings, DockerTier, LABEL_CALL, LABEL_MANAGED, LABEL_STATE, NAME_PREFIX};
 use crate::call_dir::{is_safe_name, remove_call_dir};
 use crate::error::SandboxError;
 use crate::spec::WorkerSpec;
@@ -139,7 +139,11 @@ pub fn leftovers(settings: &DockerSettings) -> Result<Vec<Leftover>, SandboxErro
     let engine = Engine::connect(&settings.socket)?;
     let opts = ListContainersOptions {
         all: true,
-        filters: Some(HashMap::from([("label".to_string(), vec![format!("{LABEL_MANAGED}=1")])])),
+        // Only this state directory's: other airlock processes share the engine.
+        filters: Some(HashMap::from([(
+            "label".to_string(),
+            vec![format!("{LABEL_MANAGED}=1"), format!("{LABEL_STATE}={}", state_label(settings))],
+        )])),
         ..Default::default()
     };
     let containers = match engine.block_on(engine.api.list_containers(Some(opts))) {
@@ -198,7 +202,10 @@ pub fn reap(settings: &DockerSettings, leftover: &Leftover) -> Result<(), Sandbo
     }
     let engine = Engine::connect(&settings.socket)?;
     let ours = match engine.block_on(engine.api.inspect_container(&leftover.id, None::<InspectContainerOptions>)) {
-        Ok(info) => info.config.and_then(|c| c.labels).is_some_and(|l| l.get(LABEL_MANAGED).is_some_and(|v| v == "1")),
+        Ok(info) => info.config.and_then(|c| c.labels).is_some_and(|l| {
+            l.get(LABEL_MANAGED).is_some_and(|v| v == "1")
+                && l.get(LABEL_STATE).is_some_and(|v| *v == state_label(settings))
+        }),
         Err(e) if is_not_found(&e) => true,
         // Named by this tier, described in states the client cannot read (Podman).
         Err(ApiError::JsonDataError { .. }) if named => true,
@@ -206,7 +213,8 @@ pub fn reap(settings: &DockerSettings, leftover: &Leftover) -> Result<(), Sandbo
     };
     if !ours {
         return Err(SandboxError::InvalidSpec(format!(
-            "container {} does not carry airlock's label {LABEL_MANAGED}=1: not removed",
+            "container {} does not carry airlock's labels {LABEL_MANAGED}=1 and {LABEL_STATE} of this state \
+             directory: not removed",
             leftover.id
         )));
     }

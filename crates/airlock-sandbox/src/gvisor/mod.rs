@@ -191,7 +191,13 @@ fn check_supported(spec: &WorkerSpec) -> Result<(), SandboxError> {
 
 /// Extra memory the sandbox's cgroup allows beyond the tool's own limit:
 /// the Sentry, the gofer and their page caches.
-const SENTRY_MEMORY_MARGIN: u64 = 256 << 20;
+pub(crate) const SENTRY_MEMORY_MARGIN: u64 = 256 << 20;
+
+/// Extra tasks a cgroup holding gVisor's Sentry and gofer must allow beyond
+/// the tool's own: they are Go programs whose threads grow with load (a
+/// tight `pids.max` makes the Sentry itself fail). The tool's processes are
+/// bounded by `RLIMIT_NPROC`, which the Sentry enforces.
+pub(crate) const SENTRY_TASK_MARGIN: u64 = 1024;
 
 /// The cgroup runsc should make for this call, or why none is used.
 fn sandbox_cgroup(name: &str, spec: &WorkerSpec) -> Result<Option<SandboxCgroup>, String> {

@@ -115,7 +115,7 @@ impl Runtime {
                 ));
             }
         }
-        let spec = self.worker_spec(&prepared)?;
+        let (spec, staged_output) = self.worker_spec(&prepared)?;
         let d = prepared.descriptor();
         let step = self.worker_started(prepared.invocation_id(), &d.argv, json!({ "tier": d.tier }))?;
         let outcome = run_worker(&tier, spec, "the tool");
@@ -131,7 +131,7 @@ impl Runtime {
                 // The stdout is the output file, not a stream to show.
                 base.stdout_tail = None;
                 stdout_file::judge_stdout_file(&outcome, timeout, max_file)
-                    .and_then(|()| stdout_file::describe(manifest, path, prepared.staged()?))
+                    .and_then(|()| stdout_file::describe(manifest, path, staged_output.as_ref()))
             }
             None => judge(&outcome, timeout, max_file)
                 .and_then(|()| self.tool_content(&prepared, &tier, &outcome, parser.as_deref())),
@@ -141,7 +141,7 @@ impl Runtime {
                 let parsed = failed_content(&refusal, manifest, &outcome, parser.is_some());
                 answer::failed(&base, refusal, parsed)
             }
-            Ok(content) => match self.publish(&prepared, prepared.output(), prepared.staged()?) {
+            Ok(content) => match self.publish(&prepared, prepared.output(), staged_output.as_ref()) {
                 Ok(created_files) => Envelope { content: Some(content), created_files, ..base },
                 Err(refusal) => answer::failed(&base, refusal, None),
             },
@@ -182,8 +182,13 @@ impl Runtime {
 
     /// The worker for a prepared call, tool or MCP server alike: its argv,
     /// its snapshots read-only, (if it creates one) an empty output file in
-    /// its staging data, the image, its limits and its timeout.
-    pub(crate) fn worker_spec(&self, prepared: &PreparedCall<ExecPayload>) -> Result<WorkerSpec, Refusal> {
+    /// its staging data, the image, its limits and its timeout; and this
+    /// process's own handle of that output file (unnamed where the staging
+    /// file system allows: it is read back, and may be published as itself).
+    pub(crate) fn worker_spec(
+        &self,
+        prepared: &PreparedCall<ExecPayload>,
+    ) -> Result<(WorkerSpec, Option<std::fs::File>), Refusal> {
         let mut inputs = Vec::with_capacity(prepared.record().inputs.len());
         for (index, rec) in prepared.record().inputs.iter().enumerate() {
             inputs.push(StagedInput { virtual_path: rec.path.clone(), file: prepared.open_snapshot(index)? });
@@ -193,18 +198,20 @@ impl Runtime {
         let manifest = prepared.manifest();
         // A tool whose stdout is its output writes no file of its own: the
         // sandbox streams its stdout into the output's staging file.
-        let (output, stdout_sink) = match fs.create.first() {
-            None => (None, None),
+        let (output, stdout_sink, kept) = match fs.create.first() {
+            None => (None, None, None),
             Some(path) => {
-                let file = prepared.staged()?.create_file(OUTPUT_FILE)?;
+                let kept = prepared.staged()?.create_staged(OUTPUT_FILE)?;
+                let file = kept.try_clone().map_err(|e| Refusal::new(ReasonCode::Internal, format!("dup: {e}")))?;
                 if manifest.stdout_is_output() {
-                    (None, Some(file))
+                    (None, Some(file), Some(kept))
                 } else {
-                    (Some(StagedOutput { virtual_path: path.clone(), file, max_bytes: fs.max_file_bytes }), None)
+                    let output = StagedOutput { virtual_path: path.clone(), file, max_bytes: fs.max_file_bytes };
+                    (Some(output), None, Some(kept))
                 }
             }
         };
-        Ok(WorkerSpec {
+        let spec = WorkerSpec {
             argv: d.argv.clone(),
             env: Vec::new(),
             working_dir: self.config().working_dir.clone(),
@@ -219,7 +226,8 @@ impl Runtime {
             fs_socket: None,
             provided: Vec::new(),
             call_id: Some(prepared.invocation_id().to_string()),
-        })
+        };
+        Ok((spec, kept))
     }
 }
 

@@ -18,15 +18,14 @@
 //! is within `[output] max_bytes` (default 1 MiB), so a small JSON result is
 //! usable from the answer alone and a large file is never copied into it.
 
-use crate::engine::publish::OUTPUT_FILE;
 use crate::engine::verdict::judge;
 use airlock_core::manifest::{Manifest, OutputFormat};
 use airlock_core::output::{check_output, parse_output};
 use airlock_core::{ReasonCode, Refusal};
-use airlock_hostfs::PrivateDir;
 use airlock_sandbox::WorkerOutcome;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 
 /// The verdict of a call whose stdout is its output: stdout past
@@ -49,11 +48,12 @@ pub(super) fn judge_stdout_file(outcome: &WorkerOutcome, timeout_seconds: u64, m
 /// `[output] format` and answers what was written: read once to hash and
 /// check it with bounded memory, and parsed into the answer only when it is
 /// within `[output] max_bytes`.
-pub(super) fn describe(manifest: &Manifest, path: &str, staging: &PrivateDir) -> Result<Value, Refusal> {
+pub(super) fn describe(manifest: &Manifest, path: &str, staged: Option<&File>) -> Result<Value, Refusal> {
     let format = manifest.output.as_ref().map(|o| o.format).unwrap_or(OutputFormat::Text);
     let io = |e: std::io::Error| Refusal::new(ReasonCode::Internal, format!("reading the staged output: {e}"));
-    let mut file = staging.open_file(OUTPUT_FILE)?;
-    file.sync_all().map_err(io)?;
+    let mut file = staged.ok_or_else(|| Refusal::new(ReasonCode::Internal, "no staged output"))?;
+    // The sink wrote through the same open file: read from its start.
+    file.seek(SeekFrom::Start(0)).map_err(io)?;
     let mut hashing = Hashing { inner: &mut file, hasher: Sha256::new(), bytes: 0 };
     check_output(format, &mut hashing)?;
     // What the check did not need to read is hashed too.

@@ -25,7 +25,8 @@
 //! `/.airlock/bin/airlock-fs` and `/.airlock/python/airlock_fs.py` are copies
 //! made by PID 1 in its tmpfs (`WorkerSpec.provided`; the sources are sealed
 //! memfds, which the kernel will not bind); `PATH` and `PYTHONPATH` point at
-//! them, and `AIRLOCK_FS_ROOTS` lists `name:rights`. airlock holds the other end
+//! them, `AIRLOCK_FS_ROOTS` lists `name:rights`, and `AIRLOCK_FS_WINDOW` is the
+//! window (the `outstanding` budget: requests in flight at once). airlock holds the other end
 //! and a second socketpair to the broker. The broker (`airlock-broker`, found
 //! beside `airlock`, or `[broker] program`) is copied into a sealed memfd while
 //! it is hashed and executed from that memfd, so the copy that was hashed (and
@@ -296,7 +297,10 @@ impl Runtime {
 
         let (broker_here, broker_there) = UnixStream::pair().map_err(unavailable("socketpair for the broker"))?;
         let (worker_here, worker_there) = UnixStream::pair().map_err(unavailable("socketpair for the worker"))?;
-        let spec = self.isolated_worker_spec(sub, OwnedFd::from(worker_there))?;
+        for end in [&broker_here, &broker_there, &worker_here, &worker_there] {
+            relay::size_buffers(end);
+        }
+        let spec = self.isolated_worker_spec(sub, OwnedFd::from(worker_there), budgets.outstanding)?;
         // One budget for the pair where a cgroup is delegated: the broker is
         // adopted into it as soon as it exists, the worker's init before it
         // forks. Dropped (whatever is left killed, the cgroup removed) when
@@ -477,7 +481,7 @@ impl Runtime {
 
     /// The worker: the command, no host file, the socket at fd 3, copies of
     /// the client and its Python module under `/.airlock`.
-    fn isolated_worker_spec(&self, sub: &IsolatedPayload, socket: OwnedFd) -> Result<WorkerSpec, Refusal> {
+    fn isolated_worker_spec(&self, sub: &IsolatedPayload, socket: OwnedFd, window: u64) -> Result<WorkerSpec, Refusal> {
         let IsolatedPayload { roots, client, .. } = sub;
         let client_copy = client.file().try_clone().map_err(unavailable("duplicating the client"))?;
         let granted: Vec<String> = roots.iter().map(|r| format!("{}:{}", r.grant.name, r.grant.rights)).collect();
@@ -486,6 +490,7 @@ impl Runtime {
             ("PATH".into(), WORKER_PATH.into()),
             ("PYTHONPATH".into(), "/.airlock/python".into()),
             ("AIRLOCK_FS_ROOTS".into(), granted.join(",")),
+            (airlock_fsproto::ENV_WINDOW.into(), window.to_string()),
         ];
         spec.working_dir = self.config().working_dir.clone();
         spec.image = self.image();

@@ -27,18 +27,36 @@
 //! checks, and a read's payload back to the worker as the broker sent it;
 //! only the small JSON headers are decoded and rewritten here.
 //!
-//! The first operation that fails ends the submission: the worker gets the
-//! error, then its socket is shut and the worker killed, whatever it does
-//! with the error.
+//! The window (issue 17): a worker may send up to `outstanding` requests
+//! before it reads their answers. Read frames and appends are charged,
+//! checked and forwarded to the broker as they arrive, without waiting for
+//! the answers before them, so the worker, airlock and the broker work at
+//! once; their answers are taken from the broker in order, checked
+//! (`version`, sizes) and logged in order, and answered in order. Every
+//! other operation (a write, a list, an open, a commit, an abort) waits
+//! until everything before it is answered, so a commit lands only the
+//! appends that were answered. More than `outstanding` requests received
+//! and not yet answered is `broker.budget`: a worker that floods requests
+//! gets no more than that many frames read into airlock, and the rest wait
+//! in the socket's bounded buffer.
+//!
+//! The first operation that fails, in request order, ends the submission:
+//! the worker gets the error as the answer to that request (after the
+//! answers to the requests before it), then its socket is shut and the
+//! worker killed, whatever it does with the error. Requests after it are
+//! never answered: read frames already forwarded are discarded, and
+//! appends already forwarded went into the broker's unnamed file, which is
+//! never named (it is dropped when the broker exits).
 
 use std::collections::VecDeque;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::ops::ControlFlow;
 use std::os::unix::net::UnixStream;
 use std::time::Instant;
 
 use airlock_core::broker::BrokerBudgets;
 use airlock_fsproto::{
-    check_path, codes, decode_body, encode_body, framed, read_frame, take_frame, write_frame, BrokerOp, BrokerRequest,
+    check_path, codes, decode_body, frame_head, read_frame, take_frame, write_parts, BrokerOp, BrokerRequest,
     BrokerResponse, Op, ReadStamp, Request, Response, WriteIdentity, MAX_FRAME, MAX_ID, MAX_IO_BYTES, MAX_LIST_NAMES,
     MAX_OPEN_WRITES, STAGE_PREFIX, VERSION_LEN,
 };
@@ -118,8 +136,35 @@ struct OpenWrite {
     path: String,
     prepared: u64,
     identity: WriteIdentity,
+    /// Bytes the broker confirmed.
     bytes: u64,
+    /// Bytes forwarded (confirmed or in flight); `hash` is over these.
+    sent: u64,
     hash: Sha256,
+}
+
+/// A read frame or an append forwarded to the broker whose answer has not
+/// been taken yet: what checking that answer needs.
+struct InFlight {
+    /// The broker request's id.
+    broker_id: u64,
+    req: Request,
+    /// An append: the bytes its write holds once this one is appended.
+    total: u64,
+}
+
+/// A broker answer's data frame payload, where it lies in the frame.
+struct Payload {
+    body: Vec<u8>,
+    start: usize,
+}
+
+impl std::ops::Deref for Payload {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.body[self.start..]
+    }
 }
 
 /// The streamed read the last read frame continued: later frames of the
@@ -148,6 +193,7 @@ pub(crate) struct Relay<'a> {
     broker_id: u64,
     open_writes: std::collections::BTreeMap<u64, OpenWrite>,
     reading: Option<Reading>,
+    inflight: VecDeque<InFlight>,
 }
 
 /// Why one request failed.
@@ -156,9 +202,9 @@ struct Fail {
     message: String,
 }
 
-/// A request's answer and a read's bytes, or the failure that ends the
-/// submission (the id to answer, the request if it was decoded, why).
-type Handled = Result<(Response, Option<Vec<u8>>), (u64, Option<Request>, Fail)>;
+/// The failure that ends the submission: the id to answer, the request if
+/// it was decoded, why.
+type Failed = (u64, Option<Request>, Fail);
 
 fn fail(code: &str, message: impl Into<String>) -> Fail {
     Fail { code: code.to_owned(), message: message.into() }
@@ -195,6 +241,7 @@ impl<'a> Relay<'a> {
             broker_id: 0,
             open_writes: std::collections::BTreeMap::new(),
             reading: None,
+            inflight: VecDeque::new(),
         }
     }
 
@@ -209,45 +256,100 @@ impl<'a> Relay<'a> {
         let mut eof = false;
         loop {
             if !eof {
-                let wait = queue.is_empty();
+                // Waits for the worker only when nothing else is pending.
+                let wait = queue.is_empty() && self.inflight.is_empty();
                 match self.fill(&mut buf, &mut queue, wait) {
                     Ok(Fill::Open) => {}
                     Ok(Fill::Eof) => eof = true,
                     Err(f) => return self.end_with(0, None, f),
                 }
             }
-            self.usage.max_outstanding = self.usage.max_outstanding.max(queue.len() as u64);
-            if queue.len() as u64 > self.budgets.outstanding {
+            let outstanding = (queue.len() + self.inflight.len()) as u64;
+            self.usage.max_outstanding = self.usage.max_outstanding.max(outstanding);
+            if outstanding > self.budgets.outstanding {
                 let f = fail(
                     codes::BUDGET,
                     format!("more than {} operations outstanding at once", self.budgets.outstanding),
                 );
                 return self.end_with(0, None, f);
             }
-            let Some(frame) = queue.pop_front() else {
-                if eof {
-                    return RelayEnd::Closed;
-                }
-                if Instant::now() >= self.deadline {
-                    return RelayEnd::Deadline;
-                }
-                continue;
+            let step = match queue.pop_front() {
+                Some(frame) => self.take(&frame),
+                None if !self.inflight.is_empty() => self.complete_next(),
+                None if eof => return RelayEnd::Closed,
+                None if Instant::now() >= self.deadline => return RelayEnd::Deadline,
+                None => continue,
             };
-            match self.handle(&frame) {
-                Ok((response, data)) => {
-                    if self.send(&response, data.as_deref()).is_err() {
-                        // The worker went away without reading its answer.
-                        return RelayEnd::Closed;
-                    }
-                }
-                Err((id, req, f)) => {
-                    if f.code == "broker.lost" {
-                        return RelayEnd::BrokerLost(f.message);
-                    }
-                    return self.end_with(id, req, f);
-                }
+            if let ControlFlow::Break(end) = step {
+                return end;
             }
         }
+    }
+
+    /// Takes one request in order: a read frame or an append is forwarded
+    /// to the broker (its answer is taken later, in order); anything else
+    /// first waits for the answers before it, then is handled and
+    /// answered. A failure first lets the requests before it be answered.
+    fn take(&mut self, frame: &[u8]) -> ControlFlow<RelayEnd> {
+        let result = match self.admit(frame) {
+            Ok((req, data, index)) if matches!(req.op, Op::Read | Op::WriteAppend) => {
+                match self.forward(&req, index, data.unwrap_or_default()) {
+                    Ok(()) => return ControlFlow::Continue(()),
+                    Err(f) => Err((req.id, Some(req), f)),
+                }
+            }
+            Ok((req, data, index)) => {
+                self.drain()?;
+                self.dispatch(&req, index, data.unwrap_or_default()).map_err(|f| (req.id, Some(req.clone()), f))
+            }
+            Err(failed) => Err(failed),
+        };
+        match result {
+            Ok((response, data)) => self.answer(&response, data.as_deref()),
+            Err((id, req, f)) => {
+                self.drain()?;
+                ControlFlow::Break(self.finish(id, req, f))
+            }
+        }
+    }
+
+    /// Takes the answers of every forwarded request, in order.
+    fn drain(&mut self) -> ControlFlow<RelayEnd> {
+        while !self.inflight.is_empty() {
+            self.complete_next()?;
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Takes the broker's answer to the oldest forwarded request, checks
+    /// and logs it, and answers the worker.
+    fn complete_next(&mut self) -> ControlFlow<RelayEnd> {
+        let Some(sent) = self.inflight.pop_front() else { return ControlFlow::Continue(()) };
+        let result = self.broker_receive(sent.broker_id).and_then(|(response, data)| match sent.req.op {
+            Op::Read => self.read_answered(&sent.req, response, data).map(|(r, bytes)| (r, Some(bytes))),
+            _ => self.append_answered(&sent.req, response, data, sent.total).map(|r| (r, None)),
+        });
+        match result {
+            Ok((response, data)) => self.answer(&response, data.as_deref()),
+            Err(f) => ControlFlow::Break(self.finish(sent.req.id, Some(sent.req), f)),
+        }
+    }
+
+    /// Sends an answer; a worker that went away without reading it ends
+    /// the relay.
+    fn answer(&mut self, response: &Response, data: Option<&[u8]>) -> ControlFlow<RelayEnd> {
+        match self.send(response, data) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(_) => ControlFlow::Break(RelayEnd::Closed),
+        }
+    }
+
+    /// How a failure ends the relay: a lost broker, or the failed operation.
+    fn finish(&mut self, id: u64, req: Option<Request>, f: Fail) -> RelayEnd {
+        if f.code == "broker.lost" {
+            return RelayEnd::BrokerLost(f.message);
+        }
+        self.end_with(id, req, f)
     }
 
     fn end_with(&mut self, id: u64, req: Option<Request>, f: Fail) -> RelayEnd {
@@ -292,24 +394,33 @@ impl<'a> Relay<'a> {
                 Err(e) if e.kind() == ErrorKind::ConnectionReset => return Ok(Fill::Eof),
                 Err(e) => return Err(fail(codes::IO, format!("reading the worker: {e}"))),
             }
-            while let Some(frame) = take_frame(buf, MAX_FRAME).map_err(|e| fail(codes::PROTOCOL, e.to_string()))? {
-                queue.push_back(frame);
+            // Whole frames, until one more than `outstanding` (with those in
+            // flight) is held: that ends the submission, so a flooding
+            // worker never has more than that many frames read into
+            // airlock (plus the bytes of one read not yet a whole frame).
+            while ((queue.len() + self.inflight.len()) as u64) <= self.budgets.outstanding {
+                match take_frame(buf, MAX_FRAME).map_err(|e| fail(codes::PROTOCOL, e.to_string()))? {
+                    Some(frame) => queue.push_back(frame),
+                    None => break,
+                }
             }
-            if queue.len() as u64 > self.budgets.outstanding {
+            if (queue.len() + self.inflight.len()) as u64 > self.budgets.outstanding {
                 return Ok(Fill::Open);
             }
         }
     }
 
     /// Sends `response`, in a data frame with `data` when there is some.
+    /// The payload goes from where it lies, after the frame's head, in one
+    /// vectored write when the socket has room.
     fn send(&mut self, response: &Response, data: Option<&[u8]>) -> std::io::Result<()> {
-        let body = encode_body(response, data).map_err(|e| std::io::Error::other(e.to_string()))?;
-        let framed = framed(&body)?;
-        let mut sent = 0;
-        while sent < framed.len() {
-            match self.worker.write(&framed[sent..]) {
+        let head = frame_head(response, data).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let mut parts = [IoSlice::new(&head), IoSlice::new(data.unwrap_or_default())];
+        let mut parts = &mut parts[..];
+        while !parts.is_empty() {
+            match self.worker.write_vectored(parts) {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
-                Ok(n) => sent += n,
+                Ok(n) => IoSlice::advance_slices(&mut parts, n),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     if !wait_ready(&self.worker, PollFlags::OUT, self.deadline)? {
@@ -322,10 +433,10 @@ impl<'a> Relay<'a> {
         Ok(())
     }
 
-    /// Charges, checks and forwards one request; the answer, and a read's
-    /// bytes.
-    #[allow(clippy::result_large_err)]
-    fn handle(&mut self, frame: &[u8]) -> Handled {
+    /// Charges, decodes and checks one request, in order: the request, its
+    /// data frame's payload and its root's index.
+    #[allow(clippy::result_large_err, clippy::type_complexity)]
+    fn admit<'f>(&mut self, frame: &'f [u8]) -> Result<(Request, Option<&'f [u8]>, u32), Failed> {
         // Charged before anything is looked at.
         self.usage.calls += 1;
         let over_calls = self.usage.calls > self.budgets.calls;
@@ -348,17 +459,50 @@ impl<'a> Relay<'a> {
         self.last_id = Some(id);
         self.charge(&req, data).map_err(err)?;
         let index = self.check(&req, data).map_err(err)?;
-        let bytes = data.unwrap_or_default();
-        let result = match req.op {
-            Op::Read => self.read(&req, index).map(|(r, bytes)| (r, Some(bytes))),
-            Op::List => self.list(&req, index).map(|r| (r, None)),
-            Op::Write => self.write(&req, index, bytes).map(|r| (r, None)),
-            Op::WriteOpen => self.write_open(&req, index).map(|r| (r, None)),
-            Op::WriteAppend => self.write_append(&req, index, bytes).map(|r| (r, None)),
-            Op::WriteCommit => self.write_commit(&req, index).map(|r| (r, None)),
-            Op::WriteAbort => self.write_abort(&req, index).map(|r| (r, None)),
+        Ok((req, data, index))
+    }
+
+    /// Forwards a read frame or an append to the broker without waiting
+    /// for its answer ([`Relay::complete_next`] takes it).
+    fn forward(&mut self, req: &Request, root: u32, data: &[u8]) -> Result<(), Fail> {
+        let (request, data, total) = if req.op == Op::Read {
+            let request = BrokerRequest {
+                path: Some(req.path.clone()),
+                max: req.max,
+                offset: req.offset,
+                ..Self::broker_request(BrokerOp::Read, root)
+            };
+            (request, None, 0)
+        } else {
+            let open = self.stream_mut(req, root)?;
+            open.sent += data.len() as u64;
+            open.hash.update(data);
+            let (prepared, total) = (open.prepared, open.sent);
+            (
+                BrokerRequest { prepared: Some(prepared), ..Self::broker_request(BrokerOp::WriteAppend, root) },
+                Some(data),
+                total,
+            )
         };
-        result.map_err(err)
+        let broker_id = self.broker_send(request, data)?;
+        self.inflight.push_back(InFlight { broker_id, req: req.clone(), total });
+        Ok(())
+    }
+
+    /// Handles an operation that is not pipelined (nothing is in flight).
+    fn dispatch(&mut self, req: &Request, index: u32, bytes: &[u8]) -> Result<(Response, Option<Payload>), Fail> {
+        debug_assert!(self.inflight.is_empty());
+        let response = match req.op {
+            Op::List => self.list(req, index)?,
+            Op::Write => self.write(req, index, bytes)?,
+            Op::WriteOpen => self.write_open(req, index)?,
+            Op::WriteCommit => self.write_commit(req, index)?,
+            Op::WriteAbort => self.write_abort(req, index)?,
+            Op::Read | Op::WriteAppend => {
+                return Err(fail(codes::PROTOCOL, "a read or an append is forwarded, not dispatched"))
+            }
+        };
+        Ok((response, None))
     }
 
     fn charge(&mut self, req: &Request, data: Option<&[u8]>) -> Result<(), Fail> {
@@ -426,50 +570,70 @@ impl<'a> Relay<'a> {
     }
 
     /// One broker exchange: `request` (in a data frame with `data`), its
-    /// answer and the answer's data frame payload.
+    /// answer and the answer's data frame payload. Only with nothing in
+    /// flight (the answer taken must be this request's).
     fn exchange(
         &mut self,
-        mut request: BrokerRequest,
+        request: BrokerRequest,
         data: Option<&[u8]>,
-    ) -> Result<(BrokerResponse, Option<Vec<u8>>), Fail> {
+    ) -> Result<(BrokerResponse, Option<Payload>), Fail> {
+        debug_assert!(self.inflight.is_empty());
+        let id = self.broker_send(request, data)?;
+        self.broker_receive(id)
+    }
+
+    /// Sends `request` (in a data frame with `data`) to the broker under the
+    /// next broker id, which it returns: the frame's head and the payload in
+    /// one vectored write. The broker reads every request before it answers
+    /// it and at most `outstanding` are in flight, so with the socket buffers
+    /// [`size_buffers`] asks for this never waits on an answer not taken.
+    fn broker_send(&mut self, mut request: BrokerRequest, data: Option<&[u8]>) -> Result<u64, Fail> {
         self.broker_id += 1;
         request.id = self.broker_id;
         let lost = |why: String| fail("broker.lost", why);
         let left = self.deadline.saturating_duration_since(Instant::now()).max(std::time::Duration::from_millis(1));
-        let _ = self.broker.set_read_timeout(Some(left));
         let _ = self.broker.set_write_timeout(Some(left));
-        let body = encode_body(&request, data).map_err(|e| lost(format!("framing a broker request: {e}")))?;
-        write_frame(&mut self.broker, &body).map_err(|e| lost(format!("writing to the broker: {e}")))?;
+        let head = frame_head(&request, data).map_err(|e| lost(format!("framing a broker request: {e}")))?;
+        write_parts(&mut self.broker, &[&head, data.unwrap_or_default()])
+            .map_err(|e| lost(format!("writing to the broker: {e}")))?;
+        Ok(request.id)
+    }
+
+    /// The broker's next answer, which must be to its request `id`; an
+    /// error answer is that request's failure.
+    fn broker_receive(&mut self, id: u64) -> Result<(BrokerResponse, Option<Payload>), Fail> {
+        let lost = |why: String| fail("broker.lost", why);
+        let left = self.deadline.saturating_duration_since(Instant::now()).max(std::time::Duration::from_millis(1));
+        let _ = self.broker.set_read_timeout(Some(left));
         let body = read_frame(&mut self.broker, MAX_FRAME)
             .map_err(|e| lost(format!("reading the broker: {e}")))?
             .ok_or_else(|| lost("the broker exited".into()))?;
-        let (response, data) =
-            decode_body::<BrokerResponse>(&body).map_err(|e| lost(format!("the broker answered badly: {e}")))?;
-        if response.id != request.id {
-            return Err(lost(format!("the broker answered call {} for call {}", response.id, request.id)));
+        let (response, start) = match decode_body::<BrokerResponse>(&body) {
+            Ok((response, data)) => (response, data.map(|d| body.len() - d.len())),
+            Err(e) => return Err(lost(format!("the broker answered badly: {e}"))),
+        };
+        if response.id != id {
+            return Err(lost(format!("the broker answered call {} for call {id}", response.id)));
         }
         if let Some(e) = response.error {
             return Err(Fail { code: e.code, message: e.message });
         }
-        Ok((response, data.map(<[u8]>::to_vec)))
+        Ok((response, start.map(|start| Payload { body, start })))
     }
 
     fn broker_request(op: BrokerOp, root: u32) -> BrokerRequest {
         BrokerRequest { id: 0, op, root, path: None, max: None, offset: None, prepared: None, stage: None }
     }
 
-    /// A read frame: the answer and the bytes, as the broker sent them.
-    fn read(&mut self, req: &Request, root: u32) -> Result<(Response, Vec<u8>), Fail> {
+    /// The broker's answer to a read frame, checked: the worker's answer
+    /// and the bytes, as the broker sent them.
+    fn read_answered(
+        &mut self,
+        req: &Request,
+        response: BrokerResponse,
+        bytes: Option<Payload>,
+    ) -> Result<(Response, Payload), Fail> {
         let offset = req.offset.unwrap_or(0);
-        let (response, bytes) = self.exchange(
-            BrokerRequest {
-                path: Some(req.path.clone()),
-                max: req.max,
-                offset: req.offset,
-                ..Self::broker_request(BrokerOp::Read, root)
-            },
-            None,
-        )?;
         let bytes = bytes.ok_or_else(|| fail("broker.lost", "a read answer without data"))?;
         let stamp = response.stamp.ok_or_else(|| fail("broker.lost", "a read answer without the file's stamp"))?;
         if bytes.len() as u64 > req.max.unwrap_or(0) {
@@ -586,7 +750,8 @@ impl<'a> Relay<'a> {
             .call(BrokerRequest { path: Some(req.path.clone()), ..Self::broker_request(BrokerOp::WriteOpen, root) })?;
         let identity = opened.identity.ok_or_else(|| fail("broker.lost", "an open answer without identity"))?;
         let (root_name, path) = (req.root.clone(), req.path.clone());
-        let open = OpenWrite { root, root_name, path, prepared: opened.id, identity, bytes: 0, hash: Sha256::new() };
+        let open =
+            OpenWrite { root, root_name, path, prepared: opened.id, identity, bytes: 0, sent: 0, hash: Sha256::new() };
         self.open_writes.insert(req.id, open);
         self.logged(req, 0, None);
         Ok(Response { id: req.id, stream: Some(req.id), ..Response::default() })
@@ -595,10 +760,20 @@ impl<'a> Relay<'a> {
     /// The open chunked write `req.stream`, taken out; it must be for the
     /// same root and path.
     fn take_stream(&mut self, req: &Request, root: u32) -> Result<OpenWrite, Fail> {
+        self.stream_mut(req, root)?;
+        let stream = req.stream.unwrap_or_default();
+        self.open_writes
+            .remove(&stream)
+            .ok_or_else(|| fail(codes::PROTOCOL, format!("no chunked write {stream} is open")))
+    }
+
+    /// The open chunked write `req.stream`; it must be for the same root
+    /// and path.
+    fn stream_mut(&mut self, req: &Request, root: u32) -> Result<&mut OpenWrite, Fail> {
         let stream = req.stream.unwrap_or_default();
         let open = self
             .open_writes
-            .remove(&stream)
+            .get_mut(&stream)
             .ok_or_else(|| fail(codes::PROTOCOL, format!("no chunked write {stream} is open")))?;
         if open.root != root || open.path != req.path {
             return Err(fail(
@@ -612,19 +787,26 @@ impl<'a> Relay<'a> {
         Ok(open)
     }
 
-    fn write_append(&mut self, req: &Request, root: u32, data: &[u8]) -> Result<Response, Fail> {
-        let mut open = self.take_stream(req, root)?;
-        let appended = self.call_with(
-            BrokerRequest { prepared: Some(open.prepared), ..Self::broker_request(BrokerOp::WriteAppend, root) },
-            Some(data),
-        )?;
-        let total = open.bytes + data.len() as u64;
+    /// The broker's answer to an append that makes the write `total`
+    /// bytes, checked.
+    fn append_answered(
+        &mut self,
+        req: &Request,
+        appended: BrokerResponse,
+        data: Option<Payload>,
+        total: u64,
+    ) -> Result<Response, Fail> {
+        if data.is_some() {
+            return Err(fail("broker.lost", "the broker answered with data where none belongs"));
+        }
         if appended.written != Some(total) {
             return Err(fail("broker.lost", "the broker appended a different number of bytes"));
         }
+        let open = self
+            .open_writes
+            .get_mut(&req.stream.unwrap_or_default())
+            .ok_or_else(|| fail("broker.lost", "an append answered for a write no longer open"))?;
         open.bytes = total;
-        open.hash.update(data);
-        self.open_writes.insert(req.stream.unwrap_or_default(), open);
         Ok(Response { id: req.id, written: Some(total), ..Response::default() })
     }
 
@@ -710,6 +892,19 @@ impl<'a> Relay<'a> {
             result: "ok".into(),
         });
     }
+}
+
+/// The send buffer each end of the worker's and the broker's sockets asks
+/// for: room for more than the largest window (4 frames of at most
+/// [`MAX_FRAME`] bytes each way), so that with a window in flight no side
+/// blocks writing while its peer blocks writing the other way. The kernel
+/// caps it at `net.core.wmem_max`; a smaller buffer only costs speed.
+pub(crate) const SOCKET_BUFFER: usize = 1 << 20;
+
+/// Asks for [`SOCKET_BUFFER`] on `socket` (best effort).
+pub(crate) fn size_buffers(socket: &impl std::os::fd::AsFd) {
+    let _ = rustix::net::sockopt::set_socket_send_buffer_size(socket, SOCKET_BUFFER);
+    let _ = rustix::net::sockopt::set_socket_recv_buffer_size(socket, SOCKET_BUFFER);
 }
 
 /// Waits until `socket` is ready for `flags` or `deadline` passes; whether

@@ -69,7 +69,8 @@ impl Runtime {
         let id = prepared.invocation_id().to_owned();
         let manifest = prepared.manifest();
         // Standard output is the live MCP connection, not captured.
-        let worker_spec = WorkerSpec { stdout_limit: 0, ..self.worker_spec(&prepared)? };
+        let (worker_spec, staged_output) = self.worker_spec(&prepared)?;
+        let worker_spec = WorkerSpec { stdout_limit: 0, ..worker_spec };
         let timeout = worker_spec.timeout;
         let args = manifest.bind_args(&[], &named(&d.args))?;
         let upstream_args = spec.arguments(&args);
@@ -122,7 +123,7 @@ impl Runtime {
                     )
                 }) {
                     Err(refusal) => fail(refusal, Some(result)),
-                    Ok(()) => match self.publish(&prepared, prepared.output(), prepared.staged()?) {
+                    Ok(()) => match self.publish(&prepared, prepared.output(), staged_output.as_ref()) {
                         Ok(created_files) => Envelope { content: Some(result), created_files, ..base.clone() },
                         Err(refusal) => fail(refusal, Some(result)),
                     },

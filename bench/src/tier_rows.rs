@@ -78,31 +78,19 @@ fn report(
 
 /// `airlock run --tier gvisor` vs bare `runsc run` of the same `cp`.
 pub fn gvisor_vs_runsc(quick: bool) -> Result<Report, String> {
-    let s = setup_with(GVISOR_CONFIG)?;
-    let bare = BareRunsc::new(&s.root)?;
-    report(
-        "tier gvisor: airlock run vs bare runsc run",
-        quick,
-        (&bare.input, &bare.output),
-        || s.airlock_with(&["--tier", "gvisor"]),
-        || bare.run_once(),
-        1.3,
-    )
+    runsc_row("tier gvisor: airlock run vs bare runsc run", quick, "gvisor", 1.3)
 }
 
 /// `airlock run` on the native tier beside bare `runsc run`: reported only
 /// (the native tier's target is the bwrap row's).
 pub fn native_vs_runsc(quick: bool) -> Result<Report, String> {
-    let s = setup_with("")?;
+    runsc_row("tier native: airlock run vs bare runsc run", quick, "native", f64::INFINITY)
+}
+
+fn runsc_row(name: &'static str, quick: bool, tier: &str, target: f64) -> Result<Report, String> {
+    let s = setup_with(GVISOR_CONFIG)?;
     let bare = BareRunsc::new(&s.root)?;
-    report(
-        "tier native: airlock run vs bare runsc run",
-        quick,
-        (&bare.input, &bare.output),
-        || s.airlock_with(&["--tier", "native"]),
-        || bare.run_once(),
-        f64::INFINITY,
-    )
+    report(name, quick, (&bare.input, &bare.output), || s.airlock_with(&["--tier", tier]), || bare.run_once(), target)
 }
 
 /// `airlock run --tier docker` vs `docker run --rm` of the same `cp`.

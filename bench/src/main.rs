@@ -17,6 +17,7 @@ mod run_rows;
 mod source_rows;
 mod staging_rows;
 mod stream_rows;
+mod tier_rows;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

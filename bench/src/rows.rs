@@ -33,6 +33,13 @@ pub const ALL: &[Row] = &[
     Row { name: "airlock isolated start-up vs airlock run", run: crate::broker_rows::startup },
     Row { name: "airlock run copy 1 GiB vs openssl dgst + cp", run: crate::large_rows::one_gib_copy },
     Row { name: "broker copy 64 MiB (64 KiB frames) vs cp", run: crate::stream_rows::broker_copy_vs_cp },
+    Row { name: "tier native: airlock run vs bare runsc run", run: crate::tier_rows::native_vs_runsc },
+    Row { name: "tier gvisor: airlock run vs bare runsc run", run: crate::tier_rows::gvisor_vs_runsc },
+    Row { name: "tier docker: airlock run vs docker run --rm", run: crate::tier_rows::docker_vs_docker_run },
+    Row {
+        name: "tier docker+runsc: airlock run vs docker run --runtime runsc",
+        run: crate::tier_rows::docker_runsc_vs_docker_run,
+    },
 ];
 
 const SNAPSHOT_BYTES: u64 = 32 * 1024 * 1024;

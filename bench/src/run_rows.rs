@@ -49,6 +49,12 @@ pub(crate) fn sibling_binary(name: &str) -> Result<PathBuf, String> {
 }
 
 pub(crate) fn setup() -> Result<Setup, String> {
+    setup_with("")
+}
+
+/// [`setup`] with `config` (more `airlock.toml` tables) appended to the
+/// project's configuration.
+pub(crate) fn setup_with(config: &str) -> Result<Setup, String> {
     let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
     let root = tmp.path().to_path_buf();
     let w = |rel: &str, text: &str| -> Result<(), String> {
@@ -56,7 +62,7 @@ pub(crate) fn setup() -> Result<Setup, String> {
         std::fs::create_dir_all(p.parent().unwrap()).map_err(|e| e.to_string())?;
         std::fs::write(p, text).map_err(|e| e.to_string())
     };
-    w("airlock.toml", "[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n")?;
+    w("airlock.toml", &format!("[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n{config}"))?;
     w("tools/copy.clad.toml", TOOL)?;
     w("data/in.txt", &"a line of input for the trivial tool\n".repeat(100))?;
     std::fs::create_dir_all(root.join("results")).map_err(|e| e.to_string())?;
@@ -76,10 +82,20 @@ pub(crate) fn check(out: std::io::Result<std::process::Output>, what: &str) -> R
 
 impl Setup {
     pub(crate) fn airlock_once(&self) -> Result<(), String> {
+        self.airlock_with(&[])
+    }
+
+    /// One `airlock run` of the copy tool with `flags` (e.g. `--tier gvisor`).
+    pub(crate) fn airlock_with(&self, flags: &[&str]) -> Result<(), String> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let out = format!("results/out-{n}.txt");
         check(
-            Command::new(&self.airlock).args(["run", "copy", "data/in.txt", &out]).current_dir(&self.root).output(),
+            Command::new(&self.airlock)
+                .arg("run")
+                .args(flags)
+                .args(["copy", "data/in.txt", &out])
+                .current_dir(&self.root)
+                .output(),
             "airlock run",
         )
     }

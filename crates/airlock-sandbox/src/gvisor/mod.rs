@@ -100,7 +100,9 @@ impl GvisorSettings {
         self.state_dir.join("logs")
     }
 
-    fn calls_dir(&self) -> PathBuf {
+    /// Where the call directories are (one per call until its container
+    /// is gone).
+    pub fn calls_dir(&self) -> PathBuf {
         self.state_dir.join("calls")
     }
 

@@ -115,7 +115,7 @@ impl GvisorSettings {
             )));
         }
         let platform = match self.platform {
-            GvisorPlatform::Auto => probe::auto_platform(&self.runsc)?,
+            GvisorPlatform::Auto => probe::auto_platform(&self.runsc, &self.state_dir)?,
             p => p.as_str(),
         };
         Ok(Runsc {

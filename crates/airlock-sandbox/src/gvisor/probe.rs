@@ -27,16 +27,49 @@ const QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// `systrap` when this runsc knows it (its `flags` output names it for
-/// `--platform`), else `ptrace`.
-pub(crate) fn auto_platform(bin: &Path) -> Result<&'static str, SandboxError> {
+/// `--platform`), else `ptrace`. Asked once per binary and process, and
+/// remembered in `state_dir` for later processes (each `airlock run` is
+/// one) while the binary's identity is the same.
+pub(crate) fn auto_platform(bin: &Path, state_dir: &Path) -> Result<&'static str, SandboxError> {
     static SEEN: Mutex<Vec<(PathBuf, &'static str)>> = Mutex::new(Vec::new());
     let mut seen = SEEN.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some((_, p)) = seen.iter().find(|(b, _)| b == bin) {
         return Ok(p);
     }
-    let platform = query_platform(bin)?;
+    let cache = state_dir.join(PLATFORM_CACHE);
+    let identity = binary_identity(bin);
+    let cached = identity.as_ref().and_then(|id| {
+        let text = std::fs::read_to_string(&cache).ok()?;
+        let (key, platform) = text.trim_end().rsplit_once(' ')?;
+        (key == id).then(|| ["systrap", "ptrace"].into_iter().find(|p| *p == platform)).flatten()
+    });
+    let platform = match cached {
+        Some(p) => p,
+        None => {
+            let p = query_platform(bin)?;
+            if let Some(id) = identity {
+                // Best effort: a missed write only costs the next process a query.
+                let tmp = state_dir.join(format!("{PLATFORM_CACHE}.{}", std::process::id()));
+                if std::fs::write(&tmp, format!("{id} {p}\n")).is_ok() && std::fs::rename(&tmp, &cache).is_err() {
+                    let _ = std::fs::remove_file(&tmp);
+                }
+            }
+            p
+        }
+    };
     seen.push((bin.to_path_buf(), platform));
     Ok(platform)
+}
+
+/// The file in the tier's state dir that remembers the platform query.
+const PLATFORM_CACHE: &str = "platform";
+
+/// What identifies a runsc build on disk: path, device, inode, size and
+/// modification time (a replaced or upgraded binary is asked again).
+fn binary_identity(bin: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(bin).ok()?;
+    Some(format!("{}:{}:{}:{}:{}.{}", bin.display(), m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
 }
 
 /// Asks runsc which platforms it has (once per binary and process).

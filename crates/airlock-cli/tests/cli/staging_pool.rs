@@ -243,9 +243,10 @@ fn sigkill_of_random_callers_under_load_then_one_gc_leaves_nothing() {
     p.write("data/in.txt", "x".repeat(10_000));
     let next = Arc::new(AtomicUsize::new(0));
     let tally = Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::<String, usize>::new()));
+    let why = Arc::new(std::sync::Mutex::new(None::<String>));
     let lanes: Vec<_> = (0..LANES)
         .map(|lane| {
-            let (p, next, tally, m) = (p.clone(), next.clone(), tally.clone(), m.clone());
+            let (p, next, tally, m, why) = (p.clone(), next.clone(), tally.clone(), m.clone(), why.clone());
             std::thread::spawn(move || {
                 let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ (lane as u64 + 1);
                 while next.fetch_add(1, Ordering::Relaxed) < CALLS {
@@ -253,18 +254,21 @@ fn sigkill_of_random_callers_under_load_then_one_gc_leaves_nothing() {
                     seed ^= seed >> 7;
                     seed ^= seed << 17;
                     let mut cmd = p.command(&["run", "load", "data/in.txt", &m]);
-                    cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+                    cmd.stdout(std::process::Stdio::null());
                     let mut child = cmd.spawn().unwrap();
-                    let outcome = if seed.is_multiple_of(4) {
+                    if seed.is_multiple_of(4) {
                         std::thread::sleep(Duration::from_micros(seed % 60_000));
                         let _ = child.kill();
-                        match child.wait().unwrap().code() {
-                            None => "killed".to_owned(),
-                            Some(c) => format!("exit {c}"),
-                        }
-                    } else {
-                        format!("exit {}", child.wait().unwrap().code().unwrap_or(-1))
+                    }
+                    let out = child.wait_with_output().unwrap();
+                    let outcome = match out.status.code() {
+                        None => "killed".to_owned(),
+                        Some(c) => format!("exit {c}"),
                     };
+                    if !["killed", "exit 0", "exit 75"].contains(&outcome.as_str()) {
+                        // The first unexpected answer, for the failure message.
+                        why.lock().unwrap().get_or_insert_with(|| String::from_utf8_lossy(&out.stderr).into_owned());
+                    }
                     *tally.lock().unwrap().entry(outcome).or_default() += 1;
                 }
             })
@@ -276,7 +280,11 @@ fn sigkill_of_random_callers_under_load_then_one_gc_leaves_nothing() {
     let tally = tally.lock().unwrap().clone();
     eprintln!("{CALLS} calls: {tally:?}");
     for outcome in tally.keys() {
-        assert!(["killed", "exit 0", "exit 75"].contains(&outcome.as_str()), "unexpected outcome {outcome}: {tally:?}");
+        assert!(
+            ["killed", "exit 0", "exit 75"].contains(&outcome.as_str()),
+            "unexpected outcome {outcome}: {tally:?}; the first said: {:?}",
+            why.lock().unwrap()
+        );
     }
     assert!(tally.get("killed").copied().unwrap_or(0) > 50, "{tally:?}");
     assert!(wait_until(Duration::from_secs(10), || procs_with(&m).is_empty()), "{:?}", procs_with(&m));

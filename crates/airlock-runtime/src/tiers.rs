@@ -52,13 +52,13 @@ fn tier_dir(config: &Config, tier: Tier) -> PathBuf {
 }
 
 /// Every tier's report for `airlock doctor` (a trivial worker is started on
-/// each configured container tier).
-pub fn tier_reports(config: &Config) -> Vec<TierReport> {
+/// each configured container tier); the native tier from `host`, the probe
+/// the caller already made.
+pub fn tier_reports(config: &Config, host: &airlock_sandbox::HostSupport) -> Vec<TierReport> {
     ALL_TIERS
         .into_iter()
         .map(|tier| match tier {
             Tier::Native => {
-                let host = airlock_sandbox::probe();
                 match host.native_ready() {
                     Ok(()) => TierReport {
                         tier: "native".into(),

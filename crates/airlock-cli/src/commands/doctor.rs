@@ -57,7 +57,7 @@ pub fn run(config: &Config, config_report: Value) -> Envelope {
     let limits = limits_report(config);
     // Each tier as it would run a call now (a trivial worker is started
     // on every configured container tier).
-    let reports = airlock_runtime::tiers::tier_reports(config);
+    let reports = airlock_runtime::tiers::tier_reports(config, &host);
     let mut tiers = serde_json::Map::new();
     for r in &reports {
         let detail = match (&r.why, r.tier.as_str()) {

@@ -58,19 +58,17 @@ pub fn tier_reports(config: &Config, host: &airlock_sandbox::HostSupport) -> Vec
     ALL_TIERS
         .into_iter()
         .map(|tier| match tier {
-            Tier::Native => {
-                match host.native_ready() {
-                    Ok(()) => TierReport {
-                        tier: "native".into(),
-                        found: true,
-                        version: None,
-                        platform: Some("namespaces, Landlock, seccomp".into()),
-                        ready: true,
-                        why: None,
-                    },
-                    Err(why) => TierReport { found: true, ..TierReport::not_ready("native", why) },
-                }
-            }
+            Tier::Native => match host.native_ready() {
+                Ok(()) => TierReport {
+                    tier: "native".into(),
+                    found: true,
+                    version: None,
+                    platform: Some("namespaces, Landlock, seccomp".into()),
+                    ready: true,
+                    why: None,
+                },
+                Err(why) => TierReport { found: true, ..TierReport::not_ready("native", why) },
+            },
             Tier::Gvisor => gvisor::probe(&gvisor_settings(config)),
             Tier::Docker => match docker_settings(config) {
                 Ok(settings) => docker::probe(&settings),

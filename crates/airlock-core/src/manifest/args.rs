@@ -67,8 +67,11 @@ pub enum ArgType {
     IpAddress,
     /// An IPv4 network, `a.b.c.d/n`.
     Cidr,
-    /// A ToolClad type airlock does not execute (`scope_target`,
-    /// `credential_file`, `msf_options`) or a custom type.
+    /// A network target (host name, IP address or IPv4 CIDR) under
+    /// ToolClad's `scope_target` rules (see `scope.rs`).
+    ScopeTarget,
+    /// A ToolClad type airlock does not execute (`credential_file`,
+    /// `msf_options`) or a custom type.
     Unsupported(String),
 }
 
@@ -89,6 +92,7 @@ impl ArgType {
             "literal_text" => ArgType::LiteralText,
             "ip_address" => ArgType::IpAddress,
             "cidr" => ArgType::Cidr,
+            "scope_target" => ArgType::ScopeTarget,
             other => ArgType::Unsupported(other.to_owned()),
         }
     }
@@ -108,6 +112,7 @@ impl ArgType {
                 | ArgType::RegexMatch
                 | ArgType::IpAddress
                 | ArgType::Cidr
+                | ArgType::ScopeTarget
         )
     }
 }
@@ -550,6 +555,7 @@ impl ArgRule {
                         })?;
                     }
                     ArgType::Cidr => validate_cidr(label, value)?,
+                    ArgType::ScopeTarget => super::scope::validate_scope_target(label, value)?,
                     _ => {}
                 }
                 string(value)

@@ -8,6 +8,7 @@
 
 use super::args::{scalar_string, ShellReach};
 use super::bind::BoundArgs;
+use super::mapping::{stands_alone, Extras, Fragment, Resolved};
 use super::model::{ArgDef, CommandDef};
 use super::template::{parse_word, split_template, Segment, Word};
 use crate::path::{is_arg_name, RelPath};
@@ -32,6 +33,8 @@ pub(crate) struct CompiledCommand {
     /// Whether the words came from `exec` (one word an element) rather
     /// than a `template`.
     exec_form: bool,
+    /// `[command.mappings]` and `[command.conditionals]`.
+    extras: Extras,
 }
 
 /// Programs that run a shell, or run their arguments as a command line
@@ -71,10 +74,18 @@ pub(crate) fn compile(cmd: &CommandDef, args: &BTreeMap<String, ArgDef>) -> Resu
             split_template(template).map_err(|why| invalid(format!("[command] template: {why}")))?
         }
         (None, None) => {
-            return Ok(CompiledCommand { words: Vec::new(), defaults, end_of_options_at: None, exec_form: false })
+            return Ok(CompiledCommand {
+                words: Vec::new(),
+                defaults,
+                end_of_options_at: None,
+                exec_form: false,
+                extras: Extras::default(),
+            })
         }
     };
     let form = if cmd.exec.is_some() { "exec" } else { "template" };
+    let extras =
+        Extras::compile(cmd.mappings.as_ref(), cmd.conditionals.as_ref(), args, &defaults, cmd.exec.is_some())?;
     if raw_words.is_empty() {
         return Err(invalid(format!("[command] {form} has no words")));
     }
@@ -85,6 +96,11 @@ pub(crate) fn compile(cmd: &CommandDef, args: &BTreeMap<String, ArgDef>) -> Resu
         }
         let word = parse_word(raw).map_err(|why| invalid(format!("[command] {form}: {why}")))?;
         for name in word.placeholders() {
+            if extras.offers(name) && cmd.exec.is_none() && !stands_alone(&word) {
+                return Err(invalid(format!(
+                    "[command] template: {{{name}}} (a mapping or conditional) must be a word of its own, as in `… {{{name}}} …`"
+                )));
+            }
             let known = name.starts_with('_') || args.contains_key(name) || defaults.contains_key(name);
             if !known {
                 return Err(invalid(format!(
@@ -103,7 +119,7 @@ pub(crate) fn compile(cmd: &CommandDef, args: &BTreeMap<String, ArgDef>) -> Resu
         return Err(invalid(format!("[command] {form}: the program (the first word) is empty")));
     }
     let end_of_options_at = if cmd.end_of_options { words.iter().position(Word::has_placeholder) } else { None };
-    Ok(CompiledCommand { words, defaults, end_of_options_at, exec_form: cmd.exec.is_some() })
+    Ok(CompiledCommand { words, defaults, end_of_options_at, exec_form: cmd.exec.is_some(), extras })
 }
 
 impl CompiledCommand {
@@ -122,7 +138,7 @@ impl CompiledCommand {
                 .words
                 .iter()
                 .enumerate()
-                .all(|(i, w)| !w.placeholders().any(|p| p == name) || self.end_of_options_at.is_some_and(|at| i >= at))
+                .all(|(i, w)| !self.word_uses(w, name) || self.end_of_options_at.is_some_and(|at| i >= at))
     }
 
     /// Whether values substituted into this command can reach a shell: an
@@ -138,6 +154,28 @@ impl CompiledCommand {
             SHELLS.contains(&base.as_str()).then_some(base)
         });
         shell.map_or(ShellReach::Never, ShellReach::ShellProgram)
+    }
+
+    /// Whether `word` substitutes argument `name`, directly or through a
+    /// mapping or conditional.
+    fn word_uses(&self, word: &Word, name: &str) -> bool {
+        word.placeholders().any(|p| p == name || self.extras.uses(p, name))
+    }
+
+    /// Every placeholder name used that is neither a mapping nor a
+    /// conditional, in order of first use (a conditional's own
+    /// placeholders included).
+    pub(crate) fn plain_placeholders(&self) -> Vec<&str> {
+        let mut seen: Vec<&str> = Vec::new();
+        for name in self.placeholders() {
+            let inner = if self.extras.offers(name) { self.extras.inner_placeholders(name) } else { vec![name] };
+            for n in inner {
+                if !seen.contains(&n) && !self.extras.offers(n) {
+                    seen.push(n);
+                }
+            }
+        }
+        seen
     }
 
     /// Every placeholder name used, in order of first use.
@@ -159,29 +197,118 @@ impl CompiledCommand {
             if self.end_of_options_at == Some(i) {
                 argv.push(END_OF_OPTIONS.to_owned());
             }
-            let mut text = String::new();
-            let mut absent: Vec<&str> = Vec::new();
-            for segment in &word.segments {
-                match segment {
-                    Segment::Text(t) => text.push_str(t),
-                    Segment::Placeholder(name) => match self.resolve(name, args, output_file)? {
-                        Some(value) => text.push_str(value),
-                        None => absent.push(name),
-                    },
-                }
-            }
-            match absent.first() {
-                None => argv.push(text),
-                Some(_) if word.only_placeholders() && absent.len() == word.segments.len() => {}
-                Some(name) => {
-                    return Err(Refusal::new(
-                        ReasonCode::ArgMissing,
-                        format!("argument `{name}` is absent but the command word {:?} needs it", word_source(word)),
-                    ))
-                }
-            }
+            self.expand(&mut argv, word, args, output_file)?;
         }
         Ok(argv)
+    }
+
+    fn resolve_extra(
+        &self,
+        name: &str,
+        args: &BoundArgs,
+        output_file: Option<&RelPath>,
+    ) -> Result<Resolved<'_>, Refusal> {
+        let arg = |n: &str| args.get(n).map(str::to_owned);
+        let value = |n: &str| {
+            let found = if n == OUTPUT_FILE_PLACEHOLDER { output_file.map(RelPath::as_str) } else { args.get(n) };
+            found.or_else(|| self.defaults.get(n).map(String::as_str)).unwrap_or_default().to_owned()
+        };
+        self.extras.resolve(name, &arg, &value)
+    }
+
+    /// Appends the words of `word`: in a template, a mapping or conditional
+    /// standing alone expands into its fragment's words (and those words
+    /// likewise); any other word is substituted into one argv word.
+    fn expand(
+        &self,
+        argv: &mut Vec<String>,
+        word: &Word,
+        args: &BoundArgs,
+        output_file: Option<&RelPath>,
+    ) -> Result<(), Refusal> {
+        if let (false, [Segment::Placeholder(name)]) = (self.exec_form, word.segments.as_slice()) {
+            if self.extras.offers(name) {
+                if let Resolved::Fragment(Fragment::Words(words)) = self.resolve_extra(name, args, output_file)? {
+                    for w in words {
+                        self.expand(argv, w, args, output_file)?;
+                    }
+                }
+                return Ok(());
+            }
+        }
+        self.push_word(argv, word, args, output_file)
+    }
+
+    /// Substitutes `word` and appends it as one argv word.
+    fn push_word(
+        &self,
+        argv: &mut Vec<String>,
+        word: &Word,
+        args: &BoundArgs,
+        output_file: Option<&RelPath>,
+    ) -> Result<(), Refusal> {
+        let mut text = String::new();
+        let mut absent: Vec<&str> = Vec::new();
+        self.substitute(word, args, output_file, &mut text, &mut absent)?;
+        match absent.first() {
+            None if text.is_empty() && self.exec_form && word.segments.iter().all(|s| self.is_extra(s)) => {}
+            None => argv.push(text),
+            Some(_) if word.only_placeholders() && absent.len() == word.segments.len() => {}
+            Some(name) => {
+                return Err(Refusal::new(
+                    ReasonCode::ArgMissing,
+                    format!("argument `{name}` is absent but the command word {:?} needs it", word_source(word)),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    fn is_extra(&self, segment: &Segment) -> bool {
+        matches!(segment, Segment::Placeholder(p) if self.extras.offers(p))
+    }
+
+    fn substitute<'w>(
+        &self,
+        word: &'w Word,
+        args: &BoundArgs,
+        output_file: Option<&RelPath>,
+        text: &mut String,
+        absent: &mut Vec<&'w str>,
+    ) -> Result<(), Refusal> {
+        for segment in &word.segments {
+            match segment {
+                Segment::Text(t) => text.push_str(t),
+                Segment::Placeholder(name) if self.extras.offers(name) => {
+                    match self.resolve_extra(name, args, output_file)? {
+                        Resolved::Fragment(Fragment::Text(inner)) => {
+                            let mut inner_absent = Vec::new();
+                            self.substitute(inner, args, output_file, text, &mut inner_absent)?;
+                            if let Some(missing) = inner_absent.first() {
+                                return Err(Refusal::new(
+                                    ReasonCode::ArgMissing,
+                                    format!("argument `{missing}` is absent but {{{name}}} needs it"),
+                                ));
+                            }
+                        }
+                        Resolved::Fragment(Fragment::Words(_)) => {
+                            // Compile keeps a template's mappings and conditionals whole words.
+                            return Err(Refusal::new(
+                                ReasonCode::Internal,
+                                format!("{{{name}}} is inside a larger template word"),
+                            ));
+                        }
+                        Resolved::Nothing => {}
+                        Resolved::Absent => absent.push(name),
+                    }
+                }
+                Segment::Placeholder(name) => match self.resolve(name, args, output_file)? {
+                    Some(value) => text.push_str(value),
+                    None => absent.push(name),
+                },
+            }
+        }
+        Ok(())
     }
 
     fn resolve<'a>(

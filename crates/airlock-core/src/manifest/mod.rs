@@ -47,10 +47,12 @@ mod args;
 mod bind;
 mod command;
 mod filesystem;
+mod mapping;
 mod mcp;
 mod model;
 mod output_file;
 mod schema;
+mod scope;
 mod source;
 mod template;
 mod unsupported;
@@ -63,6 +65,7 @@ pub use bind::BoundArgs;
 pub use command::{END_OF_OPTIONS, OUTPUT_FILE_PLACEHOLDER};
 pub use filesystem::FilesystemPlan;
 pub use mcp::{McpSpec, MAX_UPSTREAM_TOOL};
+pub use scope::SCOPE_TARGET_MAX_LEN;
 pub use model::{
     ArgDef, CedarMeta, CommandDef, ConditionalDef, Dispatch, EvidenceMeta, FilesystemDef, Mode, OutputDef,
     OutputFormat, RiskTier, SourceDef, ToolLimits, ToolMeta,
@@ -294,7 +297,7 @@ impl Manifest {
     /// `manifest.unsupported` lists
     /// every section or feature it does not execute (`[mcp]`, `[session]`,
     /// `[http]`, `[browser]`, `[source]`, a mode other than oneshot, callback
-    /// dispatch, no `[command]`, an executor, mappings, conditionals,
+    /// dispatch, no `[command]`, an executor,
     /// `{_…}` placeholders other than `{_output_file}`, evidence capture,
     /// XML or a non-builtin parser, unimplemented argument types,
     /// `scope_check`, `block_internal`, sanitizers other than `injection`);
@@ -371,6 +374,20 @@ impl Manifest {
             // An MCP tool's worker is its server; the call goes over stdio.
             return Ok(spec.server);
         }
+        let command = self
+            .compiled
+            .command
+            .as_ref()
+            .ok_or_else(|| Refusal::new(ReasonCode::ManifestUnsupported, format!("{}: no command", self.origin)))?;
+        let plan = self.filesystem_plan(args)?;
+        command.build(args, plan.create.as_ref())
+    }
+
+    /// The argv a call would run, built like [`Manifest::build_argv`] but
+    /// without the executability check (a tool that needs the network, say,
+    /// still shows its argv): for previews and conformance tests, never to
+    /// run. `{_output_file}` is the call's one declared output.
+    pub fn preview_argv(&self, args: &BoundArgs) -> Result<Vec<String>, Refusal> {
         let command = self
             .compiled
             .command

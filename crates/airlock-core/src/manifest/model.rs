@@ -282,9 +282,9 @@ pub struct CommandDef {
     /// defaults for arguments that have none of their own.
     #[serde(default)]
     pub defaults: BTreeMap<String, toml::Value>,
-    /// `[command.mappings]` (not executed by airlock).
+    /// `[command.mappings]`: an argument's value → literal flags (see `mapping.rs`).
     pub mappings: Option<BTreeMap<String, BTreeMap<String, String>>>,
-    /// `[command.conditionals]` (not executed by airlock).
+    /// `[command.conditionals]`: fragments included when a condition holds.
     pub conditionals: Option<BTreeMap<String, ConditionalDef>>,
 }
 

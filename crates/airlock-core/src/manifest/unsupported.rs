@@ -38,11 +38,15 @@ pub(crate) fn features(m: &Manifest) -> Vec<String> {
         if !ty.is_supported() {
             found.push(format!("[args.{name}] type = {:?}", def.type_name));
         }
+        const NETWORK: &str = "(the tool reaches the network, and airlock has no network grant yet)";
+        if ty == ArgType::ScopeTarget {
+            found.push(format!("[args.{name}] type = \"scope_target\" {NETWORK}"));
+        }
         if def.scope_check {
-            found.push(format!("[args.{name}] scope_check = true"));
+            found.push(format!("[args.{name}] scope_check = true {NETWORK}"));
         }
         if def.block_internal {
-            found.push(format!("[args.{name}] block_internal = true"));
+            found.push(format!("[args.{name}] block_internal = true {NETWORK}"));
         }
         for s in def.sanitize.iter().flatten().filter(|s| *s != "injection") {
             found.push(format!("[args.{name}] sanitize {s:?} (only \"injection\" is supported)"));
@@ -67,14 +71,8 @@ fn command_features(m: &Manifest, found: &mut Vec<String>) {
     if cmd.executor.is_some() {
         found.push("[command] executor".to_owned());
     }
-    if cmd.mappings.is_some() {
-        found.push("[command.mappings]".to_owned());
-    }
-    if cmd.conditionals.is_some() {
-        found.push("[command.conditionals]".to_owned());
-    }
     let Some(compiled) = &m.compiled.command else { return };
-    for name in compiled.placeholders() {
+    for name in compiled.plain_placeholders() {
         if name == OUTPUT_FILE_PLACEHOLDER {
             if !m.compiled.filesystem.has_create() {
                 found.push(format!("{{{OUTPUT_FILE_PLACEHOLDER}}} without a [filesystem] create entry"));

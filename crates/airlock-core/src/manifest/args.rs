@@ -960,8 +960,9 @@ mod tests {
 
     #[test]
     fn unsupported_type_is_refused_at_validation() {
-        let d = def("scope_target");
-        assert_eq!(check(&d, "example.com"), Err(ManifestUnsupported));
+        let d = def("msf_options");
+        assert_eq!(check(&d, "RHOSTS x"), Err(ManifestUnsupported));
+        assert!(ArgType::parse("scope_target").is_supported());
         assert!(!ArgType::parse("credential_file").is_supported());
         assert!(ArgType::parse("cidr").is_supported());
     }

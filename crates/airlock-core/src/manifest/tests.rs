@@ -131,17 +131,18 @@ fn toolclad_nmap_loads_unchanged_and_is_refused_to_run() {
     for feature in [
         "tools/nmap_scan.clad.toml",
         "[tool.evidence] capture",
-        "[command.mappings]",
-        "{_scan_flags}",
         "{_output_file} without a [filesystem] create",
         "[output] format = \"xml\"",
-        "[args.target] type = \"scope_target\"",
+        "[args.target] type = \"scope_target\" (the tool reaches the network, and airlock has no network grant yet)",
         "[args.target] block_internal",
     ] {
         assert!(err.message.contains(feature), "{feature} not in: {}", err.message);
     }
-    let args = m.bind_args(&strings(&["10.0.0.1", "ping"]), &[]);
-    assert_eq!(args.unwrap_err().code, ManifestUnsupported, "scope_target cannot be validated");
+    assert!(!err.message.contains("[command.mappings]") && !err.message.contains("{_scan_flags}"), "{}", err.message);
+    let args = m.bind_args(&strings(&["10.0.0.1", "ping"]), &[]).unwrap();
+    assert_eq!(args.get("target"), Some("10.0.0.1"));
+    let bad = m.bind_args(&strings(&["*.example.com", "ping"]), &[]).unwrap_err();
+    assert_eq!(bad.code, ReasonCode::ArgInvalid, "{}", bad.message);
 }
 
 #[test]
@@ -319,11 +320,6 @@ fn each_unsupported_feature_is_refused() {
     assert!(with_tool("dispatch = \"callback\"").contains("dispatch = \"callback\""));
     let command_cases: &[(&str, &str)] = &[
         ("[command]\nexecutor = \"wrap.sh\"", "[command] executor"),
-        ("[command]\nexec = [\"a\"]\n[command.mappings.m]\nx = \"-x\"", "[command.mappings]"),
-        (
-            "[command]\nexec = [\"a\"]\n[command.conditionals.c]\nwhen = \"x != ''\"\ntemplate = \"-x\"",
-            "[command.conditionals]",
-        ),
         ("[command]\nexec = [\"a\", \"{_scan_id}\"]", "{_scan_id}"),
         ("[command]\nexec = [\"a\", \"{_evidence_dir}\"]", "{_evidence_dir}"),
         ("[command]\nexec = [\"a\", \"--token={_secret:api}\"]", "{_secret:api}"),
@@ -820,5 +816,44 @@ fn mcp_sections_that_make_no_sense_are_refused_with_their_own_codes() {
         let m = manifest(&MCP_TOOL.replacen(from, to, 1));
         let err = m.check_executable().unwrap_err();
         assert_eq!(err.code, *code, "{from} -> {to}: {}", err.message);
+    }
+}
+
+#[test]
+fn mappings_and_conditionals_run() {
+    let m = manifest(
+        r#"[args.mode_type]
+position = 1
+type = "enum"
+allowed = ["short", "long"]
+default = "short"
+[args.n]
+type = "integer"
+[command]
+template = "tool {_mode_flags} {_limit} end"
+[command.mappings.mode_type]
+short = "-s"
+long = "-l --all"
+[command.conditionals.limit]
+when = "n != ''"
+template = "--limit {n}"
+"#,
+    );
+    m.check_executable().unwrap();
+    let argv = |pos: &[&str], named: &[(&str, i64)]| {
+        let named: Vec<(String, serde_json::Value)> = named.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect();
+        m.build_argv(&m.bind_args(&strings(pos), &named).unwrap()).unwrap()
+    };
+    assert_eq!(argv(&[], &[]), ["tool", "-s", "end"]);
+    assert_eq!(argv(&["long"], &[("n", 5)]), ["tool", "-l", "--all", "--limit", "5", "end"]);
+    for (body, needle) in [
+        ("[command]\nexec = [\"a\"]\n[command.mappings.m]\nx = \"-x\"", "names no declared argument"),
+        ("[args.m]\ntype = \"string\"\n[command]\ntemplate = \"a x{_m}\"\n[command.mappings.m]\nx = \"-x\"", "word of its own"),
+        ("[args.m]\ntype = \"string\"\n[command]\nexec = [\"a\"]\n[command.mappings.m]\nx = \"-{m}\"", "literal"),
+        ("[command]\nexec = [\"a\", \"{_c}\"]\n[command.conditionals.c]\nwhen = \"x != ''\"\ntemplate = \"-x\"", "\"x\""),
+    ] {
+        let err = parse_err(body);
+        assert_eq!(err.code, ManifestInvalid, "{body}");
+        assert!(err.message.contains(needle), "{needle} not in {}", err.message);
     }
 }

@@ -49,6 +49,7 @@ mod run;
 mod runkit;
 mod source;
 mod staging_pool;
+mod toolclad;
 mod tools;
 mod unprivileged;
 mod util;

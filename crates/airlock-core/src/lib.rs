@@ -33,6 +33,7 @@ pub mod manifest;
 pub mod mcp_server;
 pub mod modes;
 pub mod output;
+pub mod output_xml;
 pub mod path;
 pub mod reason;
 pub mod source;

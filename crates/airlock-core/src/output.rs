@@ -3,7 +3,7 @@
 
 use crate::manifest::OutputFormat;
 use crate::reason::{ReasonCode, Refusal};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// `[output] max_bytes` when a manifest does not say.
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 1024 * 1024;
@@ -16,7 +16,8 @@ fn parse_error(format: &str, why: impl std::fmt::Display) -> Refusal {
 /// - `text`: `{"raw_output": "…"}` (invalid UTF-8 replaced);
 /// - `json`: the document;
 /// - `jsonl`: an array of the non-empty lines' documents;
-/// - `csv`: an array of objects keyed by the header row.
+/// - `csv`: an array of objects keyed by the header row (see `csv_to_json`);
+/// - `xml`: ToolClad's XML-to-JSON (see `output_xml`).
 pub fn parse_output(format: OutputFormat, stdout: &[u8]) -> Result<Value, Refusal> {
     match format {
         OutputFormat::Text => Ok(serde_json::json!({ "raw_output": String::from_utf8_lossy(stdout) })),
@@ -30,23 +31,68 @@ pub fn parse_output(format: OutputFormat, stdout: &[u8]) -> Result<Value, Refusa
             })
             .collect::<Result<Vec<Value>, _>>()
             .map(Value::Array),
-        OutputFormat::Csv => {
-            let mut reader = csv::ReaderBuilder::new().has_headers(true).from_reader(stdout);
-            let headers = reader.headers().map_err(|e| parse_error("CSV", e))?.clone();
-            let mut rows = Vec::new();
-            for record in reader.records() {
-                let record = record.map_err(|e| parse_error("CSV", e))?;
-                let row: Map<String, Value> = headers
-                    .iter()
-                    .zip(record.iter())
-                    .map(|(h, v)| (h.to_owned(), Value::String(v.to_owned())))
-                    .collect();
-                rows.push(Value::Object(row));
-            }
-            Ok(Value::Array(rows))
-        }
-        OutputFormat::Xml => Err(Refusal::new(ReasonCode::ManifestUnsupported, "XML output is not parsed by airlock")),
+        OutputFormat::Csv => Ok(csv_to_json(&String::from_utf8_lossy(stdout))),
+        OutputFormat::Xml => crate::output_xml::xml_to_json(stdout),
     }
+}
+
+/// `builtin:csv` as ToolClad's reference parses it: the first line is the
+/// header; the delimiter is a tab if the header has one, else `|` if it has
+/// one and no comma, else a comma; fields may be double-quoted (`""` is a
+/// quote) within a line; header names and fields are trimmed; a field that
+/// reads as an integer, a float or `true`/`false` becomes that JSON value;
+/// blank lines are skipped and a short row has only its fields.
+fn csv_to_json(raw: &str) -> Value {
+    let mut lines = raw.lines();
+    let Some(header) = lines.next() else { return Value::Array(Vec::new()) };
+    let delimiter = if header.contains('\t') {
+        '\t'
+    } else if header.contains('|') && !header.contains(',') {
+        '|'
+    } else {
+        ','
+    };
+    let names: Vec<String> = split_csv_line(header, delimiter).iter().map(|h| h.trim().to_owned()).collect();
+    let rows = lines
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let fields = split_csv_line(line, delimiter);
+            Value::Object(names.iter().zip(fields.iter()).map(|(h, f)| (h.clone(), csv_value(f.trim()))).collect())
+        })
+        .collect();
+    Value::Array(rows)
+}
+
+fn csv_value(field: &str) -> Value {
+    if let Ok(n) = field.parse::<i64>() {
+        Value::from(n)
+    } else if let Some(n) = field.parse::<f64>().ok().and_then(serde_json::Number::from_f64) {
+        Value::Number(n)
+    } else if field == "true" || field == "false" {
+        Value::Bool(field == "true")
+    } else {
+        Value::String(field.to_owned())
+    }
+}
+
+fn split_csv_line(line: &str, delimiter: char) -> Vec<String> {
+    let mut fields = Vec::new();
+    let mut current = String::new();
+    let mut in_quotes = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if in_quotes && chars.peek() == Some(&'"') => {
+                current.push('"');
+                chars.next();
+            }
+            '"' => in_quotes = !in_quotes,
+            c if c == delimiter && !in_quotes => fields.push(std::mem::take(&mut current)),
+            c => current.push(c),
+        }
+    }
+    fields.push(current);
+    fields
 }
 
 /// Checks that what `reader` holds is well-formed `format`, reading it once
@@ -74,14 +120,9 @@ pub fn check_output(format: OutputFormat, reader: impl std::io::Read) -> Result<
             }
             Ok(())
         }
-        OutputFormat::Csv => {
-            let mut reader = csv::ReaderBuilder::new().has_headers(true).from_reader(reader);
-            reader.headers().map_err(|e| parse_error("CSV", e))?;
-            let mut record = csv::ByteRecord::new();
-            while reader.read_byte_record(&mut record).map_err(|e| parse_error("CSV", e))? {}
-            Ok(())
-        }
-        OutputFormat::Xml => Err(Refusal::new(ReasonCode::ManifestUnsupported, "XML output is not parsed by airlock")),
+        // ToolClad's CSV reading accepts any text (see `csv_to_json`).
+        OutputFormat::Csv => Ok(()),
+        OutputFormat::Xml => crate::output_xml::check_xml(reader),
     }
 }
 
@@ -92,7 +133,7 @@ mod tests {
 
     #[test]
     fn a_streamed_check_agrees_with_the_parser() {
-        let cases: [(OutputFormat, &[u8]); 8] = [
+        let cases: [(OutputFormat, &[u8]); 11] = [
             (OutputFormat::Json, br#"{"a":[1,2,{"b":null}]}"#),
             (OutputFormat::Json, br#"{"a":1} {"b":2}"#),
             (OutputFormat::Json, b"{\"a\":"),
@@ -101,6 +142,9 @@ mod tests {
             (OutputFormat::Csv, b"x,y\n1,2\n3,4\n"),
             (OutputFormat::Csv, b"x,y\n1,2,3\n"),
             (OutputFormat::Text, b"\xff anything"),
+            (OutputFormat::Xml, b"<a x='1'><b/>t</a>"),
+            (OutputFormat::Xml, b"<a><b></a>"),
+            (OutputFormat::Xml, b"<a>&bogus;</a>"),
         ];
         for (format, bytes) in cases {
             assert_eq!(
@@ -119,14 +163,19 @@ mod tests {
         assert_eq!(parse_output(OutputFormat::Jsonl, b"1\n\n{\"b\":2}\n").unwrap(), json!([1, {"b": 2}]));
         assert_eq!(
             parse_output(OutputFormat::Csv, b"x,y\n1,2\n3,4\n").unwrap(),
-            json!([{"x":"1","y":"2"},{"x":"3","y":"4"}])
+            json!([{"x":1,"y":2},{"x":3,"y":4}])
         );
+        assert_eq!(
+            parse_output(OutputFormat::Csv, b" a | b \n\"x|\"\"y\"|2.5\nshort\n\ntrue|-3\n").unwrap(),
+            json!([{"a":"x|\"y","b":2.5},{"a":"short"},{"a":true,"b":-3}])
+        );
+        assert_eq!(parse_output(OutputFormat::Csv, b"").unwrap(), json!([]));
     }
 
     #[test]
     fn bad_input_is_output_parse() {
         for (f, b) in
-            [(OutputFormat::Json, &b"{"[..]), (OutputFormat::Jsonl, b"1\nnope"), (OutputFormat::Csv, b"a,b\n1,2,3\n")]
+            [(OutputFormat::Json, &b"{"[..]), (OutputFormat::Jsonl, b"1\nnope"), (OutputFormat::Xml, b"<a>")]
         {
             assert_eq!(parse_output(f, b).unwrap_err().code, ReasonCode::OutputParse, "{f:?}");
         }

@@ -426,6 +426,10 @@ reason_codes! {
     Usage => "usage", Refused, USAGE;
     /// airlock itself failed.
     Internal => "internal", Error, SOFTWARE;
+    // ---- toolclad (issue 24) ----
+    /// The tool's parsed output does not satisfy its `[output] schema`;
+    /// nothing was published.
+    OutputSchema => "output.schema", Failed, TOOL_FAILED;
 }
 
 impl fmt::Display for ReasonCode {

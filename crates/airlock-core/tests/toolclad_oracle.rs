@@ -274,3 +274,58 @@ fn scope_targets_are_refused_alike() {
         assert_eq!(theirs.is_ok(), mine.is_ok(), "{v:?}: reference {theirs:?}, airlock {mine:?}");
     }
 }
+
+/// A manifest that prints a file with `cat` and parses it with `parser`;
+/// its schema is more than `{"type": "object"}`, so the reference returns
+/// the parsed output (not only the raw text).
+fn cat_manifest(format: &str, parser: &str) -> String {
+    format!(
+        r#"
+[tool]
+name = "cat_{format}"
+version = "1.0.0"
+binary = "cat"
+description = "Print a file"
+[args.file]
+position = 1
+required = true
+type = "path"
+[command]
+exec = ["cat", "{{file}}"]
+[filesystem]
+read = ["{{file}}"]
+[output]
+format = "{format}"
+parser = "{parser}"
+[output.schema]
+type = "object"
+description = "anything"
+"#
+    )
+}
+
+/// For each builtin parser, the reference's parsed output of a real `cat`
+/// run equals airlock's parse of the same bytes.
+#[test]
+fn builtin_parsers_read_output_as_the_reference_does() {
+    for (format, parser, file) in [
+        ("xml", "builtin:xml", "scan.xml"),
+        ("csv", "builtin:csv", "table.csv"),
+        ("jsonl", "builtin:jsonl", "lines.jsonl"),
+        ("json", "builtin:json", "doc.json"),
+        ("text", "builtin:text", "plain.txt"),
+        ("text", "builtin:csv", "table.csv"),
+    ] {
+        let body = cat_manifest(format, parser);
+        let reference = toolclad::parse_manifest(&body).unwrap();
+        let rel = format!("tests/toolclad/output/{file}");
+        let args = HashMap::from([("file".to_owned(), rel.clone())]);
+        let envelope = toolclad::executor::execute(&reference, &args).unwrap();
+        assert_eq!(envelope.exit_code, 0, "{file}: {}", envelope.stderr);
+        let ours = Manifest::parse(&body, "cat.clad.toml").unwrap();
+        ours.check_executable().unwrap();
+        let bytes = std::fs::read(&rel).unwrap();
+        let parsed = airlock_core::output::parse_output(ours.output_parser(), &bytes).unwrap();
+        assert_eq!(parsed, envelope.results, "{parser} of {file}");
+    }
+}

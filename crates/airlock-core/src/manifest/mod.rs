@@ -51,6 +51,7 @@ mod mapping;
 mod mcp;
 mod model;
 mod output_file;
+mod output_schema;
 mod schema;
 mod scope;
 mod source;
@@ -116,6 +117,8 @@ struct Compiled {
     filesystem: filesystem::CompiledFilesystem,
     /// `[output] stdout_file`: the tool's stdout is its output file.
     stdout_output: bool,
+    /// `[output] schema`, compiled.
+    output_schema: Option<output_schema::OutputSchema>,
 }
 
 /// A parsed, structurally checked manifest.
@@ -237,6 +240,13 @@ impl Manifest {
             return Err(at(invalid("[output] max_bytes must be at least 1".to_owned())));
         }
         let stdout_output = output_file::compile(raw.output.as_ref(), &filesystem, raw.mcp.is_some()).map_err(at)?;
+        let output_schema = raw
+            .output
+            .as_ref()
+            .and_then(|o| o.schema.as_ref())
+            .map(output_schema::OutputSchema::compile)
+            .transpose()
+            .map_err(at)?;
         Ok(Manifest {
             tool: raw.tool,
             args: raw.args,
@@ -251,7 +261,7 @@ impl Manifest {
             browser: raw.browser,
             sha256: sha256_tagged(text.as_bytes()),
             origin: origin.to_owned(),
-            compiled: Compiled { args: rules, command, filesystem, stdout_output },
+            compiled: Compiled { args: rules, command, filesystem, stdout_output, output_schema },
         })
     }
 
@@ -402,6 +412,23 @@ impl Manifest {
     /// (`path.duplicate`) and within the input and output counts.
     pub fn filesystem_plan(&self, args: &BoundArgs) -> Result<FilesystemPlan, Refusal> {
         self.compiled.filesystem.plan(args)
+    }
+
+    /// Checks a call's parsed output against `[output] schema` (`Ok` when
+    /// the manifest has none): a violation is `output.schema`. For a tool
+    /// whose stdout is its output file, `content` is what describes the
+    /// file and the schema applies to its `parsed` member, when present.
+    pub fn check_output_schema(&self, content: &serde_json::Value) -> Result<(), Refusal> {
+        let Some(schema) = &self.compiled.output_schema else { return Ok(()) };
+        let target = if self.compiled.stdout_output { content.get("parsed") } else { Some(content) };
+        target.map_or(Ok(()), |c| schema.check(c))
+    }
+
+    /// The builtin parser of the tool's output ([`OutputDef::builtin`]);
+    /// `text` without `[output]` (or with a custom parser, which runs
+    /// instead).
+    pub fn output_parser(&self) -> OutputFormat {
+        self.output.as_ref().and_then(OutputDef::builtin).unwrap_or(OutputFormat::Text)
     }
 
     /// Whether the tool's standard output is its output file (`[output]

@@ -320,6 +320,17 @@ pub struct OutputDef {
 }
 
 impl OutputDef {
+    /// The builtin parser the output is read with, as ToolClad picks it:
+    /// `parser = "builtin:NAME"` (`text`, `json`, `jsonl`, `csv`, `xml`),
+    /// else `format`. `None` for a custom parser or an unknown builtin.
+    pub fn builtin(&self) -> Option<OutputFormat> {
+        let Some(parser) = self.parser.as_deref() else { return Some(self.format) };
+        let name = parser.strip_prefix("builtin:")?;
+        [OutputFormat::Text, OutputFormat::Json, OutputFormat::Jsonl, OutputFormat::Csv, OutputFormat::Xml]
+            .into_iter()
+            .find(|f| f.as_str() == name)
+    }
+
     /// The custom parser program, when `parser` is neither empty nor
     /// `builtin:…`: an absolute, normal path inside the worker image (no `.`
     /// or `..` component, no NUL). Anything else is not a custom parser.

@@ -132,7 +132,6 @@ fn toolclad_nmap_loads_unchanged_and_is_refused_to_run() {
         "tools/nmap_scan.clad.toml",
         "[tool.evidence] capture",
         "{_output_file} without a [filesystem] create",
-        "[output] format = \"xml\"",
         "[args.target] type = \"scope_target\" (the tool reaches the network, and airlock has no network grant yet)",
         "[args.target] block_internal",
     ] {
@@ -285,8 +284,7 @@ fn each_unsupported_feature_is_refused() {
         ("[session]\nstartup_command = \"x\"", "[session]"),
         ("[http]\nmethod = \"GET\"", "[http]"),
         ("[browser]\nengine = \"cdp\"", "[browser]"),
-        ("[output]\nformat = \"xml\"", "format = \"xml\""),
-        ("[output]\nformat = \"json\"\nparser = \"builtin:csv\"", "parser = \"builtin:csv\""),
+        ("[output]\nformat = \"json\"\nparser = \"builtin:yaml\"", "parser = \"builtin:yaml\""),
         ("[output]\nformat = \"json\"\nparser = \"scripts/parse.py\"", "scripts/parse.py"),
         ("[tool.evidence]\noutput_dir = \"e\"\ncapture = true", "capture = true"),
         ("[args.t]\ntype = \"scope_target\"", "scope_target"),
@@ -334,6 +332,8 @@ fn each_unsupported_feature_is_refused() {
         assert_eq!(m.build_argv(&BoundArgs::default()).unwrap_err().code, ManifestUnsupported);
     }
     for ok in [
+        "[output]\nformat = \"xml\"",
+        "[output]\nformat = \"json\"\nparser = \"builtin:csv\"",
         "[output]\nformat = \"json\"\nparser = \"builtin:json\"",
         "[output]\nformat = \"text\"",
         "[output]\nformat = \"csv\"\nparser = \"builtin:csv\"\nmax_bytes = 1024",

@@ -6,7 +6,7 @@
 
 use super::args::ArgType;
 use super::command::OUTPUT_FILE_PLACEHOLDER;
-use super::model::{Dispatch, Mode, OutputFormat};
+use super::model::{Dispatch, Mode};
 use super::Manifest;
 use crate::reason::{ReasonCode, Refusal};
 
@@ -85,16 +85,12 @@ fn command_features(m: &Manifest, found: &mut Vec<String>) {
 
 fn output_features(m: &Manifest, found: &mut Vec<String>) {
     let Some(out) = &m.output else { return };
-    if out.format == OutputFormat::Xml && out.custom_parser().is_none() {
-        found.push("[output] format = \"xml\" without a custom parser".to_owned());
-    }
     if let Some(parser) = &out.parser {
-        let builtin = format!("builtin:{}", out.format.as_str());
-        if *parser != builtin && out.custom_parser().is_none() {
+        if out.builtin().is_none() && out.custom_parser().is_none() {
             found.push(format!(
-                "[output] parser = {parser:?} (a builtin parser must match format {:?}; a custom parser must be the \
-                 absolute path of a program in the worker image, and host scripts are never mounted)",
-                out.format.as_str()
+                "[output] parser = {parser:?} (a builtin parser is builtin:text, builtin:json, builtin:jsonl, \
+                 builtin:csv or builtin:xml; a custom parser must be the absolute path of a program in the worker \
+                 image, and host scripts are never mounted)"
             ));
         }
     }

@@ -23,7 +23,7 @@ use crate::engine::verdict::judge;
 use crate::engine::{answer, AuthorizedCall, PreparedCall, Transport};
 use crate::failure::sandbox_refusal;
 use crate::Runtime;
-use airlock_core::manifest::{Manifest, OutputFormat};
+use airlock_core::manifest::Manifest;
 use airlock_core::output::{parse_output, DEFAULT_MAX_OUTPUT_BYTES};
 use airlock_core::{Envelope, ReasonCode, Refusal};
 use airlock_hostfs::HeldOutput;
@@ -135,7 +135,8 @@ impl Runtime {
             }
             None => judge(&outcome, timeout, max_file)
                 .and_then(|()| self.tool_content(&prepared, &tier, &outcome, parser.as_deref())),
-        };
+        }
+        .and_then(|c| manifest.check_output_schema(&c).map(|()| c));
         let envelope = match content {
             Err(refusal) => {
                 let parsed = failed_content(&refusal, manifest, &outcome, parser.is_some());
@@ -165,7 +166,7 @@ impl Runtime {
         let manifest = prepared.manifest();
         match parser {
             None => {
-                let format = manifest.output.as_ref().map(|o| o.format).unwrap_or(OutputFormat::Text);
+                let format = manifest.output_parser();
                 parse_output(format, &outcome.stdout)
             }
             Some(program) => {
@@ -282,6 +283,6 @@ fn failed_content(
     {
         return None;
     }
-    let format = manifest.output.as_ref().map(|o| o.format).unwrap_or(OutputFormat::Text);
+    let format = manifest.output_parser();
     parse_output(format, &outcome.stdout).ok()
 }

@@ -49,7 +49,7 @@ pub(super) fn judge_stdout_file(outcome: &WorkerOutcome, timeout_seconds: u64, m
 /// check it with bounded memory, and parsed into the answer only when it is
 /// within `[output] max_bytes`.
 pub(super) fn describe(manifest: &Manifest, path: &str, staged: Option<&File>) -> Result<Value, Refusal> {
-    let format = manifest.output.as_ref().map(|o| o.format).unwrap_or(OutputFormat::Text);
+    let format = manifest.output_parser();
     let io = |e: std::io::Error| Refusal::new(ReasonCode::Internal, format!("reading the staged output: {e}"));
     let mut file = staged.ok_or_else(|| Refusal::new(ReasonCode::Internal, "no staged output"))?;
     // The sink wrote through the same open file: read from its start.

@@ -272,7 +272,7 @@ impl Runtime {
             argv,
             roots,
             timeout: Duration::from_secs(manifest.tool.timeout_seconds),
-            format: manifest.output.as_ref().map_or(OutputFormat::Text, |o| o.format),
+            format: manifest.output_parser(),
             broker_pin: None,
             pinned_tier: manifest.tool.sandbox.and_then(|s| s.tier),
         };

@@ -121,7 +121,9 @@ impl Runtime {
                         manifest.tool.timeout_seconds,
                         prepared.descriptor().command_boundary.filesystem.max_file_bytes,
                     )
-                }) {
+                })
+                .and_then(|()| manifest.check_output_schema(&result))
+                {
                     Err(refusal) => fail(refusal, Some(result)),
                     Ok(()) => match self.publish(&prepared, prepared.output(), staged_output.as_ref()) {
                         Ok(created_files) => Envelope { content: Some(result), created_files, ..base.clone() },

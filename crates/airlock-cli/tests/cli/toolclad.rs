@@ -95,3 +95,110 @@ format = "text"
     let message = run.envelope["error"]["message"].as_str().unwrap_or("");
     assert!(message.contains("no network grant"), "{run:#?}");
 }
+
+/// `jq -c .` of an input, its stdout the declared output, under a schema
+/// that wants an integer `n`.
+const JQ_SCHEMA: &str = r#"
+[tool]
+name = "checked"
+version = "1.0.0"
+description = "Copy JSON whose n is an integer"
+[args.input]
+position = 1
+required = true
+type = "path"
+[args.output]
+position = 2
+required = true
+type = "path"
+[command]
+exec = ["jq", "-c", ".", "{input}"]
+[filesystem]
+read = ["{input}"]
+create = ["{output}"]
+[output]
+format = "json"
+stdout_file = "{output}"
+[output.schema]
+type = "object"
+required = ["n"]
+[output.schema.properties.n]
+type = "integer"
+"#;
+
+#[test]
+fn a_schema_violation_fails_the_call_and_publishes_nothing() {
+    assert!(std::path::Path::new("/usr/bin/jq").exists(), "jq is needed (.ci/run installs it)");
+    let p = Project::new();
+    p.write("tools/checked.clad.toml", JQ_SCHEMA);
+    p.write("data/good.json", r#"{"n": 7}"#);
+    p.write("data/bad.json", r#"{"n": "seven"}"#);
+    let run = p.run(&["run", "checked", "data/good.json", "results/good.json"]);
+    run.assert_ok();
+    assert_eq!(std::fs::read_to_string(p.path("results/good.json")).unwrap(), "{\"n\":7}\n");
+    let run = p.run(&["run", "checked", "data/bad.json", "results/bad.json"]);
+    assert_eq!(run.status(), "failed", "{run:#?}");
+    assert_eq!(run.reason(), "output.schema", "{run:#?}");
+    assert!(run.envelope["error"]["message"].as_str().unwrap_or("").contains("/n"), "{run:#?}");
+    assert_eq!(run.envelope["created_files"], json!([]), "{run:#?}");
+    assert!(!p.path("results/bad.json").exists(), "a violating output was published");
+    let id = run.envelope["invocation_id"].as_str().unwrap();
+    let end = p.journal_records(id).into_iter().find(|r| r["kind"] == "InvocationFinished").unwrap();
+    assert_eq!(end["body"]["code"], "output.schema");
+}
+
+#[test]
+fn xml_output_is_parsed_into_json_and_checked_by_its_schema() {
+    let p = Project::new();
+    p.write(
+        "tools/report.clad.toml",
+        r#"
+[tool]
+name = "report"
+version = "1.0.0"
+description = "Print an XML report"
+[args.input]
+position = 1
+required = true
+type = "path"
+[command]
+exec = ["cat", "{input}"]
+[filesystem]
+read = ["{input}"]
+[output]
+format = "xml"
+[output.schema]
+type = "object"
+required = ["report"]
+"#,
+    );
+    p.write("data/r.xml", "<?xml version=\"1.0\"?>\n<report v=\"2\"><item id=\"a\"/><item id=\"b\">x &amp; y</item></report>\n");
+    let run = p.run(&["run", "report", "data/r.xml"]);
+    run.assert_ok();
+    let want = json!({"report": {"@v": "2", "item": [{"@id": "a"}, {"@id": "b", "#text": "x & y"}]}});
+    assert_eq!(run.envelope["content"], want, "{run:#?}");
+    p.write("data/other.xml", "<other/>");
+    let run = p.run(&["run", "report", "data/other.xml"]);
+    assert_eq!(run.reason(), "output.schema", "{run:#?}");
+    p.write("data/broken.xml", "<report><item></report>");
+    let run = p.run(&["run", "report", "data/broken.xml"]);
+    assert_eq!(run.reason(), "output.parse", "{run:#?}");
+}
+
+#[test]
+fn mcp_tools_list_carries_the_output_schema() {
+    let p = Project::new();
+    p.write("tools/checked.clad.toml", JQ_SCHEMA);
+    p.write("tools/sorter.clad.toml", SORT);
+    let mut mcp = crate::mcpkit::McpSession::start(&p);
+    let list = mcp.request("tools/list", json!({}));
+    let tools = list["result"]["tools"].as_array().unwrap_or_else(|| panic!("{list}"));
+    let checked = tools.iter().find(|t| t["name"] == "checked").unwrap_or_else(|| panic!("{list}"));
+    // The file's schema is content.parsed's (content describes the output file).
+    let parsed = &checked["outputSchema"]["properties"]["content"]["properties"]["parsed"];
+    assert_eq!(parsed["required"], json!(["n"]), "{checked}");
+    assert_eq!(parsed["properties"]["n"]["type"], "integer", "{checked}");
+    let sorter = tools.iter().find(|t| t["name"] == "sorter").unwrap_or_else(|| panic!("{list}"));
+    assert_eq!(sorter["inputSchema"]["properties"]["order_type"]["enum"], json!(["text", "numeric", "numeric_desc"]));
+    mcp.close();
+}

@@ -211,7 +211,7 @@ fn output_formats_are_parsed_into_the_content() {
         (
             "csv",
             r#"printf 'name,count\nalpha,1\n"be,ta",2\n'"#,
-            json!([{ "name": "alpha", "count": "1" }, { "name": "be,ta", "count": "2" }]),
+            json!([{ "name": "alpha", "count": 1 }, { "name": "be,ta", "count": 2 }]),
         ),
     ];
     for (format, script, want) in cases {

@@ -51,6 +51,8 @@ pub mod kind {
     pub const APPROVAL_CONSUMED: &str = "ApprovalConsumed";
     /// An approver denied a prepared call: it is settled and its room released.
     pub const APPROVAL_DENIED: &str = "ApprovalDenied";
+    /// A call's raw stdout and stderr were kept as evidence blobs (by hash).
+    pub const EVIDENCE_CAPTURED: &str = "EvidenceCaptured";
 }
 
 /// One parsed journal record (as [`crate::Journal::records`] returns it).

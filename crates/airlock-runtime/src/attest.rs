@@ -44,7 +44,8 @@ impl Runtime {
             })
             .collect();
         let authorized = mine.iter().find(|r| r.kind == kind::INVOCATION_AUTHORIZED);
-        let statement = json!({
+        let evidence = mine.iter().find(|r| r.kind == kind::EVIDENCE_CAPTURED).map(|r| r.body.clone());
+        let mut statement = json!({
             "_type": "https://in-toto.io/Statement/v1",
             "subject": subjects,
             "predicateType": PREDICATE_TYPE,
@@ -59,6 +60,10 @@ impl Runtime {
                 "journal": { "seq": finished.seq, "key_id": finished.key_id, "time": finished.time },
             },
         });
+        if let Some(evidence) = evidence {
+            // The raw streams `[tool.evidence]` kept, by hash.
+            statement["predicate"]["evidence"] = evidence;
+        }
         Ok(dsse::sign(self.journal().key(), IN_TOTO_PAYLOAD_TYPE, &canonical_json(&statement)))
     }
 }

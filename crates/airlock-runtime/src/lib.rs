@@ -33,6 +33,7 @@ pub mod catalog;
 mod ceilings;
 pub mod control;
 pub mod engine;
+mod evidence;
 pub mod failure;
 mod id;
 pub mod ledger;

@@ -202,3 +202,70 @@ fn mcp_tools_list_carries_the_output_schema() {
     assert_eq!(sorter["inputSchema"]["properties"]["order_type"]["enum"], json!(["text", "numeric", "numeric_desc"]));
     mcp.close();
 }
+
+#[test]
+fn evidence_blobs_are_kept_by_hash_journaled_and_attested() {
+    use base64::Engine as _;
+    let p = Project::new();
+    p.write(
+        "tools/vcopy.clad.toml",
+        r#"
+[tool]
+name = "vcopy"
+version = "1.0.0"
+description = "Copy a file, saying so"
+[tool.evidence]
+output_dir = "{evidence_dir}/{scan_id}-vcopy"
+capture = true
+hash = "sha256"
+[args.input]
+position = 1
+required = true
+type = "path"
+[args.output]
+position = 2
+required = true
+type = "path"
+[command]
+exec = ["cp", "-v", "{input}", "{output}"]
+[filesystem]
+read = ["{input}"]
+create = ["{output}"]
+[output]
+format = "text"
+"#,
+    );
+    p.write("data/in.txt", "evidence me\n");
+    let run = p.run(&["run", "vcopy", "data/in.txt", "results/out.txt", "--invocation-id", "ev-1"]);
+    run.assert_ok();
+    let stdout = run.envelope["content"]["raw_output"].as_str().unwrap().to_owned();
+    assert!(stdout.contains("results/out.txt"), "{run:#?}");
+    let records = p.journal_records("ev-1");
+    let captured = records.iter().find(|r| r["kind"] == "EvidenceCaptured").unwrap_or_else(|| panic!("{records:#?}"));
+    assert_eq!(captured["body"]["dir"], "evidence/ev-1-vcopy");
+    let blobs = captured["body"]["blobs"].as_array().unwrap();
+    let want = [("stdout", stdout.as_bytes()), ("stderr", &b""[..])];
+    for (blob, (stream, bytes)) in blobs.iter().zip(want) {
+        assert_eq!(blob["stream"], stream);
+        let digest = format!("sha256:{}", crate::util::sha256_hex(bytes));
+        assert_eq!(blob["sha256"], digest.as_str(), "{blob}");
+        assert_eq!(blob["bytes"], bytes.len());
+        let file = p.path(&format!(".airlock/evidence/ev-1-vcopy/sha256-{}", crate::util::sha256_hex(bytes)));
+        assert_eq!(std::fs::read(&file).unwrap(), bytes, "{}", file.display());
+    }
+    // The attestation references the same blobs by hash.
+    let out = p.command(&["attest", "ev-1"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let dsse: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let payload = base64::engine::general_purpose::STANDARD.decode(dsse["payload"].as_str().unwrap()).unwrap();
+    let statement: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+    assert_eq!(statement["predicate"]["evidence"], captured["body"], "{statement:#}");
+    // An output_dir an argument could choose is refused at load.
+    p.write(
+        "tools/vcopy.clad.toml",
+        std::fs::read_to_string(p.path("tools/vcopy.clad.toml")).unwrap().replace("{scan_id}-vcopy", "{output}"),
+    );
+    let run = p.run(&["run", "vcopy", "data/in.txt", "results/out2.txt"]);
+    run.assert_refused("manifest.invalid", 65);
+    assert!(!p.path("results/out2.txt").exists());
+}

@@ -46,6 +46,7 @@
 mod args;
 mod bind;
 mod command;
+mod evidence;
 mod filesystem;
 mod mapping;
 mod mcp;
@@ -64,6 +65,7 @@ mod tests;
 pub use args::{ArgType, MAX_VALUE_BYTES, SHELL_METACHARACTERS};
 pub use bind::BoundArgs;
 pub use command::{END_OF_OPTIONS, OUTPUT_FILE_PLACEHOLDER};
+pub use evidence::EVIDENCE_DIR;
 pub use filesystem::FilesystemPlan;
 pub use mcp::{McpSpec, MAX_UPSTREAM_TOOL};
 pub use scope::SCOPE_TARGET_MAX_LEN;
@@ -119,6 +121,8 @@ struct Compiled {
     stdout_output: bool,
     /// `[output] schema`, compiled.
     output_schema: Option<output_schema::OutputSchema>,
+    /// `[tool.evidence]` with `capture = true`: where the blobs go.
+    evidence: Option<evidence::EvidenceDir>,
 }
 
 /// A parsed, structurally checked manifest.
@@ -240,6 +244,7 @@ impl Manifest {
             return Err(at(invalid("[output] max_bytes must be at least 1".to_owned())));
         }
         let stdout_output = output_file::compile(raw.output.as_ref(), &filesystem, raw.mcp.is_some()).map_err(at)?;
+        let evidence = evidence::compile(raw.tool.evidence.as_ref()).map_err(at)?;
         let output_schema = raw
             .output
             .as_ref()
@@ -261,7 +266,7 @@ impl Manifest {
             browser: raw.browser,
             sha256: sha256_tagged(text.as_bytes()),
             origin: origin.to_owned(),
-            compiled: Compiled { args: rules, command, filesystem, stdout_output, output_schema },
+            compiled: Compiled { args: rules, command, filesystem, stdout_output, output_schema, evidence },
         })
     }
 
@@ -308,7 +313,7 @@ impl Manifest {
     /// every section or feature it does not execute (`[mcp]`, `[session]`,
     /// `[http]`, `[browser]`, `[source]`, a mode other than oneshot, callback
     /// dispatch, no `[command]`, an executor,
-    /// `{_…}` placeholders other than `{_output_file}`, evidence capture,
+    /// `{_…}` placeholders other than `{_output_file}`,
     /// XML or a non-builtin parser, unimplemented argument types,
     /// `scope_check`, `block_internal`, sanitizers other than `injection`);
     /// `manifest.invalid` when a default fails its argument's validation.
@@ -422,6 +427,13 @@ impl Manifest {
         let Some(schema) = &self.compiled.output_schema else { return Ok(()) };
         let target = if self.compiled.stdout_output { content.get("parsed") } else { Some(content) };
         target.map_or(Ok(()), |c| schema.check(c))
+    }
+
+    /// Where a call's evidence blobs go when `[tool.evidence] capture =
+    /// true`: a directory relative to the state directory, under
+    /// [`EVIDENCE_DIR`] (see `evidence.rs`); `None` when nothing is captured.
+    pub fn evidence_dir(&self, invocation_id: &str) -> Option<Result<crate::path::RelPath, Refusal>> {
+        self.compiled.evidence.as_ref().map(|d| d.resolve(invocation_id))
     }
 
     /// The builtin parser of the tool's output ([`OutputDef::builtin`]);

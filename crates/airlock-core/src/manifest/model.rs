@@ -195,9 +195,10 @@ fn default_hash() -> String {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EvidenceMeta {
-    /// Where ToolClad writes evidence (a template of its own).
+    /// Where evidence goes: `{evidence_dir}` (airlock's state `evidence/`)
+    /// and plain names or `{scan_id}` after it (see `evidence.rs`).
     pub output_dir: String,
-    /// Whether raw output is captured to `output_dir` (not executed by airlock).
+    /// Whether the raw stdout and stderr are kept as evidence blobs.
     #[serde(default)]
     pub capture: bool,
     /// Hash algorithm name.

@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
 /// A ToolClad-format nmap manifest using the features airlock does not
-/// execute: scope targets, evidence capture, mappings, `{_…}` placeholders,
-/// XML output and a nested output schema.
+/// execute at run time (a scope target: the network), with mappings,
+/// evidence capture, `{_output_file}`, XML output and a nested output schema.
 const NMAP_SCAN: &str = r#"
 # nmap in ToolClad format
 [tool]
@@ -130,7 +130,6 @@ fn toolclad_nmap_loads_unchanged_and_is_refused_to_run() {
     assert_eq!(err.code, ManifestUnsupported);
     for feature in [
         "tools/nmap_scan.clad.toml",
-        "[tool.evidence] capture",
         "{_output_file} without a [filesystem] create",
         "[args.target] type = \"scope_target\" (the tool reaches the network, and airlock has no network grant yet)",
         "[args.target] block_internal",
@@ -286,7 +285,6 @@ fn each_unsupported_feature_is_refused() {
         ("[browser]\nengine = \"cdp\"", "[browser]"),
         ("[output]\nformat = \"json\"\nparser = \"builtin:yaml\"", "parser = \"builtin:yaml\""),
         ("[output]\nformat = \"json\"\nparser = \"scripts/parse.py\"", "scripts/parse.py"),
-        ("[tool.evidence]\noutput_dir = \"e\"\ncapture = true", "capture = true"),
         ("[args.t]\ntype = \"scope_target\"", "scope_target"),
         ("[args.t]\ntype = \"credential_file\"", "credential_file"),
         ("[args.t]\ntype = \"msf_options\"", "msf_options"),
@@ -339,6 +337,7 @@ fn each_unsupported_feature_is_refused() {
         "[output]\nformat = \"csv\"\nparser = \"builtin:csv\"\nmax_bytes = 1024",
         "[args.t]\ntype = \"url\"\nschemes = [\"https\"]\nsanitize = [\"injection\"]",
         "[tool.evidence]\noutput_dir = \"e\"\ncapture = false",
+        "[tool.evidence]\noutput_dir = \"{evidence_dir}/{scan_id}\"\ncapture = true",
     ] {
         let (tool_extra, rest) = if ok.starts_with("[tool.") { (ok, "") } else { ("", ok) };
         assert!(manifest(&format!("{tool_extra}\n{runnable}{rest}")).check_executable().is_ok(), "{ok}");

@@ -28,9 +28,6 @@ pub(crate) fn features(m: &Manifest) -> Vec<String> {
     if m.tool.dispatch == Dispatch::Callback {
         found.push("[tool] dispatch = \"callback\"".to_owned());
     }
-    if m.tool.evidence.as_ref().is_some_and(|e| e.capture) {
-        found.push("[tool.evidence] capture = true (airlock records its own evidence)".to_owned());
-    }
     command_features(m, &mut found);
     output_features(m, &mut found);
     for (name, def) in &m.args {

@@ -121,12 +121,13 @@ impl Runtime {
         let outcome = run_worker(&tier, spec, "the tool");
         step.finished(outcome.as_ref())?;
         let outcome = outcome?;
+        let evidence = self.capture_evidence(manifest, prepared.invocation_id(), &outcome);
 
         let mut base = answer::finished(&prepared, &decision.policy_ids, Some((&outcome, None)));
         let fs = &prepared.descriptor().command_boundary.filesystem;
         let max_file = fs.max_file_bytes;
         let timeout = manifest.tool.timeout_seconds;
-        let content = match fs.create.first().filter(|_| manifest.stdout_is_output()) {
+        let content = evidence.and_then(|()| match fs.create.first().filter(|_| manifest.stdout_is_output()) {
             Some(path) => {
                 // The stdout is the output file, not a stream to show.
                 base.stdout_tail = None;
@@ -135,7 +136,7 @@ impl Runtime {
             }
             None => judge(&outcome, timeout, max_file)
                 .and_then(|()| self.tool_content(&prepared, &tier, &outcome, parser.as_deref())),
-        }
+        })
         .and_then(|c| manifest.check_output_schema(&c).map(|()| c));
         let envelope = match content {
             Err(refusal) => {

@@ -161,10 +161,7 @@ mod tests {
         assert_eq!(parse_output(OutputFormat::Text, b"hi\xff").unwrap(), json!({"raw_output": "hi\u{fffd}"}));
         assert_eq!(parse_output(OutputFormat::Json, br#"{"a":1}"#).unwrap(), json!({"a": 1}));
         assert_eq!(parse_output(OutputFormat::Jsonl, b"1\n\n{\"b\":2}\n").unwrap(), json!([1, {"b": 2}]));
-        assert_eq!(
-            parse_output(OutputFormat::Csv, b"x,y\n1,2\n3,4\n").unwrap(),
-            json!([{"x":1,"y":2},{"x":3,"y":4}])
-        );
+        assert_eq!(parse_output(OutputFormat::Csv, b"x,y\n1,2\n3,4\n").unwrap(), json!([{"x":1,"y":2},{"x":3,"y":4}]));
         assert_eq!(
             parse_output(OutputFormat::Csv, b" a | b \n\"x|\"\"y\"|2.5\nshort\n\ntrue|-3\n").unwrap(),
             json!([{"a":"x|\"y","b":2.5},{"a":"short"},{"a":true,"b":-3}])
@@ -174,8 +171,7 @@ mod tests {
 
     #[test]
     fn bad_input_is_output_parse() {
-        for (f, b) in
-            [(OutputFormat::Json, &b"{"[..]), (OutputFormat::Jsonl, b"1\nnope"), (OutputFormat::Xml, b"<a>")]
+        for (f, b) in [(OutputFormat::Json, &b"{"[..]), (OutputFormat::Jsonl, b"1\nnope"), (OutputFormat::Xml, b"<a>")]
         {
             assert_eq!(parse_output(f, b).unwrap_err().code, ReasonCode::OutputParse, "{f:?}");
         }

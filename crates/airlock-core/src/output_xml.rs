@@ -88,7 +88,8 @@ pub fn xml_to_json(xml: &[u8]) -> Result<Value, Refusal> {
     let mut stack: Vec<(String, Map<String, Value>)> = vec![(String::new(), Map::new())];
     let mut text = String::new();
     loop {
-        let event = reader.read_event().map_err(|e| parse_error(format!("at byte {}: {e}", reader.error_position())))?;
+        let event =
+            reader.read_event().map_err(|e| parse_error(format!("at byte {}: {e}", reader.error_position())))?;
         match event {
             Event::Start(start) => {
                 flush_text(&mut text, open_element(&mut stack));

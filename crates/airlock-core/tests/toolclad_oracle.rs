@@ -70,9 +70,13 @@ fn both(file: &str) -> (toolclad::types::Manifest, Manifest) {
     (reference, ours)
 }
 
+/// One row of a table: the named arguments, and the argv both must build
+/// (`None`: both must refuse).
+type Row<'a> = (&'a [(&'a str, &'a str)], Option<Vec<&'a str>>);
+
 /// Runs the table for one manifest: `Some(argv)` rows must give that argv
 /// on both sides, `None` rows must be refused by both.
-fn check(file: &str, table: &[(&[(&str, &str)], Option<Vec<&str>>)], adjust: fn(Vec<String>) -> Vec<String>) {
+fn check(file: &str, table: &[Row<'_>], adjust: fn(Vec<String>) -> Vec<String>) {
     let (reference, ours) = both(file);
     for (args, expected) in table {
         let theirs = reference_argv(&reference, args).map(adjust);
@@ -191,14 +195,26 @@ fn the_reference_examples_build_the_same_argv() {
         &[
             (
                 &[("url", "https://example.com/a")],
-                Some([&curl[..], &["GET", "--max-time", "25", "-w", "\\n%{http_code}", "https://example.com/a"]].concat()),
+                Some(
+                    [&curl[..], &["GET", "--max-time", "25", "-w", "\\n%{http_code}", "https://example.com/a"]]
+                        .concat(),
+                ),
             ),
             (
                 &[("url", "https://example.com/"), ("method", "HEAD"), ("headers", "Accept: text/plain")],
                 Some(
                     [
                         &curl[..],
-                        &["HEAD", "--max-time", "25", "-w", "\\n%{http_code}", "-H", "Accept: text/plain", "https://example.com/"],
+                        &[
+                            "HEAD",
+                            "--max-time",
+                            "25",
+                            "-w",
+                            "\\n%{http_code}",
+                            "-H",
+                            "Accept: text/plain",
+                            "https://example.com/",
+                        ],
                     ]
                     .concat(),
                 ),

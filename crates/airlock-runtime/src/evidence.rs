@@ -38,7 +38,12 @@ fn keep_blob(dir: &PrivateDir, bytes: &[u8]) -> Result<String, Refusal> {
 impl Runtime {
     /// Keeps the evidence of call `id` when its manifest captures it, and
     /// journals the blobs' digests (`EvidenceCaptured`).
-    pub(crate) fn capture_evidence(&self, manifest: &Manifest, id: &str, outcome: &WorkerOutcome) -> Result<(), Refusal> {
+    pub(crate) fn capture_evidence(
+        &self,
+        manifest: &Manifest,
+        id: &str,
+        outcome: &WorkerOutcome,
+    ) -> Result<(), Refusal> {
         let Some(rel) = manifest.evidence_dir(id).transpose()? else { return Ok(()) };
         let mut dir = self.state().try_clone().map_err(|e| internal("the state directory", e))?;
         for name in rel.components() {

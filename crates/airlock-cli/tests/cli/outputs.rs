@@ -89,7 +89,11 @@ fn sqlite3_stdout_is_the_output_without_a_shell() {
     let expected = host_stdout("sqlite3", &["-readonly", "-csv", "-header", &db.display().to_string(), query]);
     assert_eq!(expected, b"name,age\nada,36\ncy,41\n");
     assert_published(&p, &run, "results/older.csv", &expected);
-    assert_eq!(run.envelope["content"]["parsed"][1], serde_json::json!({"name": "cy", "age": 41}), "CSV numbers are numbers (ToolClad builtin:csv)");
+    assert_eq!(
+        run.envelope["content"]["parsed"][1],
+        serde_json::json!({"name": "cy", "age": 41}),
+        "CSV numbers are numbers (ToolClad builtin:csv)"
+    );
 }
 
 #[test]

@@ -172,7 +172,10 @@ type = "object"
 required = ["report"]
 "#,
     );
-    p.write("data/r.xml", "<?xml version=\"1.0\"?>\n<report v=\"2\"><item id=\"a\"/><item id=\"b\">x &amp; y</item></report>\n");
+    p.write(
+        "data/r.xml",
+        "<?xml version=\"1.0\"?>\n<report v=\"2\"><item id=\"a\"/><item id=\"b\">x &amp; y</item></report>\n",
+    );
     let run = p.run(&["run", "report", "data/r.xml"]);
     run.assert_ok();
     let want = json!({"report": {"@v": "2", "item": [{"@id": "a"}, {"@id": "b", "#text": "x & y"}]}});

@@ -118,7 +118,13 @@ pub(crate) fn compile(cmd: &CommandDef, args: &BTreeMap<String, ArgDef>) -> Resu
     if program.is_empty() {
         return Err(invalid(format!("[command] {form}: the program (the first word) is empty")));
     }
-    let end_of_options_at = if cmd.end_of_options { words.iter().position(Word::has_placeholder) } else { None };
+    // Mapped flags are manifest text: `--` goes before the first word that
+    // can carry a value.
+    let end_of_options_at = if cmd.end_of_options {
+        words.iter().position(|w| w.placeholders().any(|p| !extras.is_mapping(p)))
+    } else {
+        None
+    };
     Ok(CompiledCommand { words, defaults, end_of_options_at, exec_form: cmd.exec.is_some(), extras })
 }
 

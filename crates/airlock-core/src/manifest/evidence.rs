@@ -94,7 +94,14 @@ mod tests {
         assert_eq!(d.resolve("abc").unwrap().as_str(), "evidence/abc-nmap");
         let d = compile(Some(&meta("{_evidence_dir}"))).unwrap().unwrap();
         assert_eq!(d.resolve("abc").unwrap().as_str(), "evidence");
-        for bad in ["/tmp/x", "{target}", "{evidence_dir}/{target}", "{evidence_dir}/../x", "x/{evidence_dir}", "{evidence_dir}//x"] {
+        for bad in [
+            "/tmp/x",
+            "{target}",
+            "{evidence_dir}/{target}",
+            "{evidence_dir}/../x",
+            "x/{evidence_dir}",
+            "{evidence_dir}//x",
+        ] {
             assert_eq!(compile(Some(&meta(bad))).unwrap_err().code, ReasonCode::ManifestInvalid, "{bad}");
         }
         let mut m = meta("{evidence_dir}");

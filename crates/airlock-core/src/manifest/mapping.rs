@@ -46,8 +46,11 @@ impl Fragment {
             return parse_word(text).map(Fragment::Text).map_err(|why| invalid(format!("{what}: {why}")));
         }
         let words = split_template(text).map_err(|why| invalid(format!("{what}: {why}")))?;
-        let words =
-            words.iter().map(|w| parse_word(w)).collect::<Result<Vec<_>, _>>().map_err(|why| invalid(format!("{what}: {why}")))?;
+        let words = words
+            .iter()
+            .map(|w| parse_word(w))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|why| invalid(format!("{what}: {why}")))?;
         Ok(Fragment::Words(words))
     }
 
@@ -197,7 +200,9 @@ impl Extras {
         for (name, def) in conditionals.into_iter().flatten() {
             let what = format!("[command.conditionals.{name}]");
             if !is_arg_name(name) {
-                return Err(invalid(format!("{what}: a conditional name is a letter followed by letters, digits or `_`")));
+                return Err(invalid(format!(
+                    "{what}: a conditional name is a letter followed by letters, digits or `_`"
+                )));
             }
             let offered = format!("_{name}");
             if extras.mappings.contains_key(&offered) {
@@ -242,6 +247,11 @@ impl Extras {
     /// conditional's fragment; none for a mapping, whose flags are literal).
     pub(crate) fn inner_placeholders(&self, offered: &str) -> Vec<&str> {
         self.conditionals.get(offered).map(|c| c.fragment.placeholders()).unwrap_or_default()
+    }
+
+    /// Whether `name` is a placeholder offered by a mapping (literal flags).
+    pub(crate) fn is_mapping(&self, name: &str) -> bool {
+        self.mappings.contains_key(name)
     }
 
     /// Whether `name` is a placeholder offered by a mapping or conditional.

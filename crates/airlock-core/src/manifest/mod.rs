@@ -68,11 +68,11 @@ pub use command::{END_OF_OPTIONS, OUTPUT_FILE_PLACEHOLDER};
 pub use evidence::EVIDENCE_DIR;
 pub use filesystem::FilesystemPlan;
 pub use mcp::{McpSpec, MAX_UPSTREAM_TOOL};
-pub use scope::SCOPE_TARGET_MAX_LEN;
 pub use model::{
     ArgDef, CedarMeta, CommandDef, ConditionalDef, Dispatch, EvidenceMeta, FilesystemDef, Mode, OutputDef,
     OutputFormat, RiskTier, SourceDef, ToolLimits, ToolMeta,
 };
+pub use scope::SCOPE_TARGET_MAX_LEN;
 
 /// `[broker]` (airlock extension): the command runs isolated and reaches
 /// named roots through the broker; `roots` are `NAME:RIGHTS`, the host path

@@ -25,7 +25,8 @@ impl OutputSchema {
     pub(crate) fn compile(schema: &toml::Table) -> Result<OutputSchema, Refusal> {
         let invalid = |why: String| Refusal::new(ReasonCode::ManifestInvalid, format!("[output] schema: {why}"));
         let json = serde_json::to_value(schema).map_err(|e| invalid(e.to_string()))?;
-        let validator = jsonschema::validator_for(&json).map_err(|e| invalid(format!("not a valid JSON Schema: {e}")))?;
+        let validator =
+            jsonschema::validator_for(&json).map_err(|e| invalid(format!("not a valid JSON Schema: {e}")))?;
         Ok(OutputSchema { validator: Arc::new(validator) })
     }
 

@@ -21,7 +21,8 @@ static IPV4: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^\d{1,3}\.\d{1,3}\.
 static CIDR_V4: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^(\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3})/(\d{1,2})$").expect("static"));
 static HOSTNAME: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^[a-zA-Z0-9]([a-zA-Z0-9\-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9\-]*[a-zA-Z0-9])?)*$").expect("static")
+    Regex::new(r"^[a-zA-Z0-9]([a-zA-Z0-9\-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9\-]*[a-zA-Z0-9])?)*$")
+        .expect("static")
 });
 
 fn has_punycode_label(host: &str) -> bool {

@@ -845,11 +845,22 @@ template = "--limit {n}"
     };
     assert_eq!(argv(&[], &[]), ["tool", "-s", "end"]);
     assert_eq!(argv(&["long"], &[("n", 5)]), ["tool", "-l", "--all", "--limit", "5", "end"]);
+    let eoo = manifest(
+        "[args.f]\ntype = \"path\"\n[args.m]\ntype = \"enum\"\nallowed = [\"a\"]\n[command]\nexec = [\"t\", \"{_m}\", \"{f}\"]\nend_of_options = true\n[command.mappings.m]\na = \"-a\"",
+    );
+    let args = eoo.bind_args(&[], &[("f".into(), "x".into()), ("m".into(), "a".into())]).unwrap();
+    assert_eq!(eoo.build_argv(&args).unwrap(), ["t", "-a", "--", "x"], "mapped flags come before `--`");
     for (body, needle) in [
         ("[command]\nexec = [\"a\"]\n[command.mappings.m]\nx = \"-x\"", "names no declared argument"),
-        ("[args.m]\ntype = \"string\"\n[command]\ntemplate = \"a x{_m}\"\n[command.mappings.m]\nx = \"-x\"", "word of its own"),
+        (
+            "[args.m]\ntype = \"string\"\n[command]\ntemplate = \"a x{_m}\"\n[command.mappings.m]\nx = \"-x\"",
+            "word of its own",
+        ),
         ("[args.m]\ntype = \"string\"\n[command]\nexec = [\"a\"]\n[command.mappings.m]\nx = \"-{m}\"", "literal"),
-        ("[command]\nexec = [\"a\", \"{_c}\"]\n[command.conditionals.c]\nwhen = \"x != ''\"\ntemplate = \"-x\"", "\"x\""),
+        (
+            "[command]\nexec = [\"a\", \"{_c}\"]\n[command.conditionals.c]\nwhen = \"x != ''\"\ntemplate = \"-x\"",
+            "\"x\"",
+        ),
     ] {
         let err = parse_err(body);
         assert_eq!(err.code, ManifestInvalid, "{body}");

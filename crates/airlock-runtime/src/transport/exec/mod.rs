@@ -127,17 +127,18 @@ impl Runtime {
         let fs = &prepared.descriptor().command_boundary.filesystem;
         let max_file = fs.max_file_bytes;
         let timeout = manifest.tool.timeout_seconds;
-        let content = evidence.and_then(|()| match fs.create.first().filter(|_| manifest.stdout_is_output()) {
-            Some(path) => {
-                // The stdout is the output file, not a stream to show.
-                base.stdout_tail = None;
-                stdout_file::judge_stdout_file(&outcome, timeout, max_file)
-                    .and_then(|()| stdout_file::describe(manifest, path, staged_output.as_ref()))
-            }
-            None => judge(&outcome, timeout, max_file)
-                .and_then(|()| self.tool_content(&prepared, &tier, &outcome, parser.as_deref())),
-        })
-        .and_then(|c| manifest.check_output_schema(&c).map(|()| c));
+        let content = evidence
+            .and_then(|()| match fs.create.first().filter(|_| manifest.stdout_is_output()) {
+                Some(path) => {
+                    // The stdout is the output file, not a stream to show.
+                    base.stdout_tail = None;
+                    stdout_file::judge_stdout_file(&outcome, timeout, max_file)
+                        .and_then(|()| stdout_file::describe(manifest, path, staged_output.as_ref()))
+                }
+                None => judge(&outcome, timeout, max_file)
+                    .and_then(|()| self.tool_content(&prepared, &tier, &outcome, parser.as_deref())),
+            })
+            .and_then(|c| manifest.check_output_schema(&c).map(|()| c));
         let envelope = match content {
             Err(refusal) => {
                 let parsed = failed_content(&refusal, manifest, &outcome, parser.is_some());

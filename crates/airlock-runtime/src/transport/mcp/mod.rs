@@ -115,14 +115,15 @@ impl Runtime {
         let envelope = match verdict {
             Verdict::Failure(refusal, content) => fail(refusal, content),
             Verdict::Success(result) => {
-                match exited_cleanly(&outcome).and_then(|()| {
-                    judge(
-                        &outcome,
-                        manifest.tool.timeout_seconds,
-                        prepared.descriptor().command_boundary.filesystem.max_file_bytes,
-                    )
-                })
-                .and_then(|()| manifest.check_output_schema(&result))
+                match exited_cleanly(&outcome)
+                    .and_then(|()| {
+                        judge(
+                            &outcome,
+                            manifest.tool.timeout_seconds,
+                            prepared.descriptor().command_boundary.filesystem.max_file_bytes,
+                        )
+                    })
+                    .and_then(|()| manifest.check_output_schema(&result))
                 {
                     Err(refusal) => fail(refusal, Some(result)),
                     Ok(()) => match self.publish(&prepared, prepared.output(), staged_output.as_ref()) {

@@ -96,13 +96,16 @@ format = "text"
     assert!(message.contains("no network grant"), "{run:#?}");
 }
 
-/// `jq -c .` of an input, its stdout the declared output, under a schema
-/// that wants an integer `n`.
-const JQ_SCHEMA: &str = r#"
+/// A tool reading `{input}` and creating `{output}`: `tool_extra` goes
+/// under `[tool]`, `output` is its `[output]` section's body.
+fn io_tool(name: &str, tool_extra: &str, exec: &str, output: &str) -> String {
+    format!(
+        r#"
 [tool]
-name = "checked"
+name = "{name}"
 version = "1.0.0"
-description = "Copy JSON whose n is an integer"
+description = "{name} one file into another"
+{tool_extra}
 [args.input]
 position = 1
 required = true
@@ -112,25 +115,28 @@ position = 2
 required = true
 type = "path"
 [command]
-exec = ["jq", "-c", ".", "{input}"]
+exec = {exec}
 [filesystem]
-read = ["{input}"]
-create = ["{output}"]
+read = ["{{input}}"]
+create = ["{{output}}"]
 [output]
-format = "json"
-stdout_file = "{output}"
-[output.schema]
-type = "object"
-required = ["n"]
-[output.schema.properties.n]
-type = "integer"
-"#;
+{output}
+"#
+    )
+}
+
+/// `jq -c .` of an input, its stdout the declared output, under a schema
+/// that wants an integer `n`.
+fn jq_schema() -> String {
+    let output = "format = \"json\"\nstdout_file = \"{output}\"\n[output.schema]\ntype = \"object\"\nrequired = [\"n\"]\n[output.schema.properties.n]\ntype = \"integer\"";
+    io_tool("checked", "", r#"["jq", "-c", ".", "{input}"]"#, output)
+}
 
 #[test]
 fn a_schema_violation_fails_the_call_and_publishes_nothing() {
     assert!(std::path::Path::new("/usr/bin/jq").exists(), "jq is needed (.ci/run installs it)");
     let p = Project::new();
-    p.write("tools/checked.clad.toml", JQ_SCHEMA);
+    p.write("tools/checked.clad.toml", jq_schema());
     p.write("data/good.json", r#"{"n": 7}"#);
     p.write("data/bad.json", r#"{"n": "seven"}"#);
     let run = p.run(&["run", "checked", "data/good.json", "results/good.json"]);
@@ -191,7 +197,7 @@ required = ["report"]
 #[test]
 fn mcp_tools_list_carries_the_output_schema() {
     let p = Project::new();
-    p.write("tools/checked.clad.toml", JQ_SCHEMA);
+    p.write("tools/checked.clad.toml", jq_schema());
     p.write("tools/sorter.clad.toml", SORT);
     let mut mcp = crate::mcpkit::McpSession::start(&p);
     let list = mcp.request("tools/list", json!({}));
@@ -210,34 +216,10 @@ fn mcp_tools_list_carries_the_output_schema() {
 fn evidence_blobs_are_kept_by_hash_journaled_and_attested() {
     use base64::Engine as _;
     let p = Project::new();
-    p.write(
-        "tools/vcopy.clad.toml",
-        r#"
-[tool]
-name = "vcopy"
-version = "1.0.0"
-description = "Copy a file, saying so"
-[tool.evidence]
-output_dir = "{evidence_dir}/{scan_id}-vcopy"
-capture = true
-hash = "sha256"
-[args.input]
-position = 1
-required = true
-type = "path"
-[args.output]
-position = 2
-required = true
-type = "path"
-[command]
-exec = ["cp", "-v", "{input}", "{output}"]
-[filesystem]
-read = ["{input}"]
-create = ["{output}"]
-[output]
-format = "text"
-"#,
-    );
+    let evidence =
+        "[tool.evidence]\noutput_dir = \"{evidence_dir}/{scan_id}-vcopy\"\ncapture = true\nhash = \"sha256\"";
+    let exec = r#"["cp", "-v", "{input}", "{output}"]"#;
+    p.write("tools/vcopy.clad.toml", io_tool("vcopy", evidence, exec, "format = \"text\""));
     p.write("data/in.txt", "evidence me\n");
     let run = p.run(&["run", "vcopy", "data/in.txt", "results/out.txt", "--invocation-id", "ev-1"]);
     run.assert_ok();

@@ -389,13 +389,7 @@ impl Manifest {
             // An MCP tool's worker is its server; the call goes over stdio.
             return Ok(spec.server);
         }
-        let command = self
-            .compiled
-            .command
-            .as_ref()
-            .ok_or_else(|| Refusal::new(ReasonCode::ManifestUnsupported, format!("{}: no command", self.origin)))?;
-        let plan = self.filesystem_plan(args)?;
-        command.build(args, plan.create.as_ref())
+        self.preview_argv(args)
     }
 
     /// The argv a call would run, built like [`Manifest::build_argv`] but

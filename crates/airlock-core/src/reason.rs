@@ -426,6 +426,11 @@ reason_codes! {
     Usage => "usage", Refused, USAGE;
     /// airlock itself failed.
     Internal => "internal", Error, SOFTWARE;
+    // ---- approve (issue 24) ----
+    /// A read, listing, source query, Git snapshot or broker read/list
+    /// right reaches a create-only ceiling (`create`), which only ever
+    /// receives new outputs.
+    GrantCreateOnly => "grant.create_only", Refused, NO_PERM;
 }
 
 impl fmt::Display for ReasonCode {

@@ -2,6 +2,7 @@
 //! directories. One test binary, many modules (links once).
 
 mod approval;
+mod approve_shapes;
 mod approvers;
 mod attacks;
 mod bounds;

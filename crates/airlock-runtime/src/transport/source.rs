@@ -74,7 +74,8 @@ impl airlock_source::Ceilings for ConfiguredCeilings<'_> {
             self.runtime.config().ceilings.iter().find(|c| c.virtual_root.as_ref() == root).ok_or_else(|| {
                 Refusal::new(ReasonCode::GrantNoCeiling, format!("no ceiling is mounted at {root:?}"))
             })?;
-        ceilings::open(self.runtime.authority(), ceiling, self.runtime.protected())
+        let what = format!("a source query reaching {:?}", root.map_or(".", RelPath::as_str));
+        ceilings::open_readable(self.runtime.authority(), ceiling, self.runtime.protected(), &what)
     }
 }
 

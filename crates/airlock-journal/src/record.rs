@@ -51,6 +51,10 @@ pub mod kind {
     pub const APPROVAL_CONSUMED: &str = "ApprovalConsumed";
     /// An approver denied a prepared call: it is settled and its room released.
     pub const APPROVAL_DENIED: &str = "ApprovalDenied";
+    /// A running call was cancelled (a signal, an MCP client's
+    /// `notifications/cancelled`, a closed session); the body says whether
+    /// the cancel stopped it or came after its publication point.
+    pub const INVOCATION_CANCELLED: &str = "InvocationCancelled";
 }
 
 /// One parsed journal record (as [`crate::Journal::records`] returns it).

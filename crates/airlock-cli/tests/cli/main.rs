@@ -33,6 +33,7 @@ mod journal_segments;
 mod manifest_once;
 mod mcp;
 mod mcp_auth;
+mod mcp_cancel;
 mod mcp_worker;
 mod mcpkit;
 mod operator_limits;

@@ -360,7 +360,7 @@ impl Runtime {
         let caller = self.enter_call(id, principal);
         self.sweep_if_due();
         let valid = id::check_invocation_id(id).ok().map(|()| id);
-        let result = self.settle_cancelled(call());
+        let result = self.settle_cancelled(valid, call());
         let envelope = self.journal_end(valid, result).unwrap_or_else(|refusal| Envelope {
             invocation_id: Some(id.to_owned()),
             tool: tool.map(str::to_owned),

@@ -128,16 +128,19 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    /// A kill handle that counts its kills in `kills`.
+    fn counting(kills: &Arc<AtomicUsize>) -> KillHandle {
+        let kills = Arc::clone(kills);
+        KillHandle::new(move || {
+            kills.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+    }
+
     #[test]
     fn cancel_kills_live_and_later_workers_but_not_finished_ones() {
         let kills = Arc::new(AtomicUsize::new(0));
-        let handle = || {
-            let kills = Arc::clone(&kills);
-            KillHandle::new(move || {
-                kills.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            })
-        };
+        let handle = || counting(&kills);
         let cancel = Cancel::new();
         let finished = cancel.register(handle());
         drop(finished);
@@ -153,13 +156,7 @@ mod tests {
     #[test]
     fn a_child_is_cancelled_alone_or_with_its_parent() {
         let kills = Arc::new(AtomicUsize::new(0));
-        let handle = || {
-            let kills = Arc::clone(&kills);
-            KillHandle::new(move || {
-                kills.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            })
-        };
+        let handle = || counting(&kills);
         let parent = Cancel::new();
         let (one, two) = (parent.child(), parent.child());
         let _a = one.register(handle());

@@ -16,7 +16,8 @@ pub const MAX_CEILINGS: usize = 32;
 /// Host paths that may never be a ceiling, nor lie beneath one.
 pub const PROTECTED_HOST_PATHS: &[&str] = &["/proc", "/sys", "/dev"];
 
-/// Whether a ceiling permits creating outputs.
+/// What a ceiling permits: reading (declared reads, source queries, Git
+/// snapshots, broker reads and listings), creating new outputs, or both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CeilingMode {
@@ -24,6 +25,22 @@ pub enum CeilingMode {
     Ro,
     /// Read inputs and create new outputs (never overwrite).
     Rw,
+    /// Create new outputs only (`create`, alias `wo`): never read or
+    /// listed, as seed 000's write ceilings ("creation only, never
+    /// reading").
+    Create,
+}
+
+impl CeilingMode {
+    /// Whether anything may be read or listed beneath the ceiling.
+    pub fn reads(self) -> bool {
+        matches!(self, CeilingMode::Ro | CeilingMode::Rw)
+    }
+
+    /// Whether new outputs may be created beneath the ceiling.
+    pub fn creates(self) -> bool {
+        matches!(self, CeilingMode::Rw | CeilingMode::Create)
+    }
 }
 
 /// One configured ceiling: `HOST:VIRTUAL:MODE`.
@@ -35,7 +52,7 @@ pub struct Ceiling {
     /// Where the worker sees it, relative to `working_dir`; `None` is the
     /// working directory itself (written `.`).
     pub virtual_root: Option<RelPath>,
-    /// ro or rw.
+    /// ro, rw or create.
     pub mode: CeilingMode,
     /// The entry as the operator wrote it, for messages.
     pub spec: String,
@@ -55,7 +72,8 @@ impl Ceiling {
         let mode = match mode {
             "ro" => CeilingMode::Ro,
             "rw" => CeilingMode::Rw,
-            other => return Err(bad(format!("mode {other:?} is not ro or rw"))),
+            "create" | "wo" => CeilingMode::Create,
+            other => return Err(bad(format!("mode {other:?} is not ro, rw or create"))),
         };
         if host.is_empty() {
             return Err(bad("the host path is empty".into()));
@@ -428,6 +446,18 @@ mod tests {
         let (ceil, _) = c.ceiling_for(&p("data-evil/x")).unwrap();
         assert_eq!(ceil.virtual_root, None, "falls to the `.` root, never matched by string prefix");
         assert_eq!(c.ceiling_for(&p("data")).unwrap().1, None);
+    }
+
+    #[test]
+    fn create_only_ceilings() {
+        let c =
+            parse("[filesystem]\nroots = [\"./o:out:create\", \"./w:w:wo\", \"./r:r:ro\", \"./x:x:rw\"]\n").unwrap();
+        let modes: Vec<CeilingMode> = c.ceilings.iter().map(|c| c.mode).collect();
+        assert_eq!(modes, [CeilingMode::Create, CeilingMode::Create, CeilingMode::Ro, CeilingMode::Rw]);
+        assert_eq!(
+            modes.iter().map(|m| (m.reads(), m.creates())).collect::<Vec<_>>(),
+            [(false, true), (false, true), (true, false), (true, true)]
+        );
     }
 
     #[test]

@@ -430,6 +430,15 @@ reason_codes! {
     /// The tool's parsed output does not satisfy its `[output] schema`;
     /// nothing was published.
     OutputSchema => "output.schema", Failed, TOOL_FAILED;
+    // ---- approve (issue 24) ----
+    /// A read, listing, source query, Git snapshot or broker read/list
+    /// right reaches a create-only ceiling (`create`), which only ever
+    /// receives new outputs.
+    GrantCreateOnly => "grant.create_only", Refused, NO_PERM;
+    /// What an approved call reaches changed between its approval and its
+    /// dispatch: a broker root's identity, its rights, the budgets or a
+    /// helper's digest. Prepare and approve the call again.
+    ApprovalCallChanged => "approval.call_changed", Refused, NO_PERM;
 }
 
 impl fmt::Display for ReasonCode {

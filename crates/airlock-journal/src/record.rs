@@ -53,6 +53,10 @@ pub mod kind {
     pub const APPROVAL_DENIED: &str = "ApprovalDenied";
     /// A call's raw stdout and stderr were kept as evidence blobs (by hash).
     pub const EVIDENCE_CAPTURED: &str = "EvidenceCaptured";
+    /// A running call was cancelled (a signal, an MCP client's
+    /// `notifications/cancelled`, a closed session); the body says whether
+    /// the cancel stopped it or came after its publication point.
+    pub const INVOCATION_CANCELLED: &str = "InvocationCancelled";
 }
 
 /// One parsed journal record (as [`crate::Journal::records`] returns it).

@@ -78,7 +78,7 @@ fn path_rule(config: &Config, creates: bool, parents: bool) -> (String, Option<S
     let roots: Vec<(String, CeilingMode)> = config
         .ceilings
         .iter()
-        .filter(|c| !creates || c.mode == CeilingMode::Rw)
+        .filter(|c| if creates { c.mode.creates() } else { c.mode.reads() })
         .map(|c| (c.virtual_root.as_ref().map_or(".", |r| r.as_str()).to_owned(), c.mode))
         .collect();
     if roots.is_empty() {
@@ -112,6 +112,7 @@ fn mode_words(mode: CeilingMode) -> &'static str {
     match mode {
         CeilingMode::Ro => "read-only",
         CeilingMode::Rw => "read-write",
+        CeilingMode::Create => "create-only",
     }
 }
 

@@ -5,9 +5,22 @@
 //! tokio's blocking pool) that lives until the worker is reaped, so
 //! `die_with_caller(true)` stays right: the parent-death signal is tied to
 //! that thread, and killing the server kills every worker. One `Runtime`
-//! (its journal under its mutex and `flock`) serves all sessions. A client's
-//! cancellation does not stop a call already running; it ends at its
-//! deadline.
+//! (its journal under its mutex and `flock`) serves all sessions.
+//!
+//! # Cancellation
+//!
+//! Each call runs under its own cancellation
+//! (`Runtime::call_canceller`). rmcp cancels a request's token when the
+//! client sends `notifications/cancelled` for it, and when its session
+//! ends (stdio EOF, an HTTP session deleted or closed); airlock then
+//! cancels the call: its worker is killed and reaped, nothing is
+//! published, its staging room is released, and the journal has
+//! `InvocationCancelled` (`reason` `client`, or `session_closed`). A call
+//! already past its publication point completes and says so (`outcome`
+//! `completed`). The response to
+//! a cancelled request is not sent (MCP: the client has stopped waiting).
+//! [`crate::serve_stdio`] waits for the calls in flight to settle before
+//! it returns, so their cancellation is journaled before the process exits.
 
 use crate::answer::to_result;
 use crate::catalog::Catalog;
@@ -33,13 +46,37 @@ pub struct AirlockServer {
     /// Served behind the HTTP gate: a call must carry the [`Caller`] the
     /// gate authenticated, or it is refused.
     gated: bool,
+    /// How many calls are in flight (their threads not yet answered).
+    in_flight: Arc<tokio::sync::watch::Sender<usize>>,
+}
+
+/// `reason` of a call cancelled by the client's `notifications/cancelled`.
+const CLIENT: &str = "client";
+/// `reason` of a call cancelled because its session ended.
+const SESSION_CLOSED: &str = "session_closed";
+
+/// One call in flight, counted until dropped.
+struct InFlight(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl InFlight {
+    fn enter(count: &Arc<tokio::sync::watch::Sender<usize>>) -> InFlight {
+        count.send_modify(|n| *n += 1);
+        InFlight(Arc::clone(count))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 impl AirlockServer {
     /// A server for `runtime` (which must have its sandbox init program set
     /// for calls to run).
     pub fn new(runtime: Runtime) -> Self {
-        AirlockServer { runtime: Arc::new(runtime), gated: false }
+        let (in_flight, _) = tokio::sync::watch::channel(0);
+        AirlockServer { runtime: Arc::new(runtime), gated: false, in_flight: Arc::new(in_flight) }
     }
 
     /// This server, with every call required to carry an authenticated
@@ -60,13 +97,19 @@ impl AirlockServer {
     /// what the native tier's parent-death signal is tied to: if this
     /// process dies, the worker dies with it. The call is made as
     /// `principal` (`None`: the runtime's principal); its long phases are
-    /// reported to `progress`, if any.
+    /// reported to `progress`, if any. When `cancelled` fires first the
+    /// call is cancelled (see the module documentation; `session_closed`
+    /// tells a closed session from the client's notification) and its
+    /// answer is what it came to: `call.cancelled`, or what it did if it
+    /// was past its publication point.
     pub async fn call(
         &self,
         name: &str,
         arguments: serde_json::Map<String, serde_json::Value>,
         principal: Option<String>,
         progress: Option<ProgressHook>,
+        cancelled: tokio_util::sync::CancellationToken,
+        session_closed: impl Fn() -> bool,
     ) -> Envelope {
         let Some(entry) = self.catalog().find(name).cloned() else {
             return Envelope::from_refusal(&Refusal::new(
@@ -85,17 +128,34 @@ impl AirlockServer {
             tier: None,
         };
         let runtime = Arc::clone(&self.runtime);
-        let (tx, rx) = tokio::sync::oneshot::channel();
+        let cancel = runtime.call_canceller();
+        let call_cancel = cancel.clone();
+        let in_flight = InFlight::enter(&self.in_flight);
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
         let spawned =
             std::thread::Builder::new().name(format!("airlock-call-{}", request.invocation_id)).spawn(move || {
-                let _ = tx.send(Envelope { tool: Some(name), ..runtime.run(&request) });
+                let _in_flight = in_flight;
+                let _ = tx.send(Envelope { tool: Some(name), ..runtime.run_cancellable(&request, call_cancel) });
             });
         if let Err(e) = spawned {
             return Envelope::from_refusal(&Refusal::new(ReasonCode::Internal, format!("starting a call thread: {e}")));
         }
-        rx.await.unwrap_or_else(|_| {
+        let answer = tokio::select! {
+            answer = &mut rx => answer,
+            () = cancelled.cancelled() => {
+                cancel.cancel_because(if session_closed() { SESSION_CLOSED } else { CLIENT });
+                rx.await
+            }
+        };
+        answer.unwrap_or_else(|_| {
             Envelope::from_refusal(&Refusal::new(ReasonCode::Internal, "the call thread ended without an answer"))
         })
+    }
+
+    /// Waits (at most `limit`) until no call is in flight.
+    pub async fn settled(&self, limit: std::time::Duration) {
+        let mut count = self.in_flight.subscribe();
+        let _ = tokio::time::timeout(limit, count.wait_for(|n| *n == 0)).await;
     }
 }
 
@@ -147,7 +207,10 @@ impl ServerHandler for AirlockServer {
             Ok(principal) => {
                 let (hook, sender) = crate::progress::for_request(&context).unzip();
                 let arguments = request.arguments.unwrap_or_default();
-                let envelope = self.call(&request.name, arguments, principal.clone(), hook).await;
+                let (ct, peer) = (context.ct.clone(), context.peer.clone());
+                let envelope = self
+                    .call(&request.name, arguments, principal.clone(), hook, ct, || peer.is_transport_closed())
+                    .await;
                 if let Some(sender) = sender {
                     crate::progress::flushed(sender).await;
                 }

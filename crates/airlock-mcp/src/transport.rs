@@ -39,11 +39,21 @@ pub enum ServeError {
 
 /// Serves one MCP session on the process's stdin/stdout until the client
 /// closes it. Its calls are made as the runtime's principal.
+/// At EOF its calls still running are cancelled, and it returns once they
+/// have settled (journaled), or after [`SETTLE_LIMIT`].
 pub async fn serve_stdio(server: AirlockServer) -> Result<(), ServeError> {
-    let running = server.serve(rmcp::transport::stdio()).await.map_err(|e| ServeError::Session(e.to_string()))?;
-    running.waiting().await.map_err(|e| ServeError::Session(e.to_string()))?;
+    let running =
+        server.clone().serve(rmcp::transport::stdio()).await.map_err(|e| ServeError::Session(e.to_string()))?;
+    let waited = running.waiting().await.map_err(|e| ServeError::Session(e.to_string()));
+    server.settled(SETTLE_LIMIT).await;
+    waited?;
     Ok(())
 }
+
+/// How long a closed stdio session waits for its cancelled calls to settle
+/// (a worker is killed and reaped at once; a long snapshot copy stops at
+/// its next step).
+pub const SETTLE_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Serves streamable HTTP at `http://ADDR/mcp` until `shutdown` resolves.
 /// Only loopback addresses are accepted, the `Host` header must name a

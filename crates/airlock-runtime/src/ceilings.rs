@@ -101,6 +101,47 @@ pub fn open(authority: &HostAuthority, ceiling: &Ceiling, protected: &Protected)
     open_as("ceiling", authority, ceiling, protected)
 }
 
+/// [`open`] for reading or listing: a create-only ceiling (`create`) is
+/// refused before it is opened (`grant.create_only`); `what` names the
+/// path or query that reached it, for the message.
+pub fn open_readable(
+    authority: &HostAuthority,
+    ceiling: &Ceiling,
+    protected: &Protected,
+    what: &str,
+) -> Result<Dir, Refusal> {
+    if !ceiling.mode.reads() {
+        return Err(create_only(ceiling, what));
+    }
+    open(authority, ceiling, protected)
+}
+
+/// `grant.create_only`: `what` would read or list beneath `ceiling`.
+pub fn create_only(ceiling: &Ceiling, what: &str) -> Refusal {
+    Refusal::new(
+        ReasonCode::GrantCreateOnly,
+        format!(
+            "{what} is under the create-only ceiling {:?}, which only receives new outputs and is never read or \
+             listed; read it through an ro or rw ceiling instead",
+            ceiling.spec
+        ),
+    )
+}
+
+/// The first create-only ceiling that `dir` is, lies beneath or holds, by
+/// identity (a broker root with read or list rights there would read what
+/// the ceiling keeps create-only). A ceiling that cannot be opened is
+/// judged when it is used.
+pub fn create_only_overlap<'c>(authority: &HostAuthority, config: &'c Config, dir: &Dir) -> Option<&'c Ceiling> {
+    let id = dir.dev_ino();
+    let above_dir = dir.ancestor_ids().unwrap_or_default();
+    config.ceilings.iter().filter(|c| !c.mode.reads()).find(|c| {
+        let Ok(ceiling) = Dir::open_ceiling(authority, &c.host) else { return false };
+        let cid = ceiling.dev_ino();
+        cid == id || above_dir.contains(&cid) || ceiling.ancestor_ids().is_ok_and(|above| above.contains(&id))
+    })
+}
+
 /// [`open`], the messages calling it `label` (`ceiling`, `root`).
 pub fn open_as(
     label: &str,

@@ -250,12 +250,26 @@ pub fn candidate_mode() -> airlock_hostfs::CandidateMode {
 /// [`CRASH_ENV`] names it. Points: `before_candidate`, `before_prepared`
 /// (the candidate is synced), `after_prepared`, `after_publish` (linked or
 /// renamed into place), `after_finished`.
+///
+/// In debug builds [`PAUSE_ENV`] = `POINT:MS` instead pauses the call
+/// there for MS milliseconds (at most 60 s), so a test can act at that point
+/// (cancel a call already past its publication point).
 pub fn crash_point(name: &str) {
-    if cfg!(debug_assertions) && std::env::var(CRASH_ENV).is_ok_and(|v| v == name) {
+    if !cfg!(debug_assertions) {
+        return;
+    }
+    if std::env::var(CRASH_ENV).is_ok_and(|v| v == name) {
         let _ = rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
         std::thread::sleep(std::time::Duration::from_secs(10));
     }
+    let pause = std::env::var(PAUSE_ENV).ok();
+    if let Some(ms) = pause.as_deref().and_then(|v| v.strip_prefix(name)?.strip_prefix(':')?.parse::<u64>().ok()) {
+        std::thread::sleep(std::time::Duration::from_millis(ms.min(60_000)));
+    }
 }
+
+/// The environment variable naming a test pause point (debug builds only).
+pub const PAUSE_ENV: &str = "AIRLOCK_TEST_PAUSE_AT";
 
 #[cfg(test)]
 mod tests {

@@ -204,7 +204,7 @@ impl Runtime {
         let mut tier = airlock_sandbox::NativeTier::new(program);
         tier.die_with_caller(die_with_caller)
             .require_cgroup(self.config.require_cgroup)
-            .cancel_with(self.cancel.clone());
+            .cancel_with(self.current_cancel());
         if let Some(dir) = parent {
             tier.cgroup_parent(dir.to_path_buf());
         }

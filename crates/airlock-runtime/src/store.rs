@@ -32,6 +32,9 @@ pub const PREPARED_FILE: &str = "prepared.json";
 pub const DISPATCHED: &str = "dispatched";
 /// File holding the manifest's bytes.
 pub const MANIFEST_FILE: &str = "manifest.clad.toml";
+/// What a kept call of a shape `airlock prepare` does not keep needs at its
+/// dispatch (a source query's sealed result).
+pub const KEPT_FILE: &str = "kept.json";
 /// Layout version of [`PreparedRecord`] (2: the principal is recorded).
 pub const RECORD_FORMAT: u32 = 2;
 /// Directory, in the call's staging data, holding the input snapshots.
@@ -114,6 +117,14 @@ impl<'a> PendingInvocation<'a> {
         let tmp_name = format!(".tmp-{}", airlock_hostfs::random_suffix());
         let dir = invocations.create_subdir(&tmp_name).map_err(Refusal::from)?;
         Ok(PendingInvocation { invocations, tmp_name, dir, committed: false })
+    }
+
+    /// Adds file `name` with `bytes` (synced at commit with the rest).
+    pub fn add(&mut self, name: &str, bytes: &[u8]) -> Result<(), Refusal> {
+        let mut f = self.dir.create_file(name).map_err(Refusal::from)?;
+        f.write_all(bytes)
+            .and_then(|()| f.sync_all())
+            .map_err(|e| Refusal::new(ReasonCode::Internal, format!("writing {name}: {e}")))
     }
 
     /// Writes the record and manifest, then renames the directory to the

@@ -104,14 +104,14 @@ impl Runtime {
                 let settings = gvisor_settings(self.config());
                 self.reap_dead(Tier::Gvisor);
                 let mut t = airlock_sandbox::GvisorTier::new(settings);
-                t.cancel_with(self.cancel.clone());
+                t.cancel_with(self.current_cancel());
                 Ok(AnyTier::Gvisor(t))
             }
             Tier::Docker => {
                 let settings = docker_settings(self.config()).map_err(unavailable)?;
                 self.reap_dead(Tier::Docker);
                 let mut t = airlock_sandbox::DockerTier::new(settings);
-                t.cancel_with(self.cancel.clone());
+                t.cancel_with(self.current_cancel());
                 Ok(AnyTier::Docker(t))
             }
             Tier::Microvm => Err(unavailable("the microvm tier is not built in this version of airlock".into())),

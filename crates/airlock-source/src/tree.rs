@@ -291,7 +291,16 @@ impl<'t, 'a> Walk<'t, 'a> {
             return Ok(Flow::Go);
         }
         let handle = match own {
-            _ if exact => Some(self.tree.ceilings.open(Some(child))?),
+            // A create-only ceiling is never listed: its name shows, its
+            // content does not, and the result is partial.
+            _ if exact => match self.tree.ceilings.open(Some(child)) {
+                Ok(d) => Some(d),
+                Err(r) if r.code == ReasonCode::GrantCreateOnly => {
+                    tally.skip(Skip::Unreadable);
+                    return Ok(Flow::Go);
+                }
+                Err(r) => return Err(r),
+            },
             // The parent's own directory of that name, when it has one,
             // with the deeper ceilings laid over it.
             Some((parent, e)) if e.kind == EntryKind::Directory => match parent.open_child_dir(e) {

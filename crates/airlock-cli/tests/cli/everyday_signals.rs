@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 /// The copy tool, after sleeping `seconds` (a number no other process uses,
 /// so the test can find its worker).
-fn napping(seconds: &str) -> String {
+pub(crate) fn napping(seconds: &str) -> String {
     COPY_TOOL.replace("name = \"copy\"", "name = \"nap\"\ntimeout_seconds = 120").replace(
         "exec = [\"cp\", \"{input}\", \"{output}\"]",
         &format!("exec = [\"sh\", \"-c\", \"sleep {seconds}; cp \\\"$1\\\" \\\"$2\\\"\", \"nap\", \"{{input}}\", \"{{output}}\"]"),
@@ -18,7 +18,7 @@ fn napping(seconds: &str) -> String {
 }
 
 /// Pids of processes whose command line holds `sleep` and `marker`.
-fn sleepers(marker: &str) -> Vec<String> {
+pub(crate) fn sleepers(marker: &str) -> Vec<String> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();

@@ -2,6 +2,7 @@
 //! directories. One test binary, many modules (links once).
 
 mod approval;
+mod approve_shapes;
 mod approvers;
 mod attacks;
 mod bounds;
@@ -32,6 +33,7 @@ mod journal_segments;
 mod manifest_once;
 mod mcp;
 mod mcp_auth;
+mod mcp_cancel;
 mod mcp_worker;
 mod mcpkit;
 mod operator_limits;

@@ -68,6 +68,11 @@ impl McpSession {
         writeln!(stdin, "{msg}").and_then(|()| stdin.flush()).expect("write to airlock mcp");
     }
 
+    /// Sends a notification (no answer).
+    pub fn notify(&mut self, method: &str, params: Value) {
+        self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
     /// Sends a request and returns its id without waiting.
     pub fn send_request(&mut self, method: &str, params: Value) -> u64 {
         let id = self.next_id;

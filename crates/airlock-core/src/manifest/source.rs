@@ -15,10 +15,12 @@
 //! the operation. A leading `-` in a source argument is data: no argv is
 //! built.
 //!
-//! A source tool with `human_approval` or risk tier high or critical is
+//! A Git operation with `human_approval` or risk tier high or critical is
 //! refused (`manifest.unsupported`): its result is released only inside the
-//! call that prepared it, never kept for a later dispatch (so `airlock
-//! prepare` of a source tool is refused too).
+//! call that prepared it. A `read_file`, `list_files` or `grep_files` tool
+//! with them waits for an exact-call approval: its sealed result is kept
+//! and released by `airlock dispatch` once approved (issue 24). `airlock
+//! prepare` of a source tool is refused either way.
 
 use super::model::{Dispatch, Mode, OutputFormat};
 use super::Manifest;
@@ -48,11 +50,11 @@ pub(crate) fn check(m: &Manifest) -> Result<SourceOp, Refusal> {
             ),
         ));
     }
-    if m.tool.human_approval || m.tool.risk_tier >= super::RiskTier::High {
+    if op.is_git() && (m.tool.human_approval || m.tool.risk_tier >= super::RiskTier::High) {
         return Err(Refusal::new(
             ReasonCode::ManifestUnsupported,
             format!(
-                "{}: exact-call approval of a source query (human_approval, or risk_tier high or critical) is not \
+                "{}: exact-call approval of a Git query (human_approval, or risk_tier high or critical) is not \
                  supported: the result is released only within the call that prepared it",
                 m.origin
             ),
@@ -181,8 +183,10 @@ mod tests {
         assert_eq!(code(&extra_arg), ReasonCode::SourceConflict);
         let missing = format!("{HEAD}[source]\noperation = \"grep_files\"\n{OUT}");
         assert_eq!(code(&missing), ReasonCode::ManifestInvalid);
-        let high = format!("{HEAD}risk_tier = \"high\"\n[source]\noperation = \"list_files\"\n{OUT}");
+        let high = format!("{HEAD}risk_tier = \"high\"\n[source]\noperation = \"git_status\"\n{OUT}");
         assert_eq!(code(&high), ReasonCode::ManifestUnsupported);
+        let high = format!("{HEAD}risk_tier = \"high\"\n[source]\noperation = \"list_files\"\n{OUT}");
+        assert!(crate::manifest::Manifest::parse(&high, "t").unwrap().check_executable().is_ok());
     }
 
     #[test]

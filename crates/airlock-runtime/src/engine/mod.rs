@@ -125,6 +125,16 @@ pub trait Transport {
     /// `None` if a call of this shape may be kept for a later dispatch (and
     /// so wait for an approval); else why not, for people.
     const NOT_KEPT: Option<&'static str>;
+    /// A shape `airlock prepare` does not keep whose calls may still wait
+    /// for an exact-call approval: kept with [`Transport::kept`]'s bytes,
+    /// dispatched by `airlock dispatch` once approved.
+    const WAITS_FOR_APPROVAL: bool = false;
+
+    /// What a call of a [`Transport::WAITS_FOR_APPROVAL`] shape keeps for
+    /// its dispatch ([`crate::store::KEPT_FILE`]), if anything.
+    fn kept(_payload: &Self::Payload) -> Result<Option<Vec<u8>>, Refusal> {
+        Ok(None)
+    }
 
     /// Resolves the call's boundary. Nothing is committed yet: a refusal
     /// leaves nothing behind.
@@ -173,7 +183,7 @@ impl Runtime {
         start: CallStart<'_>,
     ) -> Result<Envelope, Refusal> {
         let needs = crate::approval::needs_approval(&tool.identity.risk_tier, tool.identity.human_approval);
-        if let (true, Some(why)) = (needs, T::NOT_KEPT) {
+        if let (true, Some(why), false) = (needs, T::NOT_KEPT, T::WAITS_FOR_APPROVAL) {
             return Err(Refusal::new(
                 ReasonCode::ManifestUnsupported,
                 format!("{} needs an exact-call approval, which it cannot wait for: {why}", tool.identity.name),
@@ -201,10 +211,8 @@ impl Runtime {
         tool: &CallTool,
         start: CallStart<'_>,
     ) -> Result<PreparedCall<T::Payload>, Refusal> {
-        if start.keep {
-            if let Some(why) = T::NOT_KEPT {
-                return Err(Refusal::new(ReasonCode::ManifestUnsupported, format!("{}: {why}", tool.identity.name)));
-            }
+        if let (true, Some(why), false) = (start.keep, T::NOT_KEPT, T::WAITS_FOR_APPROVAL) {
+            return Err(Refusal::new(ReasonCode::ManifestUnsupported, format!("{}: {why}", tool.identity.name)));
         }
         if T::WRITES {
             // Leftovers of callers that were killed are reaped when the
@@ -249,7 +257,11 @@ impl Runtime {
             (false, None) => Commit::RunNow,
             (false, Some(_)) => Commit::RunOnly,
         };
-        let store = PendingInvocation::begin(&invocations)?.commit(&record, &tool.text, how)?;
+        let mut pending = PendingInvocation::begin(&invocations)?;
+        if let (true, Some(kept)) = (start.keep, T::kept(&prep.payload)?) {
+            pending.add(crate::store::KEPT_FILE, &kept)?;
+        }
+        let store = pending.commit(&record, &tool.text, how)?;
         let mut lease = prep.lease;
         if let (true, Some(lease)) = (start.keep, &mut lease) {
             // After the commit: a crash in between loses the snapshots of a
@@ -360,7 +372,7 @@ impl Runtime {
         let caller = self.enter_call(id, principal);
         self.sweep_if_due();
         let valid = id::check_invocation_id(id).ok().map(|()| id);
-        let result = self.settle_cancelled(call());
+        let result = self.settle_cancelled(valid, call());
         let envelope = self.journal_end(valid, result).unwrap_or_else(|refusal| Envelope {
             invocation_id: Some(id.to_owned()),
             tool: tool.map(str::to_owned),

@@ -237,7 +237,8 @@ impl Runtime {
                 .map(|c| (c, None))
                 .ok_or_else(|| Refusal::new(ReasonCode::GrantNoCeiling, "no configured ceiling covers \".\""))?,
         };
-        let dir = ceilings::open(self.authority(), ceiling, self.protected())?;
+        let what = format!("the repository {:?}", path.as_ref().map_or(".", RelPath::as_str));
+        let dir = ceilings::open_readable(self.authority(), ceiling, self.protected(), &what)?;
         match rel {
             None => Ok(dir),
             Some(rel) => {

@@ -74,7 +74,8 @@ impl airlock_source::Ceilings for ConfiguredCeilings<'_> {
             self.runtime.config().ceilings.iter().find(|c| c.virtual_root.as_ref() == root).ok_or_else(|| {
                 Refusal::new(ReasonCode::GrantNoCeiling, format!("no ceiling is mounted at {root:?}"))
             })?;
-        ceilings::open(self.runtime.authority(), ceiling, self.runtime.protected())
+        let what = format!("a source query reaching {:?}", root.map_or(".", RelPath::as_str));
+        ceilings::open_readable(self.runtime.authority(), ceiling, self.runtime.protected(), &what)
     }
 }
 
@@ -92,6 +93,12 @@ impl Transport for Source<'_> {
     const WRITES: bool = false;
     const NOT_KEPT: Option<&'static str> =
         Some("it is a source query: it is answered in one call (`airlock query`), not kept for dispatch");
+    const WAITS_FOR_APPROVAL: bool = true;
+
+    /// The sealed result, released by the dispatch after approval.
+    fn kept(payload: &Value) -> Result<Option<Vec<u8>>, Refusal> {
+        serde_json::to_vec(payload).map(Some).map_err(|e| Refusal::new(ReasonCode::Internal, e.to_string()))
+    }
 
     fn prepare(self, rt: &Runtime, start: &CallStart<'_>) -> Result<Preparation<Value>, Refusal> {
         let Source { request, manifest, op } = self;
@@ -145,5 +152,38 @@ impl Transport for Source<'_> {
         let base = answer::finished(call.prepared(), &call.decision().policy_ids, None);
         let (prepared, _) = call.into_parts();
         Ok(Envelope { content: Some(prepared.into_payload()), ..base })
+    }
+}
+
+/// Bound on a kept result read back at dispatch (results are bounded far
+/// below it by the source limits).
+const MAX_KEPT_RESULT_BYTES: u64 = 256 << 20;
+
+impl Runtime {
+    /// A source query kept for an approval: its sealed result read back and
+    /// checked against the digest the descriptor (and so the approval)
+    /// binds; the host is not read again.
+    pub(crate) fn load_kept_source(
+        &self,
+        kept: crate::transport::exec::KeptCall,
+    ) -> Result<crate::engine::PreparedCall<Value>, Refusal> {
+        use std::io::Read;
+        let crate::transport::exec::KeptCall { store, record, manifest } = kept;
+        let changed = |why: &str| Refusal::new(ReasonCode::InputChanged, format!("the kept query result {why}"));
+        let mut bytes = Vec::new();
+        store
+            .open_file(crate::store::KEPT_FILE)
+            .map_err(|_| changed("is missing"))?
+            .take(MAX_KEPT_RESULT_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Refusal::new(ReasonCode::Internal, format!("reading the kept result: {e}")))?;
+        let result: Value = serde_json::from_slice(&bytes).map_err(|_| changed("is not JSON"))?;
+        let bound = record.descriptor.command_boundary.filesystem.source.as_ref().map(|s| s.result_sha256.clone());
+        let claimed = result.get("result_sha256").and_then(Value::as_str).map(str::to_owned);
+        if airlock_source::verify_result(&result) != Some(true) || bound.is_none() || bound != claimed {
+            return Err(changed("does not match the descriptor's result_sha256"));
+        }
+        let spec = airlock_policy::ToolSpec::from_manifest(&manifest);
+        Ok(crate::engine::PreparedCall::reloaded(record, store, spec, None, result))
     }
 }

@@ -27,8 +27,40 @@ impl Runtime {
         ledger::refuse_if_unconfirmed(self.state(), self.journal())?;
         // A denied or expired call is refused before its snapshots are read.
         self.check_waiting(id)?;
-        let mut prepared = self.load_prepared(id)?;
-        prepared.admit_if_unstaged(self.pool())?;
+        let kept = self.open_kept(id)?;
+        match kept.record.descriptor.transport.as_str() {
+            crate::transport::source::SOURCE_TRANSPORT => {
+                let prepared = self.load_kept_source(kept)?;
+                self.dispatch_approved::<crate::transport::source::Source<'_>>(prepared)
+            }
+            crate::transport::isolated::ISOLATED_TRANSPORT => {
+                let prepared = self.load_kept_isolated(kept)?;
+                self.dispatch_approved::<crate::transport::isolated::Isolated>(prepared)
+            }
+            _ => {
+                let mut prepared = self.load_exec(kept)?;
+                prepared.admit_if_unstaged(self.pool())?;
+                let approved = self.take_dispatch(&prepared)?;
+                // Dispatched once: from here the snapshots' reservation is this
+                // process's, released (data first) when the call is done.
+                prepared.adopt_lease(self.pool())?;
+                let call = self.authorize(prepared, approved)?;
+                super::Exec::execute(self, call)
+            }
+        }
+    }
+
+    /// Dispatches a kept call of a shape that stages nothing: approval
+    /// taken, marked dispatched, authorized, run.
+    fn dispatch_approved<T: Transport>(&self, prepared: PreparedCall<T::Payload>) -> Result<Envelope, Refusal> {
+        let approved = self.take_dispatch(&prepared)?;
+        let call = self.authorize(prepared, approved)?;
+        T::execute(self, call)
+    }
+
+    /// Verifies and consumes the call's approval if it needs one, then
+    /// marks it dispatched (once); whether it was approved.
+    fn take_dispatch<P>(&self, prepared: &PreparedCall<P>) -> Result<bool, Refusal> {
         let d = prepared.descriptor();
         let approved = crate::approval::needs_approval(&d.risk_tier, d.human_approval);
         // The approval is verified and taken first, so a dispatch refused for
@@ -39,17 +71,24 @@ impl Runtime {
         }
         prepared.mark_dispatched().map_err(|r| {
             if prepared.store().contains(crate::approval::DENIED) {
-                crate::approval::denied(id)
+                crate::approval::denied(prepared.invocation_id())
             } else {
                 r
             }
         })?;
-        // Dispatched once: from here the snapshots' reservation is this
-        // process's, released (data first) when the call is done.
-        prepared.adopt_lease(self.pool())?;
-        let call = self.authorize(prepared, approved)?;
-        super::Exec::execute(self, call)
+        Ok(approved)
     }
+}
+
+/// A kept call as its directory holds it: not dispatched yet.
+pub(crate) struct KeptCall {
+    /// `STATE/invocations/ID`.
+    pub store: airlock_hostfs::PrivateDir,
+    /// Its record.
+    pub record: crate::store::PreparedRecord,
+    /// The exact manifest it was prepared from (checked against the
+    /// descriptor's digest).
+    pub manifest: airlock_core::manifest::Manifest,
 }
 
 impl Runtime {
@@ -60,6 +99,12 @@ impl Runtime {
     /// still absent. The host files are not read again: what runs is what
     /// was prepared.
     pub fn load_prepared(&self, id: &str) -> Result<PreparedCall<ExecPayload>, Refusal> {
+        self.load_exec(self.open_kept(id)?)
+    }
+
+    /// The kept call `id`: its directory, record and manifest, refused if it
+    /// is unknown, was refused, or was dispatched already.
+    pub(crate) fn open_kept(&self, id: &str) -> Result<KeptCall, Refusal> {
         use std::io::Read;
         id::check_invocation_id(id)?;
         let store = self.invocations()?.open_subdir(id).map_err(|_| {
@@ -82,6 +127,13 @@ impl Runtime {
         if manifest.sha256() != record.descriptor.manifest_sha256 {
             return Err(Refusal::new(ReasonCode::InputChanged, "the kept manifest does not match the descriptor"));
         }
+        Ok(KeptCall { store, record, manifest })
+    }
+
+    /// [`Runtime::load_prepared`] of an opened kept call.
+    fn load_exec(&self, kept: KeptCall) -> Result<PreparedCall<ExecPayload>, Refusal> {
+        let KeptCall { store, record, manifest } = kept;
+        let id = record.invocation_id.as_str();
         // A kept call that stages nothing held no reservation while it
         // waited. (A call run at once has no expiry and released its
         // reservation: it is refused here, never run again.)

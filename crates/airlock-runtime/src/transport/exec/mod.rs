@@ -12,6 +12,7 @@
 //! kept by `airlock prepare` and dispatched later ([`dispatch`]).
 
 mod dispatch;
+pub(crate) use dispatch::KeptCall;
 mod parser;
 mod prepare;
 mod stdout_file;

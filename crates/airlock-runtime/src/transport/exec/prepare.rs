@@ -6,7 +6,7 @@ use crate::engine::{CallStart, Preparation};
 use crate::progress::{Meter, Phase};
 use crate::store::{RecordedInput, RecordedOutput};
 use crate::{ceilings, Runtime};
-use airlock_core::{CeilingMode, FilesystemBoundary, ReadGrant, ReasonCode, Refusal, RelPath};
+use airlock_core::{FilesystemBoundary, ReadGrant, ReasonCode, Refusal, RelPath};
 use airlock_hostfs::{HeldOutput, InputFile};
 use serde_json::json;
 
@@ -73,7 +73,8 @@ impl Runtime {
             let rel = rel.ok_or_else(|| {
                 Refusal::new(ReasonCode::InputNotRegular, format!("input {:?} is a ceiling directory", path.as_str()))
             })?;
-            let dir = ceilings::open(self.authority(), ceiling, self.protected())?;
+            let what = format!("input {:?}", path.as_str());
+            let dir = ceilings::open_readable(self.authority(), ceiling, self.protected(), &what)?;
             let file = InputFile::open(self.resolver(), &dir, &rel, path, max_input_file_bytes)
                 .map_err(|e| with_input_hint(e.into(), limits.max_input_file_bytes))?;
             declared_bytes += file.size();
@@ -171,12 +172,12 @@ impl Runtime {
         })
     }
 
-    /// Holds the output's parent beneath its read-write ceiling; with
+    /// Holds the output's parent beneath its read-write or create-only ceiling; with
     /// `create_parents`, its deepest existing ancestor and the names of the
     /// directories to make (at publication) below it.
     pub(super) fn hold_output(&self, path: &RelPath, create_parents: bool) -> Result<HeldOutput, Refusal> {
         let (ceiling, rel) = self.ceiling_for(path)?;
-        if ceiling.mode != CeilingMode::Rw {
+        if !ceiling.mode.creates() {
             return Err(Refusal::new(
                 ReasonCode::GrantReadOnly,
                 format!("output {:?} is under the read-only ceiling {:?}", path.as_str(), ceiling.spec),

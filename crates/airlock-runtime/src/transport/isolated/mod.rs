@@ -78,6 +78,7 @@
 //! renamed into place, `WorkerFinished`, `BrokerOperations` (usage, SHA-256 of
 //! the operation log, the failure, the cleanup) and `InvocationFinished`.
 
+mod approved;
 mod helpers;
 mod records;
 mod relay;
@@ -173,6 +174,10 @@ impl Transport for Isolated {
     const WRITES: bool = true;
     const NOT_KEPT: Option<&'static str> =
         Some("it reaches named roots through the broker: it runs in one call (`airlock run`), not kept for dispatch");
+    /// Kept for an approval with nothing beside its record: dispatch
+    /// re-opens the roots and re-seals the helpers, and the descriptor
+    /// must come out the same ([`approved`]).
+    const WAITS_FOR_APPROVAL: bool = true;
 
     fn prepare(self, rt: &Runtime, start: &CallStart<'_>) -> Result<Preparation<IsolatedPayload>, Refusal> {
         if self.argv.is_empty() {

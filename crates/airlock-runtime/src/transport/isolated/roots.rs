@@ -114,6 +114,11 @@ impl Runtime {
                     };
                     Refusal::new(code, r.message)
                 })?;
+                let reads = grant.rights.read || grant.rights.list;
+                let overlap = reads.then(|| ceilings::create_only_overlap(self.authority(), self.config(), &dir));
+                if let Some(c) = overlap.flatten() {
+                    return Err(ceilings::create_only(c, &format!("root {:?} (rights {})", grant.name, grant.rights)));
+                }
                 let real = self.authority().path_of(dir.as_fd()).unwrap_or_else(|| grant.path.clone());
                 Ok(OpenRoot { grant: grant.clone(), dir, real })
             })

@@ -426,6 +426,13 @@ reason_codes! {
     Usage => "usage", Refused, USAGE;
     /// airlock itself failed.
     Internal => "internal", Error, SOFTWARE;
+    // ---- pinning (issue 24) ----
+    /// A helper (`airlock-broker`, `airlock-fs`) answered the start-up handshake with another protocol version or build fingerprint than this airlock's, or did not answer it; nothing was started and no root was opened.
+    HelperMismatch => "helper.mismatch", Refused, NO_PERM;
+    /// A stored record or descriptor carries a format version this airlock does not know; it is refused, never misread.
+    RecordVersion => "record.version", Refused, DATA;
+    /// An `[mcp]` upstream tool's schema is not signed by the pinned key, or differs from the pinned digest; no file was staged and nothing publishes.
+    McpSchemaUnpinned => "mcp.schema_unpinned", Refused, NO_PERM;
 }
 
 impl fmt::Display for ReasonCode {

@@ -37,6 +37,7 @@ mod mcpkit;
 mod operator_limits;
 mod outputs;
 mod parser;
+mod pinning;
 mod policy;
 mod prepare;
 mod principals;

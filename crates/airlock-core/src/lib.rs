@@ -35,6 +35,7 @@ pub mod modes;
 pub mod output;
 pub mod path;
 pub mod reason;
+pub mod record_version;
 pub mod source;
 pub mod state;
 pub mod tier_settings;

@@ -98,3 +98,70 @@ fn a_client_from_another_build_or_a_program_without_handshake_is_refused() {
         assert!(run.envelope["error"]["message"].as_str().unwrap_or_default().contains("no handshake"), "{run:#?}");
     }
 }
+
+/// Rewrites the JSON file `rel` of `p` with `change`.
+fn edit_json(p: &Project, rel: &str, change: impl FnOnce(&mut serde_json::Value)) {
+    let mut value: serde_json::Value = serde_json::from_slice(&std::fs::read(p.path(rel)).unwrap()).unwrap();
+    change(&mut value);
+    std::fs::write(p.path(rel), serde_json::to_vec(&value).unwrap()).unwrap();
+}
+
+fn low_risk_prepared(id: &str) -> Project {
+    let p = Project::new();
+    p.write("data/in.txt", "kept\n");
+    p.run(&["prepare", "copy", "data/in.txt", "results/out.txt", "--invocation-id", id]).assert_ok();
+    p
+}
+
+#[test]
+fn a_prepared_record_or_descriptor_of_another_version_is_refused_on_load() {
+    for (pointer, value) in [("/format", 3), ("/descriptor/version", 3), ("/format", 1)] {
+        let p = low_risk_prepared("later");
+        let rel = ".airlock/invocations/later/prepared.json";
+        edit_json(&p, rel, |v| *v.pointer_mut(pointer).unwrap() = value.into());
+        let run = p.run(&["dispatch", "later"]);
+        run.assert_refused("record.version", 65);
+        let message = run.envelope["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(&format!("version {value}")) && message.contains(pointer), "{message}");
+        assert!(!p.path("results/out.txt").exists(), "nothing ran");
+    }
+    // The same record, untouched, dispatches.
+    let p = low_risk_prepared("later");
+    p.run(&["dispatch", "later"]).assert_ok();
+    assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "kept\n");
+}
+
+#[test]
+fn a_staging_reservation_of_another_version_is_refused_on_load() {
+    let p = low_risk_prepared("later");
+    let rel = ".airlock/staging/leases/later";
+    let stored: serde_json::Value = serde_json::from_slice(&std::fs::read(p.path(rel)).unwrap()).unwrap();
+    assert_eq!(stored["version"], 1, "{stored}");
+    edit_json(&p, rel, |v| v["version"] = 2.into());
+    let run = p.run(&["dispatch", "later"]);
+    run.assert_refused("record.version", 65);
+    assert!(!p.path("results/out.txt").exists(), "nothing ran");
+    // Another airlock's reservation is kept, not reaped as damage.
+    p.run(&["staging", "gc"]).assert_ok();
+    assert!(p.path(rel).exists() && p.path(".airlock/staging/data/later").exists());
+}
+
+#[test]
+fn an_approval_of_another_version_is_refused_on_load() {
+    let (p, alice) = crate::approvers::approved_project(
+        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n",
+    );
+    let tool = std::fs::read_to_string(p.path("tools/copy.clad.toml")).unwrap();
+    p.write("tools/copy.clad.toml", tool.replace("[tool]\n", "[tool]\nrisk_tier = \"high\"\n"));
+    p.write("data/in.txt", "approved\n");
+    let first = p.run(&["run", "copy", "data/in.txt", "results/out.txt"]);
+    first.assert_refused("approval.required", 77);
+    let id = first.envelope["invocation_id"].as_str().unwrap().to_owned();
+    let digest = first.envelope["evidence"]["descriptor_sha256"].as_str().unwrap().to_owned();
+    alice.approve(&p, &digest, &[]).assert_ok();
+    edit_json(&p, &format!(".airlock/approvals/{id}"), |v| v["statement"]["type"] = "airlock.approval.v2".into());
+    let run = p.run(&["dispatch", &id]);
+    run.assert_refused("record.version", 65);
+    assert!(run.envelope["error"]["message"].as_str().unwrap_or_default().contains("airlock.approval.v2"));
+    assert!(!p.path("results/out.txt").exists(), "nothing ran");
+}

@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 /// The crates whose sources a helper is built from (this one first).
-const HELPER_CRATES: &[&str] = &["airlock-fsproto", "airlock-broker", "airlock-fs", "airlock-hostfs", "airlock-sandbox"];
+const HELPER_CRATES: &[&str] =
+    &["airlock-fsproto", "airlock-broker", "airlock-fs", "airlock-hostfs", "airlock-sandbox"];
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };

@@ -108,9 +108,9 @@ impl SignedApproval {
         }
         // The statement type carries the version: another airlock's
         // approval is `record.version`, not a malformed one.
-        let found = serde_json::from_slice::<serde_json::Value>(bytes).ok().and_then(|v| {
-            v.pointer("/statement/type").and_then(serde_json::Value::as_str).map(str::to_owned)
-        });
+        let found = serde_json::from_slice::<serde_json::Value>(bytes)
+            .ok()
+            .and_then(|v| v.pointer("/statement/type").and_then(serde_json::Value::as_str).map(str::to_owned));
         if let Some(t) = found.filter(|t| t != STATEMENT_TYPE && t.starts_with("airlock.approval.")) {
             return Err(Refusal::new(
                 ReasonCode::RecordVersion,

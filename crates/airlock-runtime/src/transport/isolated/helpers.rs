@@ -74,7 +74,7 @@ fn verify_build(sealed: &SealedProgram, path: &Path, what: &str, name: &str) -> 
             ),
         )
     };
-    let answer = run_handshake(sealed).map_err(|e| mismatch(e))?;
+    let answer = run_handshake(sealed).map_err(&mismatch)?;
     match Handshake::parse(&answer) {
         Some(found) if found == expected => {
             if let Ok(mut v) = verified().lock() {
@@ -116,9 +116,13 @@ fn run_handshake(sealed: &SealedProgram) -> Result<String, String> {
             Err(e) => return Err(format!("a program that could not be waited for ({e})")),
         }
     };
+    // Only what is already in the pipe: a descendant that kept the pipe
+    // open must not hold this read.
     let mut out = Vec::new();
     if let Some(stdout) = child.stdout.take() {
-        let _ = stdout.take(MAX_HANDSHAKE as u64 + 1).read_to_end(&mut out);
+        if rustix::io::ioctl_fionbio(&stdout, true).is_ok() {
+            let _ = stdout.take(MAX_HANDSHAKE as u64 + 1).read_to_end(&mut out);
+        }
     }
     if !status.success() {
         return Err(format!("no handshake (`{HANDSHAKE_FLAG}` ended with {status})"));

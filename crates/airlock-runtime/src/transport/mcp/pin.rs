@@ -96,7 +96,7 @@ impl Runtime {
             .map_err(|e| sandbox_refusal(&e, format!("the MCP server {:?}", spec.server[0])))?;
         let kill = worker.kill_handle();
         let mut client = Client::new(live.stdin, live.stdout, Instant::now() + timeout);
-        let tool = client.initialize().and_then(|_| client.discover(&spec.tool)).map_err(|e| discovery_refusal(e));
+        let tool = client.initialize().and_then(|_| client.discover(&spec.tool)).map_err(discovery_refusal);
         let _ = kill.kill();
         client.close();
         let outcome = worker.wait().map_err(|e| sandbox_refusal(&e, "the MCP server"))?;
@@ -110,7 +110,10 @@ impl Runtime {
         let loaded = self.load_tool(tool)?;
         let manifest = &loaded.manifest;
         let spec = manifest.mcp_spec()?.ok_or_else(|| {
-            Refusal::new(ReasonCode::Usage, format!("{tool:?} is not an [mcp] tool: there is no upstream schema to pin"))
+            Refusal::new(
+                ReasonCode::Usage,
+                format!("{tool:?} is not an [mcp] tool: there is no upstream schema to pin"),
+            )
         })?;
         let found = self.discover_unstaged(manifest, &spec)?.tool?;
         let canonical = schemapin::canonicalize::canonicalize_schema(&found);

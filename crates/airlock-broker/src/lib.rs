@@ -12,6 +12,10 @@
 //! Every request is checked again here (root, right, path rules, limits),
 //! under airlock's own checks.
 //!
+//! Run with `--handshake` alone, it prints its
+//! [`airlock_fsproto::Handshake`] line and exits 0: airlock's check of
+//! the protocol version and build fingerprint before it passes any root.
+//!
 //! Exit status: 0 when airlock closes the socket; [`EXIT_USAGE`],
 //! [`EXIT_CONFINE`], [`EXIT_PROTOCOL`], [`EXIT_IO`] otherwise. Writes
 //! prepared but not committed are never visible.
@@ -47,7 +51,13 @@ pub const EXIT_PROTOCOL: i32 = 76;
 
 /// The broker's `main`: parse, confine, serve fd 0, exit.
 pub fn main() -> ! {
-    let args = match Args::parse(std::env::args_os().skip(1)) {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if argv.len() == 1 && argv[0] == airlock_fsproto::HANDSHAKE_FLAG {
+        // airlock's start-up check, before it gives this program a root.
+        print!("{}", airlock_fsproto::Handshake::ours("airlock-broker").line());
+        std::process::exit(0);
+    }
+    let args = match Args::parse(argv) {
         Ok(args) => args,
         Err(e) => fail(EXIT_USAGE, &e),
     };

@@ -103,7 +103,12 @@ pub enum Command {
     /// streamable HTTP at http://ADDR/mcp with --http (loopback only; every
     /// request carries the bearer token), or on a Unix socket with --unix
     /// (each peer uid mapped to a principal by [mcp.principals]).
+    /// `airlock mcp pin TOOL` prints an [mcp] tool's upstream schema digest.
+    #[command(args_conflicts_with_subcommands = true)]
     Mcp {
+        /// `pin TOOL` instead of serving.
+        #[command(subcommand)]
+        action: Option<McpCommand>,
         /// Serve streamable HTTP on this loopback address (IP:PORT or localhost:PORT; port 0 picks one, printed on stderr).
         #[arg(long, value_name = "ADDR", conflicts_with = "unix")]
         http: Option<String>,
@@ -350,6 +355,18 @@ pub enum InvocationCommand {
         /// Give up the candidate when the state is missing or conflict.
         #[arg(long)]
         discard: bool,
+    },
+}
+
+/// `airlock mcp …` besides serving.
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Discover the upstream tool of an [mcp] tool (in a worker with no
+    /// call's files) and print its schema, its SchemaPin digest and the
+    /// signature request for `[mcp.schema_pin]`.
+    Pin {
+        /// The [mcp] tool (name or manifest path).
+        tool: String,
     },
 }
 

@@ -36,6 +36,7 @@ pub mod output;
 pub mod output_xml;
 pub mod path;
 pub mod reason;
+pub mod record_version;
 pub mod source;
 pub mod state;
 pub mod tier_settings;

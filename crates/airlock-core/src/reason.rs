@@ -439,6 +439,13 @@ reason_codes! {
     /// dispatch: a broker root's identity, its rights, the budgets or a
     /// helper's digest. Prepare and approve the call again.
     ApprovalCallChanged => "approval.call_changed", Refused, NO_PERM;
+    // ---- pinning (issue 24) ----
+    /// A helper (`airlock-broker`, `airlock-fs`) answered the start-up handshake with another protocol version or build fingerprint than this airlock's, or did not answer it; nothing was started and no root was opened.
+    HelperMismatch => "helper.mismatch", Refused, NO_PERM;
+    /// A stored record or descriptor carries a format version this airlock does not know; it is refused, never misread.
+    RecordVersion => "record.version", Refused, DATA;
+    /// An `[mcp]` upstream tool's schema is not signed by the pinned key, or differs from the pinned digest; no file was staged and nothing publishes.
+    McpSchemaUnpinned => "mcp.schema_unpinned", Refused, NO_PERM;
 }
 
 impl fmt::Display for ReasonCode {

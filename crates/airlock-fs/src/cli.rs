@@ -68,6 +68,9 @@ pub enum Command {
     },
     /// `--help` or `-h`.
     Help,
+    /// `--handshake`: airlock's start-up check (print this build's
+    /// [`airlock_fsproto::Handshake`] line).
+    Handshake,
 }
 
 /// Parses the arguments after the program name, strictly: a known
@@ -81,6 +84,9 @@ pub fn parse(args: &[String]) -> Result<Command, String> {
     };
     if matches!(op, "--help" | "-h") && rest.is_empty() {
         return Ok(Command::Help);
+    }
+    if op == airlock_fsproto::HANDSHAKE_FLAG && rest.is_empty() {
+        return Ok(Command::Handshake);
     }
     let (mut positional, mut max, mut offset, mut options_done) = (Vec::new(), None, None, false);
     let mut it = rest.iter();
@@ -149,6 +155,10 @@ pub fn main() -> ExitCode {
         print!("{USAGE}");
         return ExitCode::SUCCESS;
     }
+    if command == Command::Handshake {
+        print!("{}", airlock_fsproto::Handshake::ours("airlock-fs").line());
+        return ExitCode::SUCCESS;
+    }
     let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
     let result = Client::from_env().and_then(|mut client| {
         execute(&mut client, &command, &mut stdin.lock(), &mut stdout.lock(), &mut stderr.lock())
@@ -211,7 +221,7 @@ pub fn execute(
             }
             Ok(())
         }
-        Command::Help => Ok(()),
+        Command::Help | Command::Handshake => Ok(()),
     }
 }
 

@@ -17,6 +17,8 @@
 //!   recovery record in between.
 //! - [`check_path`]: the path rules (seed 003) every party applies.
 //! - [`Rights`], [`check_root_name`]: the grant grammar.
+//! - [`Handshake`]: what a helper says it is before it gets anything
+//!   ([`PROTOCOL_VERSION`], [`BUILD_FINGERPRINT`]).
 //!
 //! Every number is bounded where it is decoded: ids at [`MAX_ID`], a
 //! worker's `max` at its operation's limit ([`MAX_IO_BYTES`],
@@ -66,12 +68,14 @@
 mod data;
 mod frame;
 mod grant;
+mod handshake;
 mod message;
 mod paths;
 
 pub use data::{decode_body, encode_body, encode_data, frame_head, split, Body, DATA_TAG, MAX_DATA_HEADER};
 pub use frame::{decode, encode, framed, read_frame, take_frame, write_frame, write_parts, ProtoError};
 pub use grant::{check_root_name, Rights, RightsError};
+pub use handshake::{Handshake, BUILD_FINGERPRINT, HANDSHAKE_FLAG, MAX_HANDSHAKE, PROTOCOL_VERSION};
 pub use message::{
     BrokerOp, BrokerRequest, BrokerResponse, EntryKind, ErrorBody, Op, ReadStamp, Request, Response, WriteIdentity,
 };

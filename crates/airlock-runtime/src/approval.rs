@@ -395,7 +395,7 @@ impl Runtime {
         let pins = self.pinned_approvers()?;
         let approvals = self.approvals()?;
         let signed = read_approval(&approvals, id).map_err(|r| match r.code {
-            ReasonCode::ApprovalInvalid => r,
+            ReasonCode::ApprovalInvalid | ReasonCode::RecordVersion => r,
             _ => Refusal::new(
                 ReasonCode::ApprovalRequired,
                 format!("{id} (descriptor {digest}) has no approval: it waits for an approver"),

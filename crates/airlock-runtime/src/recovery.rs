@@ -338,6 +338,7 @@ impl Runtime {
         dir.open_file(crate::store::PREPARED_FILE)?
             .read_to_string(&mut s)
             .map_err(|e| Refusal::new(ReasonCode::Internal, format!("reading the prepared record: {e}")))?;
+        crate::store::check_versions(s.as_bytes())?;
         serde_json::from_str(&s).map_err(|e| Refusal::new(ReasonCode::Internal, format!("bad prepared record: {e}")))
     }
 }

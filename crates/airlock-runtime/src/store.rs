@@ -37,6 +37,16 @@ pub const MANIFEST_FILE: &str = "manifest.clad.toml";
 pub const KEPT_FILE: &str = "kept.json";
 /// Layout version of [`PreparedRecord`] (2: the principal is recorded).
 pub const RECORD_FORMAT: u32 = 2;
+
+/// Checks a stored prepared record's `format` ([`RECORD_FORMAT`]) and its
+/// descriptor's `version` ([`airlock_core::descriptor::DESCRIPTOR_VERSION`])
+/// before it is parsed: another version is `record.version`.
+pub fn check_versions(bytes: &[u8]) -> Result<(), Refusal> {
+    use airlock_core::record_version::{check, Missing};
+    check("prepared record", bytes, "/format", RECORD_FORMAT.into(), Missing::Refuse)?;
+    let descriptor = airlock_core::descriptor::DESCRIPTOR_VERSION.into();
+    check("prepared record's descriptor", bytes, "/descriptor/version", descriptor, Missing::Refuse)
+}
 /// Directory, in the call's staging data, holding the input snapshots.
 pub const INPUTS_DIR: &str = "inputs";
 

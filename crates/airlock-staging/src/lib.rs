@@ -39,4 +39,4 @@ mod record;
 
 pub use identity::ProcessIdentity;
 pub use pool::{GcReport, Lease, Pool, PoolStatus, ReservationStatus, MAX_PENDING_TOTAL, POOL_DIR};
-pub use record::{unix_now, Pending, Purpose, Request, Reservation, PER_FILE_OVERHEAD};
+pub use record::{unix_now, Pending, Purpose, Request, Reservation, PER_FILE_OVERHEAD, RESERVATION_VERSION};

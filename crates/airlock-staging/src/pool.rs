@@ -265,6 +265,7 @@ impl Pool {
         }
         let id = &request.invocation_id;
         let record = Reservation {
+            version: crate::record::RESERVATION_VERSION,
             invocation_id: id.clone(),
             purpose: request.purpose,
             bytes: request.bytes,
@@ -410,7 +411,7 @@ impl Pool {
 
     fn read_one(&self, _held: &Held<'_>, invocation_id: &str) -> Result<Reservation, Refusal> {
         self.read_record(invocation_id).map_err(|e| {
-            if e.code == ReasonCode::StagingNotReserved {
+            if matches!(e.code, ReasonCode::StagingNotReserved | ReasonCode::RecordVersion) {
                 e
             } else {
                 Refusal::new(ReasonCode::StagingNotReserved, format!("{invocation_id:?}: {}", e.message))
@@ -459,6 +460,15 @@ impl Pool {
         let now = unix_now();
         let mut kept_names = Vec::new();
         for (name, record) in self.read_all(held) {
+            // Another airlock's reservation (`record.version`) is not this
+            // one's to reap.
+            if let Some(Err(e)) = record.is_none().then(|| self.read_record(&name)) {
+                if e.code == ReasonCode::RecordVersion {
+                    report.kept.push((name.clone(), e.message));
+                    kept_names.push(name);
+                    continue;
+                }
+            }
             let stale = match &record {
                 None => true,
                 Some(r) => r.stale(now),

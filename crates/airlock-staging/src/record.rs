@@ -8,6 +8,15 @@ use serde::{Deserialize, Serialize};
 /// its inode, so a call of many empty files still costs something.
 pub const PER_FILE_OVERHEAD: u64 = 4096;
 
+/// The layout version of a reservation file (its `version`); a file of
+/// another version is refused with `record.version`. Files from before the
+/// field existed are version 1.
+pub const RESERVATION_VERSION: u32 = 1;
+
+fn first_version() -> u32 {
+    1
+}
+
 /// Largest lease file read back; anything longer is damage.
 pub(crate) const MAX_RECORD_BYTES: u64 = 4096;
 
@@ -45,6 +54,9 @@ impl Request {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Reservation {
+    /// [`RESERVATION_VERSION`].
+    #[serde(default = "first_version")]
+    pub version: u32,
     /// The invocation it belongs to.
     pub invocation_id: String,
     /// Why.
@@ -94,6 +106,8 @@ impl Reservation {
     }
 
     pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Reservation, Refusal> {
+        use airlock_core::record_version::{check, Missing};
+        check("staging reservation", bytes, "/version", RESERVATION_VERSION.into(), Missing::Is(1))?;
         serde_json::from_slice(bytes)
             .map_err(|e| Refusal::new(ReasonCode::Internal, format!("unreadable staging reservation: {e}")))
     }

@@ -4,7 +4,9 @@
 
 use airlock_core::{ReasonCode, StagingLimits};
 use airlock_hostfs::{HostAuthority, PrivateDir};
-use airlock_staging::{unix_now, Pending, Pool, ProcessIdentity, Purpose, Request, Reservation, PER_FILE_OVERHEAD};
+use airlock_staging::{
+    unix_now, Pending, Pool, ProcessIdentity, Purpose, Request, Reservation, PER_FILE_OVERHEAD, RESERVATION_VERSION,
+};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -53,6 +55,7 @@ fn dead_identity() -> ProcessIdentity {
 /// What a holder that died leaves: its record and a data directory with files.
 fn leave_dead_reservation(f: &Fixture, id: &str) {
     let record = Reservation {
+        version: RESERVATION_VERSION,
         invocation_id: id.into(),
         purpose: Purpose::Call,
         bytes: 10,

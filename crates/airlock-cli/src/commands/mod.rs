@@ -91,7 +91,11 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
             crate::signals::cancel_on_signal(runtime.canceller())?;
             runtime.dispatch(&id).into()
         }
-        Command::Mcp { http, token_file, unix } => {
+        Command::Mcp { action: Some(crate::cli::McpCommand::Pin { tool }), .. } => {
+            runtime.set_init_program(this_executable()?, true);
+            Envelope { content: Some(runtime.mcp_pin(&tool)?), ..Envelope::ok() }.into()
+        }
+        Command::Mcp { action: None, http, token_file, unix } => {
             runtime.set_init_program(this_executable()?, true);
             mcp::run(runtime, mcp::Front::choose(http, token_file, unix)?)?;
             Answer::Text(String::new())

@@ -39,6 +39,7 @@ mod mcpkit;
 mod operator_limits;
 mod outputs;
 mod parser;
+mod pinning;
 mod policy;
 mod prepare;
 mod principals;

@@ -6,6 +6,10 @@
 //! tool = "read_text_file"          # the upstream tool each call invokes
 //! [mcp.field_map]
 //! input = "path"                   # local argument name = upstream argument name
+//! [mcp.schema_pin]                 # optional: SchemaPin pin of the upstream tool's schema
+//! key = "-----BEGIN PUBLIC KEY-----\n…"   # the signer's P-256 key, PEM
+//! digest = "sha256:…"              # `airlock mcp pin TOOL` prints it
+//! signature = "MEUCIQ…"            # SchemaPin's base64 signature of that schema
 //! ```
 //!
 //! `server` is the argv of the server, started inside the native sandbox
@@ -57,6 +61,32 @@ pub struct McpSpec {
     /// Local argument name → upstream argument name.
     #[serde(default)]
     pub field_map: BTreeMap<String, String>,
+    /// `[mcp.schema_pin]`: the upstream tool's schema must be signed by
+    /// this key and have this digest before the call's files are staged.
+    #[serde(default)]
+    pub schema_pin: Option<SchemaPin>,
+}
+
+/// `[mcp.schema_pin]`: a SchemaPin pin of the upstream tool's schema (the
+/// tool object `tools/list` returns, canonicalized as SchemaPin does:
+/// keys sorted, no whitespace).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchemaPin {
+    /// The signer's ECDSA P-256 public key, PEM (SubjectPublicKeyInfo).
+    pub key: String,
+    /// `sha256:` and the hex SHA-256 of the canonical schema.
+    pub digest: String,
+    /// SchemaPin's signature of that schema: base64 of the DER ECDSA
+    /// P-256 / SHA-256 signature over the 32-byte schema hash.
+    pub signature: String,
+}
+
+/// Whether `digest` is `sha256:` and 64 lowercase hex digits.
+pub fn is_schema_digest(digest: &str) -> bool {
+    digest
+        .strip_prefix("sha256:")
+        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
 }
 
 impl McpSpec {
@@ -112,6 +142,19 @@ pub(crate) fn spec(m: &Manifest) -> Result<Option<McpSpec>, Refusal> {
         && spec.tool.chars().all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c));
     if !tool_ok {
         return Err(invalid(format!("tool {:?} is not a valid MCP tool name", spec.tool)));
+    }
+    if let Some(pin) = &spec.schema_pin {
+        if !is_schema_digest(&pin.digest) {
+            return Err(invalid(format!(
+                "schema_pin digest {:?} is not sha256: and 64 lowercase hex digits (`airlock mcp pin {}` prints it)",
+                pin.digest, m.tool.name
+            )));
+        }
+        if !pin.key.contains("-----BEGIN PUBLIC KEY-----") || pin.signature.is_empty() {
+            return Err(invalid(
+                "schema_pin needs key (a PEM public key), digest and signature (SchemaPin's base64)".into(),
+            ));
+        }
     }
     let conflict = |why: &str| Refusal::new(ReasonCode::McpConflict, format!("{}: [mcp] {why}", m.origin));
     if m.command.is_some() {

@@ -67,7 +67,7 @@ pub use bind::BoundArgs;
 pub use command::{END_OF_OPTIONS, OUTPUT_FILE_PLACEHOLDER};
 pub use evidence::EVIDENCE_DIR;
 pub use filesystem::FilesystemPlan;
-pub use mcp::{McpSpec, MAX_UPSTREAM_TOOL};
+pub use mcp::{is_schema_digest, McpSpec, SchemaPin, MAX_UPSTREAM_TOOL};
 pub use model::{
     ArgDef, CedarMeta, CommandDef, ConditionalDef, Dispatch, EvidenceMeta, FilesystemDef, Mode, OutputDef,
     OutputFormat, RiskTier, SourceDef, ToolLimits, ToolMeta,

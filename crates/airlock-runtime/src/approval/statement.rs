@@ -106,6 +106,20 @@ impl SignedApproval {
         if bytes.len() as u64 > MAX_APPROVAL_BYTES {
             return Err(Refusal::new(ReasonCode::ApprovalInvalid, "the approval is larger than 8 KiB"));
         }
+        // The statement type carries the version: another airlock's
+        // approval is `record.version`, not a malformed one.
+        let found = serde_json::from_slice::<serde_json::Value>(bytes)
+            .ok()
+            .and_then(|v| v.pointer("/statement/type").and_then(serde_json::Value::as_str).map(str::to_owned));
+        if let Some(t) = found.filter(|t| t != STATEMENT_TYPE && t.starts_with("airlock.approval.")) {
+            return Err(Refusal::new(
+                ReasonCode::RecordVersion,
+                format!(
+                    "the approval is a {t:?} statement; this airlock reads {STATEMENT_TYPE:?} only: it was written \
+                     by another airlock — approve the call again with this one"
+                ),
+            ));
+        }
         serde_json::from_slice(bytes)
             .map_err(|e| Refusal::new(ReasonCode::ApprovalInvalid, format!("the approval is malformed: {e}")))
     }

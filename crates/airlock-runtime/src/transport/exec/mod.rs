@@ -36,7 +36,7 @@ use serde_json::json;
 use std::time::Duration;
 
 /// Bytes of standard error read from the worker.
-const STDERR_LIMIT: usize = 64 * 1024;
+pub(crate) const STDERR_LIMIT: usize = 64 * 1024;
 
 /// `transport` of an exec call's descriptor (an `[mcp]` tool's too).
 pub const EXEC_TRANSPORT: &str = "exec";
@@ -235,7 +235,7 @@ impl Runtime {
     }
 }
 
-fn worker_limits(manifest: &Manifest, max_file_bytes: u64) -> WorkerLimits {
+pub(crate) fn worker_limits(manifest: &Manifest, max_file_bytes: u64) -> WorkerLimits {
     // One byte of headroom: a tool that writes past the bound then leaves a
     // file of max+1 bytes, which the export reports as over the limit, where
     // a limit of exactly max would silently truncate to a publishable size.

@@ -190,13 +190,14 @@ impl Transport for Isolated {
             crate::tier_choice::NATIVE_ONLY,
             "an isolated submission",
         )?;
-        let roots = rt.open_roots(&self.roots)?;
+        // Both helpers are sealed and verified before any root is opened.
         let cfg = &rt.config().broker;
         let broker_path = helpers::locate(cfg.program.as_deref(), helpers::BROKER_BIN)?;
         let broker_pin = self.broker_pin.as_deref().or(cfg.program_sha256.as_deref());
-        let broker = helpers::seal(&broker_path, broker_pin, "broker")?;
+        let broker = helpers::seal_verified(&broker_path, broker_pin, "broker", helpers::BROKER_BIN)?;
         let client_path = helpers::locate(cfg.client.as_deref(), helpers::CLIENT_BIN)?;
-        let client = helpers::seal(&client_path, cfg.client_sha256.as_deref(), "client")?;
+        let client = helpers::seal_verified(&client_path, cfg.client_sha256.as_deref(), "client", helpers::CLIENT_BIN)?;
+        let roots = rt.open_roots(&self.roots)?;
         let boundary = BrokerBoundary::new(
             roots.iter().map(roots::OpenRoot::describe).collect(),
             cfg.budgets,
@@ -205,6 +206,7 @@ impl Transport for Isolated {
         );
         let mut journal = serde_json::Map::new();
         journal.insert("roots".into(), json!(boundary.roots));
+        journal.insert("helpers_build".into(), json!(airlock_fsproto::BUILD_FINGERPRINT));
         let mut filesystem = FilesystemBoundary::new(Vec::new(), None, 0, None);
         filesystem.broker = Some(boundary);
         Ok(Preparation {

@@ -27,8 +27,14 @@
 //! publication run; anything else kills the worker at once and publishes
 //! nothing. The worker runs with live stdio (`NativeTier::start_live`) and
 //! creates its own output (`NativeTier::worker_creates_output`).
+//!
+//! A tool with `[mcp.schema_pin]` is discovered first by a worker holding
+//! none of the call's files, and runs only if that schema is signed by the
+//! pinned key and has the pinned digest (see `pin`); the verified digest is
+//! journaled in `WorkerStarted` (`schema_sha256`).
 
 mod client;
+mod pin;
 
 use super::exec::ExecPayload;
 use crate::engine::answer;
@@ -39,7 +45,7 @@ use crate::Runtime;
 use airlock_core::manifest::McpSpec;
 use airlock_core::{Envelope, ReasonCode, Refusal};
 use airlock_sandbox::{Worker as _, WorkerOutcome, WorkerSpec};
-use client::{Client, ClientError};
+use client::Client;
 use serde_json::{json, Value};
 use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -74,7 +80,21 @@ impl Runtime {
         let timeout = worker_spec.timeout;
         let args = manifest.bind_args(&[], &named(&d.args))?;
         let upstream_args = spec.arguments(&args);
-        let step = self.worker_started(&id, &d.argv, json!({ "mcp_tool": spec.tool }))?;
+        // A pinned upstream is discovered first by a worker without the
+        // call's files; the call's worker starts only for a pinned schema.
+        let mut started = json!({ "mcp_tool": spec.tool });
+        if let Some(pin) = &spec.schema_pin {
+            let found = self.discover_unstaged(manifest, &spec)?;
+            match found.tool.and_then(|tool| pin::verify(pin, &spec.tool, &tool)) {
+                Ok(digest) => started["schema_sha256"] = json!(digest),
+                Err(refusal) => {
+                    let base = answer::finished(&prepared, &decision.policy_ids, Some((&found.outcome, None)));
+                    prepared.release_staging();
+                    return Ok(answer::failed(&base, refusal, None));
+                }
+            }
+        }
+        let step = self.worker_started(&id, &d.argv, started)?;
         let deadline = Instant::now() + timeout;
         let (worker, live) = match tier.start_live(worker_spec) {
             Ok(w) => w,
@@ -142,23 +162,21 @@ impl Runtime {
 
 /// Startup, discovery and the call, on one connection.
 fn session<W: std::io::Write>(client: &mut Client<W>, spec: &McpSpec, args: serde_json::Map<String, Value>) -> Verdict {
-    let result =
-        client.initialize().and_then(|_| client.discover(&spec.tool)).and_then(|_| client.call(&spec.tool, args));
+    let discovered = client.initialize().and_then(|_| client.discover(&spec.tool));
+    // The worker holding the files must show the pinned schema again.
+    if let (Some(pin), Ok(tool)) = (&spec.schema_pin, &discovered) {
+        if let Err(refusal) = pin::verify(pin, &spec.tool, tool) {
+            return Verdict::Failure(refusal, None);
+        }
+    }
+    let result = discovered.and_then(|_| client.call(&spec.tool, args));
     match result {
         Ok(result) if result.get("isError") == Some(&Value::Bool(true)) => Verdict::Failure(
             Refusal::new(ReasonCode::McpToolError, format!("the upstream tool {:?} answered isError", spec.tool)),
             Some(result),
         ),
         Ok(result) => Verdict::Success(result),
-        Err(ClientError::Deadline(step)) => Verdict::Failure(
-            Refusal::new(ReasonCode::ToolTimeout, format!("the MCP server ran past timeout_seconds during {step}")),
-            None,
-        ),
-        Err(ClientError::ToolMissing(tool)) => Verdict::Failure(
-            Refusal::new(ReasonCode::McpToolMissing, format!("the MCP server offers no tool named {tool:?}")),
-            None,
-        ),
-        Err(ClientError::Protocol(why)) => Verdict::Failure(Refusal::new(ReasonCode::McpProtocol, why), None),
+        Err(e) => Verdict::Failure(pin::discovery_refusal(e), None),
     }
 }
 

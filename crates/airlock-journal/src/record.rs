@@ -51,6 +51,9 @@ pub mod kind {
     pub const APPROVAL_CONSUMED: &str = "ApprovalConsumed";
     /// An approver denied a prepared call: it is settled and its room released.
     pub const APPROVAL_DENIED: &str = "ApprovalDenied";
+    /// One interaction of a live session (issue 21): its command, argument
+    /// digest and how policy and the terminal answered.
+    pub const SESSION_INTERACTION: &str = "SessionInteraction";
 }
 
 /// One parsed journal record (as [`crate::Journal::records`] returns it).

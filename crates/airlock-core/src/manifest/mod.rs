@@ -51,6 +51,7 @@ mod mcp;
 mod model;
 mod output_file;
 mod schema;
+mod session;
 mod source;
 mod template;
 mod unsupported;
@@ -63,6 +64,7 @@ pub use bind::BoundArgs;
 pub use command::{END_OF_OPTIONS, OUTPUT_FILE_PLACEHOLDER};
 pub use filesystem::FilesystemPlan;
 pub use mcp::{McpSpec, MAX_UPSTREAM_TOOL};
+pub use session::{SessionCommand, SessionSpec, DEFAULT_MAX_INTERACTION_BYTES};
 pub use model::{
     ArgDef, CedarMeta, CommandDef, ConditionalDef, Dispatch, EvidenceMeta, FilesystemDef, Mode, OutputDef,
     OutputFormat, RiskTier, SourceDef, ToolLimits, ToolMeta,
@@ -113,6 +115,8 @@ struct Compiled {
     filesystem: filesystem::CompiledFilesystem,
     /// `[output] stdout_file`: the tool's stdout is its output file.
     stdout_output: bool,
+    /// `[session]`, compiled.
+    session: Option<session::SessionSpec>,
 }
 
 /// A parsed, structurally checked manifest.
@@ -138,7 +142,7 @@ pub struct Manifest {
     pub broker: Option<BrokerDef>,
     /// `[mcp]`, kept as written; [`Manifest::mcp_spec`] checks it.
     pub mcp: Option<toml::Table>,
-    /// `[session]`, kept as written (not executed).
+    /// `[session]`, as written ([`Manifest::session_spec`] is what runs).
     pub session: Option<toml::Table>,
     /// `[http]`, kept as written (not executed).
     pub http: Option<toml::Table>,
@@ -219,11 +223,17 @@ impl Manifest {
         let raw: RawManifest = toml::from_str(text).map_err(|e| at(invalid(e.to_string().trim_end().to_owned())))?;
         check_tool(&raw.tool).map_err(at)?;
         check_positions(&raw.args).map_err(at)?;
-        let command = raw.command.as_ref().map(|c| command::compile(c, &raw.args)).transpose().map_err(at)?;
-        let end_of_options = raw.command.as_ref().is_some_and(|c| c.end_of_options);
+        // A session's startup command is its argv, built like `[command] template`.
+        let startup = raw.session.as_ref().map(session::startup_command).transpose().map_err(at)?;
+        if startup.is_some() && raw.command.is_some() {
+            return Err(at(invalid("[session] beside [command]: a session's argv is its startup_command".to_owned())));
+        }
+        let command_def = raw.command.as_ref().or(startup.as_ref());
+        let command = command_def.map(|c| command::compile(c, &raw.args)).transpose().map_err(at)?;
+        let end_of_options = command_def.is_some_and(|c| c.end_of_options);
         let mut rules = BTreeMap::new();
         for (name, def) in &raw.args {
-            let fallback = raw.command.as_ref().and_then(|c| c.defaults.get(name));
+            let fallback = command_def.and_then(|c| c.defaults.get(name));
             // A source tool builds no argv, so a leading dash is only data.
             let dash_ok = raw.source.is_some() || command.as_ref().is_some_and(|c| c.dash_ok(end_of_options, name));
             let reach = command.as_ref().map_or(args::ShellReach::NoCommand, command::CompiledCommand::shell_reach);
@@ -234,6 +244,7 @@ impl Manifest {
             return Err(at(invalid("[output] max_bytes must be at least 1".to_owned())));
         }
         let stdout_output = output_file::compile(raw.output.as_ref(), &filesystem, raw.mcp.is_some()).map_err(at)?;
+        let session = raw.session.as_ref().map(|t| session::compile(t, filesystem.has_create())).transpose().map_err(at)?;
         Ok(Manifest {
             tool: raw.tool,
             args: raw.args,
@@ -248,8 +259,13 @@ impl Manifest {
             browser: raw.browser,
             sha256: sha256_tagged(text.as_bytes()),
             origin: origin.to_owned(),
-            compiled: Compiled { args: rules, command, filesystem, stdout_output },
+            compiled: Compiled { args: rules, command, filesystem, stdout_output, session },
         })
+    }
+
+    /// The compiled `[session]`, if the tool is a session.
+    pub fn session_spec(&self) -> Option<&session::SessionSpec> {
+        self.compiled.session.as_ref()
     }
 
     /// `sha256:` and the hex digest of the manifest's bytes.

@@ -436,6 +436,9 @@ impl Runtime {
     ) -> Result<Vec<String>, Refusal> {
         let mut d = session.prepared.descriptor().clone();
         let spec = command_spec(&d.tool, command);
+        // The interaction is a call of its command's action, with the
+        // session's boundary (reads, output, tier) as it was bound at start.
+        d.tool = spec.name.clone();
         d.args = [("arg".to_owned(), arg.to_owned())].into_iter().collect();
         if let Some(tier) = cmd.risk_tier {
             d.risk_tier = tier.to_string();

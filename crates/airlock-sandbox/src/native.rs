@@ -231,7 +231,11 @@ impl NativeTier {
         Ok((worker, std::fs::File::from(master)))
     }
 
-    fn start_with(&self, mut spec: WorkerSpec, stdio: Stdio) -> Result<(NativeWorker, Option<LiveStdio>), SandboxError> {
+    fn start_with(
+        &self,
+        mut spec: WorkerSpec,
+        stdio: Stdio,
+    ) -> Result<(NativeWorker, Option<LiveStdio>), SandboxError> {
         spec.validate()?;
         let started = Instant::now();
 

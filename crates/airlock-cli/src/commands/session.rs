@@ -101,7 +101,8 @@ fn start_holder(config: Option<&Path>, path: &Path) -> Result<(), Refusal> {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    cmd.spawn().map_err(|e| Refusal::new(ReasonCode::SessionHolder, format!("cannot start the session holder: {e}")))?;
+    cmd.spawn()
+        .map_err(|e| Refusal::new(ReasonCode::SessionHolder, format!("cannot start the session holder: {e}")))?;
     let began = Instant::now();
     while began.elapsed() < HOLDER_START {
         if UnixStream::connect(path).is_ok() {

@@ -11,7 +11,7 @@
 //! caller's. The holder leaves once its last session has ended.
 
 use airlock_core::{Envelope, ReasonCode, Refusal};
-use airlock_runtime::session::{Session, SendResult};
+use airlock_runtime::session::{SendResult, Session};
 use airlock_runtime::{CallRequest, Runtime};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -147,7 +147,13 @@ fn answer(runtime: &Runtime, sessions: &mut BTreeMap<String, Session>, request: 
                 ));
             }
             let strings = |key: &str| -> Vec<String> {
-                request.get(key).and_then(Value::as_array).into_iter().flatten().filter_map(|v| v.as_str().map(str::to_owned)).collect()
+                request
+                    .get(key)
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
             };
             let named = request
                 .get("named")

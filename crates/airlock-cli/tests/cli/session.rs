@@ -227,7 +227,10 @@ fn close_without_finalize_publishes_nothing_and_leaves_nothing() {
     let p = project();
     let tag = tag(&p);
     // The pysession manifest, with this test's tag on its command line.
-    p.write("tools/pysession.clad.toml", PYSESSION.replace("summary = dict();", &format!("summary = dict(); {tag} = 1;")));
+    p.write(
+        "tools/pysession.clad.toml",
+        PYSESSION.replace("summary = dict();", &format!("summary = dict(); {tag} = 1;")),
+    );
     start(&p, "py-close", &["pysession", "data/sample.csv", "results/summary.json"]);
     p.run(&["session", "send", "py-close", "eval", "summary['x'] = 1"]).assert_ok();
     assert!(!processes_with(&tag).is_empty(), "the session's program should be running");
@@ -244,7 +247,10 @@ fn close_without_finalize_publishes_nothing_and_leaves_nothing() {
 fn a_killed_holder_publishes_nothing_and_its_session_is_reaped() {
     let p = project();
     let tag = tag(&p);
-    p.write("tools/pysession.clad.toml", PYSESSION.replace("summary = dict();", &format!("summary = dict(); {tag} = 1;")));
+    p.write(
+        "tools/pysession.clad.toml",
+        PYSESSION.replace("summary = dict();", &format!("summary = dict(); {tag} = 1;")),
+    );
     start(&p, "py-kill", &["pysession", "data/sample.csv", "results/summary.json"]);
     p.run(&["session", "send", "py-kill", "eval", "summary['x'] = 1"]).assert_ok();
     let pid = holder_pid(&p);

@@ -64,11 +64,11 @@ pub use bind::BoundArgs;
 pub use command::{END_OF_OPTIONS, OUTPUT_FILE_PLACEHOLDER};
 pub use filesystem::FilesystemPlan;
 pub use mcp::{McpSpec, MAX_UPSTREAM_TOOL};
-pub use session::{SessionCommand, SessionSpec, DEFAULT_MAX_INTERACTION_BYTES};
 pub use model::{
     ArgDef, CedarMeta, CommandDef, ConditionalDef, Dispatch, EvidenceMeta, FilesystemDef, Mode, OutputDef,
     OutputFormat, RiskTier, SourceDef, ToolLimits, ToolMeta,
 };
+pub use session::{SessionCommand, SessionSpec, DEFAULT_MAX_INTERACTION_BYTES};
 
 /// `[broker]` (airlock extension): the command runs isolated and reaches
 /// named roots through the broker; `roots` are `NAME:RIGHTS`, the host path
@@ -244,7 +244,8 @@ impl Manifest {
             return Err(at(invalid("[output] max_bytes must be at least 1".to_owned())));
         }
         let stdout_output = output_file::compile(raw.output.as_ref(), &filesystem, raw.mcp.is_some()).map_err(at)?;
-        let session = raw.session.as_ref().map(|t| session::compile(t, filesystem.has_create())).transpose().map_err(at)?;
+        let session =
+            raw.session.as_ref().map(|t| session::compile(t, filesystem.has_create())).transpose().map_err(at)?;
         Ok(Manifest {
             tool: raw.tool,
             args: raw.args,

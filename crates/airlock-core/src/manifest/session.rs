@@ -213,7 +213,10 @@ pub(crate) fn compile(table: &toml::Table, creates: bool) -> Result<SessionSpec,
         ("session_timeout_seconds", raw.session_timeout_seconds),
     ] {
         if v == 0 || v > crate::limits::hard::MAX_TIMEOUT_SECONDS {
-            return Err(invalid(format!("[session] {key} = {v}: from 1 to {}", crate::limits::hard::MAX_TIMEOUT_SECONDS)));
+            return Err(invalid(format!(
+                "[session] {key} = {v}: from 1 to {}",
+                crate::limits::hard::MAX_TIMEOUT_SECONDS
+            )));
         }
     }
     let max_interaction_bytes = raw.max_interaction_bytes.unwrap_or(DEFAULT_MAX_INTERACTION_BYTES);

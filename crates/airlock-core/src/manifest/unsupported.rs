@@ -13,10 +13,9 @@ use crate::reason::{ReasonCode, Refusal};
 /// Every feature of `m` that airlock does not execute, for people.
 pub(crate) fn features(m: &Manifest) -> Vec<String> {
     let mut found = Vec::new();
-    for (present, what) in [
-        (m.http.is_some(), "[http] (HTTP backend)"),
-        (m.browser.is_some(), "[browser] (browser mode)"),
-    ] {
+    for (present, what) in
+        [(m.http.is_some(), "[http] (HTTP backend)"), (m.browser.is_some(), "[browser] (browser mode)")]
+    {
         if present {
             found.push(what.to_owned());
         }

@@ -174,7 +174,10 @@ impl Runtime {
             session.prepared.release_staging();
             return Err(Refusal::new(
                 ReasonCode::SessionNotReady,
-                format!("the session's program {why} (ready_pattern {:?}); nothing was published", session.spec.ready.as_str()),
+                format!(
+                    "the session's program {why} (ready_pattern {:?}); nothing was published",
+                    session.spec.ready.as_str()
+                ),
             ));
         }
         let mut envelope = session.base();
@@ -258,10 +261,13 @@ impl Runtime {
         )
         .map_err(Ended::Broken)?;
         if !reading.ready {
-            let why = if reading.ended { "ended" } else { "did not show its prompt within interaction_timeout_seconds" };
+            let why =
+                if reading.ended { "ended" } else { "did not show its prompt within interaction_timeout_seconds" };
             return Err(Ended::Broken(Refusal::new(
                 ReasonCode::SessionNotReady,
-                format!("the session's program {why} after {command}; the session was discarded, nothing was published"),
+                format!(
+                    "the session's program {why} after {command}; the session was discarded, nothing was published"
+                ),
             )));
         }
         let mut envelope = session.base();
@@ -326,8 +332,7 @@ impl Runtime {
         if let Err(r) = crate::engine::verdict::judge_export(&outcome, max_file) {
             return (self.discard(session, Err(r)), None);
         }
-        let published =
-            self.publish(&session.prepared, session.prepared.output(), session.staged_output.as_ref());
+        let published = self.publish(&session.prepared, session.prepared.output(), session.staged_output.as_ref());
         let result = published.map(|created_files| Envelope {
             stage: Some("finished"),
             created_files,

@@ -33,13 +33,15 @@ pub struct AirlockServer {
     /// Served behind the HTTP gate: a call must carry the [`Caller`] the
     /// gate authenticated, or it is refused.
     gated: bool,
+    /// The live sessions of every client (issue 21).
+    sessions: Arc<crate::session_tools::Sessions>,
 }
 
 impl AirlockServer {
     /// A server for `runtime` (which must have its sandbox init program set
     /// for calls to run).
     pub fn new(runtime: Runtime) -> Self {
-        AirlockServer { runtime: Arc::new(runtime), gated: false }
+        AirlockServer { runtime: Arc::new(runtime), gated: false, sessions: Arc::default() }
     }
 
     /// This server, with every call required to carry an authenticated
@@ -68,7 +70,11 @@ impl AirlockServer {
         principal: Option<String>,
         progress: Option<ProgressHook>,
     ) -> Envelope {
-        let Some(entry) = self.catalog().find(name).cloned() else {
+        let catalog = self.catalog();
+        if crate::session_tools::NAMES.contains(&name) && !catalog.sessions.is_empty() {
+            return self.sessions.call(&self.runtime, &catalog, name, arguments, principal).await;
+        }
+        let Some(entry) = catalog.find(name).cloned() else {
             return Envelope::from_refusal(&Refusal::new(
                 ReasonCode::ManifestNotFound,
                 format!("no tool named {name:?} is served"),

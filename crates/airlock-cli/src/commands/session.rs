@@ -25,13 +25,13 @@ pub fn run(
     config: Option<&Path>,
     principal: Option<&str>,
 ) -> Result<Answer, Refusal> {
-    let request = match cmd {
+    let mut request = match cmd {
         SessionCommand::Start(call) => {
             let r = super::prepare::request(call)?;
             let named: serde_json::Map<String, Value> = r.named.into_iter().collect();
             json!({
                 "op": "start", "tool": r.tool, "positional": r.positional, "named": named,
-                "invocation_id": r.invocation_id, "principal": principal,
+                "invocation_id": r.invocation_id,
             })
         }
         SessionCommand::Send { session, command, arg, raw } => {
@@ -44,6 +44,8 @@ pub fn run(
         SessionCommand::List => json!({ "op": "list" }),
         SessionCommand::Serve => unreachable!("served by the holder"),
     };
+    // A session is driven only by the principal that started it.
+    request["principal"] = json!(principal);
     let path = socket_path(&session_dir(runtime)?);
     let reply = match talk(&path, &request) {
         Ok(reply) => reply,

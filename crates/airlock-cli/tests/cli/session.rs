@@ -328,3 +328,43 @@ fn a_session_tool_is_not_run_as_a_one_shot_call() {
     run.assert_refused("manifest.unsupported", 65);
     assert!(run.envelope["error"]["message"].as_str().unwrap().contains("airlock session start"), "{run:#?}");
 }
+
+#[test]
+fn the_python_session_over_mcp_publishes_only_on_finalize() {
+    use crate::mcpkit::McpSession;
+    let p = project();
+    let mut mcp = McpSession::start(&p);
+    let listed = mcp.request("tools/list", serde_json::json!({}));
+    let names: Vec<&str> =
+        listed["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    for name in ["session_start", "session_send", "session_finalize", "session_close"] {
+        assert!(names.contains(&name), "{names:?}");
+    }
+    // A session tool is never served as a one-shot tool.
+    assert!(!names.contains(&"pysession"), "{names:?}");
+    let args = serde_json::json!({ "input": "data/sample.csv", "output": "results/mcp.json" });
+    let started = mcp.call("session_start", serde_json::json!({ "tool": "pysession", "arguments": args }));
+    let id =
+        started["structuredContent"]["content"]["session"].as_str().unwrap_or_else(|| panic!("{started}")).to_owned();
+    let sent = mcp.call(
+        "session_send",
+        serde_json::json!({ "session": id, "command": "eval", "arg": "summary['rows'] = len(rows)" }),
+    );
+    assert_eq!(sent["structuredContent"]["status"], "ok", "{sent}");
+    let bad = mcp.call("session_send", serde_json::json!({ "session": id, "command": "save", "arg": "rm()" }));
+    assert_eq!(bad["isError"], true, "{bad}");
+    assert!(!p.path("results/mcp.json").exists());
+    let done = mcp.call("session_finalize", serde_json::json!({ "session": id, "arg": "save()" }));
+    assert_eq!(done["structuredContent"]["created_files"][0]["path"], "results/mcp.json", "{done}");
+    let published: Value = serde_json::from_slice(&std::fs::read(p.path("results/mcp.json")).unwrap()).unwrap();
+    assert_eq!(published, serde_json::json!({ "rows": 2 }));
+    // A second session, closed: nothing.
+    let args = serde_json::json!({ "input": "data/sample.csv", "output": "results/none.json" });
+    let second = mcp.call("session_start", serde_json::json!({ "tool": "pysession", "arguments": args }));
+    let id = second["structuredContent"]["content"]["session"].as_str().unwrap().to_owned();
+    let closed = mcp.call("session_close", serde_json::json!({ "session": id }));
+    assert_eq!(closed["structuredContent"]["error"]["code"], "session.discarded", "{closed}");
+    assert!(!p.path("results/none.json").exists());
+    mcp.close();
+    assert_no_staging(&p);
+}

@@ -16,7 +16,10 @@
 //!
 //! [`NativeTier::start_tty`]: airlock_sandbox::NativeTier::start_tty
 
+mod desk;
 mod terminal;
+
+pub use desk::Desk;
 
 use crate::engine::{answer, CallStart, PreparedCall};
 use crate::transport::exec::{CallRequest, Exec, ExecPayload};

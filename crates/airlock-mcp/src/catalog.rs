@@ -100,22 +100,21 @@ impl Catalog {
     /// name), if exactly one does. Only entries in the catalog are ever run:
     /// a client cannot name a manifest path.
     pub fn find(&self, name: &str) -> Option<&Entry> {
+        self.find_in(&self.entries, name)
+    }
+
+    fn find_in<'a>(&self, entries: &'a [Entry], name: &str) -> Option<&'a Entry> {
         if self.ambiguous.iter().any(|a| a == name) {
             return None;
         }
-        let mut serving = self.entries.iter().filter(|e| e.tool.name == name || e.stem == name);
+        let mut serving = entries.iter().filter(|e| e.tool.name == name || e.stem == name);
         let first = serving.next()?;
         serving.next().is_none().then_some(first)
     }
 
     /// The `[session]` tool serving `name`, if exactly one does.
     pub fn find_session(&self, name: &str) -> Option<&Entry> {
-        if self.ambiguous.iter().any(|a| a == name) {
-            return None;
-        }
-        let mut serving = self.sessions.iter().filter(|e| e.tool.name == name || e.stem == name);
-        let first = serving.next()?;
-        serving.next().is_none().then_some(first)
+        self.find_in(&self.sessions, name)
     }
 
     /// The MCP tools, for `tools/list` (and the session tools when any

@@ -62,7 +62,7 @@ impl Desk {
         let id = field(request, "session").to_owned();
         let op = field(request, "op");
         if matches!(op, "send" | "finalize" | "close")
-            && !self.sessions.get(&id).is_some_and(|s| s.prepared.principal() == asker)
+            && self.sessions.get(&id).is_none_or(|s| s.prepared.principal() != asker)
         {
             return not_found(&id);
         }
@@ -72,7 +72,7 @@ impl Desk {
                 let Some(session) = self.sessions.get_mut(&id) else { return not_found(&id) };
                 let raw = request.get("raw").and_then(Value::as_bool).unwrap_or(false);
                 match runtime.session_send(session, field(request, "command"), field(request, "arg"), raw) {
-                    SendResult::Answer(envelope) => envelope,
+                    SendResult::Answer(envelope) => *envelope,
                     SendResult::Ended(refusal) => match self.sessions.remove(&id) {
                         Some(session) => runtime.session_end_with(session, refusal),
                         None => not_found(&id),
@@ -141,7 +141,7 @@ impl Desk {
                 self.sessions.insert(session.id().to_owned(), session);
                 envelope
             }
-            Err(envelope) => envelope,
+            Err(envelope) => *envelope,
         }
     }
 }

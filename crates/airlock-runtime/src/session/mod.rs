@@ -111,12 +111,12 @@ impl Runtime {
     /// one-shot exec call, then its startup command on a terminal, until
     /// the ready pattern shows. On any failure nothing is left running and
     /// the staging is discarded; the refusal is journaled.
-    pub fn session_start(&self, request: &CallRequest) -> Result<(Session, Envelope), Envelope> {
+    pub fn session_start(&self, request: &CallRequest) -> Result<(Session, Envelope), Box<Envelope>> {
         let principal = self.principal_of(request.principal.as_deref()).to_owned();
         let id = request.invocation_id.clone();
         let _caller = self.enter_call(&id, &principal);
         let result = self.session_start_steps(request, &principal);
-        result.map_err(|refusal| self.ended(&id, &principal, Err(refusal)))
+        result.map_err(|refusal| Box::new(self.ended(&id, &principal, Err(refusal))))
     }
 
     fn session_start_steps(&self, request: &CallRequest, principal: &str) -> Result<(Session, Envelope), Refusal> {
@@ -205,18 +205,18 @@ impl Runtime {
         session.last_used = Instant::now();
         let cmd = match session.spec.command(command) {
             Ok(c) => c.clone(),
-            Err(r) => return SendResult::Answer(self.refused_interaction(session, command, arg, r)),
+            Err(r) => return SendResult::Answer(Box::new(self.refused_interaction(session, command, arg, r))),
         };
         if cmd.finalize {
             let r = Refusal::new(
                 ReasonCode::Usage,
                 format!("{command} is the finalize command: use `airlock session finalize` (it ends the session)"),
             );
-            return SendResult::Answer(self.refused_interaction(session, command, arg, r));
+            return SendResult::Answer(Box::new(self.refused_interaction(session, command, arg, r)));
         }
         match self.interact(session, command, arg, raw) {
-            Ok(envelope) => SendResult::Answer(envelope),
-            Err(Ended::Refused(r)) => SendResult::Answer(self.refused_interaction(session, command, arg, r)),
+            Ok(envelope) => SendResult::Answer(Box::new(envelope)),
+            Err(Ended::Refused(r)) => SendResult::Answer(Box::new(self.refused_interaction(session, command, arg, r))),
             Err(Ended::Broken(r)) => SendResult::Ended(r),
         }
     }
@@ -252,7 +252,7 @@ impl Runtime {
         let output = without_echo(&reading.text, arg);
         self.note(
             kind::SESSION_INTERACTION,
-            Some(&session.id().to_owned()),
+            Some(session.id()),
             json!({
                 "command": command,
                 "arg_sha256": airlock_core::sha256_tagged(arg.as_bytes()),
@@ -336,12 +336,12 @@ impl Runtime {
             return (self.discard(session, Err(r)), None);
         }
         let published = self.publish(&session.prepared, session.prepared.output(), session.staged_output.as_ref());
-        let result = published.map(|created_files| Envelope {
-            stage: Some("finished"),
-            created_files,
-            content: interaction.content.clone(),
-            ..interaction
-        });
+        let mut content = interaction.content.clone();
+        if let Some(c) = content.as_mut() {
+            c["pending_publication"] = serde_json::Value::Null;
+        }
+        let result =
+            published.map(|created_files| Envelope { stage: Some("finished"), created_files, content, ..interaction });
         session.prepared.release_staging();
         (self.ended(&id, &principal, result), None)
     }
@@ -525,7 +525,7 @@ impl Runtime {
 #[derive(Debug)]
 pub enum SendResult {
     /// The session goes on (the answer may be a refusal of this interaction).
-    Answer(Envelope),
+    Answer(Box<Envelope>),
     /// The session cannot go on; the holder discards it with this refusal
     /// ([`Runtime::session_end_with`]).
     Ended(Refusal),

@@ -14,6 +14,7 @@ mod mcp_rows;
 mod policy_rows;
 mod rows;
 mod run_rows;
+mod session_rows;
 mod source_rows;
 mod staging_rows;
 mod stream_rows;

@@ -40,6 +40,10 @@ pub const ALL: &[Row] = &[
         name: "tier docker+runsc: airlock run vs docker run --runtime runsc",
         run: crate::tier_rows::docker_runsc_vs_docker_run,
     },
+    Row {
+        name: "session: one python3 interaction vs the REPL over a bare pty",
+        run: crate::session_rows::interaction_vs_bare_pty,
+    },
 ];
 
 const SNAPSHOT_BYTES: u64 = 32 * 1024 * 1024;

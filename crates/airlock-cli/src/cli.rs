@@ -84,6 +84,11 @@ pub enum Command {
     /// Verify or show the signed journal.
     #[command(subcommand)]
     Journal(JournalCommand),
+    /// Drive a `[session]` tool (a REPL, sqlite3) held by a long-lived
+    /// airlock process: start, send declared commands, finalize to publish,
+    /// or close to discard.
+    #[command(subcommand)]
+    Session(SessionCommand),
     /// Inspect or recover one invocation.
     #[command(subcommand)]
     Invocation(InvocationCommand),
@@ -199,6 +204,49 @@ pub enum StagingCommand {
         /// Invocation id.
         id: String,
     },
+}
+
+/// `airlock session …`.
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Start a session of a `[session]` tool (its inputs snapshotted, its
+    /// output held) and print its id.
+    Start(CallArgs),
+    /// Send one declared command with its argument (checked against the
+    /// command's whole-string pattern before anything is written).
+    Send {
+        /// The session id.
+        session: String,
+        /// A command the manifest declares (`[session.commands.NAME]`).
+        command: String,
+        /// Its argument (one line).
+        #[arg(default_value = "")]
+        arg: String,
+        /// Return the output with its terminal escape sequences (never interpreted).
+        #[arg(long)]
+        raw: bool,
+    },
+    /// Run the finalize command, end the session and publish its output.
+    Finalize {
+        /// The session id.
+        session: String,
+        /// The finalize command's argument.
+        #[arg(default_value = "")]
+        arg: String,
+        /// Which finalize command (default: the manifest's first).
+        #[arg(long, value_name = "NAME")]
+        command: Option<String>,
+    },
+    /// End a session without publishing anything; its staging is discarded.
+    Close {
+        /// The session id.
+        session: String,
+    },
+    /// The live sessions.
+    List,
+    /// The holder process itself (started by `session start`).
+    #[command(hide = true)]
+    Serve,
 }
 
 /// A tool and its arguments.

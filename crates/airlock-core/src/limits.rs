@@ -114,6 +114,8 @@ pub struct Limits {
     pub max_file_bytes: u64,
     /// `max_file_bytes` when a manifest does not say (never above `max_file_bytes`).
     pub default_file_bytes: u64,
+    /// Most live sessions one holder keeps (`[limits] max_sessions`, 1 … 256; default 16).
+    pub max_sessions: usize,
 }
 
 impl Default for Limits {
@@ -124,6 +126,7 @@ impl Default for Limits {
             max_input_file_bytes: defaults::MAX_INPUT_FILE_BYTES,
             max_file_bytes: defaults::MAX_FILE_BYTES,
             default_file_bytes: hard::DEFAULT_FILE_BYTES,
+            max_sessions: DEFAULT_MAX_SESSIONS,
         }
     }
 }
@@ -141,7 +144,14 @@ pub struct LimitOverrides {
     pub max_input_file_bytes: Option<u64>,
     /// Largest `max_file_bytes` a manifest may ask for (1 … 4 GiB).
     pub max_file_bytes: Option<u64>,
+    /// Live sessions (1 … 256).
+    pub max_sessions: Option<usize>,
 }
+
+/// Live sessions a holder keeps unless `[limits] max_sessions` says otherwise (as Symbiont).
+pub const DEFAULT_MAX_SESSIONS: usize = 16;
+/// The most `[limits] max_sessions` may allow.
+pub const MAX_SESSIONS_CAP: usize = 256;
 
 /// One operator setting: `wanted` if it lies in 1 … `cap`, else `default`
 /// when unset; anything else is `config.invalid` naming the key and the range.
@@ -205,6 +215,7 @@ impl Limits {
             )?,
             max_file_bytes,
             default_file_bytes: d.default_file_bytes.min(max_file_bytes),
+            max_sessions: setting("max_sessions", o.max_sessions, d.max_sessions, MAX_SESSIONS_CAP)?,
         })
     }
 

@@ -446,6 +446,23 @@ reason_codes! {
     RecordVersion => "record.version", Refused, DATA;
     /// An `[mcp]` upstream tool's schema is not signed by the pinned key, or differs from the pinned digest; no file was staged and nothing publishes.
     McpSchemaUnpinned => "mcp.schema_unpinned", Refused, NO_PERM;
+    // ---- session (issue 21) ----
+    /// A session interaction's argument does not match its command's whole-string pattern (nothing was written to the terminal).
+    SessionArgument => "session.argument", Refused, DATA;
+    /// A session names a command its manifest does not declare.
+    SessionCommandUnknown => "session.command_unknown", Refused, DATA;
+    /// No live session has this id (it was finalized, closed, timed out, or its holder died).
+    SessionNotFound => "session.not_found", Refused, NO_INPUT;
+    /// A session's input snapshots or output parent changed since it started; start a new session.
+    SessionStale => "session.stale", Refused, NO_PERM;
+    /// As many sessions as `[session] max_live` are live; finalize or close one.
+    SessionLimit => "session.limit", Refused, TEMP_FAIL;
+    /// The session's program did not show its ready pattern in time, or ended.
+    SessionNotReady => "session.not_ready", Failed, TIMEOUT;
+    /// The session ended without finalize: nothing was published and its staging was discarded.
+    SessionDiscarded => "session.discarded", Failed, TOOL_FAILED;
+    /// The session holder could not be reached or refused the connection.
+    SessionHolder => "session.holder", Error, SOFTWARE;
 }
 
 impl fmt::Display for ReasonCode {

@@ -57,6 +57,9 @@ pub mod kind {
     /// `notifications/cancelled`, a closed session); the body says whether
     /// the cancel stopped it or came after its publication point.
     pub const INVOCATION_CANCELLED: &str = "InvocationCancelled";
+    /// One interaction of a live session (issue 21): its command, argument
+    /// digest and how policy and the terminal answered.
+    pub const SESSION_INTERACTION: &str = "SessionInteraction";
 }
 
 /// One parsed journal record (as [`crate::Journal::records`] returns it).

@@ -43,6 +43,8 @@ pub struct Catalog {
     pub skipped: Vec<(PathBuf, String)>,
     /// Names two or more manifests answer to: no call by them is served.
     pub ambiguous: Vec<String>,
+    /// `[session]` tools: served through the session tools, never called directly.
+    pub sessions: Vec<Entry>,
 }
 
 impl Catalog {
@@ -73,7 +75,12 @@ impl Catalog {
             if index.find(&stem).is_err() {
                 catalog.ambiguous.push(stem.clone());
             }
-            catalog.entries.push(Entry { tool: describe(m, runtime.config()), manifest: path, stem });
+            let entry = Entry { tool: describe(m, runtime.config()), manifest: path, stem };
+            if m.session_spec().is_some() {
+                catalog.sessions.push(entry);
+            } else {
+                catalog.entries.push(entry);
+            }
         }
         // The bundled source tools the tools directory does not shadow are
         // served by name (the runtime loads them from the binary).
@@ -93,17 +100,29 @@ impl Catalog {
     /// name), if exactly one does. Only entries in the catalog are ever run:
     /// a client cannot name a manifest path.
     pub fn find(&self, name: &str) -> Option<&Entry> {
+        self.find_in(&self.entries, name)
+    }
+
+    fn find_in<'a>(&self, entries: &'a [Entry], name: &str) -> Option<&'a Entry> {
         if self.ambiguous.iter().any(|a| a == name) {
             return None;
         }
-        let mut serving = self.entries.iter().filter(|e| e.tool.name == name || e.stem == name);
+        let mut serving = entries.iter().filter(|e| e.tool.name == name || e.stem == name);
         let first = serving.next()?;
         serving.next().is_none().then_some(first)
     }
 
-    /// The MCP tools, for `tools/list`.
+    /// The `[session]` tool serving `name`, if exactly one does.
+    pub fn find_session(&self, name: &str) -> Option<&Entry> {
+        self.find_in(&self.sessions, name)
+    }
+
+    /// The MCP tools, for `tools/list` (and the session tools when any
+    /// `[session]` tool is served).
     pub fn tools(&self) -> Vec<Tool> {
-        self.entries.iter().map(|e| e.tool.clone()).collect()
+        let plain = self.entries.iter().map(|e| e.tool.clone());
+        let sessions = if self.sessions.is_empty() { Vec::new() } else { crate::session_tools::tools(self) };
+        plain.chain(sessions).collect()
     }
 }
 

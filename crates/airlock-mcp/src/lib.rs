@@ -44,6 +44,7 @@ mod progress;
 pub mod request_log;
 pub mod schemas;
 mod server;
+mod session_tools;
 mod sessions;
 mod socket;
 mod token;

@@ -48,6 +48,8 @@ pub struct AirlockServer {
     gated: bool,
     /// How many calls are in flight (their threads not yet answered).
     in_flight: Arc<tokio::sync::watch::Sender<usize>>,
+    /// The live sessions of every client (issue 21).
+    sessions: Arc<crate::session_tools::Sessions>,
 }
 
 /// `reason` of a call cancelled by the client's `notifications/cancelled`.
@@ -76,7 +78,7 @@ impl AirlockServer {
     /// for calls to run).
     pub fn new(runtime: Runtime) -> Self {
         let (in_flight, _) = tokio::sync::watch::channel(0);
-        AirlockServer { runtime: Arc::new(runtime), gated: false, in_flight: Arc::new(in_flight) }
+        AirlockServer { runtime: Arc::new(runtime), gated: false, in_flight: Arc::new(in_flight), sessions: Arc::default() }
     }
 
     /// This server, with every call required to carry an authenticated
@@ -111,7 +113,11 @@ impl AirlockServer {
         cancelled: tokio_util::sync::CancellationToken,
         session_closed: impl Fn() -> bool,
     ) -> Envelope {
-        let Some(entry) = self.catalog().find(name).cloned() else {
+        let catalog = self.catalog();
+        if crate::session_tools::NAMES.contains(&name) && !catalog.sessions.is_empty() {
+            return self.sessions.call(&self.runtime, &catalog, name, arguments, principal).await;
+        }
+        let Some(entry) = catalog.find(name).cloned() else {
             return Envelope::from_refusal(&Refusal::new(
                 ReasonCode::ManifestNotFound,
                 format!("no tool named {name:?} is served"),

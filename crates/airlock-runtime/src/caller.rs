@@ -92,7 +92,7 @@ impl CallerScope<'_> {
 
 impl Runtime {
     /// The principal of `requested`, else the runtime's own.
-    pub(crate) fn principal_of<'a>(&'a self, requested: Option<&'a str>) -> &'a str {
+    pub fn principal_of<'a>(&'a self, requested: Option<&'a str>) -> &'a str {
         requested.unwrap_or(&self.principal)
     }
 

@@ -187,7 +187,14 @@ pub fn tool_specs(authority: &HostAuthority, tools_dir: &Path) -> Vec<airlock_po
         .filter_map(|p| authority.read_text(p, MAX_MANIFEST_BYTES).and_then(|t| Manifest::parse(&t, "").ok()))
         .chain(bundled_missing_from(authority, tools_dir))
         .filter(|m| m.check_executable().is_ok() && !is_git(m))
-        .map(|m| airlock_policy::ToolSpec::from_manifest(&m))
+        .flat_map(|m| {
+            // A session's commands are actions of their own.
+            let commands: Vec<_> = m
+                .session_spec()
+                .map(|s| s.commands.keys().map(|c| crate::session::command_spec(m.name(), c)).collect())
+                .unwrap_or_default();
+            std::iter::once(airlock_policy::ToolSpec::from_manifest(&m)).chain(commands)
+        })
         .chain(airlock_git::Operation::ALL.into_iter().map(|op| git_spec(op.as_str())))
         .chain(std::iter::once(adhoc_isolated_spec()))
         .collect()

@@ -43,6 +43,7 @@ pub mod progress;
 pub mod recovery;
 pub mod retention;
 mod runnable;
+pub mod session;
 pub mod store;
 mod tier_choice;
 pub mod tiers;

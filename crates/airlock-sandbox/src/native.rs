@@ -146,6 +146,39 @@ impl NativeTier {
     }
 }
 
+/// How a worker's standard streams reach the caller.
+enum Stdio {
+    /// stdin `/dev/null`; stdout and stderr drained and bounded by `wait`.
+    Captured,
+    /// stdin and stdout live pipes ([`LiveStdio`]).
+    Live,
+    /// All three the slave of a pseudo-terminal whose master the caller holds.
+    Tty(OwnedFd),
+}
+
+/// A new pseudo-terminal: `posix_openpt(O_RDWR|O_NOCTTY|O_CLOEXEC)`,
+/// `grantpt`, `unlockpt`, then its slave opened by `ptsname` (never this
+/// process's controlling terminal). Returns (master, slave).
+fn open_pty() -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    use rustix::pty::OpenptFlags;
+    let call = |what: &str| {
+        let what = what.to_owned();
+        move |e: rustix::io::Errno| SandboxError::Descriptor { call: what, errno: errno(e) }
+    };
+    let master = rustix::pty::openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC)
+        .map_err(call("posix_openpt(O_RDWR|O_NOCTTY|O_CLOEXEC)"))?;
+    rustix::pty::grantpt(&master).map_err(call("grantpt(master)"))?;
+    rustix::pty::unlockpt(&master).map_err(call("unlockpt(master)"))?;
+    let name = rustix::pty::ptsname(&master, Vec::new()).map_err(call("ptsname(master)"))?;
+    let slave = rustix::fs::open(
+        name.as_c_str(),
+        rustix::fs::OFlags::RDWR | rustix::fs::OFlags::NOCTTY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(call("open(ptsname, O_RDWR|O_NOCTTY)"))?;
+    Ok((master, slave))
+}
+
 fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
     rustix::pipe::pipe_with(PipeFlags::CLOEXEC)
         .map_err(|e| SandboxError::Descriptor { call: "pipe2(O_CLOEXEC)".into(), errno: errno(e) })
@@ -182,12 +215,27 @@ impl NativeTier {
     /// [`Worker::wait`](crate::Worker::wait), which then drains only stderr
     /// and the status records). The worker's `outcome.stdout` is empty.
     pub fn start_live(&self, spec: WorkerSpec) -> Result<(NativeWorker, LiveStdio), SandboxError> {
-        let (worker, live) = self.start_with(spec, true)?;
+        let (worker, live) = self.start_with(spec, Stdio::Live)?;
         let live = live.ok_or_else(|| SandboxError::Protocol("live stdio was not set up".into()))?;
         Ok((worker, live))
     }
 
-    fn start_with(&self, mut spec: WorkerSpec, live: bool) -> Result<(NativeWorker, Option<LiveStdio>), SandboxError> {
+    /// Like [`Tier::start`], but the worker's standard input, output and
+    /// error are the slave of a new pseudo-terminal, its controlling
+    /// terminal (a session of its own); the caller gets the master. The
+    /// same confinement, files and deadline as any worker; the caller must
+    /// still call [`Worker::wait`](crate::Worker::wait) (or kill it).
+    pub fn start_tty(&self, spec: WorkerSpec) -> Result<(NativeWorker, std::fs::File), SandboxError> {
+        let (master, slave) = open_pty()?;
+        let (worker, _) = self.start_with(spec, Stdio::Tty(slave))?;
+        Ok((worker, std::fs::File::from(master)))
+    }
+
+    fn start_with(
+        &self,
+        mut spec: WorkerSpec,
+        stdio: Stdio,
+    ) -> Result<(NativeWorker, Option<LiveStdio>), SandboxError> {
         spec.validate()?;
         let started = Instant::now();
 
@@ -272,17 +320,28 @@ impl NativeTier {
         };
         // Live stdio: the read end of a fresh pipe goes to the init (and on to
         // the worker as fd 0); the caller keeps the write end.
-        let (stdin_fd, stdin_w) = if live {
-            let (r, w) = pipe()?;
-            rustix::fs::fchmod(&r, rustix::fs::Mode::from_raw_mode(0o666))
-                .map_err(|e| SandboxError::Descriptor { call: "fchmod(pipe, 0666)".into(), errno: errno(e) })?;
-            let fd = dup_for_init(&r)?;
-            drop(r);
-            let raw = fd.as_raw_fd();
-            inherited.push(fd);
-            (Some(raw), Some(w))
-        } else {
-            (None, None)
+        let tty = matches!(stdio, Stdio::Tty(_));
+        let (stdin_fd, stdin_w) = match stdio {
+            Stdio::Live => {
+                let (r, w) = pipe()?;
+                rustix::fs::fchmod(&r, rustix::fs::Mode::from_raw_mode(0o666))
+                    .map_err(|e| SandboxError::Descriptor { call: "fchmod(pipe, 0666)".into(), errno: errno(e) })?;
+                let fd = dup_for_init(&r)?;
+                drop(r);
+                let raw = fd.as_raw_fd();
+                inherited.push(fd);
+                (Some(raw), Some(w))
+            }
+            // The slave goes to the init (and on to the worker as 0, 1, 2);
+            // the caller keeps only the master.
+            Stdio::Tty(slave) => {
+                let fd = dup_for_init(&slave)?;
+                drop(slave);
+                let raw = fd.as_raw_fd();
+                inherited.push(fd);
+                (Some(raw), None)
+            }
+            Stdio::Captured => (None, None),
         };
         let init_spec = InitSpec {
             argv: spec.argv.clone(),
@@ -296,6 +355,7 @@ impl NativeTier {
             status_fd: inherited[0].as_raw_fd(),
             program_fd,
             stdin_fd,
+            tty,
             provided,
             fs_socket_fd,
         };
@@ -449,6 +509,6 @@ impl Tier for NativeTier {
     }
 
     fn start(&self, spec: WorkerSpec) -> Result<NativeWorker, SandboxError> {
-        self.start_with(spec, false).map(|(worker, _)| worker)
+        self.start_with(spec, Stdio::Captured).map(|(worker, _)| worker)
     }
 }

@@ -65,6 +65,10 @@ pub(crate) struct InitSpec {
     /// worker's standard input (otherwise it reads `/dev/null`).
     #[serde(default)]
     pub stdin_fd: Option<i32>,
+    /// `stdin_fd` is a terminal (a pty's slave): it becomes the worker's
+    /// standard input, output and error and its controlling terminal.
+    #[serde(default)]
+    pub tty: bool,
     /// Files to copy under `/.airlock`, inherited by the init.
     #[serde(default)]
     pub provided: Vec<InitProvided>,

@@ -106,6 +106,13 @@ fn confine(
                 errno: errno(e),
             })?;
             rustix::stdio::dup2_stdin(&pipe).map_err(attr("dup2(live stdin, 0)"))?;
+            if spec.tty {
+                // A session's terminal: all three streams, and the
+                // controlling terminal of the session just made (setsid).
+                rustix::stdio::dup2_stdout(&pipe).map_err(attr("dup2(tty, 1)"))?;
+                rustix::stdio::dup2_stderr(&pipe).map_err(attr("dup2(tty, 2)"))?;
+                rustix::process::ioctl_tiocsctty(&pipe).map_err(attr("ioctl(0, TIOCSCTTY, 0)"))?;
+            }
         }
         None => {
             let null = rustix::fs::open(

@@ -20,12 +20,7 @@ impl ProcessIdentity {
 
     /// The live process `pid`, if it exists.
     pub fn of(pid: u32) -> Option<ProcessIdentity> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // The command name (field 2) may hold spaces and parentheses; fields
-        // after the last ')' are plain.
-        let rest = &stat[stat.rfind(')')? + 1..];
-        let start_ticks = rest.split_whitespace().nth(19)?.parse().ok()?;
-        Some(ProcessIdentity { pid, start_ticks })
+        stat_of(pid).map(|(_, start_ticks)| ProcessIdentity { pid, start_ticks })
     }
 
     /// `PID.START`, as used in file names.
@@ -40,9 +35,23 @@ impl ProcessIdentity {
     }
 
     /// Whether this exact process is still alive.
+    /// A zombie is not: it holds nothing and never runs again (a killed
+    /// holder whose parent has not reaped it yet).
     pub fn alive(&self) -> bool {
-        ProcessIdentity::of(self.pid) == Some(*self)
+        matches!(stat_of(self.pid), Some((state, ticks)) if ticks == self.start_ticks && !matches!(state, 'Z' | 'X'))
     }
+}
+
+/// The state letter and start time (clock ticks) of process `pid`.
+fn stat_of(pid: u32) -> Option<(char, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses; fields
+    // after the last ')' are plain.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let start_ticks = fields.nth(18)?.parse().ok()?;
+    Some((state, start_ticks))
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@ mod prepare;
 mod query;
 mod report;
 mod run;
+mod session;
+mod session_holder;
 mod staging;
 mod tools;
 
@@ -77,6 +79,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         return Ok(Answer::Text(airlock_policy::schema_text(&specs)));
     }
     let mut runtime = Runtime::open(HostAuthority::ambient(), config, settings::resolver_override()?)?;
+    let principal = cli.principal.clone();
     if let Some(principal) = cli.principal {
         runtime.set_principal(principal);
     }
@@ -117,6 +120,12 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         }
         Command::Tools(cmd) => tools::run(&runtime, cmd)?,
         Command::Staging(cmd) => staging::run(&runtime, cmd)?,
+        Command::Session(crate::cli::SessionCommand::Serve) => {
+            runtime.set_init_program(this_executable()?, true);
+            session_holder::serve(&runtime)?;
+            Answer::Text(String::new())
+        }
+        Command::Session(cmd) => session::run(&runtime, cmd, cli.config.as_deref(), principal.as_deref())?,
         Command::Journal(crate::cli::JournalCommand::Show { json }) => journal::show(&runtime, json)?,
         Command::Journal(crate::cli::JournalCommand::Export { segment, file }) => {
             journal::export(&runtime, segment, &file)?.into()

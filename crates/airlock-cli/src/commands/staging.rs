@@ -13,8 +13,18 @@ pub fn run(runtime: &Runtime, cmd: StagingCommand) -> Result<Answer, Refusal> {
     let content = match cmd {
         StagingCommand::Status { json } => {
             let status = pool.status()?;
-            let envelope = Envelope { content: Some(to_json(serde_json::to_value(&status))), ..Envelope::ok() };
-            return Ok(super::report::status(json, envelope, |_| table(&status)));
+            let mut content = to_json(serde_json::to_value(&status));
+            // Live sessions hold their reservations in the session holder.
+            let sessions = super::session::live_sessions(runtime);
+            content["sessions"] = sessions.clone();
+            let envelope = Envelope { content: Some(content), ..Envelope::ok() };
+            return Ok(super::report::status(json, envelope, |_| {
+                let mut text = table(&status);
+                for s in sessions.as_array().into_iter().flatten() {
+                    let _ = writeln!(text, "session {} ({}): live in the session holder", s["session"], s["tool"]);
+                }
+                text
+            }));
         }
         StagingCommand::Gc => {
             let mut report = to_json(serde_json::to_value(pool.gc()?));

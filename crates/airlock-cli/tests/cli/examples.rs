@@ -33,8 +33,8 @@ fn every_example_tool_validates() {
     run.assert_ok();
     let list = airlock_in(dir.path(), &["tools", "list"]);
     let tools = list.envelope["content"]["tools"].as_array().unwrap();
-    // Four example tools, then the seven bundled source and Git tools.
-    assert_eq!(tools.len(), 4 + 7, "{list:#?}");
+    // Six example tools (two of them sessions), then the seven bundled source and Git tools.
+    assert_eq!(tools.len(), 6 + 7, "{list:#?}");
     assert!(tools.iter().all(|t| t["runnable"] == true), "{list:#?}");
 }
 

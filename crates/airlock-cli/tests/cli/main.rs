@@ -50,6 +50,7 @@ mod resolvers;
 mod resource_limits;
 mod run;
 mod runkit;
+mod session;
 mod source;
 mod staging_pool;
 mod toolclad;

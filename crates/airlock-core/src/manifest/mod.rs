@@ -55,6 +55,7 @@ mod output_file;
 mod output_schema;
 mod schema;
 mod scope;
+mod session;
 mod source;
 mod template;
 mod unsupported;
@@ -73,6 +74,7 @@ pub use model::{
     OutputFormat, RiskTier, SourceDef, ToolLimits, ToolMeta,
 };
 pub use scope::SCOPE_TARGET_MAX_LEN;
+pub use session::{SessionCommand, SessionSpec, DEFAULT_MAX_INTERACTION_BYTES};
 
 /// `[broker]` (airlock extension): the command runs isolated and reaches
 /// named roots through the broker; `roots` are `NAME:RIGHTS`, the host path
@@ -123,6 +125,8 @@ struct Compiled {
     output_schema: Option<output_schema::OutputSchema>,
     /// `[tool.evidence]` with `capture = true`: where the blobs go.
     evidence: Option<evidence::EvidenceDir>,
+    /// `[session]`, compiled.
+    session: Option<session::SessionSpec>,
 }
 
 /// A parsed, structurally checked manifest.
@@ -148,7 +152,7 @@ pub struct Manifest {
     pub broker: Option<BrokerDef>,
     /// `[mcp]`, kept as written; [`Manifest::mcp_spec`] checks it.
     pub mcp: Option<toml::Table>,
-    /// `[session]`, kept as written (not executed).
+    /// `[session]`, as written ([`Manifest::session_spec`] is what runs).
     pub session: Option<toml::Table>,
     /// `[http]`, kept as written (not executed).
     pub http: Option<toml::Table>,
@@ -229,11 +233,17 @@ impl Manifest {
         let raw: RawManifest = toml::from_str(text).map_err(|e| at(invalid(e.to_string().trim_end().to_owned())))?;
         check_tool(&raw.tool).map_err(at)?;
         check_positions(&raw.args).map_err(at)?;
-        let command = raw.command.as_ref().map(|c| command::compile(c, &raw.args)).transpose().map_err(at)?;
-        let end_of_options = raw.command.as_ref().is_some_and(|c| c.end_of_options);
+        // A session's startup command is its argv, built like `[command] template`.
+        let startup = raw.session.as_ref().map(session::startup_command).transpose().map_err(at)?;
+        if startup.is_some() && raw.command.is_some() {
+            return Err(at(invalid("[session] beside [command]: a session's argv is its startup_command".to_owned())));
+        }
+        let command_def = raw.command.as_ref().or(startup.as_ref());
+        let command = command_def.map(|c| command::compile(c, &raw.args)).transpose().map_err(at)?;
+        let end_of_options = command_def.is_some_and(|c| c.end_of_options);
         let mut rules = BTreeMap::new();
         for (name, def) in &raw.args {
-            let fallback = raw.command.as_ref().and_then(|c| c.defaults.get(name));
+            let fallback = command_def.and_then(|c| c.defaults.get(name));
             // A source tool builds no argv, so a leading dash is only data.
             let dash_ok = raw.source.is_some() || command.as_ref().is_some_and(|c| c.dash_ok(end_of_options, name));
             let reach = command.as_ref().map_or(args::ShellReach::NoCommand, command::CompiledCommand::shell_reach);
@@ -252,6 +262,8 @@ impl Manifest {
             .map(output_schema::OutputSchema::compile)
             .transpose()
             .map_err(at)?;
+        let session =
+            raw.session.as_ref().map(|t| session::compile(t, filesystem.has_create())).transpose().map_err(at)?;
         Ok(Manifest {
             tool: raw.tool,
             args: raw.args,
@@ -266,8 +278,13 @@ impl Manifest {
             browser: raw.browser,
             sha256: sha256_tagged(text.as_bytes()),
             origin: origin.to_owned(),
-            compiled: Compiled { args: rules, command, filesystem, stdout_output, output_schema, evidence },
+            compiled: Compiled { args: rules, command, filesystem, stdout_output, output_schema, evidence, session },
         })
+    }
+
+    /// The compiled `[session]`, if the tool is a session.
+    pub fn session_spec(&self) -> Option<&session::SessionSpec> {
+        self.compiled.session.as_ref()
     }
 
     /// `sha256:` and the hex digest of the manifest's bytes.

@@ -154,7 +154,7 @@ mod tests {
             "[command]\nexec = [\"ls\"]\n",
             "[filesystem]\nread = [\"data/x\"]\n",
             "[mcp]\nserver = \"x\"\n",
-            "[session]\nstartup_command = \"x\"\n",
+            "[session]\nstartup_command = \"x\"\nready_pattern = \"> \"\n[session.commands.a]\npattern = \"a\"\n",
             "[http]\nurl = \"x\"\n",
             "[browser]\nengine = \"x\"\n",
         ] {

@@ -252,11 +252,6 @@ fn opaque_sections_load_with_any_content() {
         tool = "create_issue"
         [mcp.field_map]
         repo = "repository"
-        [session]
-        startup_command = "msfconsole -q"
-        [session.commands.run]
-        pattern = "^run$"
-        anything = [1, 2, { deep = true }]
         [http]
         method = "POST"
         headers = { "Authorization" = "Bearer {_secret:token}" }
@@ -267,10 +262,10 @@ fn opaque_sections_load_with_any_content() {
         "#,
     );
     assert_eq!(m.mcp.as_ref().unwrap()["server"].as_str(), Some("github"));
-    assert!(m.session.is_some() && m.http.is_some() && m.browser.is_some());
+    assert!(m.http.is_some() && m.browser.is_some());
     let err = m.check_executable().unwrap_err();
     assert_eq!(err.code, ManifestUnsupported);
-    for feature in ["[session]", "[http]", "[browser]"] {
+    for feature in ["[http]", "[browser]"] {
         assert!(err.message.contains(feature), "{feature} not in {}", err.message);
     }
 }
@@ -280,7 +275,6 @@ fn each_unsupported_feature_is_refused() {
     let runnable = "[command]\nexec = [\"echo\", \"hi\"]\n";
     assert!(manifest(runnable).check_executable().is_ok());
     let cases: &[(&str, &str)] = &[
-        ("[session]\nstartup_command = \"x\"", "[session]"),
         ("[http]\nmethod = \"GET\"", "[http]"),
         ("[browser]\nengine = \"cdp\"", "[browser]"),
         ("[output]\nformat = \"json\"\nparser = \"builtin:yaml\"", "parser = \"builtin:yaml\""),

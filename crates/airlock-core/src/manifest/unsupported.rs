@@ -13,16 +13,15 @@ use crate::reason::{ReasonCode, Refusal};
 /// Every feature of `m` that airlock does not execute, for people.
 pub(crate) fn features(m: &Manifest) -> Vec<String> {
     let mut found = Vec::new();
-    for (present, what) in [
-        (m.session.is_some(), "[session] (session mode)"),
-        (m.http.is_some(), "[http] (HTTP backend)"),
-        (m.browser.is_some(), "[browser] (browser mode)"),
-    ] {
+    for (present, what) in
+        [(m.http.is_some(), "[http] (HTTP backend)"), (m.browser.is_some(), "[browser] (browser mode)")]
+    {
         if present {
             found.push(what.to_owned());
         }
     }
-    if m.tool.mode != Mode::Oneshot {
+    let session_mode = m.tool.mode == Mode::Session && m.session.is_some();
+    if m.tool.mode != Mode::Oneshot && !session_mode {
         found.push(format!("[tool] mode = {:?}", m.tool.mode.as_str()));
     }
     if m.tool.dispatch == Dispatch::Callback {
@@ -59,8 +58,9 @@ pub(crate) fn features(m: &Manifest) -> Vec<String> {
 
 fn command_features(m: &Manifest, found: &mut Vec<String>) {
     let Some(cmd) = &m.command else {
-        // An [mcp] tool runs its server (checked by `mcp::spec`).
-        if m.mcp.is_none() {
+        // An [mcp] tool runs its server (checked by `mcp::spec`); a
+        // [session] tool its startup_command.
+        if m.mcp.is_none() && m.session.is_none() {
             found.push("no command ([command] is missing, so there is nothing to run)".to_owned());
         }
         return;

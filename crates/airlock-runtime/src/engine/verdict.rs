@@ -51,17 +51,7 @@ pub(crate) fn judge(outcome: &WorkerOutcome, timeout_seconds: u64, max_file: u64
             format!("the tool ran past timeout_seconds = {timeout_seconds} and was killed"),
         ));
     }
-    if let Some(export) = &outcome.output {
-        if export.over_limit || outcome.exit == ExitStatusKind::Signaled(SIGXFSZ) {
-            return Err(Refusal::new(
-                ReasonCode::LimitOutputSize,
-                format!("the tool wrote more than max_file_bytes = {max_file} to its output"),
-            ));
-        }
-        if let Some(why) = &export.refused {
-            return Err(Refusal::new(ReasonCode::OutputTampered, format!("the output was not exported: {why}")));
-        }
-    }
+    judge_export(outcome, max_file)?;
     if !outcome.exit.success() {
         let how = match outcome.exit {
             ExitStatusKind::Exited(c) => format!("exited with status {c}"),
@@ -84,4 +74,22 @@ pub(crate) fn exit_number(exit: ExitStatusKind) -> i32 {
         ExitStatusKind::Exited(c) => c,
         ExitStatusKind::Signaled(s) => 128 + s,
     }
+}
+
+/// Whether the worker's output file was exported whole: `limit.output_size`
+/// when it grew past `max_file` (or the file-size limit killed the tool),
+/// `output.tampered` when it was refused (replaced, deleted, …).
+pub(crate) fn judge_export(outcome: &WorkerOutcome, max_file: u64) -> Result<(), Refusal> {
+    if let Some(export) = &outcome.output {
+        if export.over_limit || outcome.exit == ExitStatusKind::Signaled(SIGXFSZ) {
+            return Err(Refusal::new(
+                ReasonCode::LimitOutputSize,
+                format!("the tool wrote more than max_file_bytes = {max_file} to its output"),
+            ));
+        }
+        if let Some(why) = &export.refused {
+            return Err(Refusal::new(ReasonCode::OutputTampered, format!("the output was not exported: {why}")));
+        }
+    }
+    Ok(())
 }

@@ -86,6 +86,12 @@ impl Runtime {
                 progress: request.progress.as_deref(),
                 tier: request.tier,
             };
+            if tool.manifest.session_spec().is_some() {
+                return Err(Refusal::new(
+                    ReasonCode::ManifestUnsupported,
+                    format!("{} is a [session] tool: start it with `airlock session start`", tool.manifest.name()),
+                ));
+            }
             match Shape::of(&tool.manifest)? {
                 Shape::Exec => {
                     let call_tool = tool.call_tool();
@@ -123,6 +129,10 @@ impl Runtime {
             tier: request.tier,
         };
         let result = self.load_tool(&request.tool).and_then(|tool| match Shape::of(&tool.manifest)?.not_kept() {
+            _ if tool.manifest.session_spec().is_some() => Err(Refusal::new(
+                ReasonCode::ManifestUnsupported,
+                format!("{} is a [session] tool: start it with `airlock session start`", tool.manifest.name()),
+            )),
             Some(why) => Err(Refusal::new(ReasonCode::ManifestUnsupported, format!("{}: {why}", tool.manifest.name()))),
             None => {
                 let call_tool = tool.call_tool();

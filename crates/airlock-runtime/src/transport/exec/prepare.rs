@@ -48,6 +48,7 @@ impl Runtime {
         let argv = manifest.build_argv(&args)?;
         let (supported, shape) = match manifest.mcp_spec()? {
             Some(_) => (crate::tier_choice::NATIVE_ONLY, "an [mcp] tool"),
+            None if manifest.session_spec().is_some() => (crate::tier_choice::NATIVE_ONLY, "a [session] tool"),
             None => (crate::tier_choice::ONE_SHOT, "a [command] tool"),
         };
         let pinned = manifest.tool.sandbox.and_then(|s| s.tier);
@@ -166,7 +167,7 @@ impl Runtime {
         })
     }
 
-    pub(super) fn ceiling_for(&self, path: &RelPath) -> Result<(&airlock_core::Ceiling, Option<RelPath>), Refusal> {
+    pub(crate) fn ceiling_for(&self, path: &RelPath) -> Result<(&airlock_core::Ceiling, Option<RelPath>), Refusal> {
         self.config().ceiling_for(path).ok_or_else(|| {
             Refusal::new(ReasonCode::GrantNoCeiling, format!("no configured ceiling covers {:?}", path.as_str()))
         })
@@ -175,7 +176,7 @@ impl Runtime {
     /// Holds the output's parent beneath its read-write or create-only ceiling; with
     /// `create_parents`, its deepest existing ancestor and the names of the
     /// directories to make (at publication) below it.
-    pub(super) fn hold_output(&self, path: &RelPath, create_parents: bool) -> Result<HeldOutput, Refusal> {
+    pub(crate) fn hold_output(&self, path: &RelPath, create_parents: bool) -> Result<HeldOutput, Refusal> {
         let (ceiling, rel) = self.ceiling_for(path)?;
         if !ceiling.mode.creates() {
             return Err(Refusal::new(

@@ -1,0 +1,561 @@
+//! The session call shape (issue 21): a `[session]` tool's program started
+//! once on a terminal airlock owns, driven by declared commands, and
+//! published only by its `finalize = true` command.
+//!
+//! A session is one call of the engine, kept open: its start is the exec
+//! shape's prepare (snapshots, held output parent, staging reservation)
+//! and authorize, unchanged; its worker is the exec worker (same grants,
+//! limits and sandbox) on a pseudo-terminal ([`NativeTier::start_tty`]).
+//! Each interaction is its own Cedar request (action `tool_call::TOOL.COMMAND`,
+//! the session's descriptor as context, the argument as `args.arg`), checked
+//! against the command's whole-string pattern before a byte is written,
+//! and journaled (`SessionInteraction`) under the session's id. Finalize
+//! runs its command, waits for the prompt, ends the worker, confirms its
+//! cleanup and publishes through the engine's [`publish`](crate::engine);
+//! any other end discards the staging and publishes nothing.
+//!
+//! [`NativeTier::start_tty`]: airlock_sandbox::NativeTier::start_tty
+
+mod desk;
+mod terminal;
+
+pub use desk::Desk;
+
+use crate::engine::{answer, CallStart, PreparedCall};
+use crate::transport::exec::{CallRequest, Exec, ExecPayload};
+use crate::Runtime;
+use airlock_core::manifest::SessionSpec;
+use airlock_core::{Envelope, ReasonCode, Refusal, RelPath};
+use airlock_journal::kind;
+use airlock_sandbox::{AnyTier, NativeWorker, Worker as _};
+use serde_json::json;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+/// How long a finalized program has to end after its terminal hangs up.
+const HANGUP_GRACE: Duration = Duration::from_secs(5);
+
+/// The Cedar view of one session command: its own action
+/// (`tool_call::TOOL.COMMAND`) with one `String` argument, `arg`.
+pub fn command_spec(tool: &str, command: &str) -> airlock_policy::ToolSpec {
+    airlock_policy::ToolSpec {
+        name: format!("{tool}.{command}"),
+        action: None,
+        resource: None,
+        args: vec![("arg".to_owned(), airlock_policy::ArgKind::String)],
+    }
+}
+
+/// One live session, held by one process (the holder).
+#[derive(Debug)]
+pub struct Session {
+    prepared: PreparedCall<ExecPayload>,
+    policy_ids: Vec<String>,
+    spec: SessionSpec,
+    worker: Option<NativeWorker>,
+    /// `None` once closed (the program got its hangup).
+    master: Option<std::fs::File>,
+    staged_output: Option<std::fs::File>,
+    interactions: u64,
+    started: Instant,
+    last_used: Instant,
+}
+
+/// What `airlock session list` shows of a session.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SessionInfo {
+    /// The session's id (its invocation id).
+    pub session: String,
+    /// Its tool.
+    pub tool: String,
+    /// Interactions so far.
+    pub interactions: u64,
+    /// Seconds since it started.
+    pub age_seconds: u64,
+    /// Whether finalize would publish an output.
+    pub pending_output: Option<String>,
+}
+
+impl Session {
+    /// The session's id.
+    pub fn id(&self) -> &str {
+        self.prepared.invocation_id()
+    }
+
+    /// What `list` shows.
+    pub fn info(&self) -> SessionInfo {
+        SessionInfo {
+            session: self.id().to_owned(),
+            tool: self.prepared.descriptor().tool.clone(),
+            interactions: self.interactions,
+            age_seconds: self.started.elapsed().as_secs(),
+            pending_output: self.prepared.record().output.as_ref().map(|o| o.path.clone()),
+        }
+    }
+
+    /// Whether it outlived its idle or total timeout.
+    pub fn expired(&self) -> bool {
+        self.last_used.elapsed() > Duration::from_secs(self.spec.idle_timeout_seconds)
+            || self.started.elapsed() > Duration::from_secs(self.spec.session_timeout_seconds)
+    }
+
+    fn base(&self) -> Envelope {
+        let mut e = answer::finished(&self.prepared, &self.policy_ids, None);
+        e.stage = None;
+        e
+    }
+}
+
+impl Runtime {
+    /// Starts a session of `request.tool`: prepare and authorize as a
+    /// one-shot exec call, then its startup command on a terminal, until
+    /// the ready pattern shows. On any failure nothing is left running and
+    /// the staging is discarded; the refusal is journaled.
+    pub fn session_start(&self, request: &CallRequest) -> Result<(Session, Envelope), Box<Envelope>> {
+        let principal = self.principal_of(request.principal.as_deref()).to_owned();
+        let id = request.invocation_id.clone();
+        let _caller = self.enter_call(&id, &principal);
+        let result = self.session_start_steps(request, &principal);
+        result.map_err(|refusal| Box::new(self.ended(&id, &principal, Err(refusal))))
+    }
+
+    fn session_start_steps(&self, request: &CallRequest, principal: &str) -> Result<(Session, Envelope), Refusal> {
+        let tool = self.load_tool(&request.tool)?;
+        let Some(spec) = tool.manifest.session_spec().cloned() else {
+            return Err(Refusal::new(
+                ReasonCode::ManifestUnsupported,
+                format!("{} has no [session]: run it with `airlock run`", tool.manifest.name()),
+            ));
+        };
+        let call_tool = tool.call_tool();
+        if crate::approval::needs_approval(&call_tool.identity.risk_tier, call_tool.identity.human_approval) {
+            return Err(Refusal::new(
+                ReasonCode::ManifestUnsupported,
+                format!("{} needs an exact-call approval, which a session start cannot wait for", tool.manifest.name()),
+            ));
+        }
+        let start = CallStart {
+            invocation_id: &request.invocation_id,
+            principal,
+            keep: false,
+            expires_at: None,
+            progress: request.progress.as_deref(),
+            tier: request.tier,
+        };
+        let prepared = self.prepare_with(Exec { request, manifest: tool.manifest }, &call_tool, start)?;
+        let (prepared, decision) = self.authorize(prepared, false)?.into_parts();
+        let AnyTier::Native(tier) = self.worker_tier(&prepared.descriptor().tier)? else {
+            return Err(Refusal::new(ReasonCode::ManifestUnsupported, "sessions run on the native tier only"));
+        };
+        let (mut worker_spec, staged_output) = self.worker_spec(&prepared)?;
+        worker_spec.env.push(("TERM".into(), "dumb".into()));
+        worker_spec.timeout = Duration::from_secs(spec.session_timeout_seconds);
+        let d = prepared.descriptor();
+        self.record(
+            kind::WORKER_STARTED,
+            Some(prepared.invocation_id()),
+            crate::ledger::worker_started_body(&d.argv, json!({ "tier": d.tier, "session": true })),
+        )?;
+        let (worker, mut master) =
+            tier.start_tty(worker_spec).map_err(|e| crate::failure::sandbox_refusal(&e, "the session"))?;
+        let deadline = Instant::now() + Duration::from_secs(spec.startup_timeout_seconds);
+        let reading = terminal::read_until_ready(&mut master, &spec, spec.max_interaction_bytes, deadline, false);
+        let mut session = Session {
+            prepared,
+            policy_ids: decision.policy_ids,
+            spec,
+            worker: Some(worker),
+            master: Some(master),
+            staged_output,
+            interactions: 0,
+            started: Instant::now(),
+            last_used: Instant::now(),
+        };
+        if !reading.ready {
+            let why = if reading.ended { "ended before its prompt" } else { "did not show its prompt in time" };
+            let _ = self.stop_worker(&mut session, false);
+            session.prepared.release_staging();
+            return Err(Refusal::new(
+                ReasonCode::SessionNotReady,
+                format!(
+                    "the session's program {why} (ready_pattern {:?}); nothing was published",
+                    session.spec.ready.as_str()
+                ),
+            ));
+        }
+        let mut envelope = session.base();
+        envelope.content = Some(json!({
+            "session": session.id(),
+            "startup": reading.text,
+            "commands": session.spec.commands.keys().collect::<Vec<_>>(),
+            "pending_output": session.info().pending_output,
+        }));
+        Ok((session, envelope))
+    }
+
+    /// One interaction: `command`'s pattern checked on `arg` before
+    /// anything is written, its own Cedar request, then `arg` and a newline
+    /// to the terminal and its output until the prompt returns. A refusal
+    /// leaves the session usable; a finalize command ends it (see
+    /// [`Runtime::session_finalize`]). `Err`: the session ended.
+    pub fn session_send(&self, session: &mut Session, command: &str, arg: &str, raw: bool) -> SendResult {
+        let id = session.id().to_owned();
+        let principal = session.prepared.principal().to_owned();
+        let _caller = self.enter_call(&id, &principal);
+        session.last_used = Instant::now();
+        let cmd = match session.spec.command(command) {
+            Ok(c) => c.clone(),
+            Err(r) => return SendResult::Answer(Box::new(self.refused_interaction(session, command, arg, r))),
+        };
+        if cmd.finalize {
+            let r = Refusal::new(
+                ReasonCode::Usage,
+                format!("{command} is the finalize command: use `airlock session finalize` (it ends the session)"),
+            );
+            return SendResult::Answer(Box::new(self.refused_interaction(session, command, arg, r)));
+        }
+        match self.interact(session, command, arg, raw) {
+            Ok(envelope) => SendResult::Answer(Box::new(envelope)),
+            Err(Ended::Refused(r)) => SendResult::Answer(Box::new(self.refused_interaction(session, command, arg, r))),
+            Err(Ended::Broken(r)) => SendResult::Ended(r),
+        }
+    }
+
+    fn interact(&self, session: &mut Session, command: &str, arg: &str, raw: bool) -> Result<Envelope, Ended> {
+        let cmd = session.spec.command(command).map_err(Ended::Refused)?.clone();
+        cmd.check(command, arg).map_err(Ended::Refused)?;
+        if let Some(max) = session.spec.max_interactions {
+            if session.interactions >= max {
+                return Err(Ended::Refused(Refusal::new(
+                    ReasonCode::SessionLimit,
+                    format!("the session had its {max} interactions ([session] max_interactions)"),
+                )));
+            }
+        }
+        self.check_fresh(session).map_err(Ended::Broken)?;
+        let policy_ids = self.authorize_interaction(session, command, &cmd, arg).map_err(Ended::Refused)?;
+        let mut line = arg.as_bytes().to_vec();
+        line.push(b'\n');
+        let Some(master) = session.master.as_mut() else {
+            return Err(Ended::Broken(Refusal::new(ReasonCode::SessionDiscarded, "the session's terminal is closed")));
+        };
+        if let Err(e) = master.write_all(&line) {
+            return Err(Ended::Broken(Refusal::new(
+                ReasonCode::SessionDiscarded,
+                format!("the session's terminal is gone ({e}); nothing was published"),
+            )));
+        }
+        session.interactions += 1;
+        let deadline = Instant::now() + Duration::from_secs(session.spec.interaction_timeout_seconds);
+        let max = session.spec.max_interaction_bytes;
+        let reading = terminal::read_until_ready(master, &session.spec, max, deadline, raw);
+        let output = without_echo(&reading.text, arg);
+        self.note(
+            kind::SESSION_INTERACTION,
+            Some(session.id()),
+            json!({
+                "command": command,
+                "arg_sha256": airlock_core::sha256_tagged(arg.as_bytes()),
+                "policy_ids": policy_ids,
+                "output_bytes": reading.bytes,
+                "truncated": reading.truncated,
+                "ready": reading.ready,
+            }),
+        )
+        .map_err(Ended::Broken)?;
+        if !reading.ready {
+            let why =
+                if reading.ended { "ended" } else { "did not show its prompt within interaction_timeout_seconds" };
+            return Err(Ended::Broken(Refusal::new(
+                ReasonCode::SessionNotReady,
+                format!(
+                    "the session's program {why} after {command}; the session was discarded, nothing was published"
+                ),
+            )));
+        }
+        let mut envelope = session.base();
+        envelope.content = Some(json!({
+            "session": session.id(),
+            "command": command,
+            "output": output,
+            "output_bytes": reading.bytes,
+            "truncated": reading.truncated,
+            "max_interaction_bytes": max,
+            "pending_publication": session.prepared.record().output.as_ref().map(|o| o.path.clone()),
+        }));
+        if let Some(e) = envelope.evidence.as_mut() {
+            e.policy_ids = policy_ids;
+        }
+        Ok(envelope)
+    }
+
+    /// The finalize command (`finalize = true`), its prompt, the worker
+    /// stopped and confirmed gone, then the one output published as any
+    /// call's. A finalize refused before anything was written (pattern,
+    /// policy) hands the session back, usable; anything else ends it.
+    pub fn session_finalize(
+        &self,
+        mut session: Session,
+        command: Option<&str>,
+        arg: &str,
+    ) -> (Envelope, Option<Session>) {
+        let id = session.id().to_owned();
+        let principal = session.prepared.principal().to_owned();
+        let _caller = self.enter_call(&id, &principal);
+        let name = match command {
+            Some(c) => c.to_owned(),
+            None => match session.spec.commands.iter().find(|(_, c)| c.finalize) {
+                Some((name, _)) => name.clone(),
+                None => {
+                    let r = Refusal::new(ReasonCode::SessionCommandUnknown, "the session declares no finalize command");
+                    return (self.refused_interaction(&mut session, "finalize", arg, r), Some(session));
+                }
+            },
+        };
+        let finalize = session.spec.command(&name).map(|c| c.finalize);
+        if finalize.as_ref().is_ok_and(|f| !f) {
+            let r = Refusal::new(ReasonCode::Usage, format!("{name} is not a finalize command of this session"));
+            return (self.refused_interaction(&mut session, &name, arg, r), Some(session));
+        }
+        let interaction = match self.interact(&mut session, &name, arg, false) {
+            Ok(e) => e,
+            // A refused finalize (pattern, policy) leaves the session as it was.
+            Err(Ended::Refused(r)) => return (self.refused_interaction(&mut session, &name, arg, r), Some(session)),
+            Err(Ended::Broken(r)) => return (self.discard(session, Err(r)), None),
+        };
+        let outcome = match self.stop_worker(&mut session, true) {
+            Ok(o) => o,
+            Err(r) => return (self.discard(session, Err(r)), None),
+        };
+        if !outcome.cleanup_confirmed {
+            let r = Refusal::new(ReasonCode::WorkerCleanup, "the session's processes were not confirmed gone");
+            return (self.discard(session, Err(r)), None);
+        }
+        let max_file = session.prepared.descriptor().command_boundary.filesystem.max_file_bytes;
+        if let Err(r) = crate::engine::verdict::judge_export(&outcome, max_file) {
+            return (self.discard(session, Err(r)), None);
+        }
+        let published = self.publish(&session.prepared, session.prepared.output(), session.staged_output.as_ref());
+        let mut content = interaction.content.clone();
+        if let Some(c) = content.as_mut() {
+            c["pending_publication"] = serde_json::Value::Null;
+        }
+        let result =
+            published.map(|created_files| Envelope { stage: Some("finished"), created_files, content, ..interaction });
+        session.prepared.release_staging();
+        (self.ended(&id, &principal, result), None)
+    }
+
+    /// Ends `session` without finalize: the worker is killed and reaped,
+    /// the staging discarded, nothing published; answers
+    /// `session.discarded`.
+    pub fn session_close(&self, session: Session, why: &str) -> Envelope {
+        let id = session.id().to_owned();
+        let principal = session.prepared.principal().to_owned();
+        let _caller = self.enter_call(&id, &principal);
+        let r = Refusal::new(
+            ReasonCode::SessionDiscarded,
+            format!("the session was {why} without finalize: nothing was published and its staging was discarded"),
+        );
+        self.discard(session, Err(r))
+    }
+
+    fn discard(&self, mut session: Session, result: Result<Envelope, Refusal>) -> Envelope {
+        let id = session.id().to_owned();
+        let principal = session.prepared.principal().to_owned();
+        let _ = self.stop_worker(&mut session, false);
+        session.prepared.release_staging();
+        self.ended(&id, &principal, result)
+    }
+
+    /// Journals how the session ended and seals its answer.
+    fn ended(&self, id: &str, principal: &str, result: Result<Envelope, Refusal>) -> Envelope {
+        let started = Instant::now();
+        let envelope = self.journal_end(Some(id), result).unwrap_or_else(|refusal| Envelope {
+            invocation_id: Some(id.to_owned()),
+            ..Envelope::from_refusal(&refusal)
+        });
+        let journal = airlock_core::JournalEvidence { key_id: self.journal().key().key_id() };
+        answer::sealed(envelope, principal, journal, None, started)
+    }
+
+    /// Ends the worker, reaps it and journals its end. `natural`: the
+    /// terminal is closed (the program gets its hangup and ends; PID 1 then
+    /// kills what is left and exports the output), and it is killed only if
+    /// it has not ended within [`HANGUP_GRACE`]; else it is killed at once.
+    fn stop_worker(&self, session: &mut Session, natural: bool) -> Result<airlock_sandbox::WorkerOutcome, Refusal> {
+        let Some(mut worker) = session.worker.take() else {
+            return Err(Refusal::new(ReasonCode::Internal, "the session's worker was already stopped"));
+        };
+        drop(session.master.take());
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if natural {
+            let (kill, done) = (worker.kill_handle(), done.clone());
+            std::thread::spawn(move || {
+                std::thread::sleep(HANGUP_GRACE);
+                if !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    let _ = kill.kill();
+                }
+            });
+        } else {
+            let _ = worker.kill();
+        }
+        let outcome = worker.wait().map_err(|e| crate::failure::sandbox_refusal(&e, "the session"));
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        let id = session.id().to_owned();
+        let body = match &outcome {
+            Ok(o) => json!({
+                "exit_code": crate::engine::verdict::exit_number(o.exit),
+                "timed_out": o.timed_out,
+                "cleanup_confirmed": o.cleanup_confirmed,
+                "output_bytes": o.output.as_ref().map(|e| e.bytes),
+            }),
+            Err(r) => json!({ "error": r.code.as_str(), "message": r.message }),
+        };
+        self.note(kind::WORKER_FINISHED, Some(&id), body)?;
+        outcome
+    }
+
+    fn refused_interaction(&self, session: &mut Session, command: &str, arg: &str, refusal: Refusal) -> Envelope {
+        let id = session.id().to_owned();
+        let _ = self.note(
+            kind::SESSION_INTERACTION,
+            Some(&id),
+            json!({
+                "command": command,
+                "arg_sha256": airlock_core::sha256_tagged(arg.as_bytes()),
+                "refused": refusal.code.as_str(),
+                "message": refusal.message,
+            }),
+        );
+        let mut envelope = Envelope { invocation_id: Some(id.clone()), ..Envelope::from_refusal(&refusal) };
+        envelope.tool = Some(session.prepared.descriptor().tool.clone());
+        envelope.content = Some(json!({ "session": id, "command": command, "session_usable": true }));
+        envelope
+    }
+
+    /// Cedar (or the default policy) on one interaction.
+    fn authorize_interaction(
+        &self,
+        session: &Session,
+        command: &str,
+        cmd: &airlock_core::manifest::SessionCommand,
+        arg: &str,
+    ) -> Result<Vec<String>, Refusal> {
+        let mut d = session.prepared.descriptor().clone();
+        let spec = command_spec(&d.tool, command);
+        // The interaction is a call of its command's action, with the
+        // session's boundary (reads, output, tier) as it was bound at start.
+        d.tool = spec.name.clone();
+        d.args = [("arg".to_owned(), arg.to_owned())].into_iter().collect();
+        if let Some(tier) = cmd.risk_tier {
+            d.risk_tier = tier.to_string();
+        }
+        d.human_approval |= cmd.human_approval;
+        if crate::approval::needs_approval(&d.risk_tier, d.human_approval) {
+            return Err(Refusal::new(
+                ReasonCode::ApprovalRequired,
+                format!(
+                    "{command} (risk tier {}) needs an exact-call approval, which session interactions cannot take \
+                     yet; the session is still usable",
+                    d.risk_tier
+                ),
+            ));
+        }
+        let question = crate::engine::Question {
+            descriptor: &d,
+            spec: &spec,
+            principal: session.prepared.principal(),
+            invocation_id: session.prepared.invocation_id(),
+            approved: false,
+        };
+        self.authorizer().authorize(&question).map(|decision| decision.policy_ids)
+    }
+
+    /// `session.stale` when an input's host file no longer has its
+    /// snapshot's bytes, or the output's parent is no longer the directory
+    /// held at start.
+    fn check_fresh(&self, session: &Session) -> Result<(), Refusal> {
+        let record = session.prepared.record();
+        let limits = &self.config().limits;
+        for input in &record.inputs {
+            let path = RelPath::parse(&input.path)?;
+            let stale = |why: String| {
+                Refusal::new(
+                    ReasonCode::SessionStale,
+                    format!(
+                        "input {:?} {why} since the session started; the session was discarded: start a new one",
+                        input.path
+                    ),
+                )
+            };
+            let (ceiling, rel) = self.ceiling_for(&path)?;
+            let rel = rel.ok_or_else(|| stale("is a ceiling directory".into()))?;
+            let dir = crate::ceilings::open(self.authority(), ceiling, self.protected())?;
+            let file = airlock_hostfs::InputFile::open(self.resolver(), &dir, &rel, &path, limits.max_input_file_bytes)
+                .map_err(|e| stale(format!("cannot be read ({})", Refusal::from(e).code)))?;
+            let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
+            let info = file
+                .snapshot_into(&mut hasher, limits.max_input_file_bytes)
+                .map_err(|e| stale(format!("cannot be read ({})", Refusal::from(e).code)))?;
+            if info.sha256_tagged() != input.sha256 || info.bytes != input.bytes {
+                return Err(stale("changed".into()));
+            }
+        }
+        if let (Some(out), Some(held)) = (&record.output, session.prepared.output()) {
+            let path = RelPath::parse(&out.path)?;
+            let creating = record.descriptor.command_boundary.filesystem.create_dirs.is_some();
+            let now = self.hold_output(&path, creating).map(|h| h.parent().identity());
+            if now.as_ref().ok() != Some(&held.parent().identity()) {
+                return Err(Refusal::new(
+                    ReasonCode::SessionStale,
+                    format!(
+                        "the parent directory of output {:?} is not the one held when the session started; the \
+                         session was discarded: start a new one",
+                        out.path
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What became of one `send`.
+#[derive(Debug)]
+pub enum SendResult {
+    /// The session goes on (the answer may be a refusal of this interaction).
+    Answer(Box<Envelope>),
+    /// The session cannot go on; the holder discards it with this refusal
+    /// ([`Runtime::session_end_with`]).
+    Ended(Refusal),
+}
+
+enum Ended {
+    /// This interaction was refused; the session is as it was.
+    Refused(Refusal),
+    /// The session cannot go on.
+    Broken(Refusal),
+}
+
+impl Runtime {
+    /// Discards `session` (nothing published) and answers with `refusal`.
+    pub fn session_end_with(&self, session: Session, refusal: Refusal) -> Envelope {
+        let id = session.id().to_owned();
+        let principal = session.prepared.principal().to_owned();
+        let _caller = self.enter_call(&id, &principal);
+        self.discard(session, Err(refusal))
+    }
+}
+
+/// `text` without the terminal's echo of the line just written.
+fn without_echo(text: &str, arg: &str) -> String {
+    let trimmed = text.strip_prefix(arg).and_then(|rest| rest.strip_prefix('\n'));
+    let body = trimmed.unwrap_or(text);
+    // The prompt that ended the output is not part of the answer.
+    match body.rfind('\n') {
+        Some(at) => body[..at + 1].to_owned(),
+        None if trimmed.is_some() => String::new(),
+        None => body.to_owned(),
+    }
+}

@@ -25,6 +25,8 @@ fn sandbox_code(kind: SandboxErrorKind) -> ReasonCode {
         SandboxErrorKind::ExecFailed => ReasonCode::ToolFailed,
         SandboxErrorKind::DigestMismatch => ReasonCode::BrokerDigestMismatch,
         SandboxErrorKind::BrokerUnavailable => ReasonCode::BrokerUnavailable,
+        SandboxErrorKind::BootTimeout => ReasonCode::SandboxBootTimeout,
+        SandboxErrorKind::GuestMismatch => ReasonCode::SandboxGuestMismatch,
         // A malformed spec is the runtime's own bug, found before anything ran.
         SandboxErrorKind::InvalidSpec | SandboxErrorKind::SetupFailed => ReasonCode::SandboxSetup,
     }

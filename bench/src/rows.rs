@@ -40,6 +40,7 @@ pub const ALL: &[Row] = &[
         name: "tier docker+runsc: airlock run vs docker run --runtime runsc",
         run: crate::tier_rows::docker_runsc_vs_docker_run,
     },
+    Row { name: "tier microvm: airlock run vs bare qemu boot", run: crate::microvm_rows::microvm_vs_bare_qemu },
 ];
 
 const SNAPSHOT_BYTES: u64 = 32 * 1024 * 1024;

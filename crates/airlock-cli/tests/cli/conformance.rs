@@ -5,6 +5,10 @@
 //! loud `SKIP` line, unless `AIRLOCK_CONFORMANCE_REQUIRE` names it (CI names
 //! every tier, so none is skipped there): then the test fails.
 //!
+//! The microvm tier needs `AIRLOCK_TEST_MICROVM_DIR`: the directory
+//! `scripts/microvm-build.sh` wrote the guest kernel and initramfs to, from
+//! the airlock binary under test.
+//!
 //! The docker tiers need `AIRLOCK_TEST_DOCKER_SOCKET` (an engine's Unix
 //! socket) and the image `AIRLOCK_TEST_DOCKER_IMAGE` (default
 //! `airlock-base:test`, built offline by `scripts/docker-image.sh`).
@@ -31,6 +35,18 @@ fn docker_section(runtime: Option<&str>) -> Option<String> {
     Some(format!("[sandbox.docker]\nsocket = \"{socket}\"\nimage = \"{image}\"\n{runtime}"))
 }
 
+/// `[sandbox.microvm]` from `AIRLOCK_TEST_MICROVM_DIR` (what
+/// `scripts/microvm-build.sh` wrote: `vmlinuz`, `initramfs.cpio`), with
+/// `accel` from `AIRLOCK_TEST_MICROVM_ACCEL` (default `tcg`: every case is a
+/// fresh state dir, and `auto` would probe KVM in each).
+pub(crate) fn microvm_section() -> Option<String> {
+    let dir = std::env::var("AIRLOCK_TEST_MICROVM_DIR").ok()?;
+    let accel = std::env::var("AIRLOCK_TEST_MICROVM_ACCEL").unwrap_or_else(|_| "tcg".to_owned());
+    Some(format!(
+        "[sandbox.microvm]\nkernel = \"{dir}/vmlinuz\"\ninitramfs = \"{dir}/initramfs.cpio\"\naccel = \"{accel}\"\n"
+    ))
+}
+
 fn candidates() -> Vec<(TierUnderTest, Option<String>)> {
     let tier = |t: &str| format!("{ROOTS}[sandbox]\ntier = \"{t}\"\n");
     let docker = |runtime: Option<&str>| match docker_section(runtime) {
@@ -39,11 +55,16 @@ fn candidates() -> Vec<(TierUnderTest, Option<String>)> {
     };
     let (plain, plain_why) = docker(None);
     let (runsc, runsc_why) = docker(Some("runsc"));
+    let (microvm, microvm_why) = match microvm_section() {
+        Some(section) => (format!("{}{section}", tier("microvm")), None),
+        None => (tier("microvm"), Some("AIRLOCK_TEST_MICROVM_DIR is not set".to_owned())),
+    };
     vec![
         (TierUnderTest { name: "native", doctor_key: "native", config: tier("native") }, None),
         (TierUnderTest { name: "gvisor", doctor_key: "gvisor", config: tier("gvisor") }, None),
         (TierUnderTest { name: "docker", doctor_key: "docker", config: plain }, plain_why),
         (TierUnderTest { name: "docker+runsc", doctor_key: "docker", config: runsc }, runsc_why),
+        (TierUnderTest { name: "microvm", doctor_key: "microvm", config: microvm }, microvm_why),
     ]
 }
 
@@ -298,7 +319,8 @@ fn the_misbehave_example_is_contained_and_publishes_nothing() {
         ] {
             // Under gVisor a user namespace is the Sentry's own, never the
             // host kernel's: allowed there, contained all the same.
-            if attempt == "create a user namespace" && matches!(t.name, "gvisor" | "docker+runsc") {
+            // In a microVM it is the guest kernel's: the same holds.
+            if attempt == "create a user namespace" && matches!(t.name, "gvisor" | "docker+runsc" | "microvm") {
                 continue;
             }
             let line = said.lines().find(|l| l.starts_with(attempt)).unwrap_or_default();

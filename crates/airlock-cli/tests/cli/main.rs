@@ -51,6 +51,7 @@ mod source;
 mod staging_pool;
 mod tools;
 mod unprivileged;
+mod microvm;
 mod util;
 mod worker;
 mod worker_surface;

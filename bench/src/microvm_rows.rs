@@ -30,9 +30,8 @@ pub fn microvm_vs_bare_qemu(quick: bool) -> Result<Report, String> {
     let dir = std::env::var("AIRLOCK_BENCH_MICROVM_DIR")
         .map_err(|_| "AIRLOCK_BENCH_MICROVM_DIR is not set (scripts/microvm-build.sh writes the guest)".to_owned())?;
     let (kernel, initramfs) = (format!("{dir}/vmlinuz"), format!("{dir}/initramfs.cpio"));
-    let s = setup_with(&format!(
-        "[sandbox.microvm]\nkernel = {kernel:?}\ninitramfs = {initramfs:?}\naccel = \"tcg\"\n"
-    ))?;
+    let s =
+        setup_with(&format!("[sandbox.microvm]\nkernel = {kernel:?}\ninitramfs = {initramfs:?}\naccel = \"tcg\"\n"))?;
     let bare = || {
         let mut cmd = Command::new("/usr/bin/qemu-system-x86_64");
         cmd.args(["-M", "microvm,accel=tcg,x-option-roms=off,rtc=off", "-m", "512M", "-smp", "1"])

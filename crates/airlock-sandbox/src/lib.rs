@@ -20,6 +20,13 @@
 //! and limits; its promises and what it trusts are in that module and in
 //! DESIGN.md §3 "gVisor tier". Its tests are `tests/gvisor.rs`.
 //!
+//! The microVM tier ([`MicrovmTier`], module [`microvm`]) runs each worker
+//! in its own QEMU `microvm` VM on its own kernel, with the airlock binary
+//! as the guest's PID 1 ([`microvm::guest`]) and bytes (never mounts)
+//! crossing a virtio-serial port in the framed protocol of
+//! [`microvm::frame`]; see DESIGN.md §3 "microVM tier". Its tests are the
+//! CLI's `conformance.rs` and `microvm.rs`.
+//!
 //! # What the native tier guarantees
 //!
 //! - The worker sees no host file or directory but the read-only image
@@ -193,9 +200,9 @@ pub mod gvisor;
 pub mod init;
 mod ipc;
 mod landlock;
+pub mod microvm;
 mod mount_calls;
 mod mounts;
-pub mod microvm;
 pub mod native;
 mod outcome;
 mod parent;

@@ -74,22 +74,34 @@ fn required() -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Why `airlock doctor` says `t` is not ready here (`None`: ready). Asked
+/// once per tier and test process: a tier's readiness is the host's, and
+/// each microvm doctor boots a VM.
+fn doctor_verdict(t: &TierUnderTest) -> Option<String> {
+    static SEEN: std::sync::Mutex<Vec<(&'static str, Option<String>)>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, why)) = seen.iter().find(|(name, _)| *name == t.name) {
+        return why.clone();
+    }
+    let p = Project::with_config(&t.config);
+    let run = p.run(&["doctor", "--json"]);
+    let report = &run.envelope["content"]["tiers"][t.doctor_key];
+    let why = if report["ready"] == true {
+        None
+    } else {
+        Some(format!("doctor: {}", report["detail"].as_str().unwrap_or("no report")))
+    };
+    seen.push((t.name, why.clone()));
+    why
+}
+
 /// The tiers ready here (each checked with `airlock doctor`); the others
 /// are reported as skipped, or fail the test when required.
 fn ready_tiers(case: &str) -> Vec<TierUnderTest> {
     let required = required();
     let mut ready = Vec::new();
     for (t, known_missing) in candidates() {
-        let why = known_missing.or_else(|| {
-            let p = Project::with_config(&t.config);
-            let run = p.run(&["doctor", "--json"]);
-            let report = &run.envelope["content"]["tiers"][t.doctor_key];
-            if report["ready"] == true {
-                None
-            } else {
-                Some(format!("doctor: {}", report["detail"].as_str().unwrap_or("no report")))
-            }
-        });
+        let why = known_missing.or_else(|| doctor_verdict(&t));
         match why {
             None => ready.push(t),
             Some(why) if required.iter().any(|r| r == t.name) => {

@@ -69,9 +69,8 @@ fn a_guest_of_another_airlock_build_is_refused() {
     let Some(dir) = guest_dir("guest mismatch") else { return };
     let p = project("");
     let ours = String::from_utf8(std::fs::read(format!("{dir}/fingerprint")).unwrap()).unwrap();
-    let id: Vec<u8> = (0..ours.trim().len() / 2)
-        .map(|i| u8::from_str_radix(&ours.trim()[2 * i..2 * i + 2], 16).unwrap())
-        .collect();
+    let id: Vec<u8> =
+        (0..ours.trim().len() / 2).map(|i| u8::from_str_radix(&ours.trim()[2 * i..2 * i + 2], 16).unwrap()).collect();
     assert!(id.len() >= 16, "fingerprint {ours:?}");
     let mut image = std::fs::read(format!("{dir}/initramfs.cpio")).unwrap();
     let mut flipped = 0;

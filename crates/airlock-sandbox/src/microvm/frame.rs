@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::outcome::ExitStatusKind;
+use crate::spec::WorkerLimits;
 
 /// The protocol version both sides must speak.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -93,23 +94,6 @@ pub struct FileHeader {
     pub sha256: String,
 }
 
-/// The limits the guest applies to the tool.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GuestLimits {
-    /// `RLIMIT_FSIZE`.
-    pub file_size: u64,
-    /// `RLIMIT_AS`.
-    pub memory_bytes: Option<u64>,
-    /// `RLIMIT_NPROC`.
-    pub pids: Option<u64>,
-    /// `RLIMIT_CPU` (soft; hard one more).
-    pub cpu_seconds: Option<u64>,
-    /// `RLIMIT_NOFILE`.
-    pub open_files: Option<u64>,
-    /// Size of `/tmp`.
-    pub scratch_bytes: u64,
-}
-
 /// The call the host asks the guest to run.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GuestCall {
@@ -123,8 +107,8 @@ pub struct GuestCall {
     pub inputs: Vec<FileHeader>,
     /// The one output's virtual path and the most bytes exported.
     pub output: Option<(String, u64)>,
-    /// Limits.
-    pub limits: GuestLimits,
+    /// The limits the guest applies to the tool (`scratch_bytes` sizes `/tmp`).
+    pub limits: WorkerLimits,
     /// Milliseconds the tool may run.
     pub timeout_ms: u64,
     /// Bytes of stdout the host keeps (the guest forwards at most one more).

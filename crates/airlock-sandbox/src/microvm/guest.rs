@@ -30,9 +30,7 @@ use rustix::fs::{FileType, Mode};
 use rustix::mount::{MountFlags, UnmountFlags};
 use rustix::process::{Resource, Rlimit};
 
-use super::frame::{
-    self, FileHeader, GuestCall, GuestError, GuestOutput, GuestResult, Hello, Kind, PROTOCOL_VERSION,
-};
+use super::frame::{self, FileHeader, GuestCall, GuestError, GuestOutput, GuestResult, Hello, Kind, PROTOCOL_VERSION};
 use crate::outcome::ExitStatusKind;
 
 /// The argument that makes the airlock binary the guest init.
@@ -273,7 +271,8 @@ fn prepare(port: &mut File, call: &GuestCall) -> Result<Option<File>, Fail> {
     let tmp = std::ffi::CString::new(format!("mode=1777,size={}", call.limits.scratch_bytes.max(4096)))
         .map_err(|e| invalid(e.to_string()))?;
     mount("tmpfs", "/tmp", "tmpfs", MountFlags::NOSUID | MountFlags::NODEV, &tmp)?;
-    rustix::mount::mount_remount("/", MountFlags::RDONLY, c"").map_err(|e| setup("mount(/, MS_REMOUNT|MS_RDONLY)")(e.into()))?;
+    rustix::mount::mount_remount("/", MountFlags::RDONLY, c"")
+        .map_err(|e| setup("mount(/, MS_REMOUNT|MS_RDONLY)")(e.into()))?;
     Ok(output)
 }
 
@@ -383,11 +382,7 @@ fn run_tool(port: &mut File, call: &GuestCall) -> Result<Ran, Fail> {
     let (mut out_total, mut err_total) = (0u64, 0u64);
     let (mut eofs, mut exit, mut timed_out, mut killed) = (0, None, false, false);
     while eofs < 2 || exit.is_none() {
-        let wait = if killed {
-            Duration::from_secs(5)
-        } else {
-            deadline.saturating_duration_since(Instant::now())
-        };
+        let wait = if killed { Duration::from_secs(5) } else { deadline.saturating_duration_since(Instant::now()) };
         match rx.recv_timeout(wait) {
             Ok(Event::Chunk(kind, bytes)) => {
                 let (total, limit) = match kind {

@@ -136,16 +136,7 @@ pub fn probe(settings: &MicrovmSettings) -> TierReport {
 /// Live calls are listed too: the caller decides which are dead.
 pub fn leftovers(settings: &MicrovmSettings) -> Result<Vec<Leftover>, SandboxError> {
     let dir = settings.calls_dir();
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(SandboxError::Unavailable(format!("cannot list {}: {e}", dir.display()))),
-    };
-    let mut ids: Vec<String> = entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().map(String::from))
-        .filter(|n| crate::call_dir::is_safe_name(n))
-        .collect();
+    let mut ids = crate::call_dir::list_call_dirs(&dir)?;
     ids.sort();
     Ok(ids
         .into_iter()

@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{Accel, MicrovmSettings};
 use crate::error::SandboxError;
@@ -74,9 +74,15 @@ pub(crate) fn args(s: &MicrovmSettings, accel: Accel, call_dir: &Path, extra_cmd
 /// Spawns QEMU with `vm_end` as its chardev socket: in its own user, network,
 /// IPC and UTS namespaces (no capabilities on the host, no network), killed
 /// when the spawning thread exits, stdin/stdout closed, stderr to `log`.
-pub(crate) fn spawn(s: &MicrovmSettings, args: Vec<OsString>, vm_end: OwnedFd, log: &Path) -> Result<Child, SandboxError> {
+pub(crate) fn spawn(
+    s: &MicrovmSettings,
+    args: Vec<OsString>,
+    vm_end: OwnedFd,
+    log: &Path,
+) -> Result<Child, SandboxError> {
     let unavailable = |what: String| SandboxError::Unavailable(what);
-    let stderr = std::fs::File::create(log).map_err(|e| unavailable(format!("cannot create {}: {e}", log.display())))?;
+    let stderr =
+        std::fs::File::create(log).map_err(|e| unavailable(format!("cannot create {}: {e}", log.display())))?;
     let mut cmd = Command::new(&s.qemu);
     cmd.env_clear().args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(stderr);
     crate::sys::move_fds_at_exec(&mut cmd, vec![(vm_end.as_raw_fd(), CHARDEV_FD)])
@@ -119,21 +125,7 @@ fn names_dir(arg: &[u8], dir: &[u8]) -> bool {
 /// SIGKILLs every process of `call_dir` until none is left or `grace`
 /// passes; returns the pids still alive.
 pub(crate) fn kill_processes(call_dir: &Path, grace: Duration) -> Vec<i32> {
-    let until = Instant::now() + grace;
-    loop {
-        let left = processes_of(call_dir);
-        if left.is_empty() || Instant::now() >= until {
-            return left;
-        }
-        for pid in &left {
-            if let Some(pid) = rustix::process::Pid::from_raw(*pid) {
-                if let Ok(fd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
-                    let _ = rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::KILL);
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    crate::call_dir::kill_listed(grace, || processes_of(call_dir))
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{PidfdFlags, Signal};
 
-use super::frame::{self, FileHeader, GuestCall, GuestError, GuestLimits, GuestOutput, GuestResult, Hello, Kind};
+use super::frame::{self, FileHeader, GuestCall, GuestError, GuestOutput, GuestResult, Hello, Kind};
 use super::{qemu, Accel, MicrovmSettings};
 use crate::call_dir::CallDir;
 use crate::error::{errno, OsErrno, SandboxError};
@@ -63,11 +63,9 @@ struct Guard {
 /// The host binary's fingerprint (its build ID), read once per process.
 pub(crate) fn own_fingerprint() -> Result<String, SandboxError> {
     static OWN: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
-    OWN.get_or_init(|| {
-        super::fingerprint::of_file(std::path::Path::new("/proc/self/exe")).map_err(|e| e.to_string())
-    })
-    .clone()
-    .map_err(|e| SandboxError::Unavailable(format!("cannot read airlock's own build ID: {e}")))
+    OWN.get_or_init(|| super::fingerprint::of_file(std::path::Path::new("/proc/self/exe")).map_err(|e| e.to_string()))
+        .clone()
+        .map_err(|e| SandboxError::Unavailable(format!("cannot read airlock's own build ID: {e}")))
 }
 
 fn proto(e: frame::FrameError) -> SandboxError {
@@ -194,14 +192,7 @@ impl MicrovmWorker {
             working_dir: spec.working_dir.clone(),
             inputs: headers,
             output: spec.output.as_ref().map(|o| (o.virtual_path.clone(), o.max_bytes)),
-            limits: GuestLimits {
-                file_size: spec.limits.file_size,
-                memory_bytes: spec.limits.memory_bytes,
-                pids: spec.limits.pids,
-                cpu_seconds: spec.limits.cpu_seconds,
-                open_files: spec.limits.open_files,
-                scratch_bytes: spec.limits.scratch_bytes,
-            },
+            limits: spec.limits.clone(),
             timeout_ms: spec.timeout.as_millis() as u64,
             stdout_limit: spec.stdout_limit as u64,
             stderr_limit: spec.stderr_limit as u64,
@@ -354,7 +345,10 @@ fn wait_worker(mut w: MicrovmWorker) -> Result<WorkerOutcome, SandboxError> {
     let killed = w.killed.load(Ordering::SeqCst);
     if let Some(e) = talk.error {
         if e.step == "exec" {
-            return Err(SandboxError::Exec { program: w.argv0.clone(), errno: OsErrno(e.errno.unwrap_or(libc::ENOENT)) });
+            return Err(SandboxError::Exec {
+                program: w.argv0.clone(),
+                errno: OsErrno(e.errno.unwrap_or(libc::ENOENT)),
+            });
         }
         return Err(SandboxError::Unavailable(format!("the microvm guest could not run the call: {}", e.message)));
     }
@@ -363,10 +357,21 @@ fn wait_worker(mut w: MicrovmWorker) -> Result<WorkerOutcome, SandboxError> {
         if !killed && !timed_out {
             return Err(SandboxError::Protocol(format!("the microvm guest ended without a result; {console}")));
         }
-        let output = w.output.as_ref().map(|_| refused(if timed_out { "the worker timed out" } else { "the worker was killed" }.into()));
+        let output = w
+            .output
+            .as_ref()
+            .map(|_| refused(if timed_out { "the worker timed out" } else { "the worker was killed" }.into()));
         let [out, err] = streams;
         let confirmed = left.is_empty() && removed.is_ok();
-        return crate::parent::finish(ExitStatusKind::Signaled(libc::SIGKILL), timed_out, out, err, output, confirmed, limits());
+        return crate::parent::finish(
+            ExitStatusKind::Signaled(libc::SIGKILL),
+            timed_out,
+            out,
+            err,
+            output,
+            confirmed,
+            limits(),
+        );
     };
     let confirmed = result.cleanup_confirmed && talk.ended && left.is_empty() && removed.is_ok();
     let output = match talk.output {

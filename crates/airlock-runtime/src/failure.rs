@@ -73,9 +73,10 @@ mod tests {
             }
         }
         // sandbox.unavailable, sandbox.limits_unavailable, sandbox.setup_failed,
-        // broker.digest_mismatch, broker.unavailable; journal.key_unsafe,
-        // journal.io, journal.corrupt, journal.not_exported.
-        assert_eq!(same, 9);
+        // broker.digest_mismatch, broker.unavailable, sandbox.boot_timeout,
+        // sandbox.guest_mismatch; journal.key_unsafe, journal.io,
+        // journal.corrupt, journal.not_exported.
+        assert_eq!(same, 11);
     }
 
     #[test]

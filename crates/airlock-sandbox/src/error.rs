@@ -481,6 +481,8 @@ mod tests {
             "broker.digest_mismatch",
             "broker.unavailable",
             "sandbox.setup_failed",
+            "sandbox.boot_timeout",
+            "sandbox.guest_mismatch",
         ];
         assert_eq!(codes, known);
         for kind in SandboxErrorKind::ALL {

@@ -54,11 +54,7 @@ pub fn maybe_run_guest() {
     if args.next().as_deref() != Some(std::ffi::OsStr::new(GUEST_MARKER)) || std::process::id() != 1 {
         return;
     }
-    let message = match run() {
-        Ok(()) => None,
-        Err(e) => Some(e),
-    };
-    if let Some(m) = message {
+    if let Err(m) = run() {
         let _ = writeln!(io::stderr(), "airlock guest: {m}");
     }
     power_off()

@@ -12,6 +12,9 @@
 //! The docker tiers need `AIRLOCK_TEST_DOCKER_SOCKET` (an engine's Unix
 //! socket) and the image `AIRLOCK_TEST_DOCKER_IMAGE` (default
 //! `airlock-base:test`, built offline by `scripts/docker-image.sh`).
+//! `podman+runsc` is the same Docker tier on Podman's Docker-compatible
+//! socket, `AIRLOCK_TEST_PODMAN_SOCKET` (started by
+//! `scripts/podman-lab.sh`), with the same image name there.
 
 use crate::runkit::*;
 use crate::util::{Project, Run, CANARY};
@@ -23,13 +26,16 @@ struct TierUnderTest {
     name: &'static str,
     /// The key of `doctor`'s `tiers` object that says whether it is ready.
     doctor_key: &'static str,
+    /// The tier as the journal and the descriptor name it (Podman's socket
+    /// is the Docker tier: `docker+runsc`).
+    evidence: &'static str,
     config: String,
 }
 
 const ROOTS: &str = "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n";
 
-fn docker_section(runtime: Option<&str>) -> Option<String> {
-    let socket = std::env::var("AIRLOCK_TEST_DOCKER_SOCKET").ok()?;
+fn docker_section(socket_var: &str, runtime: Option<&str>) -> Option<String> {
+    let socket = std::env::var(socket_var).ok()?;
     let image = std::env::var("AIRLOCK_TEST_DOCKER_IMAGE").unwrap_or_else(|_| "airlock-base:test".to_owned());
     let runtime = runtime.map(|r| format!("runtime = \"{r}\"\n")).unwrap_or_default();
     Some(format!("[sandbox.docker]\nsocket = \"{socket}\"\nimage = \"{image}\"\n{runtime}"))
@@ -49,22 +55,30 @@ pub(crate) fn microvm_section() -> Option<String> {
 
 fn candidates() -> Vec<(TierUnderTest, Option<String>)> {
     let tier = |t: &str| format!("{ROOTS}[sandbox]\ntier = \"{t}\"\n");
-    let docker = |runtime: Option<&str>| match docker_section(runtime) {
+    let docker = |socket_var: &str, runtime: Option<&str>| match docker_section(socket_var, runtime) {
         Some(section) => (format!("{}{section}", tier("docker")), None),
-        None => (tier("docker"), Some("AIRLOCK_TEST_DOCKER_SOCKET is not set".to_owned())),
+        None => (tier("docker"), Some(format!("{socket_var} is not set"))),
     };
-    let (plain, plain_why) = docker(None);
-    let (runsc, runsc_why) = docker(Some("runsc"));
+    let (plain, plain_why) = docker("AIRLOCK_TEST_DOCKER_SOCKET", None);
+    let (runsc, runsc_why) = docker("AIRLOCK_TEST_DOCKER_SOCKET", Some("runsc"));
+    let (podman, podman_why) = docker("AIRLOCK_TEST_PODMAN_SOCKET", Some("runsc"));
     let (microvm, microvm_why) = match microvm_section() {
         Some(section) => (format!("{}{section}", tier("microvm")), None),
         None => (tier("microvm"), Some("AIRLOCK_TEST_MICROVM_DIR is not set".to_owned())),
     };
     vec![
-        (TierUnderTest { name: "native", doctor_key: "native", config: tier("native") }, None),
-        (TierUnderTest { name: "gvisor", doctor_key: "gvisor", config: tier("gvisor") }, None),
-        (TierUnderTest { name: "docker", doctor_key: "docker", config: plain }, plain_why),
-        (TierUnderTest { name: "docker+runsc", doctor_key: "docker", config: runsc }, runsc_why),
-        (TierUnderTest { name: "microvm", doctor_key: "microvm", config: microvm }, microvm_why),
+        (TierUnderTest { name: "native", doctor_key: "native", evidence: "native", config: tier("native") }, None),
+        (TierUnderTest { name: "gvisor", doctor_key: "gvisor", evidence: "gvisor", config: tier("gvisor") }, None),
+        (TierUnderTest { name: "docker", doctor_key: "docker", evidence: "docker", config: plain }, plain_why),
+        (
+            TierUnderTest { name: "docker+runsc", doctor_key: "docker", evidence: "docker+runsc", config: runsc },
+            runsc_why,
+        ),
+        (
+            TierUnderTest { name: "podman+runsc", doctor_key: "docker", evidence: "docker+runsc", config: podman },
+            podman_why,
+        ),
+        (TierUnderTest { name: "microvm", doctor_key: "microvm", evidence: "microvm", config: microvm }, microvm_why),
     ]
 }
 
@@ -162,9 +176,9 @@ print(json.dumps(dict(uid=[os.getuid(), os.geteuid()], gid=[os.getgid(), os.gete
         assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "done\n", "{}", t.name);
         let started = p.journal_records(run.envelope["invocation_id"].as_str().unwrap());
         let worker = started.iter().find(|r| r["kind"] == "WorkerStarted").expect("a WorkerStarted record");
-        assert_eq!(worker["body"]["tier"], t.name, "{}: the journal names the tier: {worker:#}", t.name);
+        assert_eq!(worker["body"]["tier"], t.evidence, "{}: the journal names the tier: {worker:#}", t.name);
         let descriptor = Project::descriptor(&p.path(".airlock"), &run);
-        assert_eq!(descriptor["tier"], t.name, "{}: the descriptor names the tier", t.name);
+        assert_eq!(descriptor["tier"], t.evidence, "{}: the descriptor names the tier", t.name);
     }
 }
 
@@ -332,7 +346,9 @@ fn the_misbehave_example_is_contained_and_publishes_nothing() {
             // Under gVisor a user namespace is the Sentry's own, never the
             // host kernel's: allowed there, contained all the same.
             // In a microVM it is the guest kernel's: the same holds.
-            if attempt == "create a user namespace" && matches!(t.name, "gvisor" | "docker+runsc" | "microvm") {
+            if attempt == "create a user namespace"
+                && matches!(t.name, "gvisor" | "docker+runsc" | "podman+runsc" | "microvm")
+            {
                 continue;
             }
             let line = said.lines().find(|l| l.starts_with(attempt)).unwrap_or_default();
@@ -354,7 +370,7 @@ fn assert_no_tier_leftovers(p: &Project, t: &TierUnderTest) {
 /// The call directories of a container tier in the project's state dir
 /// (gVisor keeps them under `calls/`, Docker directly).
 fn call_dirs(p: &Project, t: &TierUnderTest) -> Vec<String> {
-    let dir = p.path(".airlock/tiers").join(t.name.split('+').next().unwrap());
+    let dir = p.path(".airlock/tiers").join(t.doctor_key);
     [dir.clone(), dir.join("calls")]
         .iter()
         .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())

@@ -543,7 +543,7 @@ for i in range(95):
     airlock_fs.write("out", "d/f%d" % i, b"w")
 "#;
     let (mut attempts, mut landed, mut submissions, started) = (0u64, 0u64, 0u64, Instant::now());
-    while attempts < 1000 && started.elapsed() < Duration::from_secs(120) {
+    while attempts < 1000 && started.elapsed() < Duration::from_secs(400) {
         submissions += 1;
         let run = isolated_argv(&p, &[root(&p, "out", "results", "w")], &["python3", "-c", script]);
         let ops = run.envelope["content"]["broker"]["operations"].as_array().cloned().unwrap_or_default();

@@ -69,6 +69,16 @@ pub fn probe(settings: &DockerSettings) -> TierReport {
         return report;
     };
     let args = registered.runtime_args.clone().unwrap_or_default();
+    // The tier sizes the container's cgroup for gVisor's Sentry only when it
+    // is told the runtime (an engine's default is not asked per call: Podman
+    // answers `GET /info` in about 400 ms).
+    if settings.runtime.is_none() && runtime.contains("runsc") {
+        report.why = Some(format!(
+            "the engine's default runtime is {runtime:?}: name it with [sandbox.docker] runtime = \"{runtime}\", so \
+             that the container's pids and memory bounds leave room for gVisor's Sentry"
+        ));
+        return report;
+    }
     report.platform = Some(if args.is_empty() { runtime } else { format!("{runtime} {}", args.join(" ")) });
     match image {
         Ok(_) => {}

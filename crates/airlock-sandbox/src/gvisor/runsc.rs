@@ -73,13 +73,39 @@ impl Runsc {
         }
     }
 
-    /// Whether runsc still knows container `id` (`runsc state ID`).
+    /// Whether runsc still knows container `id`. runsc keeps every
+    /// container's state in files under its `--root` named after the
+    /// container (`ID_sandbox:ID.state`, `….lock`), so a root holding no
+    /// entry that names `id` answers "no" without starting runsc (an exec
+    /// of `runsc state` costs 30–80 ms, a fifth of a call); any entry that
+    /// names it is asked about with `runsc state ID`.
     pub(crate) fn exists(&self, id: &str) -> Result<bool, SandboxError> {
+        if !self.root_names(id)? {
+            return Ok(false);
+        }
         match self.control(&["state", id])? {
             (true, _, _) => Ok(true),
             (false, _, err) if err.contains("does not exist") || err.contains("not found") => Ok(false),
             (false, _, err) => Err(SandboxError::Unavailable(format!("runsc state {id}: {err}"))),
         }
+    }
+
+    /// Whether any entry of runsc's root directory names container `id`
+    /// (a root not made yet names none).
+    fn root_names(&self, id: &str) -> Result<bool, SandboxError> {
+        let entries = match std::fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(SandboxError::Unavailable(format!("reading {}: {e}", self.root.display()))),
+        };
+        for entry in entries {
+            let entry =
+                entry.map_err(|e| SandboxError::Unavailable(format!("reading {}: {e}", self.root.display())))?;
+            if entry.file_name().as_encoded_bytes().windows(id.len()).any(|w| w == id.as_bytes()) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The ids of every container in this runsc root (`runsc list -quiet`).

@@ -153,6 +153,39 @@ fn probe_reports_a_ready_tier() {
     assert!(report.version.is_some() && report.platform.is_some(), "{report:?}");
 }
 
+/// Podman's Docker-compatible socket (`scripts/podman-lab.sh`, whose default
+/// runtime is runsc): the tier is ready when it names the runtime, and the
+/// probe asks for that when it does not (the pids and memory bounds must
+/// leave room for gVisor's Sentry). Needs `AIRLOCK_TEST_PODMAN_SOCKET`;
+/// `AIRLOCK_TEST_PODMAN_REQUIRED=1` (CI) fails instead of skipping.
+#[test]
+fn podman_is_ready_with_its_runtime_named() {
+    let Ok(socket) = std::env::var("AIRLOCK_TEST_PODMAN_SOCKET") else {
+        assert!(
+            std::env::var("AIRLOCK_TEST_PODMAN_REQUIRED").is_err(),
+            "AIRLOCK_TEST_PODMAN_REQUIRED is set but AIRLOCK_TEST_PODMAN_SOCKET is not"
+        );
+        eprintln!(
+            "\n*** SKIPPED docker::podman_is_ready_with_its_runtime_named: AIRLOCK_TEST_PODMAN_SOCKET is not set ***"
+        );
+        return;
+    };
+    let image = std::env::var("AIRLOCK_TEST_DOCKER_IMAGE").unwrap_or_else(|_| "airlock-base:test".into());
+    let state = tempfile::tempdir().unwrap();
+    let settings = |runtime: Option<&str>| DockerSettings {
+        socket: socket.clone().into(),
+        image: image.clone(),
+        runtime: runtime.map(str::to_string),
+        state_dir: state.path().join("tiers/docker"),
+    };
+    let unnamed = docker::probe(&settings(None));
+    assert!(unnamed.found && !unnamed.ready, "{unnamed:?}");
+    assert!(unnamed.why.as_deref().unwrap_or("").contains("runtime = \"runsc\""), "{unnamed:?}");
+    let named = docker::probe(&settings(Some("runsc")));
+    assert!(named.ready && named.version.as_deref().unwrap_or("").contains("4."), "{named:?}");
+    assert!(named.platform.as_deref().unwrap_or("").starts_with("runsc"), "{named:?}");
+}
+
 /// Start-up of one trivial one-input/one-output call on this tier against
 /// `docker run --rm` of the same command on the same image (issue 19's
 /// benchmark row; run by hand: `-- --ignored measure`, with

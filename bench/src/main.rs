@@ -11,6 +11,7 @@ mod harness;
 mod large_rows;
 mod mcp_http_rows;
 mod mcp_rows;
+mod microvm_rows;
 mod policy_rows;
 mod rows;
 mod run_rows;

@@ -22,6 +22,8 @@ fn main() -> ExitCode {
     // When re-executed as the native tier's sandbox init, become it and
     // never return (this must run before anything else).
     airlock_sandbox::init::maybe_run_init();
+    // As PID 1 of a microVM guest, serve the call and power off.
+    airlock_sandbox::microvm::guest::maybe_run_guest();
     // When executed inside a worker as the Git query driver, answer and exit.
     airlock_git::driver::maybe_run_driver();
     let cli = match cli::Cli::try_parse() {

@@ -200,6 +200,8 @@ struct RawSandbox {
     gvisor: crate::tier_settings::RawGvisor,
     #[serde(default)]
     docker: crate::tier_settings::RawDocker,
+    #[serde(default)]
+    microvm: crate::tier_settings::RawMicrovm,
     working_dir: Option<String>,
     #[serde(default)]
     parsers: Vec<String>,
@@ -322,7 +324,8 @@ impl Config {
         let limits = Limits::configured(&raw.limits)?;
         let tier = raw.sandbox.tier.unwrap_or(Tier::Native);
         let tiers =
-            crate::tier_settings::TierSettings::check(tier, raw.sandbox.tiers, raw.sandbox.gvisor, raw.sandbox.docker)?;
+            crate::tier_settings::TierSettings::check(tier, raw.sandbox.tiers, raw.sandbox.gvisor, raw.sandbox.docker)?
+                .with_microvm(raw.sandbox.microvm)?;
         raw.staging.check()?;
         raw.journal.check()?;
         Ok(Config {

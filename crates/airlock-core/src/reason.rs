@@ -463,6 +463,13 @@ reason_codes! {
     SessionDiscarded => "session.discarded", Failed, TOOL_FAILED;
     /// The session holder could not be reached or refused the connection.
     SessionHolder => "session.holder", Error, SOFTWARE;
+    // ---- microvm (issue 20) ----
+    /// A microVM's guest did not answer within `[sandbox.microvm]
+    /// boot_timeout_ms`; the VM was killed and nothing ran.
+    SandboxBootTimeout => "sandbox.boot_timeout", Error, TEMP_FAIL;
+    /// A microVM's guest speaks another protocol version or is another
+    /// airlock build than the host; rebuild it with scripts/microvm-build.sh.
+    SandboxGuestMismatch => "sandbox.guest_mismatch", Refused, CONFIG;
 }
 
 impl fmt::Display for ReasonCode {

@@ -1,5 +1,6 @@
 //! Which worker tiers an operator allows and how each is reached
-//! (`[sandbox] tiers`, `[sandbox.gvisor]`, `[sandbox.docker]`).
+//! (`[sandbox] tiers`, `[sandbox.gvisor]`, `[sandbox.docker]`,
+//! `[sandbox.microvm]`).
 
 use std::path::PathBuf;
 
@@ -30,6 +31,85 @@ pub struct TierSettings {
     pub gvisor: GvisorConfig,
     /// `[sandbox.docker]`.
     pub docker: DockerConfig,
+    /// `[sandbox.microvm]`.
+    pub microvm: MicrovmConfig,
+}
+
+/// The microVM tier's VMM (`[sandbox.microvm] vmm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VmmChoice {
+    /// QEMU's `microvm` machine.
+    #[default]
+    Qemu,
+    /// Firecracker (not driven by this build: refused when a call starts).
+    Firecracker,
+}
+
+/// The microVM tier's accelerator (`[sandbox.microvm] accel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AccelChoice {
+    /// KVM if a guest boots with it here, else TCG.
+    #[default]
+    Auto,
+    /// KVM only.
+    Kvm,
+    /// QEMU's software emulation.
+    Tcg,
+}
+
+/// `[sandbox.microvm]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MicrovmConfig {
+    /// The VMM.
+    pub vmm: VmmChoice,
+    /// The QEMU binary (absolute); `None`: `/usr/bin/qemu-system-x86_64`.
+    pub qemu: Option<PathBuf>,
+    /// The guest kernel (absolute); `None`: the tier is not configured.
+    pub kernel: Option<PathBuf>,
+    /// The initramfs from `scripts/microvm-build.sh` (absolute); `None`:
+    /// the tier is not configured.
+    pub initramfs: Option<PathBuf>,
+    /// Guest RAM in MiB (default 512).
+    pub memory_mib: u32,
+    /// Virtual CPUs (default 1).
+    pub vcpus: u32,
+    /// The accelerator (default `auto`).
+    pub accel: AccelChoice,
+    /// Milliseconds the guest may take to answer after the VM starts
+    /// (default 30000).
+    pub boot_timeout_ms: u64,
+}
+
+impl Default for MicrovmConfig {
+    fn default() -> Self {
+        MicrovmConfig {
+            vmm: VmmChoice::Qemu,
+            qemu: None,
+            kernel: None,
+            initramfs: None,
+            memory_mib: 512,
+            vcpus: 1,
+            accel: AccelChoice::Auto,
+            boot_timeout_ms: 30_000,
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMicrovm {
+    #[serde(default)]
+    vmm: VmmChoice,
+    qemu: Option<String>,
+    kernel: Option<String>,
+    initramfs: Option<String>,
+    memory_mib: Option<u32>,
+    vcpus: Option<u32>,
+    #[serde(default)]
+    accel: AccelChoice,
+    boot_timeout_ms: Option<u64>,
 }
 
 /// gVisor's `runsc` platform (`[sandbox.gvisor] platform`).
@@ -142,7 +222,46 @@ impl TierSettings {
                 image: docker.image,
                 runtime: docker.runtime,
             },
+            microvm: MicrovmConfig::default(),
         })
+    }
+
+    /// Adds `[sandbox.microvm]`: absolute paths, 64..=65536 MiB of RAM,
+    /// 1..=64 vCPUs, a boot timeout of at least 1 ms.
+    pub(crate) fn with_microvm(mut self, raw: RawMicrovm) -> Result<TierSettings, Refusal> {
+        let bad = |msg: String| Refusal::new(ReasonCode::ConfigInvalid, msg);
+        let absolute = |key: &str, value: Option<String>| -> Result<Option<PathBuf>, Refusal> {
+            match value {
+                Some(v) if !v.starts_with('/') => {
+                    Err(bad(format!("[sandbox.microvm] {key} = {v:?} must be an absolute path")))
+                }
+                other => Ok(other.map(PathBuf::from)),
+            }
+        };
+        let d = MicrovmConfig::default();
+        let memory_mib = raw.memory_mib.unwrap_or(d.memory_mib);
+        if !(64..=65536).contains(&memory_mib) {
+            return Err(bad(format!("[sandbox.microvm] memory_mib = {memory_mib} must be 64 to 65536")));
+        }
+        let vcpus = raw.vcpus.unwrap_or(d.vcpus);
+        if !(1..=64).contains(&vcpus) {
+            return Err(bad(format!("[sandbox.microvm] vcpus = {vcpus} must be 1 to 64")));
+        }
+        let boot_timeout_ms = raw.boot_timeout_ms.unwrap_or(d.boot_timeout_ms);
+        if boot_timeout_ms == 0 {
+            return Err(bad("[sandbox.microvm] boot_timeout_ms must be at least 1".into()));
+        }
+        self.microvm = MicrovmConfig {
+            vmm: raw.vmm,
+            qemu: absolute("qemu", raw.qemu)?,
+            kernel: absolute("kernel", raw.kernel)?,
+            initramfs: absolute("initramfs", raw.initramfs)?,
+            memory_mib,
+            vcpus,
+            accel: raw.accel,
+            boot_timeout_ms,
+        };
+        Ok(self)
     }
 
     /// The name a call's descriptor records for `tier` (so Cedar can require
@@ -158,7 +277,12 @@ impl TierSettings {
 
 impl Default for TierSettings {
     fn default() -> Self {
-        TierSettings { allowed: ALL_TIERS.to_vec(), gvisor: GvisorConfig::default(), docker: DockerConfig::default() }
+        TierSettings {
+            allowed: ALL_TIERS.to_vec(),
+            gvisor: GvisorConfig::default(),
+            docker: DockerConfig::default(),
+            microvm: MicrovmConfig::default(),
+        }
     }
 }
 

@@ -78,7 +78,12 @@ impl AirlockServer {
     /// for calls to run).
     pub fn new(runtime: Runtime) -> Self {
         let (in_flight, _) = tokio::sync::watch::channel(0);
-        AirlockServer { runtime: Arc::new(runtime), gated: false, in_flight: Arc::new(in_flight), sessions: Arc::default() }
+        AirlockServer {
+            runtime: Arc::new(runtime),
+            gated: false,
+            in_flight: Arc::new(in_flight),
+            sessions: Arc::default(),
+        }
     }
 
     /// This server, with every call required to carry an authenticated

@@ -25,6 +25,8 @@ fn sandbox_code(kind: SandboxErrorKind) -> ReasonCode {
         SandboxErrorKind::ExecFailed => ReasonCode::ToolFailed,
         SandboxErrorKind::DigestMismatch => ReasonCode::BrokerDigestMismatch,
         SandboxErrorKind::BrokerUnavailable => ReasonCode::BrokerUnavailable,
+        SandboxErrorKind::BootTimeout => ReasonCode::SandboxBootTimeout,
+        SandboxErrorKind::GuestMismatch => ReasonCode::SandboxGuestMismatch,
         // A malformed spec is the runtime's own bug, found before anything ran.
         SandboxErrorKind::InvalidSpec | SandboxErrorKind::SetupFailed => ReasonCode::SandboxSetup,
     }
@@ -71,9 +73,10 @@ mod tests {
             }
         }
         // sandbox.unavailable, sandbox.limits_unavailable, sandbox.setup_failed,
-        // broker.digest_mismatch, broker.unavailable; journal.key_unsafe,
-        // journal.io, journal.corrupt, journal.not_exported.
-        assert_eq!(same, 9);
+        // broker.digest_mismatch, broker.unavailable, sandbox.boot_timeout,
+        // sandbox.guest_mismatch; journal.key_unsafe, journal.io,
+        // journal.corrupt, journal.not_exported.
+        assert_eq!(same, 11);
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub(crate) const NO_WORKER: &str = "none";
 pub(crate) const NATIVE_ONLY: &[Tier] = &[Tier::Native];
 
 /// Tiers a one-shot tool (`[command]`) can run on in this build.
-pub(crate) const ONE_SHOT: &[Tier] = &[Tier::Native, Tier::Gvisor, Tier::Docker];
+pub(crate) const ONE_SHOT: &[Tier] = &[Tier::Native, Tier::Gvisor, Tier::Docker, Tier::Microvm];
 
 /// Chooses the tier of one call of a shape that runs on `supported`.
 pub(crate) fn choose(

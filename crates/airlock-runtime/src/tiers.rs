@@ -6,8 +6,11 @@ use std::path::{Path, PathBuf};
 
 use airlock_core::config::{Config, Tier};
 use airlock_core::reason::{ReasonCode, Refusal};
-use airlock_core::tier_settings::{GvisorPlatformChoice, ALL_TIERS};
-use airlock_sandbox::{docker, gvisor, AnyTier, DockerSettings, GvisorPlatform, GvisorSettings, Leftover, TierReport};
+use airlock_core::tier_settings::{AccelChoice, GvisorPlatformChoice, VmmChoice, ALL_TIERS};
+use airlock_sandbox::{
+    docker, gvisor, microvm, AnyTier, DockerSettings, GvisorPlatform, GvisorSettings, Leftover, MicrovmSettings,
+    TierReport,
+};
 use serde::Serialize;
 
 use crate::Runtime;
@@ -47,6 +50,38 @@ pub fn docker_settings(config: &Config) -> Result<DockerSettings, String> {
     Ok(DockerSettings { socket, image, runtime: d.runtime.clone(), state_dir: tier_dir(config, Tier::Docker) })
 }
 
+/// The QEMU looked for when `[sandbox.microvm] qemu` names none.
+const QEMU_DEFAULT: &str = "/usr/bin/qemu-system-x86_64";
+
+/// The microVM tier's settings, or why it is not configured.
+pub fn microvm_settings(config: &Config) -> Result<MicrovmSettings, String> {
+    let m = &config.tiers.microvm;
+    let missing = |key: &str| {
+        format!(
+            "[sandbox.microvm] {key} is not set: build the guest with scripts/microvm-build.sh and point kernel and \
+             initramfs at what it wrote"
+        )
+    };
+    Ok(MicrovmSettings {
+        vmm: match m.vmm {
+            VmmChoice::Qemu => airlock_sandbox::Vmm::Qemu,
+            VmmChoice::Firecracker => airlock_sandbox::Vmm::Firecracker,
+        },
+        qemu: m.qemu.clone().unwrap_or_else(|| PathBuf::from(QEMU_DEFAULT)),
+        kernel: m.kernel.clone().ok_or_else(|| missing("kernel"))?,
+        initramfs: m.initramfs.clone().ok_or_else(|| missing("initramfs"))?,
+        memory_mib: m.memory_mib,
+        vcpus: m.vcpus,
+        accel: match m.accel {
+            AccelChoice::Auto => airlock_sandbox::Accel::Auto,
+            AccelChoice::Kvm => airlock_sandbox::Accel::Kvm,
+            AccelChoice::Tcg => airlock_sandbox::Accel::Tcg,
+        },
+        boot_timeout: std::time::Duration::from_millis(m.boot_timeout_ms),
+        state_dir: tier_dir(config, Tier::Microvm),
+    })
+}
+
 fn tier_dir(config: &Config, tier: Tier) -> PathBuf {
     config.state_dir.join("tiers").join(tier.as_str())
 }
@@ -74,7 +109,10 @@ pub fn tier_reports(config: &Config, host: &airlock_sandbox::HostSupport) -> Vec
                 Ok(settings) => docker::probe(&settings),
                 Err(why) => TierReport::not_ready("docker", why),
             },
-            Tier::Microvm => TierReport::not_ready("microvm", "not built in this version of airlock"),
+            Tier::Microvm => match microvm_settings(config) {
+                Ok(settings) => microvm::probe(&settings),
+                Err(why) => TierReport::not_ready("microvm", why),
+            },
         })
         .collect()
 }
@@ -114,7 +152,13 @@ impl Runtime {
                 t.cancel_with(self.current_cancel());
                 Ok(AnyTier::Docker(t))
             }
-            Tier::Microvm => Err(unavailable("the microvm tier is not built in this version of airlock".into())),
+            Tier::Microvm => {
+                let settings = microvm_settings(self.config()).map_err(unavailable)?;
+                self.reap_dead(Tier::Microvm);
+                let mut t = airlock_sandbox::MicrovmTier::new(settings);
+                t.cancel_with(self.cancel.clone());
+                Ok(AnyTier::Microvm(t))
+            }
         }
     }
 
@@ -137,7 +181,7 @@ impl Runtime {
     /// call's staging reservation.
     pub fn reap_tier_leftovers(&self) -> Result<Vec<ReapedLeftover>, Refusal> {
         let mut reaped = Vec::new();
-        for tier in [Tier::Gvisor, Tier::Docker] {
+        for tier in [Tier::Gvisor, Tier::Docker, Tier::Microvm] {
             reaped.extend(self.reap_tier(tier)?);
         }
         Ok(reaped)
@@ -170,7 +214,8 @@ impl Runtime {
         let root = match tier {
             Tier::Gvisor => gvisor_settings(self.config()).calls_dir(),
             Tier::Docker => tier_dir(self.config(), Tier::Docker),
-            Tier::Native | Tier::Microvm => return false,
+            Tier::Microvm => tier_dir(self.config(), Tier::Microvm).join("calls"),
+            Tier::Native => return false,
         };
         let names: Vec<String> = match std::fs::read_dir(&root) {
             Ok(entries) => entries
@@ -218,7 +263,14 @@ impl Runtime {
                     out.push(ReapedLeftover { tier: "docker", leftover: l, error });
                 }
             }
-            Tier::Native | Tier::Microvm => {}
+            Tier::Microvm => {
+                let Ok(settings) = microvm_settings(config) else { return Ok(out) };
+                for l in microvm::leftovers(&settings).map_err(sandbox_err)?.into_iter().filter(dead) {
+                    let error = microvm::reap(&settings, &l).err().map(|e| e.to_string());
+                    out.push(ReapedLeftover { tier: "microvm", leftover: l, error });
+                }
+            }
+            Tier::Native => {}
         }
         Ok(out)
     }

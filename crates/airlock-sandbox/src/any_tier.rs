@@ -6,6 +6,7 @@
 use crate::docker::{DockerTier, DockerWorker};
 use crate::error::SandboxError;
 use crate::gvisor::{GvisorTier, GvisorWorker};
+use crate::microvm::{MicrovmTier, MicrovmWorker};
 use crate::native::NativeTier;
 use crate::outcome::WorkerOutcome;
 use crate::parent::NativeWorker;
@@ -21,6 +22,8 @@ pub enum AnyTier {
     Gvisor(GvisorTier),
     /// A Docker engine over its Unix socket (with its `runtime`, e.g. runsc).
     Docker(DockerTier),
+    /// A microVM per worker, on its own kernel (QEMU `microvm`).
+    Microvm(MicrovmTier),
 }
 
 /// A worker of an [`AnyTier`].
@@ -32,6 +35,8 @@ pub enum AnyWorker {
     Gvisor(GvisorWorker),
     /// A Docker worker.
     Docker(DockerWorker),
+    /// A microVM worker.
+    Microvm(MicrovmWorker),
 }
 
 impl Tier for AnyTier {
@@ -42,6 +47,7 @@ impl Tier for AnyTier {
             AnyTier::Native(t) => t.name(),
             AnyTier::Gvisor(t) => t.name(),
             AnyTier::Docker(t) => t.name(),
+            AnyTier::Microvm(t) => t.name(),
         }
     }
 
@@ -50,6 +56,7 @@ impl Tier for AnyTier {
             AnyTier::Native(t) => t.start(spec).map(AnyWorker::Native),
             AnyTier::Gvisor(t) => t.start(spec).map(AnyWorker::Gvisor),
             AnyTier::Docker(t) => t.start(spec).map(AnyWorker::Docker),
+            AnyTier::Microvm(t) => t.start(spec).map(AnyWorker::Microvm),
         }
     }
 }
@@ -60,6 +67,7 @@ impl Worker for AnyWorker {
             AnyWorker::Native(w) => w.kill_handle(),
             AnyWorker::Gvisor(w) => w.kill_handle(),
             AnyWorker::Docker(w) => w.kill_handle(),
+            AnyWorker::Microvm(w) => w.kill_handle(),
         }
     }
 
@@ -68,6 +76,7 @@ impl Worker for AnyWorker {
             AnyWorker::Native(w) => w.kill(),
             AnyWorker::Gvisor(w) => w.kill(),
             AnyWorker::Docker(w) => w.kill(),
+            AnyWorker::Microvm(w) => w.kill(),
         }
     }
 
@@ -76,6 +85,7 @@ impl Worker for AnyWorker {
             AnyWorker::Native(w) => w.wait(),
             AnyWorker::Gvisor(w) => w.wait(),
             AnyWorker::Docker(w) => w.wait(),
+            AnyWorker::Microvm(w) => w.wait(),
         }
     }
 }

@@ -179,6 +179,36 @@ pub(crate) fn remove_call_dir(path: &Path) -> Result<(), SandboxError> {
     }
 }
 
+/// The call directories in `calls` (safe names only; none when it is missing).
+pub(crate) fn list_call_dirs(calls: &Path) -> Result<Vec<String>, SandboxError> {
+    let entries = match std::fs::read_dir(calls) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(SandboxError::Unavailable(format!("cannot list {}: {e}", calls.display()))),
+    };
+    Ok(entries.flatten().filter_map(|e| e.file_name().to_str().map(String::from)).filter(|n| is_safe_name(n)).collect())
+}
+
+/// SIGKILLs every process `list` names until it names none or `grace`
+/// passes; returns the pids still alive.
+pub(crate) fn kill_listed(grace: std::time::Duration, list: impl Fn() -> Vec<i32>) -> Vec<i32> {
+    let until = std::time::Instant::now() + grace;
+    loop {
+        let left = list();
+        if left.is_empty() || std::time::Instant::now() >= until {
+            return left;
+        }
+        for pid in &left {
+            if let Some(pid) = rustix::process::Pid::from_raw(*pid) {
+                if let Ok(fd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
+                    let _ = rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::KILL);
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The name of a call's directory and container: the spec's
 /// [`WorkerSpec::call_id`] when it is a safe name, else a random one.
 pub(crate) fn call_name(spec: &WorkerSpec) -> String {

@@ -281,6 +281,35 @@ pub enum SandboxError {
         /// The OS error.
         errno: OsErrno,
     },
+    /// A microVM's guest did not say hello within the boot deadline; the VM
+    /// was killed.
+    #[error(
+        "the microVM guest did not answer within {waited_ms} ms of boot ({console}); raise [sandbox.microvm] \
+         boot_timeout_ms, or check the kernel and initramfs"
+    )]
+    BootTimeout {
+        /// The boot deadline.
+        waited_ms: u64,
+        /// The tail of the guest console and of the VMM's messages.
+        console: String,
+    },
+    /// A microVM's guest speaks another protocol version or is another
+    /// airlock build; the VM was killed.
+    #[error(
+        "the microVM guest speaks protocol {protocol} with build fingerprint {fingerprint:?}, but this airlock \
+         speaks {expected_protocol} and is build {expected_fingerprint:?}; rebuild the guest with \
+         scripts/microvm-build.sh from this airlock binary"
+    )]
+    GuestMismatch {
+        /// The guest's protocol version.
+        protocol: u32,
+        /// The guest's build fingerprint.
+        fingerprint: String,
+        /// This airlock's protocol version.
+        expected_protocol: u32,
+        /// This airlock's build fingerprint.
+        expected_fingerprint: String,
+    },
 }
 
 /// What kind of failure a [`SandboxError`] is, for programs: the caller
@@ -303,6 +332,10 @@ pub enum SandboxErrorKind {
     /// `broker.unavailable`: a program could not be sealed, or the broker
     /// not started or signalled.
     BrokerUnavailable,
+    /// `sandbox.boot_timeout`: a microVM's guest did not answer in time.
+    BootTimeout,
+    /// `sandbox.guest_mismatch`: a microVM's guest is another version or build.
+    GuestMismatch,
     /// `sandbox.setup_failed`: any other step of starting, confining,
     /// waiting for or cleaning up a worker.
     SetupFailed,
@@ -318,6 +351,8 @@ impl SandboxErrorKind {
         SandboxErrorKind::DigestMismatch,
         SandboxErrorKind::BrokerUnavailable,
         SandboxErrorKind::SetupFailed,
+        SandboxErrorKind::BootTimeout,
+        SandboxErrorKind::GuestMismatch,
     ];
 
     /// The stable dotted code, e.g. `sandbox.unavailable`.
@@ -330,6 +365,8 @@ impl SandboxErrorKind {
             SandboxErrorKind::DigestMismatch => "broker.digest_mismatch",
             SandboxErrorKind::BrokerUnavailable => "broker.unavailable",
             SandboxErrorKind::SetupFailed => "sandbox.setup_failed",
+            SandboxErrorKind::BootTimeout => "sandbox.boot_timeout",
+            SandboxErrorKind::GuestMismatch => "sandbox.guest_mismatch",
         }
     }
 }
@@ -356,6 +393,8 @@ impl SandboxError {
             }
             SandboxError::Exec { .. } => K::ExecFailed,
             SandboxError::DigestMismatch { .. } => K::DigestMismatch,
+            SandboxError::BootTimeout { .. } => K::BootTimeout,
+            SandboxError::GuestMismatch { .. } => K::GuestMismatch,
             SandboxError::Sealed { .. } | SandboxError::Broker { .. } => K::BrokerUnavailable,
             SandboxError::Descriptor { .. }
             | SandboxError::SpawnInit { .. }
@@ -442,6 +481,8 @@ mod tests {
             "broker.digest_mismatch",
             "broker.unavailable",
             "sandbox.setup_failed",
+            "sandbox.boot_timeout",
+            "sandbox.guest_mismatch",
         ];
         assert_eq!(codes, known);
         for kind in SandboxErrorKind::ALL {

@@ -20,6 +20,13 @@
 //! and limits; its promises and what it trusts are in that module and in
 //! DESIGN.md §3 "gVisor tier". Its tests are `tests/gvisor.rs`.
 //!
+//! The microVM tier ([`MicrovmTier`], module [`microvm`]) runs each worker
+//! in its own QEMU `microvm` VM on its own kernel, with the airlock binary
+//! as the guest's PID 1 ([`microvm::guest`]) and bytes (never mounts)
+//! crossing a virtio-serial port in the framed protocol of
+//! [`microvm::frame`]; see DESIGN.md §3 "microVM tier". Its tests are the
+//! CLI's `conformance.rs` and `microvm.rs`.
+//!
 //! # What the native tier guarantees
 //!
 //! - The worker sees no host file or directory but the read-only image
@@ -193,6 +200,7 @@ pub mod gvisor;
 pub mod init;
 mod ipc;
 mod landlock;
+pub mod microvm;
 mod mount_calls;
 mod mounts;
 pub mod native;
@@ -222,6 +230,7 @@ pub use docker::{DockerSettings, DockerTier, DockerWorker};
 pub use error::{OsErrno, SandboxError, SandboxErrorKind};
 pub use gvisor::{GvisorPlatform, GvisorSettings, GvisorTier, GvisorWorker};
 pub use ipc::IPC_ENFORCEMENT;
+pub use microvm::{Accel, MicrovmSettings, MicrovmTier, MicrovmWorker, Vmm};
 pub use native::{LiveStdio, NativeTier};
 pub use outcome::{AppliedLimits, Enforcement, ExitStatusKind, OutputExport, WorkerOutcome};
 pub use parent::NativeWorker;

@@ -300,3 +300,18 @@ pub(crate) fn move_fds_at_exec(cmd: &mut Command, moves: Vec<(RawFd, RawFd)>) ->
     }
     Ok(())
 }
+
+/// Arranges for `cmd`'s child to `unshare(flags)` before `exec` (the
+/// microVM tier's VMM: its own user, network, IPC and UTS namespaces); a
+/// failure surfaces as the spawn error.
+pub(crate) fn unshare_at_exec(cmd: &mut Command, flags: libc::c_int) {
+    // SAFETY: unshare is a plain syscall, async-signal-safe, no allocation.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::unshare(flags) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}

@@ -5,6 +5,10 @@
 //! loud `SKIP` line, unless `AIRLOCK_CONFORMANCE_REQUIRE` names it (CI names
 //! every tier, so none is skipped there): then the test fails.
 //!
+//! The microvm tier needs `AIRLOCK_TEST_MICROVM_DIR`: the directory
+//! `scripts/microvm-build.sh` wrote the guest kernel and initramfs to, from
+//! the airlock binary under test.
+//!
 //! The docker tiers need `AIRLOCK_TEST_DOCKER_SOCKET` (an engine's Unix
 //! socket) and the image `AIRLOCK_TEST_DOCKER_IMAGE` (default
 //! `airlock-base:test`, built offline by `scripts/docker-image.sh`).
@@ -37,6 +41,18 @@ fn docker_section(socket_var: &str, runtime: Option<&str>) -> Option<String> {
     Some(format!("[sandbox.docker]\nsocket = \"{socket}\"\nimage = \"{image}\"\n{runtime}"))
 }
 
+/// `[sandbox.microvm]` from `AIRLOCK_TEST_MICROVM_DIR` (what
+/// `scripts/microvm-build.sh` wrote: `vmlinuz`, `initramfs.cpio`), with
+/// `accel` from `AIRLOCK_TEST_MICROVM_ACCEL` (default `tcg`: every case is a
+/// fresh state dir, and `auto` would probe KVM in each).
+pub(crate) fn microvm_section() -> Option<String> {
+    let dir = std::env::var("AIRLOCK_TEST_MICROVM_DIR").ok()?;
+    let accel = std::env::var("AIRLOCK_TEST_MICROVM_ACCEL").unwrap_or_else(|_| "tcg".to_owned());
+    Some(format!(
+        "[sandbox.microvm]\nkernel = \"{dir}/vmlinuz\"\ninitramfs = \"{dir}/initramfs.cpio\"\naccel = \"{accel}\"\n"
+    ))
+}
+
 fn candidates() -> Vec<(TierUnderTest, Option<String>)> {
     let tier = |t: &str| format!("{ROOTS}[sandbox]\ntier = \"{t}\"\n");
     let docker = |socket_var: &str, runtime: Option<&str>| match docker_section(socket_var, runtime) {
@@ -46,6 +62,10 @@ fn candidates() -> Vec<(TierUnderTest, Option<String>)> {
     let (plain, plain_why) = docker("AIRLOCK_TEST_DOCKER_SOCKET", None);
     let (runsc, runsc_why) = docker("AIRLOCK_TEST_DOCKER_SOCKET", Some("runsc"));
     let (podman, podman_why) = docker("AIRLOCK_TEST_PODMAN_SOCKET", Some("runsc"));
+    let (microvm, microvm_why) = match microvm_section() {
+        Some(section) => (format!("{}{section}", tier("microvm")), None),
+        None => (tier("microvm"), Some("AIRLOCK_TEST_MICROVM_DIR is not set".to_owned())),
+    };
     vec![
         (TierUnderTest { name: "native", doctor_key: "native", evidence: "native", config: tier("native") }, None),
         (TierUnderTest { name: "gvisor", doctor_key: "gvisor", evidence: "gvisor", config: tier("gvisor") }, None),
@@ -58,6 +78,7 @@ fn candidates() -> Vec<(TierUnderTest, Option<String>)> {
             TierUnderTest { name: "podman+runsc", doctor_key: "docker", evidence: "docker+runsc", config: podman },
             podman_why,
         ),
+        (TierUnderTest { name: "microvm", doctor_key: "microvm", evidence: "microvm", config: microvm }, microvm_why),
     ]
 }
 
@@ -67,22 +88,34 @@ fn required() -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Why `airlock doctor` says `t` is not ready here (`None`: ready). Asked
+/// once per tier and test process: a tier's readiness is the host's, and
+/// each microvm doctor boots a VM.
+fn doctor_verdict(t: &TierUnderTest) -> Option<String> {
+    static SEEN: std::sync::Mutex<Vec<(&'static str, Option<String>)>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, why)) = seen.iter().find(|(name, _)| *name == t.name) {
+        return why.clone();
+    }
+    let p = Project::with_config(&t.config);
+    let run = p.run(&["doctor", "--json"]);
+    let report = &run.envelope["content"]["tiers"][t.doctor_key];
+    let why = if report["ready"] == true {
+        None
+    } else {
+        Some(format!("doctor: {}", report["detail"].as_str().unwrap_or("no report")))
+    };
+    seen.push((t.name, why.clone()));
+    why
+}
+
 /// The tiers ready here (each checked with `airlock doctor`); the others
 /// are reported as skipped, or fail the test when required.
 fn ready_tiers(case: &str) -> Vec<TierUnderTest> {
     let required = required();
     let mut ready = Vec::new();
     for (t, known_missing) in candidates() {
-        let why = known_missing.or_else(|| {
-            let p = Project::with_config(&t.config);
-            let run = p.run(&["doctor", "--json"]);
-            let report = &run.envelope["content"]["tiers"][t.doctor_key];
-            if report["ready"] == true {
-                None
-            } else {
-                Some(format!("doctor: {}", report["detail"].as_str().unwrap_or("no report")))
-            }
-        });
+        let why = known_missing.or_else(|| doctor_verdict(&t));
         match why {
             None => ready.push(t),
             Some(why) if required.iter().any(|r| r == t.name) => {
@@ -312,7 +345,10 @@ fn the_misbehave_example_is_contained_and_publishes_nothing() {
         ] {
             // Under gVisor a user namespace is the Sentry's own, never the
             // host kernel's: allowed there, contained all the same.
-            if attempt == "create a user namespace" && matches!(t.name, "gvisor" | "docker+runsc" | "podman+runsc") {
+            // In a microVM it is the guest kernel's: the same holds.
+            if attempt == "create a user namespace"
+                && matches!(t.name, "gvisor" | "docker+runsc" | "podman+runsc" | "microvm")
+            {
                 continue;
             }
             let line = said.lines().find(|l| l.starts_with(attempt)).unwrap_or_default();

@@ -36,6 +36,7 @@ mod mcp_auth;
 mod mcp_cancel;
 mod mcp_worker;
 mod mcpkit;
+mod microvm;
 mod operator_limits;
 mod outputs;
 mod parser;

@@ -179,17 +179,7 @@ pub fn probe(settings: &GvisorSettings) -> TierReport {
 }
 
 fn calls_listing(settings: &GvisorSettings) -> Result<Vec<String>, SandboxError> {
-    let dir = settings.calls_dir();
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(SandboxError::Unavailable(format!("cannot list {}: {e}", dir.display()))),
-    };
-    Ok(entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().map(String::from))
-        .filter(|n| crate::call_dir::is_safe_name(n))
-        .collect())
+    crate::call_dir::list_call_dirs(&settings.calls_dir())
 }
 
 fn driver(settings: &GvisorSettings) -> Runsc {

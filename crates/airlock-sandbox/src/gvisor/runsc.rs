@@ -6,7 +6,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::SandboxError;
 
@@ -226,21 +226,7 @@ fn flag_is(args: &[OsString], flag: &str, value: &Path) -> bool {
 /// SIGKILLs every process of the container (see [`processes_of`]) until
 /// none is left or `grace` passes; returns the pids still alive.
 pub(crate) fn kill_processes(root: &Path, bundle: &Path, grace: Duration) -> Vec<i32> {
-    let until = Instant::now() + grace;
-    loop {
-        let left = processes_of(root, bundle);
-        if left.is_empty() || Instant::now() >= until {
-            return left;
-        }
-        for pid in &left {
-            if let Some(pid) = rustix::process::Pid::from_raw(*pid) {
-                if let Ok(fd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
-                    let _ = rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::KILL);
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    crate::call_dir::kill_listed(grace, || processes_of(root, bundle))
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The microVM tier's own refusals (issue 20), through the shipping binary:
 //! a guest of another airlock build, a guest that does not answer in time,
-//! and a VMM this build does not drive. The conformance suite
+//! a VMM this build does not drive, and SIGKILL of airlock during a VM call. The conformance suite
 //! (`conformance.rs`) runs the shared cases on this tier; the flipped-byte
 //! refusal of an exported file is the frame reader's unit test
 //! (`airlock-sandbox` `microvm::frame`), on real transfer bytes.
@@ -13,6 +13,7 @@
 use crate::conformance::microvm_section;
 use crate::runkit::*;
 use crate::util::Project;
+use std::process::Stdio;
 use std::time::Duration;
 
 const ROOTS: &str = "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n";
@@ -116,6 +117,42 @@ fn firecracker_is_refused_cleanly() {
     let run = p.run(&["run", "copy", "data/in.txt", "results/out.txt"]);
     assert_error(&run, "sandbox.unavailable", 78);
     assert!(run.stderr.contains("use vmm = \"qemu\""), "{run:#?}");
+    assert_nothing_left(&p);
+}
+
+/// SIGKILL of `airlock` while its guest runs the tool: the VMM dies with
+/// it (no QEMU process is left; its port is a socket pair, so no socket
+/// path exists), `staging gc` releases the dead call and reaps its call
+/// directory, and nothing is published.
+#[test]
+fn sigkill_of_airlock_during_a_vm_call_leaves_nothing_after_staging_gc() {
+    let Some(section) = guest_dir("sigkill").and(microvm_section()) else { return };
+    let p = project(&section);
+    let args = [("seconds", "string"), ("output", "path")];
+    let fs = "[filesystem]\ncreate = [\"{output}\"]\n";
+    p.tool("nap", &sh_tool("nap", "timeout_seconds = 120", &args, r#"echo partial > "$2"; sleep "$1""#, fs));
+    let state = p.path(".airlock").to_str().unwrap().to_owned();
+    let mut child = p
+        .command(&["run", "nap", "60", "results/out.txt", "--invocation-id", "vm-crash"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let vmm_started = wait_until(Duration::from_secs(30), || !procs_with(&state).is_empty());
+    // The guest boots in about 2.3 s under TCG here; by 8 s it runs the tool.
+    std::thread::sleep(Duration::from_secs(8));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(vmm_started, "no VMM process ever named the state dir");
+    assert!(
+        wait_until(Duration::from_secs(5), || procs_with(&state).is_empty()),
+        "5 s after SIGKILL of airlock its VMM still runs: {:?}",
+        procs_with(&state)
+    );
+    let gc = p.run(&["staging", "gc"]);
+    gc.assert_ok();
+    assert_eq!(gc.envelope["content"]["released"], serde_json::json!(["vm-crash"]), "{gc:#?}");
     assert_nothing_left(&p);
 }
 

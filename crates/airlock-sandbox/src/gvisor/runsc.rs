@@ -156,33 +156,44 @@ pub(crate) fn log_tail(log: &Path) -> String {
 /// root `root`: every `runsc*` process whose arguments name both, and all
 /// their descendants (the platform's stub processes).
 pub(crate) fn processes_of(root: &Path, bundle: &Path) -> Vec<i32> {
-    let mut table = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let args: Vec<OsString> = cmdline
-            .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(a).to_os_string())
-            .collect();
-        let ppid = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok()))
-            .unwrap_or(0);
-        table.push((pid, ppid, names_container(&args, root, bundle)));
+    let pids: Vec<i32> =
+        dir.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok())).collect();
+    let mut found: Vec<i32> = pids
+        .iter()
+        .copied()
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let args: Vec<OsString> = cmdline
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(a).to_os_string())
+                .collect();
+            names_container(&args, root, bundle)
+        })
+        .collect();
+    // Descendants are reached only through a process that names the
+    // container, so the parent table (a second read of every process) is
+    // built only when one does: after a clean exit, the usual case, none.
+    if found.is_empty() {
+        return found;
     }
-    let mut found: Vec<i32> = table.iter().filter(|(_, _, ours)| *ours).map(|(pid, _, _)| *pid).collect();
+    let parents: Vec<(i32, i32)> = pids
+        .iter()
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok());
+            Some((*pid, ppid.unwrap_or(0)))
+        })
+        .collect();
     let mut i = 0;
     while i < found.len() {
         let parent = found[i];
-        for (pid, ppid, _) in &table {
+        for (pid, ppid) in &parents {
             if *ppid == parent && !found.contains(pid) {
                 found.push(*pid);
             }

@@ -7,12 +7,14 @@
 #   scripts/microvm-build.sh [AIRLOCK_BINARY] [OUT_DIR]
 #
 # AIRLOCK_BINARY defaults to target/debug/airlock, OUT_DIR to
-# ${AIRLOCK_MICROVM_DIR:-$HOME/.cache/airlock/microvm}. Writes OUT_DIR/vmlinuz,
-# OUT_DIR/initramfs.cpio (uncompressed newc: it unpacks fastest under TCG)
+# ${AIRLOCK_MICROVM_DIR:-$HOME/.cache/airlock/microvm}. Writes OUT_DIR/vmlinuz
+# (the bzImage, for QEMU), OUT_DIR/vmlinux (the same kernel uncompressed to
+# ELF, for Firecracker), OUT_DIR/initramfs.cpio (uncompressed newc: it unpacks fastest under TCG)
 # and OUT_DIR/fingerprint (the binary's build ID, which the guest reports
 # and the host must share). Needs apt-get (download only: nothing is
-# installed on the host), dpkg-deb, cpio, strip and ldd. Point
-# [sandbox.microvm] kernel and initramfs at the two files.
+# installed on the host), dpkg-deb, cpio, strip, ldd, python3 and the
+# decompressor of the kernel (zstd for Debian's). Point [sandbox.microvm]
+# kernel (vmlinuz, or vmlinux with vmm = "firecracker") and initramfs at them.
 set -eu
 
 bin=${1:-target/debug/airlock}
@@ -35,6 +37,38 @@ if [ ! -f "$out/kernel-$kver/boot/vmlinuz-$kver" ]; then
 fi
 cp "$out/kernel-$kver/boot/vmlinuz-$kver" "$out/vmlinuz"
 
+# Firecracker loads only an ELF kernel: the bzImage's payload, decompressed
+# the way the kernel's scripts/extract-vmlinux does it (find each
+# compressor's magic, try to decompress from there, keep the first ELF).
+extract_vmlinux() { # $1 bzImage, $2 the ELF vmlinux to write
+    for try in '\037\213\010 gzip -dc' '\375\067\172\130\132\000 xz -dc' '\050\265\057\375 zstd -dcq' \
+        '\002\041\114\030 lz4 -dcq' '\135\000\000 xz -dc --format=lzma'; do
+        magic=${try%% *}
+        cmd=${try#* }
+        command -v "${cmd%% *}" >/dev/null || continue
+        for pos in $(python3 -c 'import sys
+d = open(sys.argv[1], "rb").read()
+m = sys.argv[2].encode("latin1").decode("unicode_escape").encode("latin1")
+i = d.find(m)
+while i >= 0:
+    print(i)
+    i = d.find(m, i + 1)' "$1" "$magic" | head -n 8); do
+            tail -c +$((pos + 1)) "$1" | $cmd >"$2.tmp" 2>/dev/null || true
+            if [ "$(head -c 4 "$2.tmp" | od -An -c | tr -d ' ')" = '177ELF' ]; then
+                mv "$2.tmp" "$2"
+                return 0
+            fi
+        done
+    done
+    rm -f "$2.tmp"
+    return 1
+}
+if [ ! -f "$out/kernel-$kver/vmlinux" ]; then
+    extract_vmlinux "$out/vmlinuz" "$out/kernel-$kver/vmlinux" ||
+        { echo "cannot extract an ELF vmlinux from $out/vmlinuz (is its decompressor installed?)" >&2; exit 1; }
+fi
+cp "$out/kernel-$kver/vmlinux" "$out/vmlinux"
+
 # 2. The root: airlock, its libraries, the modules, the tool image.
 root=$work/root
 mkdir -p "$root/airlock/modules" "$root/proc" "$root/dev" "$root/tmp" "$root/etc" "$root/usr/bin" "$root/usr/lib"
@@ -43,8 +77,10 @@ ln -s usr/lib "$root/lib"
 ln -s usr/lib64 "$root/lib64"
 strip -o "$root/airlock/airlock" "$bin"
 # virtio_console and virtio_mmio are modules in Debian's cloud kernel; the
-# guest init loads them (virtio and virtio_ring first, as needed).
-for m in virtio_ring virtio virtio_mmio virtio_console; do
+# guest init loads them (virtio and virtio_ring first, as needed). The
+# vsock modules are Firecracker's transport.
+for m in virtio_ring virtio virtio_mmio virtio_console vsock vmw_vsock_virtio_transport_common \
+    vmw_vsock_virtio_transport; do
     f=$(find "$out/kernel-$kver/lib/modules" -name "$m.ko" | head -n1)
     [ -n "$f" ] && cp "$f" "$root/airlock/modules/"
 done
@@ -90,6 +126,6 @@ echo "$build_id" >"$root/airlock/fingerprint"
 (cd "$root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) >"$out/initramfs.cpio.tmp"
 mv "$out/initramfs.cpio.tmp" "$out/initramfs.cpio"
 echo "$build_id" >"$out/fingerprint"
-echo "kernel    $out/vmlinuz ($kver)"
+echo "kernel    $out/vmlinuz ($kver); for Firecracker $out/vmlinux"
 echo "initramfs $out/initramfs.cpio ($(du -m "$out/initramfs.cpio" | cut -f1) MiB)"
 echo "guest fingerprint $build_id"

@@ -42,7 +42,7 @@ pub enum VmmChoice {
     /// QEMU's `microvm` machine.
     #[default]
     Qemu,
-    /// Firecracker (not driven by this build: refused when a call starts).
+    /// Firecracker (KVM only; needs `firecracker` and an ELF `vmlinux`).
     Firecracker,
 }
 
@@ -66,6 +66,12 @@ pub struct MicrovmConfig {
     pub vmm: VmmChoice,
     /// The QEMU binary (absolute); `None`: `/usr/bin/qemu-system-x86_64`.
     pub qemu: Option<PathBuf>,
+    /// The Firecracker binary (absolute); `None`:
+    /// `/usr/local/bin/firecracker`.
+    pub firecracker: Option<PathBuf>,
+    /// Firecracker's jailer (absolute; airlock must run as root to use it);
+    /// `None`: Firecracker runs in airlock's own namespaces.
+    pub jailer: Option<PathBuf>,
     /// The guest kernel (absolute); `None`: the tier is not configured.
     pub kernel: Option<PathBuf>,
     /// The initramfs from `scripts/microvm-build.sh` (absolute); `None`:
@@ -87,6 +93,8 @@ impl Default for MicrovmConfig {
         MicrovmConfig {
             vmm: VmmChoice::Qemu,
             qemu: None,
+            firecracker: None,
+            jailer: None,
             kernel: None,
             initramfs: None,
             memory_mib: 512,
@@ -103,6 +111,8 @@ pub(crate) struct RawMicrovm {
     #[serde(default)]
     vmm: VmmChoice,
     qemu: Option<String>,
+    firecracker: Option<String>,
+    jailer: Option<String>,
     kernel: Option<String>,
     initramfs: Option<String>,
     memory_mib: Option<u32>,
@@ -227,7 +237,7 @@ impl TierSettings {
     }
 
     /// Adds `[sandbox.microvm]`: absolute paths, 64..=65536 MiB of RAM,
-    /// 1..=64 vCPUs, a boot timeout of at least 1 ms.
+    /// 1..=64 vCPUs, a boot timeout of at least 1 ms, no TCG for Firecracker.
     pub(crate) fn with_microvm(mut self, raw: RawMicrovm) -> Result<TierSettings, Refusal> {
         let bad = |msg: String| Refusal::new(ReasonCode::ConfigInvalid, msg);
         let absolute = |key: &str, value: Option<String>| -> Result<Option<PathBuf>, Refusal> {
@@ -251,9 +261,16 @@ impl TierSettings {
         if boot_timeout_ms == 0 {
             return Err(bad("[sandbox.microvm] boot_timeout_ms must be at least 1".into()));
         }
+        if raw.vmm == VmmChoice::Firecracker && raw.accel == AccelChoice::Tcg {
+            return Err(bad(
+                "[sandbox.microvm] vmm = \"firecracker\" runs on KVM only: accel = \"tcg\" needs vmm = \"qemu\"".into(),
+            ));
+        }
         self.microvm = MicrovmConfig {
             vmm: raw.vmm,
             qemu: absolute("qemu", raw.qemu)?,
+            firecracker: absolute("firecracker", raw.firecracker)?,
+            jailer: absolute("jailer", raw.jailer)?,
             kernel: absolute("kernel", raw.kernel)?,
             initramfs: absolute("initramfs", raw.initramfs)?,
             memory_mib,
@@ -321,6 +338,22 @@ mod tests {
         let s = TierSettings::check(Tier::Native, None, RawGvisor::default(), docker).unwrap();
         assert_eq!(s.descriptor_name(Tier::Docker), "docker+runsc");
         assert_eq!(s.descriptor_name(Tier::Gvisor), "gvisor");
+    }
+
+    #[test]
+    fn firecracker_paths_are_absolute_and_it_has_no_tcg() {
+        let raw = |firecracker: &str, accel| RawMicrovm {
+            vmm: VmmChoice::Firecracker,
+            firecracker: Some(firecracker.into()),
+            accel,
+            ..RawMicrovm::default()
+        };
+        let err = TierSettings::default().with_microvm(raw("bin/firecracker", AccelChoice::Auto)).unwrap_err();
+        assert!(err.message.contains("firecracker = \"bin/firecracker\" must be an absolute path"), "{}", err.message);
+        let err = TierSettings::default().with_microvm(raw("/opt/firecracker", AccelChoice::Tcg)).unwrap_err();
+        assert!(err.message.contains("KVM only"), "{}", err.message);
+        let ok = TierSettings::default().with_microvm(raw("/opt/firecracker", AccelChoice::Kvm)).unwrap();
+        assert_eq!(ok.microvm.firecracker.as_deref(), Some(std::path::Path::new("/opt/firecracker")));
     }
 
     #[test]

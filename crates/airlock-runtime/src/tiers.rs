@@ -53,6 +53,9 @@ pub fn docker_settings(config: &Config) -> Result<DockerSettings, String> {
 /// The QEMU looked for when `[sandbox.microvm] qemu` names none.
 const QEMU_DEFAULT: &str = "/usr/bin/qemu-system-x86_64";
 
+/// The Firecracker looked for when `[sandbox.microvm] firecracker` names none.
+const FIRECRACKER_DEFAULT: &str = "/usr/local/bin/firecracker";
+
 /// The microVM tier's settings, or why it is not configured.
 pub fn microvm_settings(config: &Config) -> Result<MicrovmSettings, String> {
     let m = &config.tiers.microvm;
@@ -68,6 +71,8 @@ pub fn microvm_settings(config: &Config) -> Result<MicrovmSettings, String> {
             VmmChoice::Firecracker => airlock_sandbox::Vmm::Firecracker,
         },
         qemu: m.qemu.clone().unwrap_or_else(|| PathBuf::from(QEMU_DEFAULT)),
+        firecracker: m.firecracker.clone().unwrap_or_else(|| PathBuf::from(FIRECRACKER_DEFAULT)),
+        jailer: m.jailer.clone(),
         kernel: m.kernel.clone().ok_or_else(|| missing("kernel"))?,
         initramfs: m.initramfs.clone().ok_or_else(|| missing("initramfs"))?,
         memory_mib: m.memory_mib,

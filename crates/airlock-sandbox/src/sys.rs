@@ -315,3 +315,34 @@ pub(crate) fn unshare_at_exec(cmd: &mut Command, flags: libc::c_int) {
         });
     }
 }
+
+/// `socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0)` then `connect` to
+/// `cid:port` (the microVM guest's stream to its host under Firecracker).
+pub(crate) fn vsock_connect(cid: u32, port: u32) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: socket with integer arguments only; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_VSOCK, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by socket and is owned by nobody else.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_vm is plain old data; all-zero is a valid value.
+    let mut addr: libc::sockaddr_vm = unsafe { std::mem::zeroed() };
+    addr.svm_family = libc::AF_VSOCK as libc::sa_family_t;
+    addr.svm_cid = cid;
+    addr.svm_port = port;
+    // SAFETY: `addr` is a valid sockaddr_vm and the length given is its size;
+    // connect only reads it.
+    let r = unsafe {
+        libc::connect(
+            fd,
+            (&addr as *const libc::sockaddr_vm).cast::<libc::sockaddr>(),
+            std::mem::size_of::<libc::sockaddr_vm>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(owned)
+}

@@ -30,6 +30,10 @@ use crate::spec::WorkerLimits;
 /// The protocol version both sides must speak.
 pub const PROTOCOL_VERSION: u32 = 1;
 
+/// The vsock port the guest init connects to on the host (CID 2) when the
+/// VMM offers a vsock instead of a virtio-serial port (Firecracker).
+pub const VSOCK_PORT: u32 = 1024;
+
 /// The most bytes of one frame (kind byte and payload).
 pub const MAX_FRAME: usize = (1 << 20) + 1;
 

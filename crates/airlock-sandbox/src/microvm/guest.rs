@@ -3,7 +3,10 @@
 //! The kernel starts `/airlock/airlock __airlock_guest_init` from the
 //! initramfs (`rdinit=`). It mounts `/proc`, finds the virtio-serial port
 //! (loading the virtio modules the build script put in
-//! `/airlock/modules`), then replaces `/dev` with a tmpfs holding only
+//! `/airlock/modules`) — or, started as `__airlock_guest_init vsock`
+//! (Firecracker), connects to the host over AF_VSOCK (CID 2, port
+//! [`frame::VSOCK_PORT`]; untested: no host here boots a Firecracker
+//! guest) — then replaces `/dev` with a tmpfs holding only
 //! `null`, `zero`, `random` and `urandom`. It says hello (protocol version,
 //! the build ID of its own binary), receives the call, writes each input
 //! (SHA-256 checked) 0444 into a tmpfs at the working directory (owned by
@@ -54,15 +57,19 @@ pub fn maybe_run_guest() {
     if args.next().as_deref() != Some(std::ffi::OsStr::new(GUEST_MARKER)) || std::process::id() != 1 {
         return;
     }
-    if let Err(m) = run() {
+    let vsock = args.next().as_deref() == Some(std::ffi::OsStr::new("vsock"));
+    if let Err(m) = run(vsock) {
         let _ = writeln!(io::stderr(), "airlock guest: {m}");
     }
-    power_off()
+    power_off(vsock)
 }
 
-fn power_off() -> ! {
+/// Powers the VM off; under Firecracker (`vsock`), which has no power-off
+/// device, a reboot (`reboot=k`) ends the VMM.
+fn power_off(vsock: bool) -> ! {
     rustix::fs::sync();
-    let _ = rustix::system::reboot(rustix::system::RebootCommand::PowerOff);
+    let how = if vsock { rustix::system::RebootCommand::Restart } else { rustix::system::RebootCommand::PowerOff };
+    let _ = rustix::system::reboot(how);
     loop {
         std::thread::sleep(Duration::from_secs(1));
     }
@@ -87,11 +94,11 @@ fn setup(what: impl Into<String>) -> impl FnOnce(io::Error) -> Fail {
     move |e| Fail { step: "setup", errno: e.raw_os_error(), message: format!("{what}: {e}") }
 }
 
-fn run() -> Result<(), Fail> {
+fn run(vsock: bool) -> Result<(), Fail> {
     mount("proc", "/proc", "proc", MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC, c"")?;
     mount("devtmpfs", "/dev", "devtmpfs", MountFlags::NOSUID | MountFlags::NOEXEC, c"")?;
     load_modules();
-    let mut port = open_port()?;
+    let mut port = if vsock { connect_vsock()? } else { open_port()? };
     private_dev()?;
     rustix::thread::set_no_new_privs(true).map_err(|e| setup("prctl(PR_SET_NO_NEW_PRIVS)")(e.into()))?;
     let fingerprint = super::fingerprint::of_file(Path::new("/proc/self/exe"))
@@ -147,6 +154,19 @@ fn open_port() -> Result<File, Fail> {
                 std::thread::sleep(Duration::from_millis(20))
             }
             Err(e) => return Err(setup(format!("open({PORT:?})"))(e)),
+        }
+    }
+}
+
+/// Connects to the host's port [`frame::VSOCK_PORT`] (CID 2), retrying
+/// while the vsock transport comes up.
+fn connect_vsock() -> Result<File, Fail> {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        match crate::sys::vsock_connect(libc::VMADDR_CID_HOST, frame::VSOCK_PORT) {
+            Ok(fd) => return Ok(File::from(fd)),
+            Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(setup(format!("connect(AF_VSOCK, 2:{})", frame::VSOCK_PORT))(e)),
         }
     }
 }

@@ -9,8 +9,11 @@
 //! and UTS namespaces, killed with the spawning thread) on the configured
 //! Debian cloud kernel and the initramfs `scripts/microvm-build.sh` built
 //! (the stripped airlock binary, the virtio modules, a small read-only tool
-//! image), and speaks the byte protocol of [`frame`] with the guest init
-//! ([`guest`]). The guest's hello must come within the boot deadline
+//! image) — or Firecracker ([`firecracker`]: KVM only, the ELF `vmlinux`,
+//! no drive or network device, the guest's vsock connection accepted on a
+//! Unix socket in the call directory, optionally its jailer) — and speaks
+//! the byte protocol of [`frame`] with the guest init ([`guest`]). The
+//! guest's hello must come within the boot deadline
 //! (`sandbox.boot_timeout`) and carry protocol version
 //! [`frame::PROTOCOL_VERSION`] and the host binary's own build ID
 //! ([`fingerprint`]), else the VM is killed (`sandbox.guest_mismatch`).
@@ -25,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod fingerprint;
+mod firecracker;
 pub mod frame;
 pub mod guest;
 mod probe;
@@ -52,7 +56,7 @@ pub enum Vmm {
     /// QEMU's `microvm` machine (KVM or TCG).
     #[default]
     Qemu,
-    /// Firecracker (KVM only; not driven by this build).
+    /// Firecracker (KVM only; its vsock over a host Unix socket).
     Firecracker,
 }
 
@@ -86,9 +90,14 @@ impl Accel {
 pub struct MicrovmSettings {
     /// The VMM.
     pub vmm: Vmm,
-    /// The VMM binary (`qemu-system-x86_64`).
+    /// The QEMU binary (`qemu-system-x86_64`).
     pub qemu: PathBuf,
-    /// The guest kernel (`vmlinuz`).
+    /// The Firecracker binary.
+    pub firecracker: PathBuf,
+    /// Firecracker's jailer (`None`: Firecracker runs without it).
+    pub jailer: Option<PathBuf>,
+    /// The guest kernel (`vmlinuz` for QEMU, the uncompressed ELF `vmlinux`
+    /// for Firecracker).
     pub kernel: PathBuf,
     /// The initramfs `scripts/microvm-build.sh` built.
     pub initramfs: PathBuf,
@@ -110,6 +119,9 @@ impl MicrovmSettings {
         self.state_dir.join("calls")
     }
 }
+
+/// The file in a call directory that gets the VMM's stderr.
+pub(crate) const VMM_LOG: &str = "vmm.log";
 
 /// The microVM tier.
 #[derive(Debug)]
@@ -144,12 +156,6 @@ impl MicrovmTier {
 
     fn check(&self) -> Result<(), SandboxError> {
         let s = &self.settings;
-        if s.vmm == Vmm::Firecracker {
-            return Err(SandboxError::Unavailable(
-                "[sandbox.microvm] vmm = \"firecracker\" is not driven by this build of airlock; use vmm = \"qemu\""
-                    .into(),
-            ));
-        }
         if !s.state_dir.is_absolute() {
             return Err(SandboxError::InvalidSpec(format!(
                 "the microvm state directory {} is not absolute",
@@ -164,6 +170,9 @@ impl MicrovmTier {
                     path.display()
                 )));
             }
+        }
+        if s.vmm == Vmm::Firecracker {
+            check_firecracker(s)?;
         }
         Ok(())
     }
@@ -195,6 +204,48 @@ impl MicrovmTier {
             None => worker,
         })
     }
+}
+
+/// Firecracker's own requirements: its binary, KVM, and an ELF kernel.
+fn check_firecracker(s: &MicrovmSettings) -> Result<(), SandboxError> {
+    if !s.firecracker.is_absolute() || !s.firecracker.is_file() {
+        return Err(SandboxError::Unavailable(format!(
+            "the Firecracker binary {} is missing; install Firecracker (scripts/firecracker-fetch.sh DIR) and set \
+             [sandbox.microvm] firecracker to its absolute path",
+            s.firecracker.display()
+        )));
+    }
+    if let Some(jailer) = s.jailer.as_ref().filter(|j| !j.is_absolute() || !j.is_file()) {
+        return Err(SandboxError::Unavailable(format!(
+            "Firecracker's jailer {} is missing; set [sandbox.microvm] jailer to its absolute path or remove the key",
+            jailer.display()
+        )));
+    }
+    if s.jailer.is_some() && !rustix::process::geteuid().is_root() {
+        return Err(SandboxError::Unavailable(
+            "Firecracker's jailer must be started as root (it makes a chroot and device nodes, then drops to uid \
+             65534); run airlock as root or remove [sandbox.microvm] jailer"
+                .into(),
+        ));
+    }
+    if s.accel == Accel::Tcg {
+        return Err(SandboxError::Unavailable(
+            "Firecracker runs on KVM only; accel = \"tcg\" needs vmm = \"qemu\"".into(),
+        ));
+    }
+    let mut magic = [0u8; 4];
+    let elf = std::fs::File::open(&s.kernel).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic));
+    if elf.is_err() || &magic != b"\x7fELF" {
+        return Err(SandboxError::Unavailable(format!(
+            "the guest kernel {} is not an uncompressed ELF vmlinux, which Firecracker needs; point \
+             [sandbox.microvm] kernel at the vmlinux scripts/microvm-build.sh writes beside vmlinuz",
+            s.kernel.display()
+        )));
+    }
+    if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
+        return Err(SandboxError::Unavailable(format!("Firecracker needs /dev/kvm, which cannot be opened: {e}")));
+    }
+    Ok(())
 }
 
 impl Tier for MicrovmTier {

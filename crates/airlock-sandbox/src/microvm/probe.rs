@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
-use super::{qemu, Accel, MicrovmSettings, MicrovmTier};
+use super::{qemu, Accel, MicrovmSettings, MicrovmTier, Vmm};
 use crate::error::SandboxError;
 use crate::parent::KILL_GRACE;
 use crate::spec::WorkerSpec;
@@ -37,6 +37,9 @@ fn identity(p: &Path) -> String {
 
 /// The accelerator workers use, and why.
 pub(crate) fn resolve_accel(s: &MicrovmSettings) -> Result<(Accel, String), SandboxError> {
+    if s.vmm == Vmm::Firecracker {
+        return Ok((Accel::Kvm, "Firecracker runs on KVM only".into()));
+    }
     match s.accel {
         Accel::Kvm => return Ok((Accel::Kvm, "accel = \"kvm\" is configured".into())),
         Accel::Tcg => return Ok((Accel::Tcg, "accel = \"tcg\" is configured".into())),
@@ -80,7 +83,17 @@ pub(crate) fn resolve_accel(s: &MicrovmSettings) -> Result<(Accel, String), Sand
 /// Whether the tier can run a worker here, and why not (with a fix).
 pub fn probe(settings: &MicrovmSettings) -> TierReport {
     let mut report = TierReport::not_ready("microvm", "");
-    let mut cmd = std::process::Command::new(&settings.qemu);
+    let (vmm, install) = match settings.vmm {
+        Vmm::Qemu => (
+            &settings.qemu,
+            "install QEMU (Debian: `apt-get install qemu-system-x86`) or set [sandbox.microvm] qemu to its path",
+        ),
+        Vmm::Firecracker => (
+            &settings.firecracker,
+            "install Firecracker (scripts/firecracker-fetch.sh DIR) and set [sandbox.microvm] firecracker to its path",
+        ),
+    };
+    let mut cmd = std::process::Command::new(vmm);
     cmd.env_clear().arg("--version");
     match cmd.output() {
         Ok(out) if out.status.success() => {
@@ -88,14 +101,18 @@ pub fn probe(settings: &MicrovmSettings) -> TierReport {
             report.version = String::from_utf8_lossy(&out.stdout).lines().next().map(|l| l.trim().to_owned());
         }
         _ => {
-            report.why = Some(format!(
-                "{} cannot be run; install QEMU (Debian: `apt-get install qemu-system-x86`) or set \
-                 [sandbox.microvm] qemu to its path",
-                settings.qemu.display()
-            ));
+            report.why = Some(format!("{} cannot be run; {install}", vmm.display()));
             return report;
         }
     }
+    // A Firecracker guest that cannot boot here hangs silently: the probe
+    // waits at most KVM_PROBE_BOOT for it.
+    let settings = &match settings.vmm {
+        Vmm::Firecracker => {
+            MicrovmSettings { boot_timeout: settings.boot_timeout.min(KVM_PROBE_BOOT), ..settings.clone() }
+        }
+        Vmm::Qemu => settings.clone(),
+    };
     let tier = MicrovmTier::new(settings.clone());
     if let Err(e) = tier.check() {
         report.why = Some(e.to_string());
@@ -127,7 +144,7 @@ pub fn probe(settings: &MicrovmSettings) -> TierReport {
                 o.cleanup_confirmed
             ))
         }
-        Err(e) => report.why = Some(format!("a trivial worker (`true`) failed to start: {e}")),
+        Err(e) => report.why = Some(format!("a trivial worker (`true`) failed to start on {}: {e}", accel.as_str())),
     }
     report
 }

@@ -1,5 +1,5 @@
 //! Starting QEMU's `microvm` machine for one call, and finding and killing
-//! the QEMU processes of a call directory.
+//! the VMM processes (QEMU's or Firecracker's) of a call directory.
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
@@ -97,11 +97,12 @@ pub(crate) fn spawn(
     child
 }
 
-/// The pids of processes whose command line names `call_dir` (the QEMU of
-/// that call: its console log is there).
+/// The pids of processes whose command line names `call_dir` (the VMM of
+/// that call: its console log or Firecracker's configuration is there),
+/// and the jailed Firecracker its jail's pid file names.
 pub(crate) fn processes_of(call_dir: &Path) -> Vec<i32> {
     let needle = call_dir.as_os_str().as_encoded_bytes().to_vec();
-    let mut found = Vec::new();
+    let mut found: Vec<i32> = super::firecracker::jailed_pid(call_dir).into_iter().collect();
     let Ok(entries) = std::fs::read_dir("/proc") else { return found };
     for e in entries.flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
@@ -109,7 +110,7 @@ pub(crate) fn processes_of(call_dir: &Path) -> Vec<i32> {
             continue;
         }
         let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else { continue };
-        if cmdline.split(|b| *b == 0).any(|arg| names_dir(arg, &needle)) {
+        if !found.contains(&pid) && cmdline.split(|b| *b == 0).any(|arg| names_dir(arg, &needle)) {
             found.push(pid);
         }
     }

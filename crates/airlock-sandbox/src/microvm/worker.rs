@@ -4,7 +4,7 @@
 
 use std::io::Write;
 use std::os::fd::OwnedFd;
-use std::os::unix::net::UnixStream;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rustix::process::{PidfdFlags, Signal};
 
 use super::frame::{self, FileHeader, GuestCall, GuestError, GuestOutput, GuestResult, Hello, Kind};
-use super::{qemu, Accel, MicrovmSettings};
+use super::{firecracker, qemu, Accel, MicrovmSettings, Vmm};
 use crate::call_dir::CallDir;
 use crate::error::{errno, OsErrno, SandboxError};
 use crate::outcome::{AppliedLimits, ExitStatusKind, OutputExport};
@@ -81,20 +81,35 @@ impl MicrovmWorker {
             Some(e) => e,
             None => own_fingerprint()?,
         };
-        let (host, vm) = match UnixStream::pair() {
-            Ok(p) => p,
-            Err(e) => {
-                let _ = call.remove();
-                return Err(SandboxError::Descriptor { call: "socketpair(AF_UNIX)".into(), errno: OsErrno::of(&e) });
+        let boot_deadline = Instant::now() + settings.boot_timeout.max(Duration::from_millis(1));
+        let (child, link) = match settings.vmm {
+            Vmm::Qemu => {
+                let (host, vm) = match UnixStream::pair() {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let _ = call.remove();
+                        return Err(SandboxError::Descriptor {
+                            call: "socketpair(AF_UNIX)".into(),
+                            errno: OsErrno::of(&e),
+                        });
+                    }
+                };
+                let args = qemu::args(settings, accel, call.path(), extra_cmdline);
+                match qemu::spawn(settings, args, OwnedFd::from(vm), &call.path().join(super::VMM_LOG)) {
+                    Ok(c) => (c, Link::Connected(host)),
+                    Err(e) => {
+                        let _ = call.remove();
+                        return Err(e);
+                    }
+                }
             }
-        };
-        let args = qemu::args(settings, accel, call.path(), extra_cmdline);
-        let child = match qemu::spawn(settings, args, OwnedFd::from(vm), &call.path().join("qemu.log")) {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = call.remove();
-                return Err(e);
-            }
+            Vmm::Firecracker => match firecracker::start(settings, call.path(), extra_cmdline) {
+                Ok(started) => (started.child, Link::Listening(started.listener)),
+                Err(e) => {
+                    let _ = call.remove();
+                    return Err(e);
+                }
+            },
         };
         let pid = rustix::process::Pid::from_child(&child);
         let pidfd = match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
@@ -108,6 +123,27 @@ impl MicrovmWorker {
             }
         };
         let guard = Guard { child: Some(child), call: Some(call), pidfd: Arc::clone(&pidfd) };
+        let host = match link {
+            Link::Connected(host) => host,
+            Link::Listening(listener) => match firecracker::accept(&listener, &pidfd, boot_deadline) {
+                Ok(stream) => stream,
+                Err(why) => {
+                    let e = match why {
+                        firecracker::NoGuest::Timeout => SandboxError::BootTimeout {
+                            waited_ms: settings.boot_timeout.as_millis() as u64,
+                            console: console_tail(guard.call.as_ref()),
+                        },
+                        firecracker::NoGuest::VmmExited => SandboxError::Unavailable(format!(
+                            "the VM ended before its guest connected; {}",
+                            console_tail(guard.call.as_ref())
+                        )),
+                        firecracker::NoGuest::Failed(e) => e,
+                    };
+                    guard.abort();
+                    return Err(e);
+                }
+            },
+        };
         let mut worker = MicrovmWorker {
             guard,
             pidfd,
@@ -121,7 +157,7 @@ impl MicrovmWorker {
             argv0: spec.argv[0].clone(),
             cancel: None,
         };
-        if let Err(e) = worker.handshake(settings, &expect).and_then(|()| worker.send_call(spec)) {
+        if let Err(e) = worker.handshake(settings, boot_deadline, &expect).and_then(|()| worker.send_call(spec)) {
             worker.abort();
             return Err(e);
         }
@@ -131,12 +167,12 @@ impl MicrovmWorker {
         Ok(worker)
     }
 
-    fn handshake(&mut self, settings: &MicrovmSettings, expect: &str) -> Result<(), SandboxError> {
+    fn handshake(&mut self, settings: &MicrovmSettings, deadline: Instant, expect: &str) -> Result<(), SandboxError> {
         let timeout = |w: &Self| SandboxError::BootTimeout {
             waited_ms: settings.boot_timeout.as_millis() as u64,
             console: w.console_tail(),
         };
-        let wait = settings.boot_timeout.max(Duration::from_millis(1));
+        let wait = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
         if self.stream.set_read_timeout(Some(wait)).is_err() {
             return Err(timeout(self));
         }
@@ -208,31 +244,14 @@ impl MicrovmWorker {
     }
 
     fn console_tail(&self) -> String {
-        let Some(call) = &self.guard.call else { return String::new() };
-        let text = std::fs::read(call.path().join(qemu::CONSOLE_LOG)).unwrap_or_default();
-        let qemu = std::fs::read(call.path().join("qemu.log")).unwrap_or_default();
-        let tail = |b: &[u8]| {
-            let s = String::from_utf8_lossy(&b[b.len().saturating_sub(400)..]).trim().to_owned();
-            if s.is_empty() {
-                "nothing".to_owned()
-            } else {
-                format!("{s:?}")
-            }
-        };
-        format!("console said {}, qemu said {}", tail(&text), tail(&qemu))
+        console_tail(self.guard.call.as_ref())
     }
 
     /// Kills the VM, waits for it and removes the call directory (a boot
     /// that failed).
-    fn abort(mut self) {
-        kill_vm(&self.pidfd);
-        if let Some(mut child) = self.guard.child.take() {
-            let _ = child.wait();
-        }
-        if let Some(call) = self.guard.call.take() {
-            let _ = qemu::kill_processes(call.path(), KILL_GRACE);
-            let _ = call.remove();
-        }
+    fn abort(self) {
+        let MicrovmWorker { guard, .. } = self;
+        guard.abort();
     }
 
     /// Registers the worker with `cancel` (killing it at once if cancelled).
@@ -240,6 +259,34 @@ impl MicrovmWorker {
         self.cancel = Some(cancel.register(self.kill_handle()));
         self
     }
+}
+
+/// How the host reaches the guest's byte stream.
+enum Link {
+    /// QEMU's virtio-serial port: a socket pair, connected from the start.
+    Connected(UnixStream),
+    /// Firecracker's vsock: the guest connects once it has booted.
+    Listening(UnixListener),
+}
+
+/// The tail of the guest console, the VMM's stderr and Firecracker's log.
+fn console_tail(call: Option<&CallDir>) -> String {
+    let Some(call) = call else { return String::new() };
+    let tail = |name: &std::path::Path| {
+        let b = std::fs::read(call.path().join(name)).unwrap_or_default();
+        let s = String::from_utf8_lossy(&b[b.len().saturating_sub(400)..]).trim().to_owned();
+        if s.is_empty() {
+            "nothing".to_owned()
+        } else {
+            format!("{s:?}")
+        }
+    };
+    let mut said =
+        format!("console said {}, the VMM said {}", tail(qemu::CONSOLE_LOG.as_ref()), tail(super::VMM_LOG.as_ref()));
+    if let Some(log) = firecracker::log_of(call.path()) {
+        said.push_str(&format!(", Firecracker's log said {}", tail(&log)));
+    }
+    said
 }
 
 fn kill_vm(pidfd: &OwnedFd) {
@@ -333,7 +380,7 @@ fn wait_worker(mut w: MicrovmWorker) -> Result<WorkerOutcome, SandboxError> {
     if !(talk.ended && exited_by(&*w.pidfd, Instant::now() + KILL_GRACE)) {
         kill_vm(&w.pidfd);
     }
-    let mut child = w.guard.child.take().ok_or_else(|| SandboxError::Protocol("QEMU was already reaped".into()))?;
+    let mut child = w.guard.child.take().ok_or_else(|| SandboxError::Protocol("the VMM was already reaped".into()))?;
     if !exited_by(&*w.pidfd, Instant::now() + KILL_GRACE) {
         kill_vm(&w.pidfd);
     }
@@ -418,6 +465,21 @@ impl Worker for MicrovmWorker {
 
     fn wait(self) -> Result<WorkerOutcome, SandboxError> {
         wait_worker(self)
+    }
+}
+
+impl Guard {
+    /// Kills the VM, waits for it and removes the call directory (a boot
+    /// that failed).
+    fn abort(mut self) {
+        kill_vm(&self.pidfd);
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+        if let Some(call) = self.call.take() {
+            let _ = qemu::kill_processes(call.path(), KILL_GRACE);
+            let _ = call.remove();
+        }
     }
 }
 

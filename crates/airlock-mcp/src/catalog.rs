@@ -117,12 +117,10 @@ impl Catalog {
         self.find_in(&self.sessions, name)
     }
 
-    /// The MCP tools, for `tools/list` (and the session tools when any
-    /// `[session]` tool is served).
+    /// The MCP tools of the one-shot entries (`tools/list` adds the
+    /// session tools when any `[session]` tool is served).
     pub fn tools(&self) -> Vec<Tool> {
-        let plain = self.entries.iter().map(|e| e.tool.clone());
-        let sessions = if self.sessions.is_empty() { Vec::new() } else { crate::session_tools::tools(self) };
-        plain.chain(sessions).collect()
+        self.entries.iter().map(|e| e.tool.clone()).collect()
     }
 }
 

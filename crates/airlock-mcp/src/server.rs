@@ -202,7 +202,11 @@ impl ServerHandler for AirlockServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let began = Instant::now();
-        let tools = self.catalog().tools();
+        let catalog = self.catalog();
+        let mut tools = catalog.tools();
+        if !catalog.sessions.is_empty() {
+            tools.extend(crate::session_tools::tools(&catalog));
+        }
         let principal = self.caller(&context).ok().flatten();
         request_log::list(principal.as_deref().unwrap_or(self.runtime.principal()), tools.len(), began);
         Ok(ListToolsResult::with_all_items(tools))

@@ -10,13 +10,10 @@ use super::args::{scalar_string, ShellReach};
 use super::bind::BoundArgs;
 use super::mapping::{stands_alone, Extras, Fragment, Resolved};
 use super::model::{ArgDef, CommandDef};
-use super::template::{parse_word, split_template, Segment, Word};
+use super::template::{parse_word, split_template, Segment, Word, OUTPUT_FILE_PLACEHOLDER};
 use crate::path::{is_arg_name, RelPath};
 use crate::reason::{ReasonCode, Refusal};
 use std::collections::BTreeMap;
-
-/// The placeholder replaced by the path of the `[filesystem]` create entry.
-pub const OUTPUT_FILE_PLACEHOLDER: &str = "_output_file";
 
 /// The end-of-options marker inserted when `end_of_options = true`.
 pub const END_OF_OPTIONS: &str = "--";

@@ -219,7 +219,7 @@ impl Extras {
                 }
             }
             for p in fragment.placeholders() {
-                let ok = known(p) || p == super::command::OUTPUT_FILE_PLACEHOLDER || extras.mappings.contains_key(p);
+                let ok = known(p) || p == super::template::OUTPUT_FILE_PLACEHOLDER || extras.mappings.contains_key(p);
                 if !ok {
                     return Err(invalid(format!(
                         "{what} template: the placeholder {{{p}}} names no argument, [command.defaults] key or mapping"

@@ -65,7 +65,7 @@ mod tests;
 
 pub use args::{ArgType, MAX_VALUE_BYTES, SHELL_METACHARACTERS};
 pub use bind::BoundArgs;
-pub use command::{END_OF_OPTIONS, OUTPUT_FILE_PLACEHOLDER};
+pub use command::END_OF_OPTIONS;
 pub use evidence::EVIDENCE_DIR;
 pub use filesystem::FilesystemPlan;
 pub use mcp::{is_schema_digest, McpSpec, SchemaPin, MAX_UPSTREAM_TOOL};
@@ -75,6 +75,7 @@ pub use model::{
 };
 pub use scope::SCOPE_TARGET_MAX_LEN;
 pub use session::{SessionCommand, SessionSpec, DEFAULT_MAX_INTERACTION_BYTES};
+pub use template::OUTPUT_FILE_PLACEHOLDER;
 
 /// `[broker]` (airlock extension): the command runs isolated and reaches
 /// named roots through the broker; `roots` are `NAME:RIGHTS`, the host path

@@ -7,6 +7,9 @@
 //! escapes and nothing else: `$`, `` ` ``, `|`, `;`, `>`, `*`, `~` and `#` are
 //! ordinary characters.
 
+/// The placeholder replaced by the path of the `[filesystem]` create entry.
+pub const OUTPUT_FILE_PLACEHOLDER: &str = "_output_file";
+
 /// One piece of a word.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Segment {

@@ -5,8 +5,8 @@
 //! airlock does not execute is refused, never ignored.
 
 use super::args::ArgType;
-use super::command::OUTPUT_FILE_PLACEHOLDER;
 use super::model::{Dispatch, Mode};
+use super::template::OUTPUT_FILE_PLACEHOLDER;
 use super::Manifest;
 use crate::reason::{ReasonCode, Refusal};
 

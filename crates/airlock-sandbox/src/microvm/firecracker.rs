@@ -224,7 +224,7 @@ fn vmm_args(config: &Path, log: &Path) -> Vec<std::ffi::OsString> {
 /// stdin closed, stdout (the guest console) to `console.log`, stderr to
 /// `vmm.log`, both in the call directory.
 fn outputs(cmd: &mut Command, call_dir: &Path) -> Result<(), SandboxError> {
-    let console = create(&call_dir.join(super::qemu::CONSOLE_LOG))?;
+    let console = create(&call_dir.join(super::CONSOLE_LOG))?;
     let stderr = create(&call_dir.join(super::VMM_LOG))?;
     cmd.stdin(Stdio::null()).stdout(console).stderr(stderr);
     Ok(())

@@ -123,6 +123,9 @@ impl MicrovmSettings {
 /// The file in a call directory that gets the VMM's stderr.
 pub(crate) const VMM_LOG: &str = "vmm.log";
 
+/// The console log of a call (the kernel's and the guest init's messages).
+pub(crate) const CONSOLE_LOG: &str = "console.log";
+
 /// The microVM tier.
 #[derive(Debug)]
 pub struct MicrovmTier {

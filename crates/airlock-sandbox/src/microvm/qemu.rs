@@ -24,9 +24,6 @@ pub(crate) const KERNEL_CMDLINE: &str = "console=ttyS0 quiet loglevel=1 panic=-1
 /// changes, no new processes, no resource control.
 const QEMU_SANDBOX: &str = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
 
-/// The console log of a call (the kernel's and the guest init's messages).
-pub(crate) const CONSOLE_LOG: &str = "console.log";
-
 /// QEMU's arguments for one VM whose virtio-serial port is the inherited
 /// socket [`CHARDEV_FD`] and whose console goes to `call_dir/console.log`.
 pub(crate) fn args(s: &MicrovmSettings, accel: Accel, call_dir: &Path, extra_cmdline: &str) -> Vec<OsString> {
@@ -54,7 +51,7 @@ pub(crate) fn args(s: &MicrovmSettings, accel: Accel, call_dir: &Path, extra_cmd
     push("-sandbox");
     push(QEMU_SANDBOX);
     push("-serial");
-    a.push(OsString::from(format!("file:{}", call_dir.join(CONSOLE_LOG).display())));
+    a.push(OsString::from(format!("file:{}", call_dir.join(super::CONSOLE_LOG).display())));
     let mut push = |s: &str| a.push(s.into());
     push("-device");
     push("virtio-serial-device");

@@ -282,7 +282,7 @@ fn console_tail(call: Option<&CallDir>) -> String {
         }
     };
     let mut said =
-        format!("console said {}, the VMM said {}", tail(qemu::CONSOLE_LOG.as_ref()), tail(super::VMM_LOG.as_ref()));
+        format!("console said {}, the VMM said {}", tail(super::CONSOLE_LOG.as_ref()), tail(super::VMM_LOG.as_ref()));
     if let Some(log) = firecracker::log_of(call.path()) {
         said.push_str(&format!(", Firecracker's log said {}", tail(&log)));
     }
@@ -435,7 +435,7 @@ fn wait_worker(mut w: MicrovmWorker) -> Result<WorkerOutcome, SandboxError> {
 }
 
 fn w_console(call: &CallDir) -> String {
-    let text = std::fs::read(call.path().join(qemu::CONSOLE_LOG)).unwrap_or_default();
+    let text = std::fs::read(call.path().join(super::CONSOLE_LOG)).unwrap_or_default();
     format!("console: {:?}", String::from_utf8_lossy(&text[text.len().saturating_sub(400)..]).trim())
 }
 

@@ -11,6 +11,8 @@
 # containers run with NetworkMode=none). The `runsc` runtime (gVisor,
 # ptrace platform) is registered when /usr/bin/runsc exists.
 set -euo pipefail
+# shellcheck source=scripts/lab-lib.sh
+source "$(dirname "$(realpath "$0")")/lab-lib.sh"
 
 usage() { echo "usage: $0 start DIR [PID] | stop DIR" >&2; exit 2; }
 [[ $# -eq 2 || ( $# -eq 3 && $1 == start && $3 =~ ^[0-9]+$ ) ]] || usage
@@ -69,55 +71,13 @@ JSON
     --containerd-plugins-namespace "airlock-lab-plugins" \
     >"$dir/dockerd.log" 2>&1 </dev/null &
   local pid=$!
-  for _ in $(seq 1 300); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      echo "dockerd exited; its log ($dir/dockerd.log) ends:" >&2
-      tail -n 20 "$dir/dockerd.log" >&2
-      exit 1
-    fi
-    if [[ -S $sock ]] && timeout 5 docker -H "unix://$sock" version --format '{{.Server.Version}}' >/dev/null 2>&1; then
-      if [[ -n $owner ]]; then
-        # A watcher that stops this daemon once its owner (a test process) is gone.
-        setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; exec "$2" stop "$3"' \
-          _ "$owner" "$(realpath "$0")" "$dir" >/dev/null 2>&1 </dev/null &
-      fi
-      echo "$sock"; return
-    fi
-    sleep 0.2
-  done
-  echo "dockerd did not answer on $sock within 60 s; its log ($dir/dockerd.log) ends:" >&2
-  tail -n 20 "$dir/dockerd.log" >&2
-  kill "$pid" 2>/dev/null || true
-  exit 1
+  lab_wait "dockerd" "$pid" "$dir/dockerd.log"
 }
 
 stop() {
-  if [[ -f $pidfile ]]; then
-    local pid
-    pid=$(cat "$pidfile")
-    # Only the daemon this script started: its command line names our socket.
-    if [[ -r /proc/$pid/cmdline ]] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF "unix://$sock"; then
-      kill -TERM "$pid" 2>/dev/null || true
-      for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-  fi
-  # Container shims (and runsc sandboxes) of this daemon outlive it: end
-  # those whose command line names this daemon's exec root, by pid.
-  local p
-  for p in /proc/[0-9]*; do
-    if { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF "$dir/exec/"; then
-      kill -KILL "${p#/proc/}" 2>/dev/null || true
-    fi
-  done
-  # Mounts left under the data or exec root (overlay layers, shm, netns).
-  if [[ -d $dir ]]; then
-    awk -v d="$dir/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r | while read -r m; do
-      umount -l "$m" 2>/dev/null || true
-    done
-    rm -rf "$dir/data" "$dir/exec" "$dir/docker.sock" "$dir/dockerd.pid" "$dir/daemon.json" "$dir/dockerd.log"
-    rmdir "$dir" 2>/dev/null || true
-  fi
+  # Container shims (and runsc sandboxes) of this daemon outlive it (their
+  # command lines name its exec root); mounts are left under the data root.
+  lab_stop "$dir/exec/" data exec docker.sock dockerd.pid daemon.json dockerd.log
 }
 
 case "$cmd" in

@@ -13,6 +13,8 @@
 # airlock names the runtime itself (`[sandbox.docker] runtime = "runsc"`),
 # so the cgroup bounds leave room for gVisor's Sentry.
 set -euo pipefail
+# shellcheck source=scripts/lab-lib.sh
+source "$(dirname "$(realpath "$0")")/lab-lib.sh"
 
 usage() { echo "usage: $0 start DIR [PID] | stop DIR" >&2; exit 2; }
 [[ $# -eq 2 || ( $# -eq 3 && $1 == start && $3 =~ ^[0-9]+$ ) ]] || usage
@@ -41,54 +43,13 @@ start() {
   nohup podman "${args[@]}" system service --time=0 "unix://$sock" >"$dir/podman.log" 2>&1 </dev/null &
   local pid=$!
   echo "$pid" >"$pidfile"
-  for _ in $(seq 1 300); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      echo "podman system service exited; its log ($dir/podman.log) ends:" >&2
-      tail -n 20 "$dir/podman.log" >&2
-      exit 1
-    fi
-    if [[ -S $sock ]] && timeout 5 docker -H "unix://$sock" version --format "{{.Server.Version}}" >/dev/null 2>&1; then
-      if [[ -n $owner ]]; then
-        # A watcher that stops this service once its owner (a test process) is gone.
-        setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; exec "$2" stop "$3"' \
-          _ "$owner" "$(realpath "$0")" "$dir" >/dev/null 2>&1 </dev/null &
-      fi
-      echo "$sock"; return
-    fi
-    sleep 0.2
-  done
-  echo "podman did not answer on $sock within 60 s; its log ($dir/podman.log) ends:" >&2
-  tail -n 20 "$dir/podman.log" >&2
-  kill "$pid" 2>/dev/null || true
-  exit 1
+  lab_wait "podman system service" "$pid" "$dir/podman.log"
 }
 
 stop() {
-  if [[ -f $pidfile ]]; then
-    local pid
-    pid=$(cat "$pidfile")
-    # Only the service this script started: its command line names our socket.
-    if [[ -r /proc/$pid/cmdline ]] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF "unix://$sock"; then
-      kill -TERM "$pid" 2>/dev/null || true
-      for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-  fi
-  # conmon and runsc processes of this service outlive it: end those whose
-  # command line names DIR, by pid.
-  local p
-  for p in /proc/[0-9]*; do
-    if { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF "$dir/"; then
-      kill -KILL "${p#/proc/}" 2>/dev/null || true
-    fi
-  done
-  if [[ -d $dir ]]; then
-    awk -v d="$dir/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r | while read -r m; do
-      umount -l "$m" 2>/dev/null || true
-    done
-    rm -rf "$dir/storage" "$dir/run" "$dir/tmp" "$dir/podman.sock" "$dir/podman.pid" "$dir/podman.log"
-    rmdir "$dir" 2>/dev/null || true
-  fi
+  # conmon and runsc processes of this service outlive it (their command
+  # lines name DIR).
+  lab_stop "$dir/" storage run tmp podman.sock podman.pid podman.log
 }
 
 case "$cmd" in

@@ -121,7 +121,7 @@ fn the_worker_reads_its_input_and_writes_its_output() {
     let mut spec = sh("tr a-z A-Z < data/in.txt > out.txt && cat data/in.txt");
     spec.inputs.push(w.input("in", b"hello gvisor\n", "data/in.txt"));
     spec.output = Some(w.output("out", "out.txt", 1000));
-    spec.call_id = Some("inv-io".into());
+    spec.call_id = Some(format!("inv-io-{}", std::process::id()));
     let o = w.run(spec);
     assert!(o.exit.success(), "{}", show(&o));
     assert!(o.cleanup_confirmed, "{}", show(&o));
@@ -388,9 +388,17 @@ fn driver_for_sigkill() {
     let settings =
         GvisorSettings { runsc: runsc_path(), platform: GvisorPlatform::Auto, state_dir: PathBuf::from(state) };
     let mut spec = sh("echo started; sleep 300");
-    spec.call_id = Some("inv-killed".into());
+    // runsc names a sandbox's control socket after its container id alone
+    // (an abstract socket): ids carry the test process's pid, so the
+    // privileged and the rootless run of this file never share one.
+    spec.call_id = Some(killed_id(std::os::unix::process::parent_id()));
     let worker = GvisorTier::new(settings).start(spec).unwrap();
     let _ = worker.wait();
+}
+
+/// The call id the driver of test process `pid` uses.
+fn killed_id(pid: u32) -> String {
+    format!("inv-killed-{pid}")
 }
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
@@ -410,7 +418,8 @@ fn leftovers_of_a_killed_caller_are_found_and_reaped() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    wait_for("the container to run", || w.containers().iter().any(|c| c == "inv-killed") && w.processes().len() >= 3);
+    let id = killed_id(std::process::id());
+    wait_for("the container to run", || w.containers().iter().any(|c| *c == id) && w.processes().len() >= 3);
     driver.kill().unwrap(); // SIGKILL
     driver.wait().unwrap();
     std::thread::sleep(Duration::from_millis(300));
@@ -418,8 +427,8 @@ fn leftovers_of_a_killed_caller_are_found_and_reaped() {
 
     let found = leftovers(&w.settings).unwrap();
     assert_eq!(found.len(), 1, "{found:?}");
-    assert_eq!(found[0].id, "inv-killed");
-    assert_eq!(found[0].call_id.as_deref(), Some("inv-killed"));
+    assert_eq!(found[0].id, id);
+    assert_eq!(found[0].call_id.as_deref(), Some(id.as_str()));
     reap(&w.settings, &found[0]).unwrap();
     assert!(leftovers(&w.settings).unwrap().is_empty());
     w.assert_nothing_left();

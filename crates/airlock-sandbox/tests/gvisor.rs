@@ -419,7 +419,7 @@ fn leftovers_of_a_killed_caller_are_found_and_reaped() {
         .spawn()
         .unwrap();
     let id = killed_id(std::process::id());
-    wait_for("the container to run", || w.containers().iter().any(|c| *c == id) && w.processes().len() >= 3);
+    wait_for("the container to run", || w.containers().contains(&id) && w.processes().len() >= 3);
     driver.kill().unwrap(); // SIGKILL
     driver.wait().unwrap();
     std::thread::sleep(Duration::from_millis(300));

@@ -118,9 +118,15 @@ impl AirlockServer {
         cancelled: tokio_util::sync::CancellationToken,
         session_closed: impl Fn() -> bool,
     ) -> Envelope {
+        let session_tool = crate::session_tools::NAMES.contains(&name);
+        // An interaction with a live session reads no tools directory: it
+        // was authorized at its start and by its own Cedar request.
+        if session_tool && name != "session_start" && self.sessions.serving() {
+            return self.sessions.call(&self.runtime, None, name, arguments, principal).await;
+        }
         let catalog = self.catalog();
-        if crate::session_tools::NAMES.contains(&name) && !catalog.sessions.is_empty() {
-            return self.sessions.call(&self.runtime, &catalog, name, arguments, principal).await;
+        if session_tool && !catalog.sessions.is_empty() {
+            return self.sessions.call(&self.runtime, Some(&catalog), name, arguments, principal).await;
         }
         let Some(entry) = catalog.find(name).cloned() else {
             return Envelope::from_refusal(&Refusal::new(

@@ -28,11 +28,21 @@ pub struct Sessions {
 }
 
 impl Sessions {
+    /// Whether the session thread runs: a session tool was served by this
+    /// server, so `session_send`, `session_finalize` and `session_close` go
+    /// to it without reading the tools directory (only `session_start`
+    /// needs the catalog; an unknown session id is `session.not_found`).
+    pub fn serving(&self) -> bool {
+        self.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_some()
+    }
+
     /// Answers one session tool call `name` with `arguments`, as `principal`.
+    /// `catalog` is what `session_start` finds its tool in (`None` refuses a
+    /// start: the caller read no catalog).
     pub async fn call(
         &self,
         runtime: &Arc<Runtime>,
-        catalog: &Catalog,
+        catalog: Option<&Catalog>,
         name: &str,
         arguments: Map<String, Value>,
         principal: Option<String>,
@@ -95,12 +105,12 @@ fn text<'a>(arguments: &'a Map<String, Value>, key: &str) -> Result<&'a str, Ref
 
 /// The desk's request for a tool call; a session's tool must be one the
 /// catalog serves (a client never names a path).
-fn request(catalog: &Catalog, name: &str, arguments: Map<String, Value>) -> Result<Value, Refusal> {
+fn request(catalog: Option<&Catalog>, name: &str, arguments: Map<String, Value>) -> Result<Value, Refusal> {
     let optional = |key: &str| arguments.get(key).and_then(Value::as_str).unwrap_or("").to_owned();
     Ok(match name {
         "session_start" => {
             let tool = text(&arguments, "tool")?;
-            let entry = catalog.find_session(tool).ok_or_else(|| {
+            let entry = catalog.and_then(|c| c.find_session(tool)).ok_or_else(|| {
                 Refusal::new(ReasonCode::ManifestNotFound, format!("no [session] tool named {tool:?} is served"))
             })?;
             let named = arguments.get("arguments").cloned().unwrap_or_else(|| json!({}));

@@ -365,6 +365,10 @@ fn the_python_session_over_mcp_publishes_only_on_finalize() {
     let closed = mcp.call("session_close", serde_json::json!({ "session": id }));
     assert_eq!(closed["structuredContent"]["error"]["code"], "session.discarded", "{closed}");
     assert!(!p.path("results/none.json").exists());
+    // Interactions go straight to the session thread: an id it does not
+    // hold (this one was closed) is not found, whatever the tools directory.
+    let gone = mcp.call("session_send", serde_json::json!({ "session": id, "command": "eval", "arg": "1" }));
+    assert_eq!(gone["structuredContent"]["error"]["code"], "session.not_found", "{gone}");
     mcp.close();
     assert_no_staging(&p);
 }

@@ -227,6 +227,28 @@ pub(crate) fn call_name(spec: &WorkerSpec) -> String {
     }
 }
 
+/// Bytes of a call name kept in front of a [`scoped_name`]'s digest.
+const SCOPED_PREFIX: usize = 40;
+
+/// A call's name where the name space is the host's, not the state
+/// directory's: runsc's control sockets are abstract sockets named after
+/// the container id alone, and one Docker engine serves every airlock on
+/// the host. Two state directories may hold calls with the same id (a
+/// caller chooses `--invocation-id`), so the name is the call name's first
+/// 40 bytes, `-`, and 16 hex digits of the SHA-256 of `scope` (the tier's
+/// state directory), a NUL and the whole call name: at most 57 bytes, a
+/// safe name, the same for the same call of the same state directory.
+pub(crate) fn scoped_name(name: &str, scope: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let mut digest = Sha256::new();
+    digest.update(scope.as_os_str().as_encoded_bytes());
+    digest.update([0]);
+    digest.update(name.as_bytes());
+    let hex: String = digest.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
+    // Safe names are ASCII: any byte is a character boundary.
+    format!("{}-{hex}", &name[..name.len().min(SCOPED_PREFIX)])
+}
+
 /// Refuses what only the native tier gives a worker (the filesystem
 /// socket of isolated submissions, provided helper files): a container
 /// tier binds files, it does not pass descriptors.
@@ -313,5 +335,10 @@ mod tests {
         assert!(name.starts_with("w-") && is_safe_name(&name), "{name}");
         spec.call_id = Some("inv-0123_abc".into());
         assert_eq!(call_name(&spec), "inv-0123_abc");
+        let scoped = scoped_name(&"a".repeat(64), Path::new("/state/one"));
+        assert!(is_safe_name(&scoped) && scoped.len() == 57 && scoped.starts_with(&"a".repeat(40)), "{scoped}");
+        assert_ne!(scoped, scoped_name(&"a".repeat(64), Path::new("/state/two")));
+        assert_ne!(scoped, scoped_name(&"a".repeat(63), Path::new("/state/one")));
+        assert_eq!(scoped, scoped_name(&"a".repeat(64), Path::new("/state/one")));
     }
 }

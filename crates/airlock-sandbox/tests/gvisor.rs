@@ -323,11 +323,36 @@ fn a_kill_handle_and_a_cancel_stop_the_worker() {
         let left: Vec<_> = std::fs::read_dir("/sys/fs/cgroup")
             .unwrap()
             .flatten()
-            .map(|h| h.path().join("airlock-gvisor").join(&id))
-            .filter(|p| p.exists())
+            .flat_map(|h| std::fs::read_dir(h.path().join("airlock-gvisor")).into_iter().flatten().flatten())
+            .map(|e| e.path())
+            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("{id}-"))))
             .collect();
         assert!(left.is_empty(), "cgroups left: {left:?}");
     }
+}
+
+/// runsc names a sandbox's control socket after its container id alone (an
+/// abstract socket, host-wide): two state directories running a call with
+/// the same caller-chosen id at the same moment must both run.
+#[test]
+fn one_call_id_runs_in_two_state_directories_at_once() {
+    let (Some(a), Some(b)) = (World::new("same_id_a"), World::new("same_id_b")) else { return };
+    let started: Vec<_> = [&a, &b]
+        .iter()
+        .map(|w| {
+            let mut spec = sh("sleep 2; echo ran");
+            spec.call_id = Some("inv-same-id".into());
+            w.tier().start(spec).unwrap_or_else(|e| panic!("{e} ({})", e.kind()))
+        })
+        .collect();
+    for worker in started {
+        let o = worker.wait().unwrap();
+        assert_eq!(o.exit, ExitStatusKind::Exited(0), "{}", show(&o));
+        assert_eq!(text(&o.stdout), "ran\n", "{}", show(&o));
+        assert!(o.cleanup_confirmed, "{}", show(&o));
+    }
+    a.assert_nothing_left();
+    b.assert_nothing_left();
 }
 
 #[test]
@@ -419,7 +444,8 @@ fn leftovers_of_a_killed_caller_are_found_and_reaped() {
         .spawn()
         .unwrap();
     let id = killed_id(std::process::id());
-    wait_for("the container to run", || w.containers().contains(&id) && w.processes().len() >= 3);
+    let of_call = |c: &String| c.starts_with(&format!("{id}-"));
+    wait_for("the container to run", || w.containers().iter().any(of_call) && w.processes().len() >= 3);
     driver.kill().unwrap(); // SIGKILL
     driver.wait().unwrap();
     std::thread::sleep(Duration::from_millis(300));
@@ -427,7 +453,7 @@ fn leftovers_of_a_killed_caller_are_found_and_reaped() {
 
     let found = leftovers(&w.settings).unwrap();
     assert_eq!(found.len(), 1, "{found:?}");
-    assert_eq!(found[0].id, id);
+    assert!(of_call(&found[0].id), "{found:?}");
     assert_eq!(found[0].call_id.as_deref(), Some(id.as_str()));
     reap(&w.settings, &found[0]).unwrap();
     assert!(leftovers(&w.settings).unwrap().is_empty());

@@ -151,3 +151,11 @@ pub(crate) fn state_label(settings: &DockerSettings) -> String {
 
 /// The prefix of every container name of the tier.
 pub(crate) const NAME_PREFIX: &str = "airlock-";
+
+/// The engine-wide name of call `call`'s container: [`NAME_PREFIX`] and
+/// the call name scoped to this state directory (one engine serves every
+/// airlock of the host, and two state directories may hold the same call
+/// id).
+pub(crate) fn container_name(settings: &DockerSettings, call: &str) -> String {
+    format!("{NAME_PREFIX}{}", crate::call_dir::scoped_name(call, &settings.state_dir))
+}

@@ -166,7 +166,7 @@ pub fn leftovers(settings: &DockerSettings) -> Result<Vec<Leftover>, SandboxErro
         // for each call directory (a container never outlives its directory).
         Err(ApiError::JsonDataError { .. }) => {
             let calls: Vec<String> = found.iter().filter_map(|l| l.call_id.clone()).collect();
-            by_name(&engine, &calls)?
+            by_name(&engine, settings, &calls)?
         }
         Err(e) => return Err(engine_error("GET /containers/json?all=1", e)),
     };
@@ -176,10 +176,10 @@ pub fn leftovers(settings: &DockerSettings) -> Result<Vec<Leftover>, SandboxErro
 
 /// The containers named after `calls` that exist; one whose description
 /// the client cannot read is given by its name.
-fn by_name(engine: &Engine, calls: &[String]) -> Result<Vec<Leftover>, SandboxError> {
+fn by_name(engine: &Engine, settings: &DockerSettings, calls: &[String]) -> Result<Vec<Leftover>, SandboxError> {
     let mut found = Vec::new();
     for call in calls {
-        let name = format!("{NAME_PREFIX}{call}");
+        let name = super::container_name(settings, call);
         match engine.block_on(engine.api.inspect_container(&name, None::<InspectContainerOptions>)) {
             Ok(info) => found.push(Leftover { id: info.id.unwrap_or(name), call_id: Some(call.clone()) }),
             Err(e) if is_not_found(&e) => {}

@@ -22,7 +22,7 @@ use futures_core::Stream;
 
 use super::client::{engine_error, is_conflict, is_not_found, remove_and_confirm, Engine};
 use super::container::{create_body, Bind};
-use super::{DockerSettings, NAME_PREFIX};
+use super::{container_name, DockerSettings};
 use crate::call_dir::{call_name, CallDir};
 use crate::error::SandboxError;
 use crate::outcome::{AppliedLimits, ExitStatusKind, OutputExport, WorkerOutcome};
@@ -126,7 +126,7 @@ impl DockerWorker {
             }
         };
         let body = create_body(settings, &spec, &name, &binds);
-        let container_name = format!("{NAME_PREFIX}{name}");
+        let container_name = container_name(settings, &name);
         let created = engine.block_on(async {
             let opts = CreateContainerOptions { name: Some(container_name.clone()), platform: String::new() };
             engine.api.create_container(Some(opts), body).await.map_err(|e| create_error(settings, e))

@@ -245,9 +245,11 @@ impl Tier for GvisorTier {
         crate::call_dir::refuse_native_only(&spec, "gvisor")?;
         let started = Instant::now();
         let runsc = self.runsc()?.clone();
-        let name = call_name(&spec);
+        // The container id is also the name of runsc's abstract control
+        // socket and of the sandbox's cgroup: host-wide names.
+        let name = crate::call_dir::scoped_name(&call_name(&spec), &self.settings.runsc_root());
         let mut call = CallDir::create(&self.settings.calls_dir(), &name)?;
-        if let Some(id) = spec.call_id.as_deref().filter(|id| *id == name) {
+        if let Some(id) = spec.call_id.as_deref().filter(|id| crate::call_dir::is_safe_name(id)) {
             if let Err(e) = std::fs::write(call.path().join(probe::CALL_ID_FILE), id) {
                 let _ = call.remove();
                 return Err(SandboxError::Unavailable(format!("cannot record the call id: {e}")));

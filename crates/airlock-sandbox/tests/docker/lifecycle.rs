@@ -240,3 +240,29 @@ fn measure_a_trivial_call_against_docker_run() {
         a / b
     );
 }
+
+/// One engine serves every airlock of the host: two state directories
+/// running a call with the same caller-chosen id at the same moment must
+/// both run (a container name is the engine's, not the state directory's).
+#[test]
+fn one_call_id_runs_in_two_state_directories_at_once() {
+    let Some(lab) = lab("one_call_id_runs_in_two_state_directories_at_once") else { return };
+    let call = call_id("same");
+    let tiers = [lab.tier(None), lab.tier(None)];
+    let started: Vec<_> = tiers
+        .iter()
+        .map(|t| {
+            let mut spec = sh("sleep 2; echo ran", &[]);
+            spec.call_id = Some(call.clone());
+            t.tier.start(spec).unwrap_or_else(|e| panic!("{e} ({})", e.kind()))
+        })
+        .collect();
+    for worker in started {
+        let o = worker.wait().unwrap();
+        assert!(o.exit.success() && o.cleanup_confirmed, "{}", show(&o));
+        assert_eq!(text(&o.stdout), "ran\n", "{}", show(&o));
+    }
+    for t in &tiers {
+        assert!(containers_of(t.tier.settings(), &call).is_empty());
+    }
+}

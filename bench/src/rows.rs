@@ -44,6 +44,10 @@ pub const ALL: &[Row] = &[
         name: "session: one python3 interaction vs the REPL over a bare pty",
         run: crate::session_rows::interaction_vs_bare_pty,
     },
+    Row {
+        name: "session over MCP: one python3 interaction vs the REPL over a bare pty",
+        run: crate::session_rows::interaction_over_mcp_vs_bare_pty,
+    },
     Row { name: "tier microvm: airlock run vs bare qemu boot", run: crate::microvm_rows::microvm_vs_bare_qemu },
 ];
 

@@ -7,7 +7,7 @@
 //! to a running `airlock mcp` over stdio) is the governed interaction
 //! without it.
 
-use crate::harness::{compare, Report, Target};
+use crate::harness::{compare, Report, Summary, Target};
 use crate::run_rows::{check, setup_with};
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
@@ -112,16 +112,21 @@ pub fn interaction_vs_bare_pty(quick: bool) -> Result<Report, String> {
     );
     let _ = Command::new(&setup.airlock).args(["session", "close", "bench-calc"]).current_dir(&setup.root).output();
     let (candidate, baseline) = result?;
+    Ok(report("session: one python3 interaction vs the REPL over a bare pty", candidate, baseline, samples))
+}
+
+/// A session row's report: target at most 2× the bare interaction plus 1 ms.
+fn report(name: &'static str, candidate: Summary, baseline: Summary, samples: usize) -> Report {
     let target = (2.0 + 0.001 / baseline.p50.as_secs_f64().max(1e-9)).max(2.0);
-    Ok(Report {
-        name: "session: one python3 interaction vs the REPL over a bare pty",
+    Report {
+        name,
         candidate,
         baseline,
         target: Target::TimeRatioAtMost(target),
         bytes: None,
         samples,
         extra: Vec::new(),
-    })
+    }
 }
 
 /// `session_send calc 1+1` to a running `airlock mcp` vs `1+1` over a bare pty.
@@ -150,14 +155,5 @@ pub fn interaction_over_mcp_vs_bare_pty(quick: bool) -> Result<Report, String> {
     let mut bare = BareRepl::start()?;
     let samples = if quick { 20 } else { 200 };
     let (candidate, baseline) = compare(samples, &mut send, || bare.interact())?;
-    let target = (2.0 + 0.001 / baseline.p50.as_secs_f64().max(1e-9)).max(2.0);
-    Ok(Report {
-        name: "session over MCP: one python3 interaction vs the REPL over a bare pty",
-        candidate,
-        baseline,
-        target: Target::TimeRatioAtMost(target),
-        bytes: None,
-        samples,
-        extra: Vec::new(),
-    })
+    Ok(report("session over MCP: one python3 interaction vs the REPL over a bare pty", candidate, baseline, samples))
 }

@@ -120,7 +120,7 @@ impl AirlockServer {
     ) -> Envelope {
         let catalog = self.catalog();
         if crate::session_tools::NAMES.contains(&name) && !catalog.sessions.is_empty() {
-            return self.sessions.call(&self.runtime, &catalog, name, arguments, principal).await;
+            return self.sessions.call(&self.runtime, &catalog, name, arguments, principal, progress).await;
         }
         let Some(entry) = catalog.find(name).cloned() else {
             return Envelope::from_refusal(&Refusal::new(

@@ -8,6 +8,7 @@
 
 use crate::catalog::Catalog;
 use airlock_core::{Envelope, ReasonCode, Refusal};
+use airlock_runtime::progress::ProgressHook;
 use airlock_runtime::session::Desk;
 use airlock_runtime::Runtime;
 use rmcp::model::{Tool, ToolAnnotations};
@@ -19,7 +20,7 @@ use std::time::Duration;
 /// The names of the session tools.
 pub const NAMES: [&str; 4] = ["session_start", "session_send", "session_finalize", "session_close"];
 
-type Job = (Value, Option<String>, tokio::sync::oneshot::Sender<Envelope>);
+type Job = (Value, Option<String>, Option<ProgressHook>, tokio::sync::oneshot::Sender<Envelope>);
 
 /// The thread that holds every session of a server, started on first use.
 #[derive(Debug, Default)]
@@ -28,7 +29,8 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// Answers one session tool call `name` with `arguments`, as `principal`.
+    /// Answers one session tool call `name` with `arguments`, as `principal`;
+    /// a send's or finalize's wait for the prompt is reported to `progress`.
     pub async fn call(
         &self,
         runtime: &Arc<Runtime>,
@@ -36,6 +38,7 @@ impl Sessions {
         name: &str,
         arguments: Map<String, Value>,
         principal: Option<String>,
+        progress: Option<ProgressHook>,
     ) -> Envelope {
         let request = match request(catalog, name, arguments) {
             Ok(r) => r,
@@ -43,7 +46,7 @@ impl Sessions {
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let sent = match self.sender(runtime) {
-            Ok(jobs) => jobs.send((request, principal, tx)).is_ok(),
+            Ok(jobs) => jobs.send((request, principal, progress, tx)).is_ok(),
             Err(refusal) => return Envelope::from_refusal(&refusal),
         };
         if !sent {
@@ -70,8 +73,17 @@ impl Sessions {
                 let mut desk = Desk::default();
                 loop {
                     match rx.recv_timeout(Duration::from_secs(1)) {
-                        Ok((request, principal, reply)) => {
-                            let _ = reply.send(desk.answer(&runtime, &request, principal.as_deref()));
+                        Ok((request, principal, progress, reply)) => {
+                            let envelope = desk.answer_with_progress(
+                                &runtime,
+                                &request,
+                                principal.as_deref(),
+                                progress.as_deref(),
+                            );
+                            // The hook goes before the answer: the call's
+                            // notifications are flushed once it is gone.
+                            drop(progress);
+                            let _ = reply.send(envelope);
                         }
                         Err(RecvTimeoutError::Timeout) => {}
                         Err(RecvTimeoutError::Disconnected) => break,
@@ -104,7 +116,10 @@ fn request(catalog: &Catalog, name: &str, arguments: Map<String, Value>) -> Resu
                 Refusal::new(ReasonCode::ManifestNotFound, format!("no [session] tool named {tool:?} is served"))
             })?;
             let named = arguments.get("arguments").cloned().unwrap_or_else(|| json!({}));
-            json!({ "op": "start", "tool": entry.manifest.display().to_string(), "named": named })
+            json!({
+                "op": "start", "tool": entry.manifest.display().to_string(), "named": named,
+                "dispatch": optional("dispatch"),
+            })
         }
         "session_send" => json!({
             "op": "send", "session": text(&arguments, "session")?, "command": text(&arguments, "command")?,
@@ -132,6 +147,7 @@ pub fn tools(catalog: &Catalog) -> Vec<Tool> {
         json!({
             "tool": { "type": "string", "enum": names, "description": "A [session] tool" },
             "arguments": { "type": "object", "description": "The tool's arguments, by name (its files are granted for the whole session)" },
+            "dispatch": string("Start the session whose start waited for an exact-call approval (its id), once an approver approved it"),
         }),
         &["tool"],
     );

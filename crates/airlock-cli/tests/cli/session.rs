@@ -477,3 +477,38 @@ fn a_high_risk_session_start_waits_for_its_approval_and_dispatch_starts_it() {
     assert_no_process(&tag);
     assert_no_staging(&p);
 }
+
+#[test]
+fn over_mcp_an_approved_session_start_is_dispatched_into_the_server() {
+    use crate::mcpkit::McpSession;
+    let (p, tag) = calc_project(1 << 20);
+    let gated = calc_tool(&tag, 1 << 20)
+        .replace("mode = \"session\"", "mode = \"session\"\nrisk_tier = \"high\"")
+        .replace("[session.commands.calc]\n", "[session.commands.calc]\nrisk_tier = \"low\"\n");
+    p.write("tools/calc.clad.toml", gated);
+    let alice = crate::approvers::Approver::init(&p, "alice");
+    alice.pin(&p);
+    let mut mcp = McpSession::start(&p);
+    let args = serde_json::json!({ "input": "data/sample.csv" });
+    let asked = mcp.call("session_start", serde_json::json!({ "tool": "calc", "arguments": args }));
+    assert_eq!(asked["isError"], true, "{asked}");
+    let envelope = &asked["structuredContent"];
+    assert_eq!(envelope["error"]["code"], "approval.required", "{asked}");
+    let id = envelope["invocation_id"].as_str().unwrap().to_owned();
+    let digest = envelope["evidence"]["descriptor_sha256"].as_str().unwrap().to_owned();
+    // Not approved: nothing starts.
+    let early = mcp.call("session_start", serde_json::json!({ "tool": "calc", "dispatch": id }));
+    assert_eq!(early["structuredContent"]["error"]["code"], "approval.required", "{early}");
+    assert!(processes_with(&tag).is_empty());
+
+    alice.approve(&p, &digest, &[]).assert_ok();
+    let started = mcp.call("session_start", serde_json::json!({ "tool": "calc", "dispatch": id }));
+    assert_eq!(started["structuredContent"]["content"]["session"], id.as_str(), "{started}");
+    let sent = mcp.call("session_send", serde_json::json!({ "session": id, "command": "calc", "arg": "6*7" }));
+    assert_eq!(sent["structuredContent"]["content"]["output"], "42\n", "{sent}");
+    let closed = mcp.call("session_close", serde_json::json!({ "session": id }));
+    assert_eq!(closed["structuredContent"]["error"]["code"], "session.discarded", "{closed}");
+    mcp.close();
+    assert_no_process(&tag);
+    assert_no_staging(&p);
+}

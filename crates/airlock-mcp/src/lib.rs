@@ -12,8 +12,9 @@
 //! evidence). A refusal is a result with `isError: true` and the reason code,
 //! never a protocol error. A call whose request carries
 //! `_meta.progressToken` gets `notifications/progress` for its long phases
-//! (large snapshots, Git snapshots), and every `tools/list` and
-//! `tools/call` is logged as one line ([`request_log`]).
+//! (large snapshots, Git snapshots, a session's wait for its prompt), and
+//! every `tools/list` and `tools/call` is logged as one line
+//! ([`request_log`]).
 //!
 //! Transports: [`serve_stdio`] (the process's stdin/stdout; calls are made
 //! as the runtime's principal), [`serve_http`] (streamable HTTP on a

@@ -1,13 +1,14 @@
 //! MCP progress notifications: a `tools/call` whose `_meta` carries a
 //! `progressToken` gets `notifications/progress` for the call's long
-//! phases (large snapshots, Git snapshots), as the runtime's
+//! phases (large snapshots, Git snapshots, a session's wait for its
+//! prompt), as the runtime's
 //! [`Progress`] hook reports them — at the start and the end of a long
 //! phase and at most every 200 ms in between (the runtime's `Meter` bounds
 //! the rate, the same as for the terminal bar). Reports are made on the
 //! call's thread and sent, in order, by one task on the session's peer;
 //! the call's answer waits until they are sent.
 
-use airlock_runtime::progress::{Progress, ProgressHook, Report, Step};
+use airlock_runtime::progress::{Phase, Progress, ProgressHook, Report, Step};
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
@@ -31,6 +32,9 @@ impl Progress for Notifier {
         let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
         let label = report.phase.label();
         let message = match (report.step, report.total) {
+            // A session's wait counts its program's output, not file bytes.
+            (Step::End, _) if report.phase == Phase::SessionPrompt => format!("{label}: done"),
+            (_, _) if report.phase == Phase::SessionPrompt => format!("{label}: {} bytes of output", report.done),
             (Step::Start, _) => format!("{label}: started"),
             (Step::End, _) => format!("{label}: done, {:.1} MiB", mib(report.done)),
             (Step::Advance, Some(total)) => format!("{label}: {:.1} of {:.1} MiB", mib(report.done), mib(total)),

@@ -122,11 +122,11 @@ impl AirlockServer {
         // An interaction with a live session reads no tools directory: it
         // was authorized at its start and by its own Cedar request.
         if session_tool && name != "session_start" && self.sessions.serving() {
-            return self.sessions.call(&self.runtime, None, name, arguments, principal).await;
+            return self.sessions.call(&self.runtime, None, name, arguments, principal, progress).await;
         }
         let catalog = self.catalog();
         if session_tool && !catalog.sessions.is_empty() {
-            return self.sessions.call(&self.runtime, Some(&catalog), name, arguments, principal).await;
+            return self.sessions.call(&self.runtime, Some(&catalog), name, arguments, principal, progress).await;
         }
         let Some(entry) = catalog.find(name).cloned() else {
             return Envelope::from_refusal(&Refusal::new(

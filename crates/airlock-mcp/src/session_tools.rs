@@ -8,6 +8,7 @@
 
 use crate::catalog::Catalog;
 use airlock_core::{Envelope, ReasonCode, Refusal};
+use airlock_runtime::progress::ProgressHook;
 use airlock_runtime::session::Desk;
 use airlock_runtime::Runtime;
 use rmcp::model::{Tool, ToolAnnotations};
@@ -19,7 +20,7 @@ use std::time::Duration;
 /// The names of the session tools.
 pub const NAMES: [&str; 4] = ["session_start", "session_send", "session_finalize", "session_close"];
 
-type Job = (Value, Option<String>, tokio::sync::oneshot::Sender<Envelope>);
+type Job = (Value, Option<String>, Option<ProgressHook>, tokio::sync::oneshot::Sender<Envelope>);
 
 /// The thread that holds every session of a server, started on first use.
 #[derive(Debug, Default)]
@@ -36,7 +37,8 @@ impl Sessions {
         self.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_some()
     }
 
-    /// Answers one session tool call `name` with `arguments`, as `principal`.
+    /// Answers one session tool call `name` with `arguments`, as `principal`;
+    /// a send's or finalize's wait for the prompt is reported to `progress`.
     /// `catalog` is what `session_start` finds its tool in (`None` refuses a
     /// start: the caller read no catalog).
     pub async fn call(
@@ -46,6 +48,7 @@ impl Sessions {
         name: &str,
         arguments: Map<String, Value>,
         principal: Option<String>,
+        progress: Option<ProgressHook>,
     ) -> Envelope {
         let request = match request(catalog, name, arguments) {
             Ok(r) => r,
@@ -53,7 +56,7 @@ impl Sessions {
         };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let sent = match self.sender(runtime) {
-            Ok(jobs) => jobs.send((request, principal, tx)).is_ok(),
+            Ok(jobs) => jobs.send((request, principal, progress, tx)).is_ok(),
             Err(refusal) => return Envelope::from_refusal(&refusal),
         };
         if !sent {
@@ -80,8 +83,17 @@ impl Sessions {
                 let mut desk = Desk::default();
                 loop {
                     match rx.recv_timeout(Duration::from_secs(1)) {
-                        Ok((request, principal, reply)) => {
-                            let _ = reply.send(desk.answer(&runtime, &request, principal.as_deref()));
+                        Ok((request, principal, progress, reply)) => {
+                            let envelope = desk.answer_with_progress(
+                                &runtime,
+                                &request,
+                                principal.as_deref(),
+                                progress.as_deref(),
+                            );
+                            // The hook goes before the answer: the call's
+                            // notifications are flushed once it is gone.
+                            drop(progress);
+                            let _ = reply.send(envelope);
                         }
                         Err(RecvTimeoutError::Timeout) => {}
                         Err(RecvTimeoutError::Disconnected) => break,
@@ -114,7 +126,10 @@ fn request(catalog: Option<&Catalog>, name: &str, arguments: Map<String, Value>)
                 Refusal::new(ReasonCode::ManifestNotFound, format!("no [session] tool named {tool:?} is served"))
             })?;
             let named = arguments.get("arguments").cloned().unwrap_or_else(|| json!({}));
-            json!({ "op": "start", "tool": entry.manifest.display().to_string(), "named": named })
+            json!({
+                "op": "start", "tool": entry.manifest.display().to_string(), "named": named,
+                "dispatch": optional("dispatch"),
+            })
         }
         "session_send" => json!({
             "op": "send", "session": text(&arguments, "session")?, "command": text(&arguments, "command")?,
@@ -142,6 +157,7 @@ pub fn tools(catalog: &Catalog) -> Vec<Tool> {
         json!({
             "tool": { "type": "string", "enum": names, "description": "A [session] tool" },
             "arguments": { "type": "object", "description": "The tool's arguments, by name (its files are granted for the whole session)" },
+            "dispatch": string("Start the session whose start waited for an exact-call approval (its id), once an approver approved it"),
         }),
         &["tool"],
     );

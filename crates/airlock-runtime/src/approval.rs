@@ -108,6 +108,9 @@ pub struct WaitingCall {
     pub approval_stored: bool,
     /// Whether it is past its expiry.
     pub expired: bool,
+    /// The session it starts or interacts with, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 impl Runtime {
@@ -457,5 +460,6 @@ fn waiting_call(approvals: &PrivateDir, id: &str, r: &PreparedRecord, now: u64) 
         needs_approval: needs_approval(&d.risk_tier, d.human_approval),
         approval_stored: approvals.contains(id),
         expired: r.expires_at.is_some_and(|at| now >= at),
+        session: r.session.clone(),
     }
 }

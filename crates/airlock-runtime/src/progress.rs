@@ -34,6 +34,9 @@ pub enum Phase {
     Snapshot,
     /// Copying a repository into a Git snapshot archive.
     GitSnapshot,
+    /// A session's program working on an interaction, until its prompt
+    /// shows again (the bytes are its output so far).
+    SessionPrompt,
 }
 
 impl Phase {
@@ -42,6 +45,7 @@ impl Phase {
         match self {
             Phase::Snapshot => "snapshotting inputs",
             Phase::GitSnapshot => "snapshotting the repository",
+            Phase::SessionPrompt => "waiting for the session's prompt",
         }
     }
 }

@@ -98,6 +98,11 @@ pub struct PreparedRecord {
     /// `[approval] ttl` after it was prepared).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<u64>,
+    /// For a session's start or one of its interactions kept for an
+    /// approval: the session's id (such a call is never dispatched as a
+    /// one-shot call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 /// How a prepared call is committed.

@@ -91,8 +91,12 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         }
         Command::Dispatch { id } => {
             runtime.set_init_program(this_executable()?, true);
-            crate::signals::cancel_on_signal(runtime.canceller())?;
-            runtime.dispatch(&id).into()
+            if runtime.kept_session_start(&id) {
+                session::dispatch(&runtime, &id, cli.config.as_deref(), principal.as_deref())?
+            } else {
+                crate::signals::cancel_on_signal(runtime.canceller())?;
+                runtime.dispatch(&id).into()
+            }
         }
         Command::Mcp { action: Some(crate::cli::McpCommand::Pin { tool }), .. } => {
             runtime.set_init_program(this_executable()?, true);

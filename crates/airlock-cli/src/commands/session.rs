@@ -46,12 +46,28 @@ pub fn run(
     };
     // A session is driven only by the principal that started it.
     request["principal"] = json!(principal);
+    relay(runtime, &request, config)
+}
+
+/// `airlock dispatch ID` of a session's start kept for an exact-call
+/// approval: the holder starts it (and holds it).
+pub fn dispatch(
+    runtime: &Runtime,
+    id: &str,
+    config: Option<&Path>,
+    principal: Option<&str>,
+) -> Result<Answer, Refusal> {
+    relay(runtime, &json!({ "op": "start", "dispatch": id, "principal": principal }), config)
+}
+
+/// Sends `request` to the holder (started for a start) and relays its answer.
+fn relay(runtime: &Runtime, request: &Value, config: Option<&Path>) -> Result<Answer, Refusal> {
     let path = socket_path(&session_dir(runtime)?);
-    let reply = match talk(&path, &request) {
+    let reply = match talk(&path, request) {
         Ok(reply) => reply,
         Err(_) if request["op"] == "start" => {
             start_holder(config, &path)?;
-            talk(&path, &request).map_err(|e| holder_error(&path, &e))?
+            talk(&path, request).map_err(|e| holder_error(&path, &e))?
         }
         Err(_) if request["op"] == "list" => json!({ "status": "ok", "content": { "sessions": [] } }),
         Err(_) => {

@@ -45,6 +45,10 @@ pattern = '[ -~]{{1,400}}'
 [session.commands.danger]
 pattern = '[ -~]{{1,400}}'
 
+[session.commands.admin]
+pattern = '[ -~]{{1,400}}'
+risk_tier = "high"
+
 [filesystem]
 read = ["{{input}}"]
 "#
@@ -370,5 +374,145 @@ fn the_python_session_over_mcp_publishes_only_on_finalize() {
     let gone = mcp.call("session_send", serde_json::json!({ "session": id, "command": "eval", "arg": "1" }));
     assert_eq!(gone["structuredContent"]["error"]["code"], "session.not_found", "{gone}");
     mcp.close();
+    assert_no_staging(&p);
+}
+
+/// The request an `approval.required` answer of a session names: its id
+/// and descriptor digest.
+#[track_caller]
+fn requested(run: &Run) -> (String, String) {
+    run.assert_refused("approval.required", 77);
+    let approval = &run.envelope["content"]["approval"];
+    let id = approval["invocation_id"].as_str().unwrap_or_else(|| panic!("{run:#?}")).to_owned();
+    let digest = approval["descriptor_sha256"].as_str().unwrap().to_owned();
+    let message = run.envelope["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&id) && message.contains(&digest), "{message}");
+    assert_eq!(run.envelope["content"]["session_usable"], true, "{run:#?}");
+    (id, digest)
+}
+
+#[test]
+fn a_high_risk_interaction_runs_once_its_exact_call_is_approved() {
+    let (p, _) = calc_project(1 << 20);
+    let alice = crate::approvers::Approver::init(&p, "alice");
+    alice.pin(&p);
+    start(&p, "calc-a", &["calc", "data/sample.csv"]);
+    let asked = p.run(&["session", "send", "calc-a", "admin", "print(6*7)"]);
+    let (request, digest) = requested(&asked);
+    assert!(request.starts_with("calc-a."), "{request}");
+    // The refusal left the session usable.
+    assert_eq!(output(p.run(&["session", "send", "calc-a", "calc", "1+2"]).assert_ok()), "3\n");
+    // The request waits like any call: listed, named by its session, and
+    // never dispatched as a one-shot call.
+    let list = p.run(&["approvals", "list", "--json"]);
+    let waiting = list.envelope["content"]["waiting"].as_array().unwrap().clone();
+    assert_eq!(waiting.len(), 1, "{list:#?}");
+    assert_eq!(waiting[0]["invocation_id"], request.as_str());
+    assert_eq!(waiting[0]["tool"], "calc.admin");
+    assert_eq!(waiting[0]["session"], "calc-a");
+    p.run(&["dispatch", &request]).assert_refused("manifest.unsupported", 65);
+    // Sent again before an approval: the same request still waits.
+    let again = p.run(&["session", "send", "calc-a", "admin", "print(6*7)"]);
+    assert_eq!(requested(&again), (request.clone(), digest.clone()));
+
+    alice.approve(&p, &digest, &[]).assert_ok();
+    // The approval covers that argument only.
+    let other = p.run(&["session", "send", "calc-a", "admin", "print(7*7)"]);
+    let (other_request, other_digest) = requested(&other);
+    assert_ne!(other_digest, digest);
+    assert_ne!(other_request, request);
+    // The same command and argument in the same session runs, once.
+    let ran = p.run(&["session", "send", "calc-a", "admin", "print(6*7)"]);
+    assert_eq!(output(ran.assert_ok()), "42\n");
+    let once_more = p.run(&["session", "send", "calc-a", "admin", "print(6*7)"]);
+    let (third, _) = requested(&once_more);
+    assert_ne!(third, request);
+
+    let consumed = p.journal_records(&request);
+    let kinds: Vec<&str> = consumed.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert!(kinds.contains(&"InvocationPrepared") && kinds.contains(&"ApprovalGranted"), "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| **k == "ApprovalConsumed").count(), 1, "{kinds:?}");
+    let session = p.journal_records("calc-a");
+    let approved: Vec<_> = session.iter().filter(|r| r["body"]["approval"] == request.as_str()).collect();
+    assert_eq!(approved.len(), 1, "{session:#?}");
+    assert_eq!(approved[0]["kind"], "SessionInteraction");
+    assert_eq!(p.run(&["approvals", "list"]).envelope["content"]["waiting"].as_array().unwrap().len(), 2);
+    // The session's end withdraws the requests it still had.
+    p.run(&["session", "close", "calc-a"]);
+    assert_eq!(p.run(&["approvals", "list"]).envelope["content"]["waiting"], serde_json::json!([]));
+    let withdrawn = p.journal_records(&other_request);
+    assert!(withdrawn.iter().any(|r| r["kind"] == "ApprovalDenied"), "{withdrawn:#?}");
+    p.run(&["journal", "verify"]).assert_ok();
+}
+
+#[test]
+fn a_high_risk_session_start_waits_for_its_approval_and_dispatch_starts_it() {
+    let (p, tag) = calc_project(1 << 20);
+    // The tool is high risk; its `calc` command is low (its own tier).
+    let gated = calc_tool(&tag, 1 << 20)
+        .replace("mode = \"session\"", "mode = \"session\"\nrisk_tier = \"high\"")
+        .replace("[session.commands.calc]\n", "[session.commands.calc]\nrisk_tier = \"low\"\n");
+    p.write("tools/calc.clad.toml", gated);
+    let alice = crate::approvers::Approver::init(&p, "alice");
+    alice.pin(&p);
+    let asked = p.run(&["session", "start", "--invocation-id", "calc-s", "calc", "data/sample.csv"]);
+    asked.assert_refused("approval.required", 77);
+    assert_eq!(asked.envelope["invocation_id"], "calc-s");
+    let digest = asked.envelope["evidence"]["descriptor_sha256"].as_str().unwrap().to_owned();
+    assert!(processes_with(&tag).is_empty(), "a session program started before its approval");
+    // Not approved yet: dispatch does not start it, and it still waits.
+    p.run(&["dispatch", "calc-s"]).assert_refused("approval.required", 77);
+    assert!(processes_with(&tag).is_empty());
+
+    alice.approve(&p, &digest, &[]).assert_ok();
+    let started = p.run(&["dispatch", "calc-s"]);
+    started.assert_ok();
+    assert_eq!(started.envelope["content"]["session"], "calc-s", "{started:#?}");
+    assert_eq!(output(p.run(&["session", "send", "calc-s", "calc", "2*21"]).assert_ok()), "42\n");
+    // The approval served once.
+    p.run(&["dispatch", "calc-s"]).assert_refused("invocation.duplicate", 77);
+    assert_eq!(output(p.run(&["session", "send", "calc-s", "calc", "1+1"]).assert_ok()), "2\n");
+    let records = p.journal_records("calc-s");
+    let authorized: Vec<_> = records.iter().filter(|r| r["kind"] == "InvocationAuthorized").collect();
+    assert_eq!(authorized.len(), 1, "{records:#?}");
+    assert_eq!(authorized[0]["body"]["approved"], true);
+    let closed = p.run(&["session", "close", "calc-s"]);
+    assert_eq!((closed.status(), closed.reason(), closed.code), ("failed", "session.discarded", 1), "{closed:#?}");
+    assert_no_process(&tag);
+    assert_no_staging(&p);
+}
+
+#[test]
+fn over_mcp_an_approved_session_start_is_dispatched_into_the_server() {
+    use crate::mcpkit::McpSession;
+    let (p, tag) = calc_project(1 << 20);
+    let gated = calc_tool(&tag, 1 << 20)
+        .replace("mode = \"session\"", "mode = \"session\"\nrisk_tier = \"high\"")
+        .replace("[session.commands.calc]\n", "[session.commands.calc]\nrisk_tier = \"low\"\n");
+    p.write("tools/calc.clad.toml", gated);
+    let alice = crate::approvers::Approver::init(&p, "alice");
+    alice.pin(&p);
+    let mut mcp = McpSession::start(&p);
+    let args = serde_json::json!({ "input": "data/sample.csv" });
+    let asked = mcp.call("session_start", serde_json::json!({ "tool": "calc", "arguments": args }));
+    assert_eq!(asked["isError"], true, "{asked}");
+    let envelope = &asked["structuredContent"];
+    assert_eq!(envelope["error"]["code"], "approval.required", "{asked}");
+    let id = envelope["invocation_id"].as_str().unwrap().to_owned();
+    let digest = envelope["evidence"]["descriptor_sha256"].as_str().unwrap().to_owned();
+    // Not approved: nothing starts.
+    let early = mcp.call("session_start", serde_json::json!({ "tool": "calc", "dispatch": id }));
+    assert_eq!(early["structuredContent"]["error"]["code"], "approval.required", "{early}");
+    assert!(processes_with(&tag).is_empty());
+
+    alice.approve(&p, &digest, &[]).assert_ok();
+    let started = mcp.call("session_start", serde_json::json!({ "tool": "calc", "dispatch": id }));
+    assert_eq!(started["structuredContent"]["content"]["session"], id.as_str(), "{started}");
+    let sent = mcp.call("session_send", serde_json::json!({ "session": id, "command": "calc", "arg": "6*7" }));
+    assert_eq!(sent["structuredContent"]["content"]["output"], "42\n", "{sent}");
+    let closed = mcp.call("session_close", serde_json::json!({ "session": id }));
+    assert_eq!(closed["structuredContent"]["error"]["code"], "session.discarded", "{closed}");
+    mcp.close();
+    assert_no_process(&tag);
     assert_no_staging(&p);
 }

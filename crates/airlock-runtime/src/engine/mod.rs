@@ -85,6 +85,8 @@ pub struct CallStart<'a> {
     /// The worker tier the caller asks for (`airlock run --tier`); `None`:
     /// the manifest's `[tool.sandbox] tier`, else the configured default.
     pub tier: Option<airlock_core::config::Tier>,
+    /// The call is a session's start (its id is the session's).
+    pub session: bool,
 }
 
 /// What a shape's prepare resolved, for the engine to describe and commit.
@@ -251,6 +253,7 @@ impl Runtime {
             output: prep.output,
             prepared_at: Some(prepared_at),
             expires_at,
+            session: start.session.then(|| start.invocation_id.to_owned()),
         };
         let how = match (start.keep, T::NOT_KEPT) {
             (true, _) => Commit::Kept,

@@ -88,7 +88,15 @@ fn tool(risk_tier: &str) -> CallTool {
 }
 
 fn start(id: &str) -> CallStart<'_> {
-    CallStart { invocation_id: id, principal: "tester", keep: false, expires_at: None, progress: None, tier: None }
+    CallStart {
+        invocation_id: id,
+        principal: "tester",
+        keep: false,
+        expires_at: None,
+        progress: None,
+        tier: None,
+        session: false,
+    }
 }
 
 /// `(kind, body)` of the records of invocation `id`, in order.

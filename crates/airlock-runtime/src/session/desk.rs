@@ -4,6 +4,7 @@
 //! with the thread that started it.
 
 use super::{SendResult, Session};
+use crate::progress::Progress;
 use crate::transport::exec::CallRequest;
 use crate::Runtime;
 use airlock_core::{Envelope, ReasonCode, Refusal};
@@ -52,12 +53,25 @@ impl Desk {
     }
 
     /// Answers one request: `{"op": "start", "tool", "positional", "named",
-    /// "invocation_id"}`, `{"op": "send", "session", "command", "arg",
+    /// "invocation_id"}` (or `{"op": "start", "dispatch": ID}`: the start
+    /// `ID`, kept for an exact-call approval), `{"op": "send", "session", "command", "arg",
     /// "raw"}`, `{"op": "finalize", "session", "arg", "command"}`, `{"op":
     /// "close", "session"}` or `{"op": "list"}`. `principal` is who asks,
     /// as the front authenticated it (`None`: the runtime's); a session is
     /// only ever driven by the principal that started it.
     pub fn answer(&mut self, runtime: &Runtime, request: &Value, principal: Option<&str>) -> Envelope {
+        self.answer_with_progress(runtime, request, principal, None)
+    }
+
+    /// [`Desk::answer`], reporting a send's or finalize's wait for the
+    /// prompt to `progress`.
+    pub fn answer_with_progress(
+        &mut self,
+        runtime: &Runtime,
+        request: &Value,
+        principal: Option<&str>,
+        progress: Option<&dyn Progress>,
+    ) -> Envelope {
         let asker = runtime.principal_of(principal).to_owned();
         let id = field(request, "session").to_owned();
         let op = field(request, "op");
@@ -71,7 +85,7 @@ impl Desk {
             "send" => {
                 let Some(session) = self.sessions.get_mut(&id) else { return not_found(&id) };
                 let raw = request.get("raw").and_then(Value::as_bool).unwrap_or(false);
-                match runtime.session_send(session, field(request, "command"), field(request, "arg"), raw) {
+                match runtime.session_send(session, field(request, "command"), field(request, "arg"), raw, progress) {
                     SendResult::Answer(envelope) => *envelope,
                     SendResult::Ended(refusal) => match self.sessions.remove(&id) {
                         Some(session) => runtime.session_end_with(session, refusal),
@@ -82,7 +96,7 @@ impl Desk {
             "finalize" => match self.sessions.remove(&id) {
                 Some(session) => {
                     let command = request.get("command").and_then(Value::as_str);
-                    let (envelope, kept) = runtime.session_finalize(session, command, field(request, "arg"));
+                    let (envelope, kept) = runtime.session_finalize(session, command, field(request, "arg"), progress);
                     if let Some(session) = kept {
                         self.sessions.insert(id, session);
                     }
@@ -110,6 +124,16 @@ impl Desk {
                 ReasonCode::SessionLimit,
                 format!("{max} sessions are live ([limits] max_sessions in airlock.toml); finalize or close one first"),
             ));
+        }
+        let dispatch = field(request, "dispatch");
+        if !dispatch.is_empty() {
+            return match runtime.session_dispatch(dispatch, principal) {
+                Ok((session, envelope)) => {
+                    self.sessions.insert(session.id().to_owned(), session);
+                    envelope
+                }
+                Err(envelope) => *envelope,
+            };
         }
         let positional = request
             .get("positional")

@@ -9,7 +9,12 @@
 //! Each interaction is its own Cedar request (action `tool_call::TOOL.COMMAND`,
 //! the session's descriptor as context, the argument as `args.arg`), checked
 //! against the command's whole-string pattern before a byte is written,
-//! and journaled (`SessionInteraction`) under the session's id. Finalize
+//! and journaled (`SessionInteraction`) under the session's id. A start or
+//! an interaction that needs an exact-call approval goes through the
+//! one-shot calls' approval ([`crate::approval`]): it is kept as a prepared
+//! call waiting for an approver, and runs once that exact call is approved
+//! (the start by `airlock dispatch`, an interaction when it is sent again in
+//! its session). Finalize
 //! runs its command, waits for the prompt, ends the worker, confirms its
 //! cleanup and publishes through the engine's [`publish`](crate::engine);
 //! any other end discards the staging and publishes nothing.
@@ -22,6 +27,8 @@ mod terminal;
 pub use desk::Desk;
 
 use crate::engine::{answer, CallStart, PreparedCall};
+use crate::progress::{Meter, Phase, Progress};
+use crate::store::{Commit, PendingInvocation, PreparedRecord};
 use crate::transport::exec::{CallRequest, Exec, ExecPayload};
 use crate::Runtime;
 use airlock_core::manifest::SessionSpec;
@@ -29,7 +36,8 @@ use airlock_core::{Envelope, ReasonCode, Refusal, RelPath};
 use airlock_journal::kind;
 use airlock_sandbox::{AnyTier, NativeWorker, Worker as _};
 use serde_json::json;
-use std::io::Write;
+use std::collections::BTreeMap;
+use std::io::{Read as _, Write};
 use std::time::{Duration, Instant};
 
 /// How long a finalized program has to end after its terminal hangs up.
@@ -59,6 +67,11 @@ pub struct Session {
     interactions: u64,
     started: Instant,
     last_used: Instant,
+    /// Exact-call requests of this session waiting for an approval, by the
+    /// digest of the interaction's descriptor.
+    requests: BTreeMap<String, String>,
+    /// How many requests this session has made (their ids' counter).
+    requests_made: u64,
 }
 
 /// What `airlock session list` shows of a session.
@@ -115,11 +128,70 @@ impl Runtime {
         let principal = self.principal_of(request.principal.as_deref()).to_owned();
         let id = request.invocation_id.clone();
         let _caller = self.enter_call(&id, &principal);
-        let result = self.session_start_steps(request, &principal);
-        result.map_err(|refusal| Box::new(self.ended(&id, &principal, Err(refusal))))
+        match self.session_start_steps(request, &principal) {
+            Ok(Ok(started)) => Ok(started),
+            // Kept for an approval: the start waits, as a one-shot call does.
+            Ok(Err(waiting)) => Err(Box::new(self.ended(&id, &principal, Ok(waiting)))),
+            Err(refusal) => Err(Box::new(self.ended(&id, &principal, Err(refusal)))),
+        }
     }
 
-    fn session_start_steps(&self, request: &CallRequest, principal: &str) -> Result<(Session, Envelope), Refusal> {
+    /// Starts the session kept by a start that needed an exact-call
+    /// approval (`id`, the session's id), as `airlock dispatch` runs a kept
+    /// call: refused if denied or expired, its approval verified and used
+    /// once, its snapshots re-hashed and its output parent re-held, then
+    /// authorized (approved) and started. Only the principal that asked for
+    /// it may start it (`principal`: who asks, `None` the runtime's).
+    pub fn session_dispatch(&self, id: &str, principal: Option<&str>) -> Result<(Session, Envelope), Box<Envelope>> {
+        let asker = self.principal_of(principal).to_owned();
+        let preparer =
+            crate::id::check_invocation_id(id).ok().and_then(|()| self.prepared_record(id).ok()).map(|r| r.principal);
+        if preparer.as_deref().is_some_and(|p| p != asker) {
+            let r = Refusal::new(
+                ReasonCode::InvocationNotFound,
+                format!("no session start {id:?} waits for this principal"),
+            );
+            return Err(Box::new(Envelope::from_refusal(&r)));
+        }
+        let _caller = self.enter_call(id, &asker);
+        let result = self.session_dispatch_steps(id);
+        result.map_err(|refusal| Box::new(self.ended(id, &asker, Err(refusal))))
+    }
+
+    /// Whether `id` is a session's start kept for an exact-call approval
+    /// (`airlock dispatch` hands it to the session holder).
+    pub fn kept_session_start(&self, id: &str) -> bool {
+        crate::id::check_invocation_id(id).is_ok()
+            && self.prepared_record(id).is_ok_and(|r| r.session.as_deref() == Some(id) && r.expires_at.is_some())
+    }
+
+    fn session_dispatch_steps(&self, id: &str) -> Result<(Session, Envelope), Refusal> {
+        crate::ledger::refuse_if_unconfirmed(self.state(), self.journal())?;
+        self.check_waiting(id)?;
+        let kept = self.open_kept(id)?;
+        let spec = match (kept.record.session.as_deref(), kept.manifest.session_spec()) {
+            (Some(s), Some(spec)) if s == id => spec.clone(),
+            _ => {
+                return Err(Refusal::new(
+                    ReasonCode::ManifestUnsupported,
+                    format!("{id} is not a session's start: `airlock dispatch` runs it"),
+                ))
+            }
+        };
+        let mut prepared = self.load_exec(kept)?;
+        prepared.admit_if_unstaged(self.pool())?;
+        let approved = self.take_dispatch(&prepared)?;
+        prepared.adopt_lease(self.pool())?;
+        let (prepared, decision) = self.authorize(prepared, approved)?.into_parts();
+        self.launch(prepared, decision.policy_ids, spec)
+    }
+
+    /// `Ok(Err(answer))`: the start needs an approval and was kept for it.
+    fn session_start_steps(
+        &self,
+        request: &CallRequest,
+        principal: &str,
+    ) -> Result<Result<(Session, Envelope), Envelope>, Refusal> {
         let tool = self.load_tool(&request.tool)?;
         let Some(spec) = tool.manifest.session_spec().cloned() else {
             return Err(Refusal::new(
@@ -128,22 +200,42 @@ impl Runtime {
             ));
         };
         let call_tool = tool.call_tool();
-        if crate::approval::needs_approval(&call_tool.identity.risk_tier, call_tool.identity.human_approval) {
-            return Err(Refusal::new(
-                ReasonCode::ManifestUnsupported,
-                format!("{} needs an exact-call approval, which a session start cannot wait for", tool.manifest.name()),
-            ));
-        }
+        // A start that needs an exact-call approval is kept, as a one-shot
+        // call is, and started by `session_dispatch` once approved.
+        let needs = crate::approval::needs_approval(&call_tool.identity.risk_tier, call_tool.identity.human_approval);
         let start = CallStart {
             invocation_id: &request.invocation_id,
             principal,
-            keep: false,
+            keep: needs,
             expires_at: None,
             progress: request.progress.as_deref(),
             tier: request.tier,
+            session: true,
         };
         let prepared = self.prepare_with(Exec { request, manifest: tool.manifest }, &call_tool, start)?;
+        if needs {
+            let mut waiting = answer::approval_required(&prepared);
+            if let Some(e) = waiting.error.as_mut() {
+                e.message.push_str(
+                    "; once approved, the session is started by `airlock dispatch ID` (MCP: session_start with \
+                     `dispatch`)",
+                );
+            }
+            waiting.content = Some(json!({ "session": prepared.invocation_id(), "pending_approval": true }));
+            return Ok(Err(waiting));
+        }
         let (prepared, decision) = self.authorize(prepared, false)?.into_parts();
+        self.launch(prepared, decision.policy_ids, spec).map(Ok)
+    }
+
+    /// An authorized session call's worker on a terminal, until its ready
+    /// pattern shows.
+    fn launch(
+        &self,
+        prepared: PreparedCall<ExecPayload>,
+        policy_ids: Vec<String>,
+        spec: SessionSpec,
+    ) -> Result<(Session, Envelope), Refusal> {
         let AnyTier::Native(tier) = self.worker_tier(&prepared.descriptor().tier)? else {
             return Err(Refusal::new(ReasonCode::ManifestUnsupported, "sessions run on the native tier only"));
         };
@@ -159,10 +251,13 @@ impl Runtime {
         let (worker, mut master) =
             tier.start_tty(worker_spec).map_err(|e| crate::failure::sandbox_refusal(&e, "the session"))?;
         let deadline = Instant::now() + Duration::from_secs(spec.startup_timeout_seconds);
-        let reading = terminal::read_until_ready(&mut master, &spec, spec.max_interaction_bytes, deadline, false);
+        let mut meter = Meter::begin(None, Phase::SessionPrompt, None);
+        let reading =
+            terminal::read_until_ready(&mut master, &spec, spec.max_interaction_bytes, deadline, false, &mut meter);
+        drop(meter);
         let mut session = Session {
             prepared,
-            policy_ids: decision.policy_ids,
+            policy_ids,
             spec,
             worker: Some(worker),
             master: Some(master),
@@ -170,6 +265,8 @@ impl Runtime {
             interactions: 0,
             started: Instant::now(),
             last_used: Instant::now(),
+            requests: BTreeMap::new(),
+            requests_made: 0,
         };
         if !reading.ready {
             let why = if reading.ended { "ended before its prompt" } else { "did not show its prompt in time" };
@@ -198,7 +295,15 @@ impl Runtime {
     /// to the terminal and its output until the prompt returns. A refusal
     /// leaves the session usable; a finalize command ends it (see
     /// [`Runtime::session_finalize`]). `Err`: the session ended.
-    pub fn session_send(&self, session: &mut Session, command: &str, arg: &str, raw: bool) -> SendResult {
+    /// While it waits for the prompt, `progress` (if any) hears of it.
+    pub fn session_send(
+        &self,
+        session: &mut Session,
+        command: &str,
+        arg: &str,
+        raw: bool,
+        progress: Option<&dyn Progress>,
+    ) -> SendResult {
         let id = session.id().to_owned();
         let principal = session.prepared.principal().to_owned();
         let _caller = self.enter_call(&id, &principal);
@@ -214,14 +319,24 @@ impl Runtime {
             );
             return SendResult::Answer(Box::new(self.refused_interaction(session, command, arg, r)));
         }
-        match self.interact(session, command, arg, raw) {
+        match self.interact(session, command, arg, raw, progress) {
             Ok(envelope) => SendResult::Answer(Box::new(envelope)),
             Err(Ended::Refused(r)) => SendResult::Answer(Box::new(self.refused_interaction(session, command, arg, r))),
+            Err(Ended::Waiting(r, request)) => {
+                SendResult::Answer(Box::new(self.waiting_interaction(session, command, arg, r, request)))
+            }
             Err(Ended::Broken(r)) => SendResult::Ended(r),
         }
     }
 
-    fn interact(&self, session: &mut Session, command: &str, arg: &str, raw: bool) -> Result<Envelope, Ended> {
+    fn interact(
+        &self,
+        session: &mut Session,
+        command: &str,
+        arg: &str,
+        raw: bool,
+        progress: Option<&dyn Progress>,
+    ) -> Result<Envelope, Ended> {
         let cmd = session.spec.command(command).map_err(Ended::Refused)?.clone();
         cmd.check(command, arg).map_err(Ended::Refused)?;
         if let Some(max) = session.spec.max_interactions {
@@ -233,7 +348,29 @@ impl Runtime {
             }
         }
         self.check_fresh(session).map_err(Ended::Broken)?;
-        let policy_ids = self.authorize_interaction(session, command, &cmd, arg).map_err(Ended::Refused)?;
+        let (policy_ids, approval) = self.authorize_interaction(session, command, &cmd, arg)?;
+        let result = self.write_and_read(session, (command, arg), raw, policy_ids, approval.as_deref(), progress);
+        if let Some(request) = &approval {
+            // The approved request ends with the interaction it allowed.
+            let _request = self.enter_call(request, session.prepared.principal());
+            let end = match &result {
+                Ok(envelope) => Ok(envelope.clone()),
+                Err(Ended::Refused(r) | Ended::Waiting(r, _) | Ended::Broken(r)) => Err(r.clone()),
+            };
+            let _ = self.journal_end(Some(request), end);
+        }
+        result
+    }
+
+    fn write_and_read(
+        &self,
+        session: &mut Session,
+        (command, arg): (&str, &str),
+        raw: bool,
+        policy_ids: Vec<String>,
+        approval: Option<&str>,
+        progress: Option<&dyn Progress>,
+    ) -> Result<Envelope, Ended> {
         let mut line = arg.as_bytes().to_vec();
         line.push(b'\n');
         let Some(master) = session.master.as_mut() else {
@@ -248,7 +385,9 @@ impl Runtime {
         session.interactions += 1;
         let deadline = Instant::now() + Duration::from_secs(session.spec.interaction_timeout_seconds);
         let max = session.spec.max_interaction_bytes;
-        let reading = terminal::read_until_ready(master, &session.spec, max, deadline, raw);
+        let mut meter = Meter::begin(progress, Phase::SessionPrompt, None);
+        let reading = terminal::read_until_ready(master, &session.spec, max, deadline, raw, &mut meter);
+        drop(meter);
         let output = without_echo(&reading.text, arg);
         self.note(
             kind::SESSION_INTERACTION,
@@ -257,6 +396,7 @@ impl Runtime {
                 "command": command,
                 "arg_sha256": airlock_core::sha256_tagged(arg.as_bytes()),
                 "policy_ids": policy_ids,
+                "approval": approval,
                 "output_bytes": reading.bytes,
                 "truncated": reading.truncated,
                 "ready": reading.ready,
@@ -293,11 +433,13 @@ impl Runtime {
     /// stopped and confirmed gone, then the one output published as any
     /// call's. A finalize refused before anything was written (pattern,
     /// policy) hands the session back, usable; anything else ends it.
+    /// While it waits for the prompt, `progress` (if any) hears of it.
     pub fn session_finalize(
         &self,
         mut session: Session,
         command: Option<&str>,
         arg: &str,
+        progress: Option<&dyn Progress>,
     ) -> (Envelope, Option<Session>) {
         let id = session.id().to_owned();
         let principal = session.prepared.principal().to_owned();
@@ -317,10 +459,13 @@ impl Runtime {
             let r = Refusal::new(ReasonCode::Usage, format!("{name} is not a finalize command of this session"));
             return (self.refused_interaction(&mut session, &name, arg, r), Some(session));
         }
-        let interaction = match self.interact(&mut session, &name, arg, false) {
+        let interaction = match self.interact(&mut session, &name, arg, false, progress) {
             Ok(e) => e,
             // A refused finalize (pattern, policy) leaves the session as it was.
             Err(Ended::Refused(r)) => return (self.refused_interaction(&mut session, &name, arg, r), Some(session)),
+            Err(Ended::Waiting(r, request)) => {
+                return (self.waiting_interaction(&mut session, &name, arg, r, request), Some(session))
+            }
             Err(Ended::Broken(r)) => return (self.discard(session, Err(r)), None),
         };
         let outcome = match self.stop_worker(&mut session, true) {
@@ -343,6 +488,7 @@ impl Runtime {
         let result =
             published.map(|created_files| Envelope { stage: Some("finished"), created_files, content, ..interaction });
         session.prepared.release_staging();
+        self.withdraw_requests(&mut session);
         (self.ended(&id, &principal, result), None)
     }
 
@@ -365,6 +511,7 @@ impl Runtime {
         let principal = session.prepared.principal().to_owned();
         let _ = self.stop_worker(&mut session, false);
         session.prepared.release_staging();
+        self.withdraw_requests(&mut session);
         self.ended(&id, &principal, result)
     }
 
@@ -434,14 +581,16 @@ impl Runtime {
         envelope
     }
 
-    /// Cedar (or the default policy) on one interaction.
+    /// Cedar (or the default policy) on one interaction, after its
+    /// exact-call approval when it needs one: the policies that permitted
+    /// it, and the approved request it used, if any.
     fn authorize_interaction(
         &self,
-        session: &Session,
+        session: &mut Session,
         command: &str,
         cmd: &airlock_core::manifest::SessionCommand,
         arg: &str,
-    ) -> Result<Vec<String>, Refusal> {
+    ) -> Result<(Vec<String>, Option<String>), Ended> {
         let mut d = session.prepared.descriptor().clone();
         let spec = command_spec(&d.tool, command);
         // The interaction is a call of its command's action, with the
@@ -452,24 +601,164 @@ impl Runtime {
             d.risk_tier = tier.to_string();
         }
         d.human_approval |= cmd.human_approval;
-        if crate::approval::needs_approval(&d.risk_tier, d.human_approval) {
-            return Err(Refusal::new(
-                ReasonCode::ApprovalRequired,
-                format!(
-                    "{command} (risk tier {}) needs an exact-call approval, which session interactions cannot take \
-                     yet; the session is still usable",
-                    d.risk_tier
-                ),
-            ));
-        }
+        let approval = if crate::approval::needs_approval(&d.risk_tier, d.human_approval) {
+            Some(self.interaction_approval(session, d.clone(), command)?)
+        } else {
+            None
+        };
         let question = crate::engine::Question {
             descriptor: &d,
             spec: &spec,
             principal: session.prepared.principal(),
             invocation_id: session.prepared.invocation_id(),
-            approved: false,
+            approved: approval.is_some(),
         };
-        self.authorizer().authorize(&question).map(|decision| decision.policy_ids)
+        match self.authorizer().authorize(&question) {
+            Ok(decision) => Ok((decision.policy_ids, approval)),
+            Err(refusal) => {
+                // A policy may still forbid an approved call; its used
+                // request ends refused.
+                if let Some(request) = &approval {
+                    let _request = self.enter_call(request, session.prepared.principal());
+                    let _ = self.journal_end(Some(request), Err(refusal.clone()));
+                }
+                Err(Ended::Refused(refusal))
+            }
+        }
+    }
+
+    /// The exact-call approval of one interaction (descriptor `d`): the
+    /// session's request for this digest, verified and used once as
+    /// `airlock dispatch` uses a call's (`Ok`: its id); else a new request,
+    /// kept as a prepared call is so that `airlock approvals` lists it and
+    /// `airlock approve` signs it (`Ended::Waiting`, naming it).
+    fn interaction_approval(
+        &self,
+        session: &mut Session,
+        d: airlock_core::Descriptor,
+        command: &str,
+    ) -> Result<String, Ended> {
+        let digest = d.digest();
+        if let Some(request) = session.requests.get(&digest).cloned() {
+            let _request = self.enter_call(&request, session.prepared.principal());
+            match self.take_interaction_approval(&request, &digest) {
+                Ok(()) => {
+                    session.requests.remove(&digest);
+                    return Ok(request);
+                }
+                Err(r) if r.code == ReasonCode::ApprovalRequired => {
+                    let record = self.prepared_record(&request).map_err(Ended::Refused)?;
+                    return Err(Ended::Waiting(waiting_refusal(command, &record), pending(&record)));
+                }
+                // Denied, expired or settled: the next send asks anew.
+                Err(r) => {
+                    session.requests.remove(&digest);
+                    return Err(Ended::Refused(r));
+                }
+            }
+        }
+        let record = self.ask_approval(session, d, digest.clone()).map_err(Ended::Refused)?;
+        session.requests.insert(digest, record.invocation_id.clone());
+        Err(Ended::Waiting(waiting_refusal(command, &record), pending(&record)))
+    }
+
+    /// Verifies and uses the approval of the kept request `id` (digest
+    /// `digest`), as a dispatch does, and marks it dispatched.
+    fn take_interaction_approval(&self, id: &str, digest: &str) -> Result<(), Refusal> {
+        self.check_waiting(id)?;
+        let kept = self.open_kept(id)?;
+        if kept.record.descriptor_sha256 != digest {
+            return Err(Refusal::new(ReasonCode::Internal, format!("{id} holds another interaction")));
+        }
+        let spec = airlock_policy::ToolSpec::from_manifest(&kept.manifest);
+        let request = PreparedCall::reloaded(kept.record, kept.store, spec, None, ());
+        self.take_dispatch(&request).map(|_| ())
+    }
+
+    /// Keeps an exact-call request for the interaction `d` of `session`,
+    /// under a new id naming the session, as a prepared call that stages
+    /// nothing (the session holds the snapshots); journals it as a one-shot
+    /// call that waits for an approval is journaled.
+    fn ask_approval(
+        &self,
+        session: &mut Session,
+        d: airlock_core::Descriptor,
+        digest: String,
+    ) -> Result<PreparedRecord, Refusal> {
+        session.requests_made += 1;
+        let sid = session.id().to_owned();
+        let mut id = format!("{sid}.approval-{}", session.requests_made);
+        if crate::id::check_invocation_id(&id).is_err() {
+            id = crate::new_invocation_id();
+        }
+        let principal = session.prepared.principal().to_owned();
+        let _request = self.enter_call(&id, &principal);
+        let now = airlock_staging::unix_now();
+        let record = PreparedRecord {
+            format: crate::store::RECORD_FORMAT,
+            invocation_id: id.clone(),
+            principal,
+            manifest_origin: session.prepared.record().manifest_origin.clone(),
+            descriptor: d,
+            descriptor_sha256: digest,
+            inputs: Vec::new(),
+            output: None,
+            prepared_at: Some(now),
+            expires_at: Some(now.saturating_add(self.config().approval.ttl_seconds)),
+            session: Some(sid.clone()),
+        };
+        let mut text = String::new();
+        session
+            .prepared
+            .store()
+            .open_file(crate::store::MANIFEST_FILE)?
+            .take(crate::catalog::MAX_MANIFEST_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| Refusal::new(ReasonCode::Internal, format!("reading the session's manifest: {e}")))?;
+        let invocations = self.invocations()?;
+        crate::id::check_unused(&invocations, &id)?;
+        let store = PendingInvocation::begin(&invocations)?.commit(&record, &text, Commit::Kept)?;
+        self.record(
+            kind::INVOCATION_PREPARED,
+            Some(&id),
+            json!({
+                "descriptor_sha256": record.descriptor_sha256,
+                "tool": record.descriptor.tool,
+                "manifest_sha256": record.descriptor.manifest_sha256,
+                "transport": record.descriptor.transport,
+                "owner_pid": std::process::id(),
+                "session": sid,
+            }),
+        )?;
+        let spec = airlock_policy::ToolSpec::from_manifest(session.prepared.manifest());
+        let request = PreparedCall::reloaded(record.clone(), store, spec, None, ());
+        // Journaled as a one-shot call that waits: not settled.
+        self.journal_end(Some(&id), Ok(answer::approval_required(&request)))?;
+        Ok(record)
+    }
+
+    /// Denies every request of `session` still waiting for an approval
+    /// (`approvals deny`, reason: the session ended): no session can use
+    /// them any more.
+    fn withdraw_requests(&self, session: &mut Session) {
+        for (_, request) in std::mem::take(&mut session.requests) {
+            let _ = self.deny(&request, Some("its session ended"));
+        }
+    }
+
+    fn waiting_interaction(
+        &self,
+        session: &mut Session,
+        command: &str,
+        arg: &str,
+        refusal: Refusal,
+        request: serde_json::Value,
+    ) -> Envelope {
+        let mut envelope = self.refused_interaction(session, command, arg, refusal);
+        if let Some(content) = envelope.content.as_mut() {
+            content["approval"] = request;
+        }
+        envelope
     }
 
     /// `session.stale` when an input's host file no longer has its
@@ -534,6 +823,9 @@ pub enum SendResult {
 enum Ended {
     /// This interaction was refused; the session is as it was.
     Refused(Refusal),
+    /// This interaction waits for an exact-call approval of the request
+    /// described; the session is as it was.
+    Waiting(Refusal, serde_json::Value),
     /// The session cannot go on.
     Broken(Refusal),
 }
@@ -558,4 +850,28 @@ fn without_echo(text: &str, arg: &str) -> String {
         None if trimmed.is_some() => String::new(),
         None => body.to_owned(),
     }
+}
+
+/// `approval.required` for an interaction whose request `record` waits.
+fn waiting_refusal(command: &str, record: &PreparedRecord) -> Refusal {
+    let until =
+        record.expires_at.map(|at| format!(" until {}", airlock_journal::format_rfc3339(at))).unwrap_or_default();
+    Refusal::new(
+        ReasonCode::ApprovalRequired,
+        format!(
+            "{command} (risk tier {}) needs an exact-call approval: request {} (descriptor {}) waits for an \
+             approver{until}; once approved, send the same command with the same argument in this session again. \
+             The session is still usable",
+            record.descriptor.risk_tier, record.invocation_id, record.descriptor_sha256
+        ),
+    )
+}
+
+/// What an answer says of a request waiting for an approval.
+fn pending(record: &PreparedRecord) -> serde_json::Value {
+    json!({
+        "invocation_id": record.invocation_id,
+        "descriptor_sha256": record.descriptor_sha256,
+        "expires_at": record.expires_at.map(airlock_journal::format_rfc3339),
+    })
 }

@@ -2,6 +2,7 @@
 //! line, within a deadline and a byte bound; escape sequences stripped
 //! (never interpreted), or kept raw on request.
 
+use crate::progress::Meter;
 use airlock_core::manifest::SessionSpec;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use std::io::Read;
@@ -72,13 +73,15 @@ impl Stripper {
 }
 
 /// Reads `master` until the ready pattern shows on the last line, the
-/// program ends, or `deadline` passes; keeps at most `max_bytes`.
+/// program ends, or `deadline` passes; keeps at most `max_bytes`. The wait
+/// (and the bytes read) go to `meter`.
 pub(crate) fn read_until_ready(
     master: &mut std::fs::File,
     spec: &SessionSpec,
     max_bytes: u64,
     deadline: Instant,
     raw: bool,
+    meter: &mut Meter<'_>,
 ) -> Reading {
     let mut reading = Reading::default();
     let mut stripper = Stripper::default();
@@ -93,9 +96,13 @@ pub(crate) fn read_until_ready(
         }
         let fd = master.as_fd();
         let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-        let timeout = Timespec::try_from(left.min(Duration::from_secs(1))).ok();
+        // Woken at least this often so that a long wait is reported.
+        let timeout = Timespec::try_from(left.min(Duration::from_millis(250))).ok();
         match poll(&mut fds, timeout.as_ref()) {
-            Ok(0) => continue,
+            Ok(0) => {
+                meter.add(0);
+                continue;
+            }
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => continue,
             Err(_) => {
@@ -112,6 +119,7 @@ pub(crate) fn read_until_ready(
             Ok(n) => n,
         };
         reading.bytes += n as u64;
+        meter.add(n as u64);
         let clean = stripper.strip(&buf[..n]);
         match clean.iter().rposition(|b| *b == b'\n') {
             Some(at) => last_line = clean[at + 1..].to_vec(),

@@ -85,6 +85,7 @@ impl Runtime {
                 expires_at: None,
                 progress: request.progress.as_deref(),
                 tier: request.tier,
+                session: false,
             };
             if tool.manifest.session_spec().is_some() {
                 return Err(Refusal::new(
@@ -127,6 +128,7 @@ impl Runtime {
             expires_at: None,
             progress: request.progress.as_deref(),
             tier: request.tier,
+            session: false,
         };
         let result = self.load_tool(&request.tool).and_then(|tool| match Shape::of(&tool.manifest)?.not_kept() {
             _ if tool.manifest.session_spec().is_some() => Err(Refusal::new(

@@ -28,6 +28,17 @@ impl Runtime {
         // A denied or expired call is refused before its snapshots are read.
         self.check_waiting(id)?;
         let kept = self.open_kept(id)?;
+        if let Some(session) = &kept.record.session {
+            // A session's start runs on a terminal its holder owns, and an
+            // interaction only within its session: neither runs one-shot.
+            let how = if session == id {
+                "a session's start: the session holder starts it (`airlock dispatch ID` on the command line, \
+                 session_start with `dispatch` over MCP)"
+            } else {
+                "an interaction of a live session: send the same command and argument in that session again"
+            };
+            return Err(Refusal::new(ReasonCode::ManifestUnsupported, format!("{id} is {how}")));
+        }
         match kept.record.descriptor.transport.as_str() {
             crate::transport::source::SOURCE_TRANSPORT => {
                 let prepared = self.load_kept_source(kept)?;
@@ -60,7 +71,7 @@ impl Runtime {
 
     /// Verifies and consumes the call's approval if it needs one, then
     /// marks it dispatched (once); whether it was approved.
-    fn take_dispatch<P>(&self, prepared: &PreparedCall<P>) -> Result<bool, Refusal> {
+    pub(crate) fn take_dispatch<P>(&self, prepared: &PreparedCall<P>) -> Result<bool, Refusal> {
         let d = prepared.descriptor();
         let approved = crate::approval::needs_approval(&d.risk_tier, d.human_approval);
         // The approval is verified and taken first, so a dispatch refused for
@@ -131,7 +142,7 @@ impl Runtime {
     }
 
     /// [`Runtime::load_prepared`] of an opened kept call.
-    fn load_exec(&self, kept: KeptCall) -> Result<PreparedCall<ExecPayload>, Refusal> {
+    pub(crate) fn load_exec(&self, kept: KeptCall) -> Result<PreparedCall<ExecPayload>, Refusal> {
         let KeptCall { store, record, manifest } = kept;
         let id = record.invocation_id.as_str();
         // A kept call that stages nothing held no reservation while it

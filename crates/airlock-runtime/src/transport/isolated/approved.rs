@@ -46,6 +46,7 @@ impl Runtime {
             expires_at: None,
             progress: None,
             tier: None,
+            session: false,
         };
         let prep = submission.prepare(self, &start)?;
         let again = Descriptor::new(

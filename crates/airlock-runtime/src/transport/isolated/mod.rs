@@ -256,6 +256,7 @@ impl Runtime {
                 expires_at: None,
                 progress: None,
                 tier: None,
+                session: false,
             };
             self.drive(submission, &catalog::adhoc_isolated_tool(), start)
         })

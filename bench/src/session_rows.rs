@@ -129,11 +129,69 @@ fn report(name: &'static str, candidate: Summary, baseline: Summary, samples: us
     }
 }
 
+/// The same program as a one-shot tool, for the start-up comparison.
+const ONE_SHOT: &str = r#"
+[tool]
+name = "calc_once"
+version = "1"
+description = "python3 computing 1+1 once"
+[args.input]
+position = 1
+required = true
+type = "path"
+[command]
+exec = ["python3", "-q", "-c", "print(1+1)", "{input}"]
+[filesystem]
+read = ["{input}"]
+"#;
+
+/// p50 of `samples` runs of `f`, in milliseconds.
+fn p50_ms(samples: usize, mut f: impl FnMut() -> Result<(), String>) -> Result<f64, String> {
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let t = std::time::Instant::now();
+        f()?;
+        times.push(t.elapsed());
+    }
+    Ok(crate::harness::summarize(times).p50.as_secs_f64() * 1e3)
+}
+
+/// Session start and close over MCP vs a one-shot `tools/call` of the same
+/// program on the same input (the issue's second reading; no target).
+fn start_vs_one_shot(mcp: &mut crate::mcp_rows::Session, samples: usize) -> Result<String, String> {
+    let start = p50_ms(samples, || {
+        let started = mcp.request(
+            "tools/call",
+            serde_json::json!({ "name": "session_start", "arguments": { "tool": "calc", "arguments": { "input": "data/in.txt" } } }),
+        )?;
+        let id = started["result"]["structuredContent"]["content"]["session"]
+            .as_str()
+            .ok_or_else(|| format!("session_start answered {started}"))?;
+        mcp.request("tools/call", serde_json::json!({ "name": "session_close", "arguments": { "session": id } }))
+            .map(drop)
+    })?;
+    let once = p50_ms(samples, || {
+        let ran = mcp.request(
+            "tools/call",
+            serde_json::json!({ "name": "calc_once", "arguments": { "input": "data/in.txt" } }),
+        )?;
+        match ran["result"]["structuredContent"]["status"].as_str() {
+            Some("ok") => Ok(()),
+            _ => Err(format!("calc_once answered {ran}")),
+        }
+    })?;
+    Ok(format!(
+        "session start + close over MCP p50 {start:.1} ms vs a one-shot tools/call of the same program {once:.1} ms"
+    ))
+}
+
 /// `session_send calc 1+1` to a running `airlock mcp` vs `1+1` over a bare pty.
 pub fn interaction_over_mcp_vs_bare_pty(quick: bool) -> Result<Report, String> {
     let setup = setup_with("")?;
     std::fs::write(setup.root.join("tools/calc.clad.toml"), TOOL).map_err(err)?;
+    std::fs::write(setup.root.join("tools/calc_once.clad.toml"), ONE_SHOT).map_err(err)?;
     let mut mcp = crate::mcp_rows::Session::start(&setup)?;
+    let extra = vec![start_vs_one_shot(&mut mcp, if quick { 3 } else { 10 })?];
     let started = mcp.request(
         "tools/call",
         serde_json::json!({ "name": "session_start", "arguments": { "tool": "calc", "arguments": { "input": "data/in.txt" } } }),
@@ -155,5 +213,6 @@ pub fn interaction_over_mcp_vs_bare_pty(quick: bool) -> Result<Report, String> {
     let mut bare = BareRepl::start()?;
     let samples = if quick { 20 } else { 200 };
     let (candidate, baseline) = compare(samples, &mut send, || bare.interact())?;
-    Ok(report("session over MCP: one python3 interaction vs the REPL over a bare pty", candidate, baseline, samples))
+    let name = "session over MCP: one python3 interaction vs the REPL over a bare pty";
+    Ok(Report { extra, ..report(name, candidate, baseline, samples) })
 }

@@ -1,11 +1,12 @@
 //! Issue 7 row: admission to the shared staging pool (admit, then release:
-//! a lock, a reap pass, a record written and removed, a data directory
-//! created and removed) while 19 other processes behave like concurrent
-//! callers on the same pool (admit, hold the reservation 5 ms as a copy
-//! would, release, pause up to 10 ms, again), beside the same admission
-//! uncontended. The other processes are this binary re-executed with
-//! [`CONTEND_ARG`]. (Contenders that loop without pause measure 20
-//! processes sharing 2 cores, not the pool.)
+//! a lock, one read of the pool's index and a bounded liveness check, a
+//! record written and removed, a data directory created and removed) while
+//! 19 other processes behave like concurrent callers on the same pool
+//! (admit, hold the reservation 5 ms as a copy would, release, pause up to
+//! 10 ms, again), beside the same admission uncontended. The other
+//! processes are this binary re-executed with [`CONTEND_ARG`]. (Contenders
+//! that loop without pause measure 20 processes sharing 2 cores, not the
+//! pool.)
 
 use crate::harness::{compare, Report, Target};
 use airlock_core::StagingLimits;
@@ -88,8 +89,8 @@ pub fn admission_under_contention(quick: bool) -> Result<Report, String> {
         candidate,
         baseline,
         // An admission is on every call's path: 20 concurrent callers may
-        // cost it at most 3x its uncontended time.
-        target: Target::TimeRatioAtMost(3.0),
+        // cost it at most 2x its uncontended time (issue 22).
+        target: Target::TimeRatioAtMost(2.0),
         bytes: None,
         samples,
         extra: vec![format!(

@@ -44,10 +44,27 @@ impl ProcessIdentity {
 
 /// The state letter and start time (clock ticks) of process `pid`.
 fn stat_of(pid: u32) -> Option<(char, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses; fields
-    // after the last ')' are plain.
-    let rest = &stat[stat.rfind(')')? + 1..];
+    use std::io::Read;
+    let mut file = std::fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    // The line ends with a newline and is far shorter than the buffer, so
+    // one read usually has it all.
+    let mut buf = vec![0u8; 1024];
+    let mut len = 0;
+    while !buf[..len].ends_with(b"\n") {
+        if len == buf.len() {
+            buf.resize(len * 2, 0);
+        }
+        match file.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    // The command name (field 2) may hold spaces, parentheses and bytes
+    // that are not UTF-8; fields after the last ')' are plain.
+    let close = buf[..len].iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&buf[close + 1..len]).ok()?;
     let mut fields = rest.split_whitespace();
     let state = fields.next()?.chars().next()?;
     let start_ticks = fields.nth(18)?.parse().ok()?;

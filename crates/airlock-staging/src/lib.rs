@@ -9,11 +9,14 @@
 //! private directory ([`Lease::data`]) holds the copies; releasing the lease
 //! removes them first and only then gives the room back.
 //!
-//! A reservation names the process that holds it (pid and start time). When
-//! that process is gone, the next admission or [`Pool::gc`] removes its data
-//! through handles that never follow a link, so a data directory swapped for
-//! a symlink is unlinked, not entered (the CVE-2022-21658 class), and then
-//! the reservation. A prepared call that waits for approval keeps a
+//! A reservation names the process that holds it (pid and start time). An
+//! admission reads one index of every reservation, not each record (its
+//! cost does not grow with the number of holders), and counts a holder
+//! until it is found gone: by the bounded check each admission makes, by an
+//! admission that would otherwise refuse (it checks every holder first), or
+//! by [`Pool::gc`]. Then its data is removed through handles that never
+//! follow a link, so a data directory swapped for a symlink is unlinked,
+//! not entered (the CVE-2022-21658 class), and then the reservation. A prepared call that waits for approval keeps a
 //! *durable* reservation ([`Lease::persist`]) that its dispatch takes over
 //! ([`Pool::adopt`]). Such a call is admitted with [`Pool::admit_pending`]:
 //! charged to a budget of its own (per principal, and in bytes), never to
@@ -33,6 +36,7 @@
 #![deny(missing_docs)]
 
 mod identity;
+mod index;
 mod lock;
 mod pool;
 mod record;

@@ -1,12 +1,13 @@
 //! The pool: admission, release, adoption, reaping and status, each under
 //! the pool lock.
 //!
-//! `STATE/staging/` holds `lock`, `leases/ID` (one JSON record a
-//! reservation: bytes, files, charge, and the owner `(pid, start ticks)`, or
-//! none when durable) and `data/ID/` (`inputs/N`, `output`, a parser's raw
-//! output). The snapshots live here, not in `invocations/ID/`, so every
-//! private copy is charged and reaped in one place; the invocation directory
-//! keeps only `prepared.json` and the manifest.
+//! `STATE/staging/` holds `lock`, `index` (see below), `leases/ID` (one
+//! JSON record a reservation: bytes, files, charge, and the owner `(pid,
+//! start ticks)`, or none when durable) and `data/ID/` (`inputs/N`,
+//! `output`, a parser's raw output). The snapshots live here, not in
+//! `invocations/ID/`, so every private copy is charged and reaped in one
+//! place; the invocation directory keeps only `prepared.json` and the
+//! manifest.
 //!
 //! A call is admitted in prepare, after its inputs are opened and sized by
 //! their handles and its output parent is held, before a byte is copied:
@@ -15,11 +16,32 @@
 //! worker. `[staging] max_snapshots` (default 16, 1 … 512) and `max_bytes`
 //! (default 1 GiB) count running calls only.
 //!
-//! Every admission first reaps reservations whose owner is dead (data
-//! removed through no-follow handles first, then the record; a failed
-//! removal keeps the charge) and data no record names. Lease records are not
-//! synced: after a host crash every owner is dead, and a lost record leaves
-//! data that the next pass removes as an orphan.
+//! Admission reads one file, the index (`index.rs`): every reservation's
+//! charge, owner and pending terms, kept under the lock beside the records,
+//! never counting less than they hold. It counts every indexed reservation,
+//! the dead holders' too, so an admission that fits needs no liveness check
+//! at all; its cost does not grow with the number of holders. Each
+//! admission also checks at most two holders (`CHECKS_PER_ADMISSION`),
+//! those checked longest ago (one read of `/proc/PID/stat` each; a reused
+//! pid has another start time), and looks at every waiting call's expiry:
+//! a dead holder's or an expired call's data is removed within a bounded
+//! number of admissions. Before it refuses, an admission
+//! rebuilds the index from the records by a full pass — every record read,
+//! every owner checked, dead holders' and expired calls' data removed
+//! through no-follow handles first, then their records (a failed removal
+//! keeps the charge), and data no record names removed — and counts again:
+//! a call is refused only when the live reservations leave no room, as
+//! before. The same full pass is `staging gc`, and rebuilds an index that
+//! is missing, torn, or from before this boot. Whatever the index says, a
+//! reservation is reaped only once its record says so. Lease records are
+//! not synced: after a host crash every owner is dead, and a lost record
+//! leaves data that the next full pass removes as an orphan.
+//!
+//! The lock is held for the index and the record only: an admitted call's
+//! data directory is made after its record is written and the lock given
+//! back (the record keeps every reaper away from the name), and a release
+//! removes the copies first, outside the lock, through the lease's own
+//! directory handle, then the directory and the record under it.
 //!
 //! `airlock prepare` and approval-required runs make their reservation
 //! durable (synced, no owner): the snapshots stay charged until dispatch
@@ -38,6 +60,7 @@
 //! dispatch, before its approval is used. A pending reservation past
 //! `expires_at` is stale: the next admission or `staging gc` reaps it.
 
+use crate::index::{Entry, Index, IndexFile};
 use crate::lock::{Held, PoolLock};
 use crate::record::{unix_now, Pending, Request, Reservation, MAX_RECORD_BYTES};
 use crate::ProcessIdentity;
@@ -55,6 +78,10 @@ const LEASES_DIR: &str = "leases";
 const DATA_DIR: &str = "data";
 /// Most pending reservations (of all principals together).
 pub const MAX_PENDING_TOTAL: u64 = 512;
+/// Owners whose liveness one admission checks: those checked longest ago.
+/// With `N` other holders, a dead one is found within `N / 2` admissions
+/// (and by any admission that would otherwise refuse).
+const CHECKS_PER_ADMISSION: usize = 2;
 
 /// The shared staging pool of one state directory. Cloning is cheap and
 /// shares the handles and the lock.
@@ -66,6 +93,7 @@ struct Inner {
     leases: PrivateDir,
     data: PrivateDir,
     lock: PoolLock,
+    index: IndexFile,
     limits: StagingLimits,
     /// This process, read once: airlock never forks without exec, so it
     /// cannot change.
@@ -111,7 +139,7 @@ pub struct PoolStatus {
     /// Each reservation.
     pub reservations: Vec<ReservationStatus>,
     /// Names of data directories or records that belong to no reservation
-    /// (left by a crash; the next admission or gc removes them).
+    /// (left by a crash; `staging gc`, or an admission that reads every record, removes them).
     pub orphans: Vec<String>,
 }
 
@@ -152,10 +180,11 @@ impl Pool {
         limits.check()?;
         let root = state.ensure_subdir(POOL_DIR)?;
         let lock = PoolLock::open(&root)?;
+        let index = IndexFile::open(&root)?;
         let leases = root.ensure_subdir(LEASES_DIR)?;
         let data = root.ensure_subdir(DATA_DIR)?;
         let me = current_identity()?;
-        Ok(Pool(Arc::new(Inner { leases, data, lock, limits, me })))
+        Ok(Pool(Arc::new(Inner { leases, data, lock, index, limits, me })))
     }
 
     /// The configured size.
@@ -206,62 +235,25 @@ impl Pool {
         }
         let me = self.0.me;
         let held = self.0.lock.hold()?;
-        self.reap_locked(&held);
-        let live: Vec<Reservation> = self.read_all(&held).into_iter().filter_map(|(_, r)| r).collect();
-        let limits = self.0.limits;
-        match pending {
-            None => {
-                let running: Vec<&Reservation> = live.iter().filter(|r| r.pending.is_none()).collect();
-                let count = running.len() as u64;
-                let bytes = running.iter().map(|r| r.charged).fold(0, u64::saturating_add);
-                if count >= u64::from(limits.max_snapshots) {
-                    return Err(Refusal::new(
-                        ReasonCode::StagingExhausted,
-                        format!("the staging pool holds {count} of {} reservations; retry later", limits.max_snapshots),
-                    ));
-                }
-                if bytes.saturating_add(charge) > limits.max_bytes {
-                    return Err(Refusal::new(
-                        ReasonCode::StagingExhausted,
-                        format!(
-                            "the staging pool has {} of {} bytes free and this call needs {charge}; retry later",
-                            limits.max_bytes.saturating_sub(bytes),
-                            limits.max_bytes
-                        ),
-                    ));
-                }
+        let now = unix_now();
+        let (mut index, rebuilt) = match self.0.index.load() {
+            Some(mut index) => {
+                self.tend_locked(&held, &mut index, now);
+                (index, false)
             }
-            Some((terms, max_per_principal)) => {
-                let waiting: Vec<&Reservation> = live.iter().filter(|r| r.pending.is_some()).collect();
-                let mine =
-                    waiting.iter().filter(|r| r.pending.as_ref().is_some_and(|p| p.principal == terms.principal));
-                let mine = mine.count() as u64;
-                let bytes = waiting.iter().map(|r| r.charged).fold(0, u64::saturating_add);
-                let quota = |why: String| {
-                    Refusal::new(
-                        ReasonCode::ApprovalQuota,
-                        format!(
-                            "{why}; nothing was copied. Retry once an approver has settled a waiting call or it has \
-                             expired"
-                        ),
-                    )
-                };
-                if mine >= u64::from(max_per_principal) {
-                    return Err(quota(format!(
-                        "principal {:?} already has {mine} calls waiting ([approval] max_pending = {max_per_principal})",
-                        terms.principal
-                    )));
-                }
-                if waiting.len() as u64 >= MAX_PENDING_TOTAL {
-                    return Err(quota(format!("{MAX_PENDING_TOTAL} calls of all principals are waiting")));
-                }
-                if bytes.saturating_add(charge) > limits.max_bytes {
-                    return Err(quota(format!(
-                        "waiting calls hold {bytes} of {} bytes and this call needs {charge}",
-                        limits.max_bytes
-                    )));
-                }
-            }
+            None => (self.rebuild_locked(&held, now).1, true),
+        };
+        let mut room = has_room(&index, charge, pending, self.0.limits);
+        if room.is_err() && !rebuilt {
+            // The index counts dead holders until they are found: before
+            // refusing, every record is read and every owner checked.
+            index = self.rebuild_locked(&held, now).1;
+            room = has_room(&index, charge, pending, self.0.limits);
+        }
+        if let Err(refusal) = room {
+            // What tending removed (an index that still names it only counts more).
+            let _ = self.0.index.store(&mut index, false);
+            return Err(refusal);
         }
         let id = &request.invocation_id;
         let record = Reservation {
@@ -275,22 +267,41 @@ impl Pool {
             pending: pending.map(|(p, _)| p.clone()),
         };
         // Not synced: after a host crash every owner is dead, and a lost
-        // record only leaves data that the next pass removes as an orphan.
-        let mut f = self.0.leases.create_file(id).map_err(|e| {
-            Refusal::new(ReasonCode::InvocationDuplicate, format!("a staging reservation for {id:?} exists: {e}"))
-        })?;
+        // record only leaves data that the next full pass removes as an orphan.
+        let mut f = match self.0.leases.create_file(id) {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = self.0.index.store(&mut index, false);
+                return Err(Refusal::new(
+                    ReasonCode::InvocationDuplicate,
+                    format!("a staging reservation for {id:?} exists: {e}"),
+                ));
+            }
+        };
         if let Err(e) = f.write_all(&record.to_bytes()) {
             let _ = self.0.leases.remove_tree(id);
+            let _ = self.0.index.store(&mut index, false);
             return Err(Refusal::new(ReasonCode::Internal, format!("writing the staging reservation of {id:?}: {e}")));
         }
+        // Counted before this process can use a byte of it (a kill before
+        // this line leaves a dead holder's record and no data).
+        index.put(Entry::of(&record, index.turn));
+        if let Err(e) = self.0.index.store(&mut index, false) {
+            let _ = self.0.leases.remove_tree(id);
+            return Err(e);
+        }
+        drop(held);
+        // Made outside the lock: the record, already written, keeps every
+        // other process's reaping away from this name.
         let data = match self.0.data.create_subdir(id) {
             Ok(d) => d,
             Err(e) => {
+                let held = self.0.lock.hold()?;
                 let _ = self.0.leases.remove_tree(id);
+                self.reindex(&held, |index| index.remove(id));
                 return Err(e.into());
             }
         };
-        drop(held);
         Ok(Lease { pool: self.clone(), invocation_id: id.clone(), charged: charge, data, state: LeaseState::Held })
     }
 
@@ -316,7 +327,22 @@ impl Pool {
         // (even when that is full: it was already counted as pending).
         record.owner = Some(me);
         record.pending = None;
-        self.0.leases.replace_file(invocation_id, &record.to_bytes())?;
+        // The index first (the change moves the charge into the running
+        // pool, so it must be counted there before the record says so);
+        // undone if the record cannot be written.
+        let before = self.0.index.load();
+        if let Some(mut index) = before.clone() {
+            index.put(Entry::of(&record, index.turn));
+            self.0.index.store(&mut index, false)?;
+        }
+        if let Err(e) = self.0.leases.replace_file(invocation_id, &record.to_bytes()) {
+            if let Some(mut index) = before {
+                if self.0.index.store(&mut index, false).is_err() {
+                    let _ = self.0.index.invalidate();
+                }
+            }
+            return Err(e.into());
+        }
         Ok(Lease {
             pool: self.clone(),
             invocation_id: invocation_id.to_owned(),
@@ -352,6 +378,7 @@ impl Pool {
             }
         }
         self.remove_locked(&held, invocation_id)?;
+        self.reindex(&held, |index| index.remove(invocation_id));
         Ok(record.charged)
     }
 
@@ -360,7 +387,7 @@ impl Pool {
     /// Other durable reservations stay.
     pub fn gc(&self) -> Result<GcReport, Refusal> {
         let held = self.0.lock.hold()?;
-        Ok(self.reap_locked(&held))
+        Ok(self.rebuild_locked(&held, unix_now()).0)
     }
 
     /// The pool's size and reservations, without changing anything.
@@ -422,17 +449,15 @@ impl Pool {
     /// Reads a record through a no-follow open, bounded; its name must be
     /// the id it records.
     fn read_record(&self, name: &str) -> Result<Reservation, Refusal> {
-        if !self.0.leases.contains(name) {
-            return Err(Refusal::new(
-                ReasonCode::StagingNotReserved,
-                format!("no staging reservation is held for {name:?}"),
-            ));
-        }
+        let file = self.0.leases.open_file(name).map_err(|e| {
+            if e.code() == ReasonCode::InvocationNotFound || !self.0.leases.contains(name) {
+                Refusal::new(ReasonCode::StagingNotReserved, format!("no staging reservation is held for {name:?}"))
+            } else {
+                e.into()
+            }
+        })?;
         let mut bytes = Vec::new();
-        self.0
-            .leases
-            .open_file(name)?
-            .take(MAX_RECORD_BYTES + 1)
+        file.take(MAX_RECORD_BYTES + 1)
             .read_to_end(&mut bytes)
             .map_err(|e| Refusal::new(ReasonCode::Internal, format!("reading staging reservation {name:?}: {e}")))?;
         if bytes.len() as u64 > MAX_RECORD_BYTES {
@@ -455,13 +480,18 @@ impl Pool {
         Ok(())
     }
 
-    fn reap_locked(&self, held: &Held<'_>) -> GcReport {
+    /// The full pass: reads every record, reaps the stale ones (data
+    /// first, then the record) and every orphaned entry, and writes the
+    /// index anew from what is left. Its cost grows with the reservations;
+    /// admission runs it only when the index cannot be trusted or before
+    /// it would refuse.
+    fn rebuild_locked(&self, held: &Held<'_>, now: u64) -> (GcReport, Index) {
         let mut report = GcReport::default();
-        let now = unix_now();
+        let mut index = Index::default();
         let mut kept_names = Vec::new();
         for (name, record) in self.read_all(held) {
             // Another airlock's reservation (`record.version`) is not this
-            // one's to reap.
+            // one's to reap (nor to count: it cannot be read).
             if let Some(Err(e)) = record.is_none().then(|| self.read_record(&name)) {
                 if e.code == ReasonCode::RecordVersion {
                     report.kept.push((name.clone(), e.message));
@@ -474,6 +504,9 @@ impl Pool {
                 Some(r) => r.stale(now),
             };
             if !stale {
+                if let Some(r) = &record {
+                    index.put(Entry::of(r, index.turn));
+                }
                 kept_names.push(name);
                 continue;
             }
@@ -486,6 +519,10 @@ impl Pool {
                     None => report.orphans_removed.push(format!("{LEASES_DIR}/{name}")),
                 },
                 Err(e) => {
+                    // Still charged until its data is gone.
+                    if let Some(r) = &record {
+                        index.put(Entry::of(r, index.turn));
+                    }
                     report.kept.push((name.clone(), e.message));
                     kept_names.push(name);
                 }
@@ -504,8 +541,145 @@ impl Pool {
                 }
             }
         }
-        report
+        // Unwritten, the old index stays: rebuilt again next time, or
+        // (cannot be emptied either) counting what this pass removed.
+        let _ = self.0.index.store(&mut index, true);
+        (report, index)
     }
+
+    /// An admission's bounded care of a trusted index: waiting calls past
+    /// their expiry and the holders of the [`CHECKS_PER_ADMISSION`] owners
+    /// checked longest ago are looked at; what their records say is stale
+    /// is reaped. Only in memory: the caller stores the index.
+    fn tend_locked(&self, held: &Held<'_>, index: &mut Index, now: u64) {
+        index.turn = index.turn.wrapping_add(1);
+        let turn = index.turn;
+        let mut suspects: Vec<String> = index
+            .entries
+            .iter()
+            .filter(|e| e.owner.is_none() && e.pending.as_ref().is_some_and(|p| p.expired_at(now)))
+            .map(|e| e.id.clone())
+            .collect();
+        for _ in 0..CHECKS_PER_ADMISSION {
+            let me = self.0.me;
+            let Some(owner) = index
+                .entries
+                .iter()
+                .filter(|e| e.checked != turn && e.owner.is_some_and(|o| o != me))
+                .min_by_key(|e| e.checked)
+                .and_then(|e| e.owner)
+            else {
+                break;
+            };
+            let alive = owner.alive();
+            for e in index.entries.iter_mut().filter(|e| e.owner == Some(owner)) {
+                e.checked = turn;
+                if !alive {
+                    suspects.push(e.id.clone());
+                }
+            }
+        }
+        for id in suspects {
+            self.reap_entry_locked(held, index, &id, now);
+        }
+    }
+
+    /// Reaps the reservation `id` if its record (the truth, whatever the
+    /// index said) is stale or unreadable; corrects its entry otherwise.
+    fn reap_entry_locked(&self, held: &Held<'_>, index: &mut Index, id: &str, now: u64) {
+        match self.read_record(id) {
+            Ok(record) if !record.stale(now) => index.put(Entry::of(&record, index.turn)),
+            // Another airlock's: kept and not counted, as the full pass does.
+            Err(e) if e.code == ReasonCode::RecordVersion => index.remove(id),
+            // No record: its data, if any, is an orphan.
+            Err(e) if e.code == ReasonCode::StagingNotReserved => {
+                let _ = self.0.data.remove_tree(id);
+                index.remove(id);
+            }
+            // Stale or damaged: data first, then the record; still
+            // charged if either stays.
+            Ok(_) | Err(_) => {
+                if self.remove_locked(held, id).is_ok() {
+                    index.remove(id);
+                }
+            }
+        }
+    }
+
+    /// Applies `change` to a trusted index and writes it; an untrusted one
+    /// is left for the next admission to rebuild. For changes that lower a
+    /// count, made after the record: an index left unwritten only counts more.
+    fn reindex(&self, _held: &Held<'_>, change: impl FnOnce(&mut Index)) {
+        if let Some(mut index) = self.0.index.load() {
+            change(&mut index);
+            let _ = self.0.index.store(&mut index, false);
+        }
+    }
+}
+
+/// Whether `index` leaves room for `charge` more bytes: in the running pool,
+/// or, for a waiting call, in the pending budget.
+fn has_room(
+    index: &Index,
+    charge: u64,
+    pending: Option<(&Pending, u32)>,
+    limits: StagingLimits,
+) -> Result<(), Refusal> {
+    match pending {
+        None => {
+            let running = index.entries.iter().filter(|e| e.pending.is_none());
+            let count = running.clone().count() as u64;
+            let bytes = running.map(|e| e.charged).fold(0, u64::saturating_add);
+            if count >= u64::from(limits.max_snapshots) {
+                return Err(Refusal::new(
+                    ReasonCode::StagingExhausted,
+                    format!("the staging pool holds {count} of {} reservations; retry later", limits.max_snapshots),
+                ));
+            }
+            if bytes.saturating_add(charge) > limits.max_bytes {
+                return Err(Refusal::new(
+                    ReasonCode::StagingExhausted,
+                    format!(
+                        "the staging pool has {} of {} bytes free and this call needs {charge}; retry later",
+                        limits.max_bytes.saturating_sub(bytes),
+                        limits.max_bytes
+                    ),
+                ));
+            }
+        }
+        Some((terms, max_per_principal)) => {
+            let waiting = index.entries.iter().filter(|e| e.pending.is_some());
+            let mine = waiting.clone().filter(|e| e.pending.as_ref().is_some_and(|p| p.principal == terms.principal));
+            let mine = mine.count() as u64;
+            let count = waiting.clone().count() as u64;
+            let bytes = waiting.map(|e| e.charged).fold(0, u64::saturating_add);
+            let quota = |why: String| {
+                Refusal::new(
+                    ReasonCode::ApprovalQuota,
+                    format!(
+                        "{why}; nothing was copied. Retry once an approver has settled a waiting call or it has \
+                         expired"
+                    ),
+                )
+            };
+            if mine >= u64::from(max_per_principal) {
+                return Err(quota(format!(
+                    "principal {:?} already has {mine} calls waiting ([approval] max_pending = {max_per_principal})",
+                    terms.principal
+                )));
+            }
+            if count >= MAX_PENDING_TOTAL {
+                return Err(quota(format!("{MAX_PENDING_TOTAL} calls of all principals are waiting")));
+            }
+            if bytes.saturating_add(charge) > limits.max_bytes {
+                return Err(quota(format!(
+                    "waiting calls hold {bytes} of {} bytes and this call needs {charge}",
+                    limits.max_bytes
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Lease {
@@ -545,6 +719,7 @@ impl Lease {
         f.set_len(0)
             .and_then(|()| (&f).write_all(&record.to_bytes()))
             .map_err(|e| Refusal::new(ReasonCode::Internal, format!("rewriting a staging reservation: {e}")))?;
+        self.pool.reindex(&held, |index| index.put(Entry::of(&record, index.turn)));
         self.charged = record.charged;
         Ok(())
     }
@@ -559,6 +734,9 @@ impl Lease {
         self.data.sync()?;
         self.pool.0.data.sync()?;
         self.pool.0.leases.replace_file(&self.invocation_id, &record.to_bytes())?;
+        // Only the owner changes (no count does); an index left naming this
+        // process is corrected from the record once it is found gone.
+        self.pool.reindex(&held, |index| index.put(Entry::of(&record, index.turn)));
         self.state = LeaseState::Durable;
         Ok(())
     }
@@ -577,15 +755,34 @@ impl Lease {
         }
         self.state = LeaseState::Released;
         let me = self.pool.0.me;
+        // The copies go first, outside the lock (a large output takes a
+        // while to remove), through this lease's own handle, so nothing but
+        // its own directory is touched whatever its name now leads to; the
+        // directory and then the record go under the lock.
+        for name in self.data.entries()? {
+            self.data.remove_tree(&name)?;
+        }
         let held = self.pool.0.lock.hold()?;
-        let record = self.pool.read_one(&held, &self.invocation_id)?;
+        let id = &self.invocation_id;
+        let record = match self.pool.read_one(&held, id) {
+            Ok(record) => record,
+            Err(e) => {
+                if e.code == ReasonCode::StagingNotReserved {
+                    self.pool.reindex(&held, |index| index.remove(id));
+                }
+                return Err(e);
+            }
+        };
         if record.owner != Some(me) {
+            self.pool.reindex(&held, |index| index.put(Entry::of(&record, index.turn)));
             return Err(Refusal::new(
                 ReasonCode::StagingNotReserved,
-                format!("the staging reservation of {:?} is no longer this process's", self.invocation_id),
+                format!("the staging reservation of {id:?} is no longer this process's"),
             ));
         }
-        self.pool.remove_locked(&held, &self.invocation_id)
+        self.pool.remove_locked(&held, id)?;
+        self.pool.reindex(&held, |index| index.remove(id));
+        Ok(())
     }
 }
 

@@ -329,3 +329,115 @@ fn gc_racing_a_symlink_swap_never_touches_the_canary() {
     assert_eq!((status.reserved_snapshots, status.reserved_bytes), (0, 0));
     assert_eq!(names(&f.path("state/staging/data")), Vec::<String>::new());
 }
+
+/// Set for a child process of this test binary that plays a holder:
+/// `STATE`, `ID`, `MAX_SNAPSHOTS` and `MAX_BYTES`, one a line.
+const HOLDER_ENV: &str = "AIRLOCK_STAGING_TEST_HOLDER";
+
+/// Not a check of its own: the holder the tests below start as a separate
+/// process (this binary, `--exact holder_role`, with [`HOLDER_ENV`] set).
+/// It admits a reservation, copies a file into it and waits to be killed.
+/// Without the variable it returns at once.
+#[test]
+fn holder_role() {
+    let Ok(spec) = std::env::var(HOLDER_ENV) else { return };
+    let [state, id, max_snapshots, max_bytes] = spec.lines().collect::<Vec<_>>()[..] else { panic!("{spec:?}") };
+    let state = PrivateDir::open_or_create(&HostAuthority::ambient(), Path::new(state)).unwrap();
+    let limits = StagingLimits { max_snapshots: max_snapshots.parse().unwrap(), max_bytes: max_bytes.parse().unwrap() };
+    let pool = Pool::open(&state, limits).unwrap();
+    let lease = pool.admit(&request(id, 0, 1)).unwrap();
+    lease.data().write_new_file("copy", b"held").unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(60));
+    drop(lease);
+}
+
+/// Starts a holder process of `id` on `f`'s pool and waits until its copy is made.
+fn spawn_holder(f: &Fixture, limits: (u32, u64), id: &str) -> std::process::Child {
+    let spec = format!("{}\n{id}\n{}\n{}", f.path("state").display(), limits.0, limits.1);
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "holder_role", "--test-threads=1"])
+        .env(HOLDER_ENV, spec)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let copy = f.path(&format!("state/staging/data/{id}/copy"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !copy.exists() {
+        if std::time::Instant::now() > deadline || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            panic!("holder {id} never made its copy: {:?}", child.wait());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child
+}
+
+fn sigkill(mut child: std::process::Child) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// Admission reads the index, which counts every holder until it is found
+/// dead: each admission checks the owners checked longest ago, so a
+/// SIGKILLed holder's copies and reservation go with the next admissions,
+/// and the live holder's stay.
+#[test]
+fn a_sigkilled_holder_process_is_found_by_the_next_admission_and_a_live_one_kept() {
+    let f = Fixture::new();
+    let limits = (8, 1 << 20);
+    let pool = f.pool(limits.0, limits.1);
+    let mine = pool.admit(&request("mine", 0, 1)).unwrap();
+    let (live, dead) = (spawn_holder(&f, limits, "live"), spawn_holder(&f, limits, "dead"));
+    sigkill(dead);
+    assert_eq!(names(&f.path("state/staging/leases")), ["dead", "live", "mine"]);
+    // Two owners checked an admission: the dead one and the live one.
+    drop(pool.admit(&request("probe", 0, 0)).unwrap());
+    assert_eq!(names(&f.path("state/staging/leases")), ["live", "mine"]);
+    assert_eq!(names(&f.path("state/staging/data")), ["live", "mine"]);
+    sigkill(live);
+    drop(pool.admit(&request("probe", 0, 0)).unwrap());
+    assert_eq!(names(&f.path("state/staging/data")), ["mine"]);
+    mine.release().unwrap();
+    let status = pool.status().unwrap();
+    assert_eq!((status.reserved_snapshots, status.reserved_bytes), (0, 0));
+}
+
+/// Three killed holders fill the pool's bytes; one admission checks two
+/// owners, so the third is still counted when it asks for room: before it
+/// refuses, it reads every record, finds the last dead holder and is admitted.
+#[test]
+fn an_admission_that_would_refuse_first_reaps_every_dead_holder() {
+    let f = Fixture::new();
+    let limits = (8, 3 * PER_FILE_OVERHEAD);
+    let pool = f.pool(limits.0, limits.1);
+    drop(pool.admit(&request("first", 0, 0)).unwrap());
+    let holders: Vec<_> = ["h-1", "h-2", "h-3"].iter().map(|id| spawn_holder(&f, limits, id)).collect();
+    // The pool is full.
+    assert_eq!(pool.status().unwrap().reserved_bytes, 3 * PER_FILE_OVERHEAD);
+    holders.into_iter().for_each(sigkill);
+    let whole = pool.admit(&request("whole", 2 * PER_FILE_OVERHEAD, 1)).unwrap();
+    assert_eq!(names(&f.path("state/staging/leases")), ["whole"]);
+    assert_eq!(names(&f.path("state/staging/data")), ["whole"]);
+    // Full again, by a live holder now: refused.
+    assert_eq!(pool.admit(&request("more", 0, 1)).unwrap_err().code, ReasonCode::StagingExhausted);
+    whole.release().unwrap();
+}
+
+/// The index is derived from the records and never trusted when it cannot
+/// be: emptied, torn or damaged, the next admission rebuilds it from the
+/// records, so the pool's bound still holds.
+#[test]
+fn a_damaged_index_is_rebuilt_from_the_records() {
+    let f = Fixture::new();
+    let pool = f.pool(2, 1 << 20);
+    let a = pool.admit(&request("a", 10, 1)).unwrap();
+    let b = pool.admit(&request("b", 10, 1)).unwrap();
+    for damage in [&b""[..], b"airlock-staging-index 1 5 0000000000000000\n{}", b"\0\0\0"] {
+        std::fs::write(f.path("state/staging/index"), damage).unwrap();
+        // Still full: both records count.
+        assert_eq!(pool.admit(&request("c", 0, 0)).unwrap_err().code, ReasonCode::StagingExhausted);
+    }
+    drop((a, b));
+    drop(pool.admit(&request("c", 0, 0)).unwrap());
+    assert_eq!(names(&f.path("state/staging/leases")), Vec::<String>::new());
+}

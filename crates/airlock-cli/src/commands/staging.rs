@@ -82,7 +82,10 @@ fn table(status: &PoolStatus) -> String {
         );
     }
     for orphan in &status.orphans {
-        let _ = writeln!(out, "orphan: {orphan} (removed by the next admission or `airlock staging gc`)");
+        let _ = writeln!(
+            out,
+            "orphan: {orphan} (removed by `airlock staging gc`, or by an admission that finds the pool full)"
+        );
     }
     out
 }

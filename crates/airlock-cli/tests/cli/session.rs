@@ -516,3 +516,153 @@ fn over_mcp_an_approved_session_start_is_dispatched_into_the_server() {
     assert_no_process(&tag);
     assert_no_staging(&p);
 }
+
+/// An upstream MCP server (Python's standard library, inline) that counts
+/// the `tools/call` requests it got and answers each with that count and
+/// its pid: `count` only answers, `upper` upper-cases `src` into `dst`,
+/// `secret` is a tool the session's manifest does not allow.
+const COUNTING_SERVER: &str = r#"
+import json, os, sys
+calls = 0
+def send(m):
+    sys.stdout.write(json.dumps(m) + "\n")
+    sys.stdout.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    mid, method = msg.get("id"), msg.get("method")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": msg["params"]["protocolVersion"],
+              "capabilities": {"tools": {}}, "serverInfo": {"name": "counting", "version": "1"}}})
+    elif method == "tools/call":
+        calls += 1
+        name, a = msg["params"]["name"], msg["params"].get("arguments", {})
+        if name == "upper":
+            with open(a["dst"], "w") as f:
+                f.write(open(a["src"]).read().upper())
+        send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": name}],
+              "structuredContent": {"calls": calls, "pid": os.getpid(), "tool": name}}})
+    elif mid is not None:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "unknown"}})
+"#;
+
+/// An `[mcp]` tool held as a session: the counting server (its argv
+/// carries `tag`), allowed to call `count` and `upper` only.
+fn upstream_tool(tag: &str) -> String {
+    format!(
+        r#"
+[tool]
+name = "upsess"
+version = "1.0.0"
+description = "an MCP server held for many calls"
+mode = "session"
+
+[args.input]
+position = 1
+type = "path"
+required = true
+
+[args.output]
+position = 2
+type = "path"
+required = true
+
+[filesystem]
+read = ["{{input}}"]
+create = ["{{output}}"]
+
+[mcp]
+server = ["python3", "-c", '''{COUNTING_SERVER}''', "{tag}"]
+tool = "upper"
+
+[session]
+startup_timeout_seconds = 20
+interaction_timeout_seconds = 20
+
+[session.commands.count]
+pattern = '\{{\}}'
+
+[session.commands.upper]
+pattern = '[ -~]{{1,400}}'
+"#
+    )
+}
+
+fn upstream_project() -> (Project, String) {
+    let p = project();
+    let tag = tag(&p);
+    p.write("tools/upsess.clad.toml", upstream_tool(&tag));
+    p.write("data/in.txt", "held mcp server\n");
+    (p, tag)
+}
+
+fn structured(run: &Run) -> &Value {
+    &run.envelope["content"]["result"]["structuredContent"]
+}
+
+const UPPER_ARGS: &str = r#"{"src": "data/in.txt", "dst": "results/out.txt"}"#;
+
+#[test]
+fn an_mcp_session_starts_its_server_once_and_publishes_on_finalize() {
+    let (p, tag) = upstream_project();
+    let started = start(&p, "up-1", &["upsess", "data/in.txt", "results/out.txt"]);
+    assert_eq!(started.envelope["content"]["server"]["name"], "counting", "{started:#?}");
+    let first = p.run(&["session", "send", "up-1", "count", "{}"]);
+    first.assert_ok();
+    let second = p.run(&["session", "send", "up-1", "upper", UPPER_ARGS]);
+    second.assert_ok();
+    // One server answered both calls: its count went on, its pid stayed.
+    assert_eq!(structured(&first)["calls"], 1, "{first:#?}");
+    assert_eq!(structured(&second)["calls"], 2, "{second:#?}");
+    assert_eq!(structured(&first)["pid"], structured(&second)["pid"]);
+    assert!(!processes_with(&tag).is_empty(), "the server is held between calls");
+    assert_eq!(second.envelope["content"]["pending_publication"], "results/out.txt");
+    assert!(!p.path("results/out.txt").exists(), "nothing is published before finalize");
+
+    let done = p.run(&["session", "finalize", "up-1"]);
+    done.assert_ok();
+    assert_eq!(done.envelope["created_files"][0]["path"], "results/out.txt", "{done:#?}");
+    assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "HELD MCP SERVER\n");
+    let records = p.journal_records("up-1");
+    let interactions: Vec<_> = records.iter().filter(|r| r["kind"] == "SessionInteraction").collect();
+    assert_eq!(interactions.len(), 2, "{records:#?}");
+    assert_eq!(records.iter().filter(|r| r["kind"] == "WorkerStarted").count(), 1, "{records:#?}");
+    let kinds = p.journal_kinds("up-1");
+    assert!(kinds.iter().any(|k| k == "FilePublicationFinished"), "{kinds:?}");
+    assert_eq!(kinds.last().map(String::as_str), Some("InvocationFinished"), "{kinds:?}");
+    assert_no_process(&tag);
+    assert_no_staging(&p);
+    p.run(&["session", "send", "up-1", "count", "{}"]).assert_refused("session.not_found", 66);
+}
+
+#[test]
+fn an_mcp_session_closed_publishes_nothing_and_leaves_nothing() {
+    let (p, tag) = upstream_project();
+    start(&p, "up-close", &["upsess", "data/in.txt", "results/out.txt"]);
+    p.run(&["session", "send", "up-close", "upper", UPPER_ARGS]).assert_ok();
+    assert!(!processes_with(&tag).is_empty(), "the server should be running");
+    let closed = p.run(&["session", "close", "up-close"]);
+    assert_eq!((closed.status(), closed.reason(), closed.code), ("failed", "session.discarded", 1), "{closed:#?}");
+    assert!(!p.path("results/out.txt").exists());
+    assert_no_process(&tag);
+    assert_no_staging(&p);
+    let kinds = p.journal_kinds("up-close");
+    assert!(!kinds.iter().any(|k| k.starts_with("FilePublication")), "{kinds:?}");
+}
+
+#[test]
+fn an_upstream_tool_the_manifest_does_not_allow_never_reaches_the_server() {
+    let (p, _) = upstream_project();
+    start(&p, "up-deny", &["upsess", "data/in.txt", "results/out.txt"]);
+    let secret = p.run(&["session", "send", "up-deny", "secret", "{}"]);
+    secret.assert_refused("session.command_unknown", 65);
+    assert_eq!(secret.envelope["content"]["session_usable"], true, "{secret:#?}");
+    // Arguments outside the pattern, or not a JSON object, are not sent either.
+    p.run(&["session", "send", "up-deny", "count", r#"{"x": 1}"#]).assert_refused("session.argument", 65);
+    p.run(&["session", "send", "up-deny", "upper", "[1, 2]"]).assert_refused("session.argument", 65);
+    // Had any reached the server, its count would show it.
+    let count = p.run(&["session", "send", "up-deny", "count", "{}"]);
+    count.assert_ok();
+    assert_eq!(structured(&count)["calls"], 1, "{count:#?}");
+    p.run(&["session", "close", "up-deny"]);
+    assert_no_staging(&p);
+}

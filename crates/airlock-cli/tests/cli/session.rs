@@ -520,10 +520,12 @@ fn over_mcp_an_approved_session_start_is_dispatched_into_the_server() {
 /// An upstream MCP server (Python's standard library, inline) that counts
 /// the `tools/call` requests it got and answers each with that count and
 /// its pid: `count` only answers, `upper` upper-cases `src` into `dst`,
-/// `secret` is a tool the session's manifest does not allow.
+/// `arm` makes it exit 3 once its stdin closes, `die` makes it leave
+/// without answering; `secret` is a tool the session's manifest does not
+/// allow.
 const COUNTING_SERVER: &str = r#"
 import json, os, sys
-calls = 0
+calls, status = 0, 0
 def send(m):
     sys.stdout.write(json.dumps(m) + "\n")
     sys.stdout.flush()
@@ -539,14 +541,19 @@ for line in sys.stdin:
         if name == "upper":
             with open(a["dst"], "w") as f:
                 f.write(open(a["src"]).read().upper())
+        if name == "arm":
+            status = 3
+        if name == "die":
+            os._exit(0)
         send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": name}],
               "structuredContent": {"calls": calls, "pid": os.getpid(), "tool": name}}})
     elif mid is not None:
         send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "unknown"}})
+sys.exit(status)
 "#;
 
 /// An `[mcp]` tool held as a session: the counting server (its argv
-/// carries `tag`), allowed to call `count` and `upper` only.
+/// carries `tag`), allowed to call `count`, `upper`, `arm` and `die` only.
 fn upstream_tool(tag: &str) -> String {
     format!(
         r#"
@@ -583,6 +590,12 @@ pattern = '\{{\}}'
 
 [session.commands.upper]
 pattern = '[ -~]{{1,400}}'
+
+[session.commands.arm]
+pattern = '\{{\}}'
+
+[session.commands.die]
+pattern = '\{{\}}'
 "#
     )
 }
@@ -665,4 +678,54 @@ fn an_upstream_tool_the_manifest_does_not_allow_never_reaches_the_server() {
     assert_eq!(structured(&count)["calls"], 1, "{count:#?}");
     p.run(&["session", "close", "up-deny"]);
     assert_no_staging(&p);
+}
+
+#[test]
+fn an_mcp_session_publishes_nothing_on_a_nonzero_exit_or_a_lost_answer() {
+    let (p, tag) = upstream_project();
+    let args = ["upsess", "data/in.txt", "results/out.txt"];
+    // The server exits 3 once its stdin closes: finalize publishes nothing.
+    start(&p, "up-exit", &args);
+    p.run(&["session", "send", "up-exit", "upper", UPPER_ARGS]).assert_ok();
+    p.run(&["session", "send", "up-exit", "arm", "{}"]).assert_ok();
+    let done = p.run(&["session", "finalize", "up-exit"]);
+    assert_eq!((done.status(), done.reason(), done.code), ("failed", "mcp.protocol", 1), "{done:#?}");
+    assert!(!p.path("results/out.txt").exists());
+    // The server leaves without answering: the session ends, nothing published.
+    start(&p, "up-die", &args);
+    p.run(&["session", "send", "up-die", "upper", UPPER_ARGS]).assert_ok();
+    let lost = p.run(&["session", "send", "up-die", "die", "{}"]);
+    assert_eq!((lost.status(), lost.reason()), ("failed", "mcp.protocol"), "{lost:#?}");
+    p.run(&["session", "send", "up-die", "count", "{}"]).assert_refused("session.not_found", 66);
+    assert!(!p.path("results/out.txt").exists());
+    assert_no_process(&tag);
+    assert_no_staging(&p);
+    for id in ["up-exit", "up-die"] {
+        let kinds = p.journal_kinds(id);
+        assert!(!kinds.iter().any(|k| k.starts_with("FilePublication")), "{id}: {kinds:?}");
+    }
+}
+
+#[test]
+fn a_policy_forbid_on_one_upstream_call_never_reaches_the_server() {
+    let (p, _) = upstream_project();
+    p.write(
+        "airlock.toml",
+        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n[policy]\n\
+         files = [\"policy/*.cedar\"]\n",
+    );
+    p.write(
+        "policy/upstream.cedar",
+        "@id(\"permit\")\npermit(principal, action, resource);\n@id(\"no-secret-src\")\nforbid(principal, action == \
+         Airlock::Action::\"tool_call::upsess.upper\", resource) when { context.invocation.resolved.args has arg && \
+         context.invocation.resolved.args.arg like \"*secret*\" };\n",
+    );
+    start(&p, "up-policy", &["upsess", "data/in.txt", "results/out.txt"]);
+    let denied =
+        p.run(&["session", "send", "up-policy", "upper", r#"{"src": "data/secret.txt", "dst": "results/out.txt"}"#]);
+    denied.assert_refused("policy.denied", 77);
+    let count = p.run(&["session", "send", "up-policy", "count", "{}"]);
+    count.assert_ok();
+    assert_eq!(structured(&count)["calls"], 1, "the denied call never reached the server: {count:#?}");
+    p.run(&["session", "close", "up-policy"]);
 }

@@ -729,3 +729,30 @@ fn a_policy_forbid_on_one_upstream_call_never_reaches_the_server() {
     assert_eq!(structured(&count)["calls"], 1, "the denied call never reached the server: {count:#?}");
     p.run(&["session", "close", "up-policy"]);
 }
+
+#[test]
+fn an_mcp_session_over_airlock_mcp_calls_its_held_server_and_publishes_on_finalize() {
+    use crate::mcpkit::McpSession;
+    let (p, tag) = upstream_project();
+    let mut mcp = McpSession::start(&p);
+    let args = serde_json::json!({ "input": "data/in.txt", "output": "results/out.txt" });
+    let started = mcp.call("session_start", serde_json::json!({ "tool": "upsess", "arguments": args }));
+    let id =
+        started["structuredContent"]["content"]["session"].as_str().unwrap_or_else(|| panic!("{started}")).to_owned();
+    let send = |mcp: &mut McpSession, command: &str, arg: &str| {
+        mcp.call("session_send", serde_json::json!({ "session": id, "command": command, "arg": arg }))
+    };
+    let first = send(&mut mcp, "count", "{}");
+    let second = send(&mut mcp, "upper", UPPER_ARGS);
+    let calls = |r: &Value| r["structuredContent"]["content"]["result"]["structuredContent"]["calls"].clone();
+    assert_eq!((calls(&first), calls(&second)), (serde_json::json!(1), serde_json::json!(2)), "{first}\n{second}");
+    let secret = send(&mut mcp, "secret", "{}");
+    assert_eq!(secret["structuredContent"]["error"]["code"], "session.command_unknown", "{secret}");
+    assert!(!p.path("results/out.txt").exists());
+    let done = mcp.call("session_finalize", serde_json::json!({ "session": id }));
+    assert_eq!(done["structuredContent"]["created_files"][0]["path"], "results/out.txt", "{done}");
+    assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "HELD MCP SERVER\n");
+    mcp.close();
+    assert_no_process(&tag);
+    assert_no_staging(&p);
+}

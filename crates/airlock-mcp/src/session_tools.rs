@@ -164,13 +164,13 @@ pub fn tools(catalog: &Catalog) -> Vec<Tool> {
     let send = schema(
         json!({
             "session": session, "command": string("A command the tool's [session.commands] declares"),
-            "arg": string("One line; it must match the command's whole-string pattern"),
+            "arg": string("One line; it must match the command's whole-string pattern (for an [mcp] session: the upstream tool's arguments as a JSON object)"),
             "raw": { "type": "boolean", "description": "Keep terminal escape sequences in the output" },
         }),
         &["session", "command"],
     );
     let finalize = schema(
-        json!({ "session": session, "arg": string("The finalize command's argument"), "command": string("Which finalize command") }),
+        json!({ "session": session, "arg": string("The finalize command's argument (none for an [mcp] session)"), "command": string("Which finalize command (none for an [mcp] session)") }),
         &["session"],
     );
     let close = schema(json!({ "session": session }), &["session"]);
@@ -178,8 +178,12 @@ pub fn tools(catalog: &Catalog) -> Vec<Tool> {
         ToolAnnotations::new().read_only(read_only).destructive(false).idempotent(false).open_world(false)
     };
     vec![
-        Tool::new("session_start", "Start a [session] tool (a REPL, sqlite3) with its declared files", start)
-            .annotate(hint(true)),
+        Tool::new(
+            "session_start",
+            "Start a [session] tool (a REPL, sqlite3, a held MCP server) with its declared files",
+            start,
+        )
+        .annotate(hint(true)),
         Tool::new("session_send", "Send one declared command to a live session and read its output", send)
             .annotate(hint(true)),
         Tool::new("session_finalize", "Run the finalize command, end the session and publish its one output", finalize)

@@ -209,6 +209,52 @@ fn the_reference_filesystem_server_reads_its_one_input_and_writes_its_one_output
 }
 
 #[test]
+fn the_reference_filesystem_server_held_as_a_session_serves_many_calls_and_publishes_once() {
+    let Some(server) = filesystem_server() else { return };
+    let p = Project::new();
+    p.write("data/in.txt", "granted text\n");
+    p.write("data/secret.txt", CANARY);
+    let manifest = format!(
+        "[tool]\nname = \"fs_session\"\nversion = \"1\"\ndescription = \"the reference filesystem server, held\"\n\
+         mode = \"session\"\n\n[tool.limits]\nmemory_bytes = {NODE_ADDRESS_SPACE}\n\n{PATH_ARG}\
+         [args.output]\nposition = 2\nrequired = true\ntype = \"path\"\n\n\
+         [filesystem]\nread = [\"{{input}}\"]\ncreate = [\"{{output}}\"]\n\n\
+         [mcp]\nserver = [\"{}\", \"{}\", \"/workspace\"]\ntool = \"read_text_file\"\n\n\
+         [session]\nstartup_timeout_seconds = 60\ninteraction_timeout_seconds = 60\n\
+         [session.commands.read_text_file]\npattern = '[ -~]{{1,400}}'\n\
+         [session.commands.write_file]\npattern = '[ -~]{{1,400}}'\n",
+        server.0, server.1
+    );
+    p.tool("fs_session", &manifest);
+    let began = std::time::Instant::now();
+    let start = p.run(&["session", "start", "--invocation-id", "fs-1", "fs_session", "data/in.txt", "results/out.txt"]);
+    start.assert_ok();
+    let started = began.elapsed();
+    let began = std::time::Instant::now();
+    let calls = 5;
+    for _ in 0..calls {
+        let read = p.run(&["session", "send", "fs-1", "read_text_file", r#"{"path": "data/in.txt"}"#]);
+        read.assert_ok();
+        assert_eq!(read.envelope["content"]["result"]["content"][0]["text"], "granted text\n", "{read:#?}");
+    }
+    let per_call = began.elapsed() / calls;
+    // The sibling file is not there for the held server either.
+    let peek = p.run(&["session", "send", "fs-1", "read_text_file", r#"{"path": "data/secret.txt"}"#]);
+    assert_failed(&peek, "failed", "mcp.tool_error", 1);
+    assert!(!peek.stdout.contains(CANARY), "{peek:#?}");
+    let write = p.run(&["session", "send", "fs-1", "write_file", r#"{"path": "results/out.txt", "content": "held"}"#]);
+    write.assert_ok();
+    assert!(!p.path("results/out.txt").exists(), "nothing is published before finalize");
+    let done = p.run(&["session", "finalize", "fs-1"]);
+    done.assert_ok();
+    assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "held");
+    let workers = p.journal_kinds("fs-1").iter().filter(|k| *k == "WorkerStarted").count();
+    assert_eq!(workers, 1, "one server for every call");
+    eprintln!("fs_session: start {started:?}, one read_text_file through the session {per_call:?} (CLI round trip)");
+    p.run(&["journal", "verify"]).assert_ok();
+}
+
+#[test]
 fn the_reference_filesystem_server_cannot_see_any_other_file_even_when_asked() {
     let Some(server) = filesystem_server() else { return };
     let p = fs_project(&server);

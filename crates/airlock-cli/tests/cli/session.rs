@@ -516,3 +516,243 @@ fn over_mcp_an_approved_session_start_is_dispatched_into_the_server() {
     assert_no_process(&tag);
     assert_no_staging(&p);
 }
+
+/// An upstream MCP server (Python's standard library, inline) that counts
+/// the `tools/call` requests it got and answers each with that count and
+/// its pid: `count` only answers, `upper` upper-cases `src` into `dst`,
+/// `arm` makes it exit 3 once its stdin closes, `die` makes it leave
+/// without answering; `secret` is a tool the session's manifest does not
+/// allow.
+const COUNTING_SERVER: &str = r#"
+import json, os, sys
+calls, status = 0, 0
+def send(m):
+    sys.stdout.write(json.dumps(m) + "\n")
+    sys.stdout.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    mid, method = msg.get("id"), msg.get("method")
+    if method == "initialize":
+        send({"jsonrpc": "2.0", "id": mid, "result": {"protocolVersion": msg["params"]["protocolVersion"],
+              "capabilities": {"tools": {}}, "serverInfo": {"name": "counting", "version": "1"}}})
+    elif method == "tools/call":
+        calls += 1
+        name, a = msg["params"]["name"], msg["params"].get("arguments", {})
+        if name == "upper":
+            with open(a["dst"], "w") as f:
+                f.write(open(a["src"]).read().upper())
+        if name == "arm":
+            status = 3
+        if name == "die":
+            os._exit(0)
+        send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": name}],
+              "structuredContent": {"calls": calls, "pid": os.getpid(), "tool": name}}})
+    elif mid is not None:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "unknown"}})
+sys.exit(status)
+"#;
+
+/// An `[mcp]` tool held as a session: the counting server (its argv
+/// carries `tag`), allowed to call `count`, `upper`, `arm` and `die` only.
+fn upstream_tool(tag: &str) -> String {
+    format!(
+        r#"
+[tool]
+name = "upsess"
+version = "1.0.0"
+description = "an MCP server held for many calls"
+mode = "session"
+
+[args.input]
+position = 1
+type = "path"
+required = true
+
+[args.output]
+position = 2
+type = "path"
+required = true
+
+[filesystem]
+read = ["{{input}}"]
+create = ["{{output}}"]
+
+[mcp]
+server = ["python3", "-c", '''{COUNTING_SERVER}''', "{tag}"]
+tool = "upper"
+
+[session]
+startup_timeout_seconds = 20
+interaction_timeout_seconds = 20
+
+[session.commands.count]
+pattern = '\{{\}}'
+
+[session.commands.upper]
+pattern = '[ -~]{{1,400}}'
+
+[session.commands.arm]
+pattern = '\{{\}}'
+
+[session.commands.die]
+pattern = '\{{\}}'
+"#
+    )
+}
+
+fn upstream_project() -> (Project, String) {
+    let p = project();
+    let tag = tag(&p);
+    p.write("tools/upsess.clad.toml", upstream_tool(&tag));
+    p.write("data/in.txt", "held mcp server\n");
+    (p, tag)
+}
+
+fn structured(run: &Run) -> &Value {
+    &run.envelope["content"]["result"]["structuredContent"]
+}
+
+const UPPER_ARGS: &str = r#"{"src": "data/in.txt", "dst": "results/out.txt"}"#;
+
+#[test]
+fn an_mcp_session_starts_its_server_once_and_publishes_on_finalize() {
+    let (p, tag) = upstream_project();
+    let started = start(&p, "up-1", &["upsess", "data/in.txt", "results/out.txt"]);
+    assert_eq!(started.envelope["content"]["server"]["name"], "counting", "{started:#?}");
+    let first = p.run(&["session", "send", "up-1", "count", "{}"]);
+    first.assert_ok();
+    let second = p.run(&["session", "send", "up-1", "upper", UPPER_ARGS]);
+    second.assert_ok();
+    // One server answered both calls: its count went on, its pid stayed.
+    assert_eq!(structured(&first)["calls"], 1, "{first:#?}");
+    assert_eq!(structured(&second)["calls"], 2, "{second:#?}");
+    assert_eq!(structured(&first)["pid"], structured(&second)["pid"]);
+    assert!(!processes_with(&tag).is_empty(), "the server is held between calls");
+    assert_eq!(second.envelope["content"]["pending_publication"], "results/out.txt");
+    assert!(!p.path("results/out.txt").exists(), "nothing is published before finalize");
+
+    let done = p.run(&["session", "finalize", "up-1"]);
+    done.assert_ok();
+    assert_eq!(done.envelope["created_files"][0]["path"], "results/out.txt", "{done:#?}");
+    assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "HELD MCP SERVER\n");
+    let records = p.journal_records("up-1");
+    let interactions: Vec<_> = records.iter().filter(|r| r["kind"] == "SessionInteraction").collect();
+    assert_eq!(interactions.len(), 2, "{records:#?}");
+    assert_eq!(records.iter().filter(|r| r["kind"] == "WorkerStarted").count(), 1, "{records:#?}");
+    let kinds = p.journal_kinds("up-1");
+    assert!(kinds.iter().any(|k| k == "FilePublicationFinished"), "{kinds:?}");
+    assert_eq!(kinds.last().map(String::as_str), Some("InvocationFinished"), "{kinds:?}");
+    assert_no_process(&tag);
+    assert_no_staging(&p);
+    p.run(&["session", "send", "up-1", "count", "{}"]).assert_refused("session.not_found", 66);
+}
+
+#[test]
+fn an_mcp_session_closed_publishes_nothing_and_leaves_nothing() {
+    let (p, tag) = upstream_project();
+    start(&p, "up-close", &["upsess", "data/in.txt", "results/out.txt"]);
+    p.run(&["session", "send", "up-close", "upper", UPPER_ARGS]).assert_ok();
+    assert!(!processes_with(&tag).is_empty(), "the server should be running");
+    let closed = p.run(&["session", "close", "up-close"]);
+    assert_eq!((closed.status(), closed.reason(), closed.code), ("failed", "session.discarded", 1), "{closed:#?}");
+    assert!(!p.path("results/out.txt").exists());
+    assert_no_process(&tag);
+    assert_no_staging(&p);
+    let kinds = p.journal_kinds("up-close");
+    assert!(!kinds.iter().any(|k| k.starts_with("FilePublication")), "{kinds:?}");
+}
+
+#[test]
+fn an_upstream_tool_the_manifest_does_not_allow_never_reaches_the_server() {
+    let (p, _) = upstream_project();
+    start(&p, "up-deny", &["upsess", "data/in.txt", "results/out.txt"]);
+    let secret = p.run(&["session", "send", "up-deny", "secret", "{}"]);
+    secret.assert_refused("session.command_unknown", 65);
+    assert_eq!(secret.envelope["content"]["session_usable"], true, "{secret:#?}");
+    // Arguments outside the pattern, or not a JSON object, are not sent either.
+    p.run(&["session", "send", "up-deny", "count", r#"{"x": 1}"#]).assert_refused("session.argument", 65);
+    p.run(&["session", "send", "up-deny", "upper", "[1, 2]"]).assert_refused("session.argument", 65);
+    // Had any reached the server, its count would show it.
+    let count = p.run(&["session", "send", "up-deny", "count", "{}"]);
+    count.assert_ok();
+    assert_eq!(structured(&count)["calls"], 1, "{count:#?}");
+    p.run(&["session", "close", "up-deny"]);
+    assert_no_staging(&p);
+}
+
+#[test]
+fn an_mcp_session_publishes_nothing_on_a_nonzero_exit_or_a_lost_answer() {
+    let (p, tag) = upstream_project();
+    let args = ["upsess", "data/in.txt", "results/out.txt"];
+    // The server exits 3 once its stdin closes: finalize publishes nothing.
+    start(&p, "up-exit", &args);
+    p.run(&["session", "send", "up-exit", "upper", UPPER_ARGS]).assert_ok();
+    p.run(&["session", "send", "up-exit", "arm", "{}"]).assert_ok();
+    let done = p.run(&["session", "finalize", "up-exit"]);
+    assert_eq!((done.status(), done.reason(), done.code), ("failed", "mcp.protocol", 1), "{done:#?}");
+    assert!(!p.path("results/out.txt").exists());
+    // The server leaves without answering: the session ends, nothing published.
+    start(&p, "up-die", &args);
+    p.run(&["session", "send", "up-die", "upper", UPPER_ARGS]).assert_ok();
+    let lost = p.run(&["session", "send", "up-die", "die", "{}"]);
+    assert_eq!((lost.status(), lost.reason()), ("failed", "mcp.protocol"), "{lost:#?}");
+    p.run(&["session", "send", "up-die", "count", "{}"]).assert_refused("session.not_found", 66);
+    assert!(!p.path("results/out.txt").exists());
+    assert_no_process(&tag);
+    assert_no_staging(&p);
+    for id in ["up-exit", "up-die"] {
+        let kinds = p.journal_kinds(id);
+        assert!(!kinds.iter().any(|k| k.starts_with("FilePublication")), "{id}: {kinds:?}");
+    }
+}
+
+#[test]
+fn a_policy_forbid_on_one_upstream_call_never_reaches_the_server() {
+    let (p, _) = upstream_project();
+    p.write(
+        "airlock.toml",
+        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n[policy]\n\
+         files = [\"policy/*.cedar\"]\n",
+    );
+    p.write(
+        "policy/upstream.cedar",
+        "@id(\"permit\")\npermit(principal, action, resource);\n@id(\"no-secret-src\")\nforbid(principal, action == \
+         Airlock::Action::\"tool_call::upsess.upper\", resource) when { context.invocation.resolved.args has arg && \
+         context.invocation.resolved.args.arg like \"*secret*\" };\n",
+    );
+    start(&p, "up-policy", &["upsess", "data/in.txt", "results/out.txt"]);
+    let denied =
+        p.run(&["session", "send", "up-policy", "upper", r#"{"src": "data/secret.txt", "dst": "results/out.txt"}"#]);
+    denied.assert_refused("policy.denied", 77);
+    let count = p.run(&["session", "send", "up-policy", "count", "{}"]);
+    count.assert_ok();
+    assert_eq!(structured(&count)["calls"], 1, "the denied call never reached the server: {count:#?}");
+    p.run(&["session", "close", "up-policy"]);
+}
+
+#[test]
+fn an_mcp_session_over_airlock_mcp_calls_its_held_server_and_publishes_on_finalize() {
+    use crate::mcpkit::McpSession;
+    let (p, tag) = upstream_project();
+    let mut mcp = McpSession::start(&p);
+    let args = serde_json::json!({ "input": "data/in.txt", "output": "results/out.txt" });
+    let started = mcp.call("session_start", serde_json::json!({ "tool": "upsess", "arguments": args }));
+    let id =
+        started["structuredContent"]["content"]["session"].as_str().unwrap_or_else(|| panic!("{started}")).to_owned();
+    let send = |mcp: &mut McpSession, command: &str, arg: &str| {
+        mcp.call("session_send", serde_json::json!({ "session": id, "command": command, "arg": arg }))
+    };
+    let first = send(&mut mcp, "count", "{}");
+    let second = send(&mut mcp, "upper", UPPER_ARGS);
+    let calls = |r: &Value| r["structuredContent"]["content"]["result"]["structuredContent"]["calls"].clone();
+    assert_eq!((calls(&first), calls(&second)), (serde_json::json!(1), serde_json::json!(2)), "{first}\n{second}");
+    let secret = send(&mut mcp, "secret", "{}");
+    assert_eq!(secret["structuredContent"]["error"]["code"], "session.command_unknown", "{secret}");
+    assert!(!p.path("results/out.txt").exists());
+    let done = mcp.call("session_finalize", serde_json::json!({ "session": id }));
+    assert_eq!(done["structuredContent"]["created_files"][0]["path"], "results/out.txt", "{done}");
+    assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "HELD MCP SERVER\n");
+    mcp.close();
+    assert_no_process(&tag);
+    assert_no_staging(&p);
+}

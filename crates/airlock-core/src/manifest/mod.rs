@@ -235,7 +235,9 @@ impl Manifest {
         check_tool(&raw.tool).map_err(at)?;
         check_positions(&raw.args).map_err(at)?;
         // A session's startup command is its argv, built like `[command] template`.
-        let startup = raw.session.as_ref().map(session::startup_command).transpose().map_err(at)?;
+        // Beside [mcp] the argv is the server's.
+        let startup =
+            raw.session.as_ref().filter(|_| raw.mcp.is_none()).map(session::startup_command).transpose().map_err(at)?;
         if startup.is_some() && raw.command.is_some() {
             return Err(at(invalid("[session] beside [command]: a session's argv is its startup_command".to_owned())));
         }
@@ -263,8 +265,12 @@ impl Manifest {
             .map(output_schema::OutputSchema::compile)
             .transpose()
             .map_err(at)?;
-        let session =
-            raw.session.as_ref().map(|t| session::compile(t, filesystem.has_create())).transpose().map_err(at)?;
+        let session = raw
+            .session
+            .as_ref()
+            .map(|t| session::compile(t, filesystem.has_create(), raw.mcp.is_some()))
+            .transpose()
+            .map_err(at)?;
         Ok(Manifest {
             tool: raw.tool,
             args: raw.args,

@@ -20,6 +20,13 @@
 //! size), so an argument is written to the terminal only when all of it
 //! matches; control characters other than tab never are. A manifest with a
 //! `[filesystem] create` must declare a `finalize = true` command.
+//!
+//! Beside `[mcp]`, `[session]` holds the upstream MCP server as a session:
+//! the server is `[mcp] server` and it is ready once it answered
+//! `initialize`, so `startup_command` and `ready_pattern` are refused there;
+//! each command names an upstream tool the session may call, its `pattern`
+//! matched on the whole JSON text of that call's arguments; finalize closes
+//! the server (no command has `finalize = true`).
 
 use super::model::RiskTier;
 use crate::reason::{ReasonCode, Refusal};
@@ -39,8 +46,8 @@ pub const DEFAULT_MAX_INTERACTION_BYTES: u64 = 4 << 20;
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSession {
-    startup_command: String,
-    ready_pattern: String,
+    startup_command: Option<String>,
+    ready_pattern: Option<String>,
     #[serde(default = "default_startup")]
     startup_timeout_seconds: u64,
     #[serde(default = "default_interaction")]
@@ -84,10 +91,15 @@ fn default_session() -> u64 {
 /// A compiled `[session]`.
 #[derive(Debug, Clone)]
 pub struct SessionSpec {
-    /// `startup_command`, as written.
+    /// `startup_command`, as written (empty for an `[mcp]` session: its
+    /// argv is `[mcp] server`).
     pub startup_command: String,
-    /// `ready_pattern`, matched on the last line of the output.
-    pub ready: Regex,
+    /// `ready_pattern`, matched on the last line of the output (`None` for
+    /// an `[mcp]` session: it is ready once `initialize` is answered).
+    pub ready: Option<Regex>,
+    /// The session holds an `[mcp]` upstream server: each command is one
+    /// `tools/call` of the upstream tool of its name.
+    pub mcp: bool,
     /// Seconds for the program to show its prompt after start.
     pub startup_timeout_seconds: u64,
     /// Seconds for one interaction's prompt to return.
@@ -149,7 +161,7 @@ impl SessionSpec {
     pub fn is_ready(&self, text: &str) -> bool {
         let last = text.rsplit('\n').next().unwrap_or("");
         let last = last.replace('\r', "");
-        self.ready.is_match(&last)
+        self.ready.as_ref().is_some_and(|r| r.is_match(&last))
     }
 
     /// The command named `name`.
@@ -199,13 +211,23 @@ pub(crate) fn startup_command(table: &toml::Table) -> Result<super::model::Comma
     })
 }
 
-/// Compiles `[session]`; `creates`: the manifest declares an output.
-pub(crate) fn compile(table: &toml::Table, creates: bool) -> Result<SessionSpec, Refusal> {
+/// Compiles `[session]`; `creates`: the manifest declares an output;
+/// `mcp`: it is beside `[mcp]`.
+pub(crate) fn compile(table: &toml::Table, creates: bool, mcp: bool) -> Result<SessionSpec, Refusal> {
     let raw: RawSession =
         toml::Value::Table(table.clone()).try_into().map_err(|e| invalid(format!("[session]: {e}")))?;
-    if raw.startup_command.trim().is_empty() {
-        return Err(invalid("[session] startup_command is empty".into()));
-    }
+    let (startup_command, ready_pattern) =
+        match (mcp, raw.startup_command, raw.ready_pattern) {
+            (true, None, None) => (String::new(), None),
+            (true, _, _) => return Err(invalid(
+                "[session] beside [mcp]: the server is [mcp] server and it is ready once it answers initialize, so \
+                 startup_command and ready_pattern do not apply"
+                    .into(),
+            )),
+            (false, Some(s), Some(r)) if !s.trim().is_empty() => (s, Some(r)),
+            (false, Some(_), Some(_)) => return Err(invalid("[session] startup_command is empty".into())),
+            (false, _, _) => return Err(invalid("[session] needs startup_command and ready_pattern".into())),
+        };
     for (key, v) in [
         ("startup_timeout_seconds", raw.startup_timeout_seconds),
         ("interaction_timeout_seconds", raw.interaction_timeout_seconds),
@@ -226,13 +248,18 @@ pub(crate) fn compile(table: &toml::Table, creates: bool) -> Result<SessionSpec,
     if raw.commands.is_empty() || raw.commands.len() > MAX_COMMANDS {
         return Err(invalid(format!("[session] declares {} commands: from 1 to {MAX_COMMANDS}", raw.commands.len())));
     }
-    let ready = compile_pattern("[session] ready_pattern", &raw.ready_pattern, false)?;
+    let ready = ready_pattern.map(|r| compile_pattern("[session] ready_pattern", &r, false)).transpose()?;
     let mut commands = BTreeMap::new();
     for (name, c) in raw.commands {
         if !super::is_tool_name(&name) {
             return Err(invalid(format!("[session.commands.{name}]: a command name is like a tool name")));
         }
         let pattern = compile_pattern(&format!("[session.commands.{name}] pattern"), &c.pattern, true)?;
+        if mcp && c.finalize {
+            return Err(invalid(format!(
+                "[session.commands.{name}] finalize = true beside [mcp]: an MCP session's finalize closes its server"
+            )));
+        }
         commands.insert(
             name,
             SessionCommand {
@@ -245,7 +272,7 @@ pub(crate) fn compile(table: &toml::Table, creates: bool) -> Result<SessionSpec,
             },
         );
     }
-    if creates && !commands.values().any(|c| c.finalize) {
+    if creates && !mcp && !commands.values().any(|c| c.finalize) {
         return Err(invalid(
             "[session] has an output ([filesystem] create) but no command with finalize = true: nothing could \
              publish it"
@@ -253,8 +280,9 @@ pub(crate) fn compile(table: &toml::Table, creates: bool) -> Result<SessionSpec,
         ));
     }
     Ok(SessionSpec {
-        startup_command: raw.startup_command,
+        startup_command,
         ready,
+        mcp,
         startup_timeout_seconds: raw.startup_timeout_seconds,
         interaction_timeout_seconds: raw.interaction_timeout_seconds,
         idle_timeout_seconds: raw.idle_timeout_seconds,
@@ -273,7 +301,7 @@ mod tests {
         let text = format!(
             "startup_command = \"python3 -i\"\nready_pattern = '^>>> $'\n[commands.eval]\npattern = '[0-9+]+'\n{extra}"
         );
-        compile(&toml::from_str(&text).unwrap(), creates)
+        compile(&toml::from_str(&text).unwrap(), creates, false)
     }
 
     #[test]
@@ -304,5 +332,16 @@ mod tests {
         assert!(spec("[commands.x]\npattern = 'a'\nshell = true\n", false).is_err());
         let huge = format!("[commands.x]\npattern = '{}'\n", "a".repeat(2000));
         assert!(spec(&huge, false).is_err());
+    }
+
+    #[test]
+    fn beside_mcp_there_is_no_startup_command_and_no_finalize_command() {
+        let table = |t: &str| toml::from_str::<toml::Table>(t).unwrap();
+        let s = compile(&table("[commands.read_file]\npattern = '.*'\n"), true, true).unwrap();
+        assert!(s.mcp && s.ready.is_none() && !s.is_ready(">>> "));
+        let startup = "startup_command = \"x\"\n[commands.a]\npattern = 'a'\n";
+        assert_eq!(compile(&table(startup), false, true).unwrap_err().code, ReasonCode::ManifestInvalid);
+        let fin = "[commands.a]\npattern = 'a'\nfinalize = true\n";
+        assert_eq!(compile(&table(fin), false, true).unwrap_err().code, ReasonCode::ManifestInvalid);
     }
 }

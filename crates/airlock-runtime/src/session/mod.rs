@@ -19,10 +19,20 @@
 //! cleanup and publishes through the engine's [`publish`](crate::engine);
 //! any other end discards the staging and publishes nothing.
 //!
+//! A `[session]` beside `[mcp]` holds the upstream MCP server instead of a
+//! terminal program (`upstream`): the same start (its worker is the one-shot
+//! `[mcp]` call's: live stdio, the worker creating its output), the
+//! `initialize` handshake once; each interaction is one `tools/call` of the
+//! upstream tool its command names, its argument the call's JSON arguments,
+//! with the same pattern check, Cedar request, approvals and journal record;
+//! finalize closes the server's stdin, waits for it to exit by itself, and
+//! publishes as above.
+//!
 //! [`NativeTier::start_tty`]: airlock_sandbox::NativeTier::start_tty
 
 mod desk;
 mod terminal;
+mod upstream;
 
 pub use desk::Desk;
 
@@ -61,8 +71,7 @@ pub struct Session {
     policy_ids: Vec<String>,
     spec: SessionSpec,
     worker: Option<NativeWorker>,
-    /// `None` once closed (the program got its hangup).
-    master: Option<std::fs::File>,
+    channel: Channel,
     staged_output: Option<std::fs::File>,
     interactions: u64,
     started: Instant,
@@ -72,6 +81,27 @@ pub struct Session {
     requests: BTreeMap<String, String>,
     /// How many requests this session has made (their ids' counter).
     requests_made: u64,
+}
+
+/// How the holder speaks to a session's worker.
+#[derive(Debug)]
+enum Channel {
+    /// A `[session]` program's terminal; `None` once closed (the program
+    /// got its hangup).
+    Terminal(Option<std::fs::File>),
+    /// An `[mcp]` server's live stdio, its `initialize` done.
+    Mcp(Box<crate::transport::mcp::Client<std::fs::File>>),
+}
+
+impl Channel {
+    /// The terminal closed, or the server's stdin: the MCP stdio way of
+    /// asking it to exit.
+    fn hang_up(&mut self) {
+        match self {
+            Channel::Terminal(master) => drop(master.take()),
+            Channel::Mcp(client) => client.close(),
+        }
+    }
 }
 
 /// What `airlock session list` shows of a session.
@@ -236,6 +266,9 @@ impl Runtime {
         policy_ids: Vec<String>,
         spec: SessionSpec,
     ) -> Result<(Session, Envelope), Refusal> {
+        if spec.mcp {
+            return self.launch_upstream(prepared, policy_ids, spec);
+        }
         let AnyTier::Native(tier) = self.worker_tier(&prepared.descriptor().tier)? else {
             return Err(Refusal::new(ReasonCode::ManifestUnsupported, "sessions run on the native tier only"));
         };
@@ -260,7 +293,7 @@ impl Runtime {
             policy_ids,
             spec,
             worker: Some(worker),
-            master: Some(master),
+            channel: Channel::Terminal(Some(master)),
             staged_output,
             interactions: 0,
             started: Instant::now(),
@@ -276,7 +309,7 @@ impl Runtime {
                 ReasonCode::SessionNotReady,
                 format!(
                     "the session's program {why} (ready_pattern {:?}); nothing was published",
-                    session.spec.ready.as_str()
+                    session.spec.ready.as_ref().map(|r| r.as_str()).unwrap_or_default()
                 ),
             ));
         }
@@ -339,6 +372,10 @@ impl Runtime {
     ) -> Result<Envelope, Ended> {
         let cmd = session.spec.command(command).map_err(Ended::Refused)?.clone();
         cmd.check(command, arg).map_err(Ended::Refused)?;
+        // An upstream call's arguments are a JSON object, checked before
+        // anything is asked or sent.
+        let upstream =
+            session.spec.mcp.then(|| upstream::arguments(command, arg)).transpose().map_err(Ended::Refused)?;
         if let Some(max) = session.spec.max_interactions {
             if session.interactions >= max {
                 return Err(Ended::Refused(Refusal::new(
@@ -349,7 +386,10 @@ impl Runtime {
         }
         self.check_fresh(session).map_err(Ended::Broken)?;
         let (policy_ids, approval) = self.authorize_interaction(session, command, &cmd, arg)?;
-        let result = self.write_and_read(session, (command, arg), raw, policy_ids, approval.as_deref(), progress);
+        let result = match upstream {
+            Some(arguments) => self.upstream_call(session, (command, arg), arguments, policy_ids, approval.as_deref()),
+            None => self.write_and_read(session, (command, arg), raw, policy_ids, approval.as_deref(), progress),
+        };
         if let Some(request) = &approval {
             // The approved request ends with the interaction it allowed.
             let _request = self.enter_call(request, session.prepared.principal());
@@ -373,7 +413,7 @@ impl Runtime {
     ) -> Result<Envelope, Ended> {
         let mut line = arg.as_bytes().to_vec();
         line.push(b'\n');
-        let Some(master) = session.master.as_mut() else {
+        let Channel::Terminal(Some(master)) = &mut session.channel else {
             return Err(Ended::Broken(Refusal::new(ReasonCode::SessionDiscarded, "the session's terminal is closed")));
         };
         if let Err(e) = master.write_all(&line) {
@@ -444,6 +484,9 @@ impl Runtime {
         let id = session.id().to_owned();
         let principal = session.prepared.principal().to_owned();
         let _caller = self.enter_call(&id, &principal);
+        if session.spec.mcp {
+            return self.finalize_upstream(session, command, arg);
+        }
         let name = match command {
             Some(c) => c.to_owned(),
             None => match session.spec.commands.iter().find(|(_, c)| c.finalize) {
@@ -468,28 +511,44 @@ impl Runtime {
             }
             Err(Ended::Broken(r)) => return (self.discard(session, Err(r)), None),
         };
+        (self.stop_and_publish(session, interaction), None)
+    }
+
+    /// The worker of a finalized session stopped (its terminal or stdin
+    /// closed, a grace to end by itself) and confirmed gone, then the one
+    /// output published as any call's, answered as `answer` (the finalize
+    /// interaction's). Anything short of that discards the staging.
+    fn stop_and_publish(&self, mut session: Session, answer: Envelope) -> Envelope {
+        let id = session.id().to_owned();
+        let principal = session.prepared.principal().to_owned();
         let outcome = match self.stop_worker(&mut session, true) {
             Ok(o) => o,
-            Err(r) => return (self.discard(session, Err(r)), None),
+            Err(r) => return self.discard(session, Err(r)),
         };
+        if session.spec.mcp {
+            // An MCP server must leave by itself once its stdin closes.
+            if let Err(r) = crate::transport::mcp::exited_cleanly(&outcome) {
+                return self.discard(session, Err(r));
+            }
+        }
         if !outcome.cleanup_confirmed {
             let r = Refusal::new(ReasonCode::WorkerCleanup, "the session's processes were not confirmed gone");
-            return (self.discard(session, Err(r)), None);
+            return self.discard(session, Err(r));
         }
         let max_file = session.prepared.descriptor().command_boundary.filesystem.max_file_bytes;
         if let Err(r) = crate::engine::verdict::judge_export(&outcome, max_file) {
-            return (self.discard(session, Err(r)), None);
+            return self.discard(session, Err(r));
         }
         let published = self.publish(&session.prepared, session.prepared.output(), session.staged_output.as_ref());
-        let mut content = interaction.content.clone();
+        let mut content = answer.content.clone();
         if let Some(c) = content.as_mut() {
             c["pending_publication"] = serde_json::Value::Null;
         }
         let result =
-            published.map(|created_files| Envelope { stage: Some("finished"), created_files, content, ..interaction });
+            published.map(|created_files| Envelope { stage: Some("finished"), created_files, content, ..answer });
         session.prepared.release_staging();
         self.withdraw_requests(&mut session);
-        (self.ended(&id, &principal, result), None)
+        self.ended(&id, &principal, result)
     }
 
     /// Ends `session` without finalize: the worker is killed and reaped,
@@ -534,7 +593,7 @@ impl Runtime {
         let Some(mut worker) = session.worker.take() else {
             return Err(Refusal::new(ReasonCode::Internal, "the session's worker was already stopped"));
         };
-        drop(session.master.take());
+        session.channel.hang_up();
         let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         if natural {
             let (kill, done) = (worker.kill_handle(), done.clone());

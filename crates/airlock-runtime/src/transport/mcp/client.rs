@@ -33,6 +33,7 @@ pub enum ClientError {
 }
 
 /// One connection to a server.
+#[derive(Debug)]
 pub struct Client<W: Write> {
     stdin: Option<W>,
     lines: Receiver<Result<Vec<u8>, String>>,
@@ -75,6 +76,12 @@ impl<W: Write> Client<W> {
         let (_, dead) = sync_channel(0);
         let lines = if spawned.is_ok() { lines } else { dead };
         Client { stdin: Some(stdin), lines, next_id: 1, deadline }
+    }
+
+    /// Bounds every wait from now on by `deadline` (a held session's
+    /// connection gets one for each call).
+    pub fn set_deadline(&mut self, deadline: Instant) {
+        self.deadline = deadline;
     }
 
     /// Closes the server's stdin (the MCP stdio way of asking it to exit).

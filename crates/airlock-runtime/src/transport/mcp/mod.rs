@@ -36,6 +36,9 @@
 mod client;
 mod pin;
 
+pub(crate) use client::Client;
+pub(crate) use pin::discovery_refusal;
+
 use super::exec::ExecPayload;
 use crate::engine::answer;
 use crate::engine::verdict::judge;
@@ -45,7 +48,6 @@ use crate::Runtime;
 use airlock_core::manifest::McpSpec;
 use airlock_core::{Envelope, ReasonCode, Refusal};
 use airlock_sandbox::{Worker as _, WorkerOutcome, WorkerSpec};
-use client::Client;
 use serde_json::{json, Value};
 use std::sync::mpsc::{channel, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -182,7 +184,7 @@ fn session<W: std::io::Write>(client: &mut Client<W>, spec: &McpSpec, args: serd
 
 /// After a successful result the server must leave by itself once its
 /// stdin closes; one that had to be killed exported nothing.
-fn exited_cleanly(outcome: &WorkerOutcome) -> Result<(), Refusal> {
+pub(crate) fn exited_cleanly(outcome: &WorkerOutcome) -> Result<(), Refusal> {
     if outcome.timed_out || !outcome.exit.success() {
         let how = match outcome.exit {
             airlock_sandbox::ExitStatusKind::Exited(c) => format!("exited with status {c}"),

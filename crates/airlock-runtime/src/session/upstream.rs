@@ -1,0 +1,227 @@
+//! A session holding an `[mcp]` upstream server (`[session]` beside
+//! `[mcp]`): started once as a one-shot `[mcp]` call's worker is, one
+//! `tools/call` an interaction, closed and published at finalize.
+
+use super::{Channel, Ended, Session};
+use crate::engine::{answer, PreparedCall};
+use crate::transport::exec::ExecPayload;
+use crate::transport::mcp::{discovery_refusal, Client};
+use crate::Runtime;
+use airlock_core::manifest::SessionSpec;
+use airlock_core::{Envelope, ReasonCode, Refusal};
+use airlock_journal::kind;
+use airlock_sandbox::WorkerSpec;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// The upstream arguments of one interaction: `arg`, a JSON object (empty:
+/// no arguments).
+pub(super) fn arguments(command: &str, arg: &str) -> Result<Map<String, Value>, Refusal> {
+    if arg.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    match serde_json::from_str::<Value>(arg) {
+        Ok(Value::Object(map)) => Ok(map),
+        _ => Err(Refusal::new(
+            ReasonCode::SessionArgument,
+            format!(
+                "the argument of {command} must be a JSON object (the upstream tool's arguments); nothing was sent"
+            ),
+        )),
+    }
+}
+
+impl Runtime {
+    /// The worker of an authorized `[mcp]` session: its server started on
+    /// live stdio with the call's grants (as a one-shot `[mcp]` call's, its
+    /// output created by the worker), until it answers `initialize`.
+    pub(super) fn launch_upstream(
+        &self,
+        prepared: PreparedCall<ExecPayload>,
+        policy_ids: Vec<String>,
+        spec: SessionSpec,
+    ) -> Result<(Session, Envelope), Refusal> {
+        let mcp = prepared
+            .manifest()
+            .mcp_spec()?
+            .ok_or_else(|| Refusal::new(ReasonCode::Internal, "an [mcp] session without [mcp]"))?;
+        if mcp.schema_pin.is_some() {
+            return Err(Refusal::new(
+                ReasonCode::ManifestUnsupported,
+                "an [mcp] upstream with [mcp.schema_pin] is not held as a session yet: run it one call at a time",
+            ));
+        }
+        let mut tier = self.native_tier()?;
+        tier.worker_creates_output(true);
+        let (worker_spec, staged_output) = self.worker_spec(&prepared)?;
+        // Standard output is the live MCP connection, not captured.
+        let worker_spec =
+            WorkerSpec { stdout_limit: 0, timeout: Duration::from_secs(spec.session_timeout_seconds), ..worker_spec };
+        let d = prepared.descriptor();
+        self.record(
+            kind::WORKER_STARTED,
+            Some(prepared.invocation_id()),
+            crate::ledger::worker_started_body(&d.argv, json!({ "tier": d.tier, "session": true, "mcp": true })),
+        )?;
+        let (worker, live) = tier
+            .start_live(worker_spec)
+            .map_err(|e| crate::failure::sandbox_refusal(&e, format!("the MCP server {:?}", mcp.server[0])))?;
+        let deadline = Instant::now() + Duration::from_secs(spec.startup_timeout_seconds);
+        let mut client = Client::new(live.stdin, live.stdout, deadline);
+        let initialized = client.initialize();
+        let mut session = Session {
+            prepared,
+            policy_ids,
+            spec,
+            worker: Some(worker),
+            channel: Channel::Mcp(Box::new(client)),
+            staged_output,
+            interactions: 0,
+            started: Instant::now(),
+            last_used: Instant::now(),
+            requests: BTreeMap::new(),
+            requests_made: 0,
+        };
+        let server = match initialized {
+            Ok(result) => result.get("serverInfo").cloned(),
+            Err(e) => {
+                let _ = self.stop_worker(&mut session, false);
+                session.prepared.release_staging();
+                let r = discovery_refusal(e);
+                return Err(Refusal::new(
+                    r.code,
+                    format!(
+                        "the session's MCP server did not complete initialize: {}; nothing was published",
+                        r.message
+                    ),
+                ));
+            }
+        };
+        let mut envelope = session.base();
+        envelope.content = Some(json!({
+            "session": session.id(),
+            "server": server,
+            "commands": session.spec.commands.keys().collect::<Vec<_>>(),
+            "pending_output": session.info().pending_output,
+        }));
+        Ok((session, envelope))
+    }
+
+    /// One authorized interaction of an `[mcp]` session: `tools/call` of
+    /// the upstream tool `command` with `arguments`, within
+    /// `interaction_timeout_seconds`. An `isError` result, or one over
+    /// `max_interaction_bytes`, is this interaction's failure (the session
+    /// goes on); a broken connection or a deadline ends the session.
+    pub(super) fn upstream_call(
+        &self,
+        session: &mut Session,
+        (command, arg): (&str, &str),
+        arguments: Map<String, Value>,
+        policy_ids: Vec<String>,
+        approval: Option<&str>,
+    ) -> Result<Envelope, Ended> {
+        let Channel::Mcp(client) = &mut session.channel else {
+            return Err(Ended::Broken(Refusal::new(ReasonCode::Internal, "not an [mcp] session")));
+        };
+        session.interactions += 1;
+        client.set_deadline(Instant::now() + Duration::from_secs(session.spec.interaction_timeout_seconds));
+        let answered = client.call(command, arguments);
+        let bytes = answered.as_ref().map_or(0, |r| r.to_string().len() as u64);
+        let max = session.spec.max_interaction_bytes;
+        let refusal = match &answered {
+            Err(_) => None,
+            Ok(_) if bytes > max => Some(Refusal::new(
+                ReasonCode::SessionLimit,
+                format!(
+                    "the result of {command} has {bytes} bytes, over max_interaction_bytes ({max}); it is not shown"
+                ),
+            )),
+            Ok(r) if r.get("isError") == Some(&Value::Bool(true)) => {
+                Some(Refusal::new(ReasonCode::McpToolError, format!("the upstream tool {command:?} answered isError")))
+            }
+            Ok(_) => None,
+        };
+        self.note(
+            kind::SESSION_INTERACTION,
+            Some(session.id()),
+            json!({
+                "command": command,
+                "arg_sha256": airlock_core::sha256_tagged(arg.as_bytes()),
+                "policy_ids": policy_ids,
+                "approval": approval,
+                "upstream": true,
+                "output_bytes": bytes,
+                "error": refusal.as_ref().map(|r| r.code.as_str()),
+                "answered": answered.is_ok(),
+            }),
+        )
+        .map_err(Ended::Broken)?;
+        let result = match answered {
+            Ok(result) => result,
+            Err(e) => {
+                let r = discovery_refusal(e);
+                return Err(Ended::Broken(Refusal::new(
+                    r.code,
+                    format!("{} (after {command}); the session was discarded, nothing was published", r.message),
+                )));
+            }
+        };
+        let mut envelope = session.base();
+        if let Some(e) = envelope.evidence.as_mut() {
+            e.policy_ids = policy_ids;
+        }
+        let pending = session.prepared.record().output.as_ref().map(|o| o.path.clone());
+        let mut content = json!({
+            "session": session.id(),
+            "command": command,
+            "output_bytes": bytes,
+            "max_interaction_bytes": max,
+            "pending_publication": pending,
+        });
+        Ok(match refusal {
+            Some(r) => {
+                if r.code == ReasonCode::McpToolError {
+                    content["result"] = result;
+                }
+                content["session_usable"] = json!(true);
+                answer::failed(&envelope, r, Some(content))
+            }
+            None => {
+                content["result"] = result;
+                envelope.content = Some(content);
+                envelope
+            }
+        })
+    }
+
+    /// Finalize of an `[mcp]` session: no command, no argument; the inputs
+    /// checked fresh, then the server's stdin closed, its own exit awaited,
+    /// cleanup confirmed and the output published.
+    pub(super) fn finalize_upstream(
+        &self,
+        mut session: Session,
+        command: Option<&str>,
+        arg: &str,
+    ) -> (Envelope, Option<Session>) {
+        if command.is_some() || !arg.is_empty() {
+            let r = Refusal::new(
+                ReasonCode::Usage,
+                "an [mcp] session's finalize takes no command and no argument: it closes the server and publishes",
+            );
+            let name = command.unwrap_or("finalize");
+            return (self.refused_interaction(&mut session, name, arg, r), Some(session));
+        }
+        if let Err(r) = self.check_fresh(&session) {
+            return (self.discard(session, Err(r)), None);
+        }
+        let mut answer = session.base();
+        answer.content = Some(json!({
+            "session": session.id(),
+            "finalized": true,
+            "interactions": session.interactions,
+            "pending_publication": null,
+        }));
+        (self.stop_and_publish(session, answer), None)
+    }
+}

@@ -30,7 +30,9 @@
 //!
 //! [`NativeTier::start_tty`]: airlock_sandbox::NativeTier::start_tty
 
+mod approval;
 mod desk;
+mod fresh;
 mod terminal;
 mod upstream;
 
@@ -38,16 +40,15 @@ pub use desk::Desk;
 
 use crate::engine::{answer, CallStart, PreparedCall};
 use crate::progress::{Meter, Phase, Progress};
-use crate::store::{Commit, PendingInvocation, PreparedRecord};
 use crate::transport::exec::{CallRequest, Exec, ExecPayload};
 use crate::Runtime;
 use airlock_core::manifest::SessionSpec;
-use airlock_core::{Envelope, ReasonCode, Refusal, RelPath};
+use airlock_core::{Envelope, ReasonCode, Refusal};
 use airlock_journal::kind;
 use airlock_sandbox::{AnyTier, NativeWorker, Worker as _};
 use serde_json::json;
 use std::collections::BTreeMap;
-use std::io::{Read as _, Write};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 /// How long a finalized program has to end after its terminal hangs up.
@@ -639,234 +640,6 @@ impl Runtime {
         envelope.content = Some(json!({ "session": id, "command": command, "session_usable": true }));
         envelope
     }
-
-    /// Cedar (or the default policy) on one interaction, after its
-    /// exact-call approval when it needs one: the policies that permitted
-    /// it, and the approved request it used, if any.
-    fn authorize_interaction(
-        &self,
-        session: &mut Session,
-        command: &str,
-        cmd: &airlock_core::manifest::SessionCommand,
-        arg: &str,
-    ) -> Result<(Vec<String>, Option<String>), Ended> {
-        let mut d = session.prepared.descriptor().clone();
-        let spec = command_spec(&d.tool, command);
-        // The interaction is a call of its command's action, with the
-        // session's boundary (reads, output, tier) as it was bound at start.
-        d.tool = spec.name.clone();
-        d.args = [("arg".to_owned(), arg.to_owned())].into_iter().collect();
-        if let Some(tier) = cmd.risk_tier {
-            d.risk_tier = tier.to_string();
-        }
-        d.human_approval |= cmd.human_approval;
-        let approval = if crate::approval::needs_approval(&d.risk_tier, d.human_approval) {
-            Some(self.interaction_approval(session, d.clone(), command)?)
-        } else {
-            None
-        };
-        let question = crate::engine::Question {
-            descriptor: &d,
-            spec: &spec,
-            principal: session.prepared.principal(),
-            invocation_id: session.prepared.invocation_id(),
-            approved: approval.is_some(),
-        };
-        match self.authorizer().authorize(&question) {
-            Ok(decision) => Ok((decision.policy_ids, approval)),
-            Err(refusal) => {
-                // A policy may still forbid an approved call; its used
-                // request ends refused.
-                if let Some(request) = &approval {
-                    let _request = self.enter_call(request, session.prepared.principal());
-                    let _ = self.journal_end(Some(request), Err(refusal.clone()));
-                }
-                Err(Ended::Refused(refusal))
-            }
-        }
-    }
-
-    /// The exact-call approval of one interaction (descriptor `d`): the
-    /// session's request for this digest, verified and used once as
-    /// `airlock dispatch` uses a call's (`Ok`: its id); else a new request,
-    /// kept as a prepared call is so that `airlock approvals` lists it and
-    /// `airlock approve` signs it (`Ended::Waiting`, naming it).
-    fn interaction_approval(
-        &self,
-        session: &mut Session,
-        d: airlock_core::Descriptor,
-        command: &str,
-    ) -> Result<String, Ended> {
-        let digest = d.digest();
-        if let Some(request) = session.requests.get(&digest).cloned() {
-            let _request = self.enter_call(&request, session.prepared.principal());
-            match self.take_interaction_approval(&request, &digest) {
-                Ok(()) => {
-                    session.requests.remove(&digest);
-                    return Ok(request);
-                }
-                Err(r) if r.code == ReasonCode::ApprovalRequired => {
-                    let record = self.prepared_record(&request).map_err(Ended::Refused)?;
-                    return Err(Ended::Waiting(waiting_refusal(command, &record), pending(&record)));
-                }
-                // Denied, expired or settled: the next send asks anew.
-                Err(r) => {
-                    session.requests.remove(&digest);
-                    return Err(Ended::Refused(r));
-                }
-            }
-        }
-        let record = self.ask_approval(session, d, digest.clone()).map_err(Ended::Refused)?;
-        session.requests.insert(digest, record.invocation_id.clone());
-        Err(Ended::Waiting(waiting_refusal(command, &record), pending(&record)))
-    }
-
-    /// Verifies and uses the approval of the kept request `id` (digest
-    /// `digest`), as a dispatch does, and marks it dispatched.
-    fn take_interaction_approval(&self, id: &str, digest: &str) -> Result<(), Refusal> {
-        self.check_waiting(id)?;
-        let kept = self.open_kept(id)?;
-        if kept.record.descriptor_sha256 != digest {
-            return Err(Refusal::new(ReasonCode::Internal, format!("{id} holds another interaction")));
-        }
-        let spec = airlock_policy::ToolSpec::from_manifest(&kept.manifest);
-        let request = PreparedCall::reloaded(kept.record, kept.store, spec, None, ());
-        self.take_dispatch(&request).map(|_| ())
-    }
-
-    /// Keeps an exact-call request for the interaction `d` of `session`,
-    /// under a new id naming the session, as a prepared call that stages
-    /// nothing (the session holds the snapshots); journals it as a one-shot
-    /// call that waits for an approval is journaled.
-    fn ask_approval(
-        &self,
-        session: &mut Session,
-        d: airlock_core::Descriptor,
-        digest: String,
-    ) -> Result<PreparedRecord, Refusal> {
-        session.requests_made += 1;
-        let sid = session.id().to_owned();
-        let mut id = format!("{sid}.approval-{}", session.requests_made);
-        if crate::id::check_invocation_id(&id).is_err() {
-            id = crate::new_invocation_id();
-        }
-        let principal = session.prepared.principal().to_owned();
-        let _request = self.enter_call(&id, &principal);
-        let now = airlock_staging::unix_now();
-        let record = PreparedRecord {
-            format: crate::store::RECORD_FORMAT,
-            invocation_id: id.clone(),
-            principal,
-            manifest_origin: session.prepared.record().manifest_origin.clone(),
-            descriptor: d,
-            descriptor_sha256: digest,
-            inputs: Vec::new(),
-            output: None,
-            prepared_at: Some(now),
-            expires_at: Some(now.saturating_add(self.config().approval.ttl_seconds)),
-            session: Some(sid.clone()),
-        };
-        let mut text = String::new();
-        session
-            .prepared
-            .store()
-            .open_file(crate::store::MANIFEST_FILE)?
-            .take(crate::catalog::MAX_MANIFEST_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(|e| Refusal::new(ReasonCode::Internal, format!("reading the session's manifest: {e}")))?;
-        let invocations = self.invocations()?;
-        crate::id::check_unused(&invocations, &id)?;
-        let store = PendingInvocation::begin(&invocations)?.commit(&record, &text, Commit::Kept)?;
-        self.record(
-            kind::INVOCATION_PREPARED,
-            Some(&id),
-            json!({
-                "descriptor_sha256": record.descriptor_sha256,
-                "tool": record.descriptor.tool,
-                "manifest_sha256": record.descriptor.manifest_sha256,
-                "transport": record.descriptor.transport,
-                "owner_pid": std::process::id(),
-                "session": sid,
-            }),
-        )?;
-        let spec = airlock_policy::ToolSpec::from_manifest(session.prepared.manifest());
-        let request = PreparedCall::reloaded(record.clone(), store, spec, None, ());
-        // Journaled as a one-shot call that waits: not settled.
-        self.journal_end(Some(&id), Ok(answer::approval_required(&request)))?;
-        Ok(record)
-    }
-
-    /// Denies every request of `session` still waiting for an approval
-    /// (`approvals deny`, reason: the session ended): no session can use
-    /// them any more.
-    fn withdraw_requests(&self, session: &mut Session) {
-        for (_, request) in std::mem::take(&mut session.requests) {
-            let _ = self.deny(&request, Some("its session ended"));
-        }
-    }
-
-    fn waiting_interaction(
-        &self,
-        session: &mut Session,
-        command: &str,
-        arg: &str,
-        refusal: Refusal,
-        request: serde_json::Value,
-    ) -> Envelope {
-        let mut envelope = self.refused_interaction(session, command, arg, refusal);
-        if let Some(content) = envelope.content.as_mut() {
-            content["approval"] = request;
-        }
-        envelope
-    }
-
-    /// `session.stale` when an input's host file no longer has its
-    /// snapshot's bytes, or the output's parent is no longer the directory
-    /// held at start.
-    fn check_fresh(&self, session: &Session) -> Result<(), Refusal> {
-        let record = session.prepared.record();
-        let limits = &self.config().limits;
-        for input in &record.inputs {
-            let path = RelPath::parse(&input.path)?;
-            let stale = |why: String| {
-                Refusal::new(
-                    ReasonCode::SessionStale,
-                    format!(
-                        "input {:?} {why} since the session started; the session was discarded: start a new one",
-                        input.path
-                    ),
-                )
-            };
-            let (ceiling, rel) = self.ceiling_for(&path)?;
-            let rel = rel.ok_or_else(|| stale("is a ceiling directory".into()))?;
-            let dir = crate::ceilings::open(self.authority(), ceiling, self.protected())?;
-            let file = airlock_hostfs::InputFile::open(self.resolver(), &dir, &rel, &path, limits.max_input_file_bytes)
-                .map_err(|e| stale(format!("cannot be read ({})", Refusal::from(e).code)))?;
-            let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
-            let info = file
-                .snapshot_into(&mut hasher, limits.max_input_file_bytes)
-                .map_err(|e| stale(format!("cannot be read ({})", Refusal::from(e).code)))?;
-            if info.sha256_tagged() != input.sha256 || info.bytes != input.bytes {
-                return Err(stale("changed".into()));
-            }
-        }
-        if let (Some(out), Some(held)) = (&record.output, session.prepared.output()) {
-            let path = RelPath::parse(&out.path)?;
-            let creating = record.descriptor.command_boundary.filesystem.create_dirs.is_some();
-            let now = self.hold_output(&path, creating).map(|h| h.parent().identity());
-            if now.as_ref().ok() != Some(&held.parent().identity()) {
-                return Err(Refusal::new(
-                    ReasonCode::SessionStale,
-                    format!(
-                        "the parent directory of output {:?} is not the one held when the session started; the \
-                         session was discarded: start a new one",
-                        out.path
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
 }
 
 /// What became of one `send`.
@@ -909,28 +682,4 @@ fn without_echo(text: &str, arg: &str) -> String {
         None if trimmed.is_some() => String::new(),
         None => body.to_owned(),
     }
-}
-
-/// `approval.required` for an interaction whose request `record` waits.
-fn waiting_refusal(command: &str, record: &PreparedRecord) -> Refusal {
-    let until =
-        record.expires_at.map(|at| format!(" until {}", airlock_journal::format_rfc3339(at))).unwrap_or_default();
-    Refusal::new(
-        ReasonCode::ApprovalRequired,
-        format!(
-            "{command} (risk tier {}) needs an exact-call approval: request {} (descriptor {}) waits for an \
-             approver{until}; once approved, send the same command with the same argument in this session again. \
-             The session is still usable",
-            record.descriptor.risk_tier, record.invocation_id, record.descriptor_sha256
-        ),
-    )
-}
-
-/// What an answer says of a request waiting for an approval.
-fn pending(record: &PreparedRecord) -> serde_json::Value {
-    json!({
-        "invocation_id": record.invocation_id,
-        "descriptor_sha256": record.descriptor_sha256,
-        "expires_at": record.expires_at.map(airlock_journal::format_rfc3339),
-    })
 }

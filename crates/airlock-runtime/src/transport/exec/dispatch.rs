@@ -131,7 +131,7 @@ impl Runtime {
         let mut text = String::new();
         store
             .open_file(crate::store::MANIFEST_FILE)?
-            .take(crate::catalog::MAX_MANIFEST_BYTES + 1)
+            .take(crate::names::MAX_MANIFEST_BYTES + 1)
             .read_to_string(&mut text)
             .map_err(|e| Refusal::new(ReasonCode::Internal, format!("reading the kept manifest: {e}")))?;
         let manifest = airlock_core::manifest::Manifest::parse(&text, &record.manifest_origin)?;

@@ -38,7 +38,8 @@ impl Sessions {
     }
 
     /// Answers one session tool call `name` with `arguments`, as `principal`;
-    /// a send's or finalize's wait for the prompt is reported to `progress`.
+    /// a start's, send's or finalize's wait for the prompt is reported to
+    /// `progress`.
     /// `catalog` is what `session_start` finds its tool in (`None` refuses a
     /// start: the caller read no catalog).
     pub async fn call(
@@ -84,12 +85,8 @@ impl Sessions {
                 loop {
                     match rx.recv_timeout(Duration::from_secs(1)) {
                         Ok((request, principal, progress, reply)) => {
-                            let envelope = desk.answer_with_progress(
-                                &runtime,
-                                &request,
-                                principal.as_deref(),
-                                progress.as_deref(),
-                            );
+                            let envelope =
+                                desk.answer_with_progress(&runtime, &request, principal.as_deref(), progress.as_ref());
                             // The hook goes before the answer: the call's
                             // notifications are flushed once it is gone.
                             drop(progress);

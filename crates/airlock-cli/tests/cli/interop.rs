@@ -91,29 +91,56 @@ fn the_python_sdk_lists_calls_and_sees_refusals_over_http() {
     check_sdk_view(&p, &seen.unwrap(), "results/http.txt");
 }
 
-/// The SDK drives a python3 REPL session: start, one slow interaction
-/// sent with a progress token (the SDK hears `notifications/progress`
-/// while the REPL works), finalize, and the published file.
+/// A REPL whose prompt shows after its input (a script sleeping 2 s) ran.
+const SLOW_START: &str = r#"
+[tool]
+name = "slowstart"
+version = "1"
+description = "a python3 REPL that shows its prompt after two seconds"
+mode = "session"
+risk_tier = "low"
+[args.input]
+position = 1
+required = true
+type = "path"
+[session]
+startup_command = "python3 -q -i {input}"
+ready_pattern = '^>>> $'
+[session.commands.calc]
+pattern = '[0-9+]{1,10}'
+[filesystem]
+read = ["{input}"]
+"#;
+
+/// The SDK drives a slow-starting session with a progress token (it hears
+/// `notifications/progress` until the prompt shows), then a python3 REPL
+/// session: start, one slow interaction sent with a progress token (the
+/// SDK hears them while the REPL works), finalize, and the published file.
 #[test]
 fn the_python_sdk_drives_a_session_and_hears_its_progress() {
     let Some(python) = sdk_python() else { return };
     let p = Project::new();
     p.write("tools/pysession.clad.toml", include_str!("../../../../examples/tools/pysession.clad.toml"));
     p.write("data/sample.csv", include_str!("../../../../examples/data/sample.csv"));
+    p.write("tools/slowstart.clad.toml", SLOW_START);
+    p.write("data/slow.py", "import time\ntime.sleep(2)\n");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/sdk_session.py");
     let root = p.root().to_str().unwrap().to_owned();
     let out = Command::new(&python).arg(script).args([AIRLOCK, &root, "results/sdk.json"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "the SDK client failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     let seen: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
+    assert_eq!(seen["slow_start"]["isError"], false, "{seen}");
     assert_eq!(seen["start"]["isError"], false, "{seen}");
     assert_eq!(seen["send"]["structured"]["status"], "ok", "{seen}");
-    let progress = seen["progress"].as_array().unwrap();
-    assert!(!progress.is_empty(), "no progress while the REPL worked: {seen}");
-    assert!(
-        progress.iter().all(|n| n["message"].as_str().unwrap().starts_with("waiting for the session's prompt")),
-        "{seen}"
-    );
+    for key in ["start_progress", "progress"] {
+        let progress = seen[key].as_array().unwrap();
+        assert!(!progress.is_empty(), "no {key} while the REPL worked: {seen}");
+        assert!(
+            progress.iter().all(|n| n["message"].as_str().unwrap().starts_with("waiting for the session's prompt")),
+            "{seen}"
+        );
+    }
     assert_eq!(seen["finalize"]["structured"]["created_files"][0]["path"], "results/sdk.json", "{seen}");
     let published: Value = serde_json::from_slice(&std::fs::read(p.path("results/sdk.json")).unwrap()).unwrap();
     assert_eq!(published, serde_json::json!({ "rows": 2 }));

@@ -2,7 +2,9 @@
 
     sdk_session.py AIRLOCK_BINARY PROJECT_DIR OUTPUT
 
-Starts a `pysession` (a python3 REPL over data/sample.csv), sends one
+Starts `slowstart` (a REPL that shows its prompt after 2 s) with a progress
+token and closes it; then starts a `pysession` (a python3 REPL over
+data/sample.csv), sends one
 interaction that takes a while with a progress token (the SDK's progress
 callback), finalizes with save() (publishing OUTPUT), and prints one JSON
 object with what the SDK saw. The Rust test `interop::*` makes the
@@ -39,6 +41,17 @@ async def main(argv):
         streams = await stack.enter_async_context(stdio_client(params))
         session = await stack.enter_async_context(ClientSession(streams[0], streams[1]))
         await session.initialize()
+        start_progress = []
+
+        async def on_start_progress(done, total, message):
+            start_progress.append({"progress": done, "total": total, "message": message})
+
+        slow = structured(await session.call_tool(
+            "session_start", {"tool": "slowstart", "arguments": {"input": "data/slow.py"}},
+            progress_callback=on_start_progress,
+        ))
+        slow_id = (slow["structured"] or {}).get("content", {}).get("session")
+        await session.call_tool("session_close", {"session": slow_id})
         args = {"input": "data/sample.csv", "output": output}
         started = structured(await session.call_tool("session_start", {"tool": "pysession", "arguments": args}))
         sid = (started["structured"] or {}).get("content", {}).get("session")
@@ -49,7 +62,8 @@ async def main(argv):
             progress_callback=on_progress,
         ))
         finalized = structured(await session.call_tool("session_finalize", {"session": sid, "arg": "save()"}))
-        print(json.dumps({"start": started, "send": sent, "finalize": finalized, "progress": progress}))
+        print(json.dumps({"slow_start": slow, "start_progress": start_progress, "start": started, "send": sent,
+                          "finalize": finalized, "progress": progress}))
 
 
 if __name__ == "__main__":

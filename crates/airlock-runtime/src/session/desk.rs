@@ -4,7 +4,7 @@
 //! with the thread that started it.
 
 use super::{SendResult, Session};
-use crate::progress::Progress;
+use crate::progress::{Progress, ProgressHook};
 use crate::transport::exec::CallRequest;
 use crate::Runtime;
 use airlock_core::{Envelope, ReasonCode, Refusal};
@@ -63,15 +63,16 @@ impl Desk {
         self.answer_with_progress(runtime, request, principal, None)
     }
 
-    /// [`Desk::answer`], reporting a send's or finalize's wait for the
-    /// prompt to `progress`.
+    /// [`Desk::answer`], reporting a start's, send's or finalize's wait for
+    /// the prompt (and a start's snapshots) to `progress`.
     pub fn answer_with_progress(
         &mut self,
         runtime: &Runtime,
         request: &Value,
         principal: Option<&str>,
-        progress: Option<&dyn Progress>,
+        hook: Option<&ProgressHook>,
     ) -> Envelope {
+        let progress: Option<&dyn Progress> = hook.map(|h| h.as_ref());
         let asker = runtime.principal_of(principal).to_owned();
         let id = field(request, "session").to_owned();
         let op = field(request, "op");
@@ -81,7 +82,7 @@ impl Desk {
             return not_found(&id);
         }
         match op {
-            "start" => self.start(runtime, request, principal),
+            "start" => self.start(runtime, request, principal, hook),
             "send" => {
                 let Some(session) = self.sessions.get_mut(&id) else { return not_found(&id) };
                 let raw = request.get("raw").and_then(Value::as_bool).unwrap_or(false);
@@ -117,7 +118,13 @@ impl Desk {
         }
     }
 
-    fn start(&mut self, runtime: &Runtime, request: &Value, principal: Option<&str>) -> Envelope {
+    fn start(
+        &mut self,
+        runtime: &Runtime,
+        request: &Value,
+        principal: Option<&str>,
+        hook: Option<&ProgressHook>,
+    ) -> Envelope {
         let max = runtime.config().limits.max_sessions;
         if self.sessions.len() >= max {
             return Envelope::from_refusal(&Refusal::new(
@@ -157,7 +164,7 @@ impl Desk {
             named,
             invocation_id,
             principal: principal.map(str::to_owned),
-            progress: None,
+            progress: hook.cloned(),
             tier: None,
         };
         match runtime.session_start(&call) {

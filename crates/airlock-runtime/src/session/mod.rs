@@ -214,7 +214,7 @@ impl Runtime {
         let approved = self.take_dispatch(&prepared)?;
         prepared.adopt_lease(self.pool())?;
         let (prepared, decision) = self.authorize(prepared, approved)?.into_parts();
-        self.launch(prepared, decision.policy_ids, spec)
+        self.launch(prepared, decision.policy_ids, spec, None)
     }
 
     /// `Ok(Err(answer))`: the start needs an approval and was kept for it.
@@ -256,16 +256,17 @@ impl Runtime {
             return Ok(Err(waiting));
         }
         let (prepared, decision) = self.authorize(prepared, false)?.into_parts();
-        self.launch(prepared, decision.policy_ids, spec).map(Ok)
+        self.launch(prepared, decision.policy_ids, spec, request.progress.as_deref()).map(Ok)
     }
 
     /// An authorized session call's worker on a terminal, until its ready
-    /// pattern shows.
+    /// pattern shows (the wait reported to `progress`, if any).
     fn launch(
         &self,
         prepared: PreparedCall<ExecPayload>,
         policy_ids: Vec<String>,
         spec: SessionSpec,
+        progress: Option<&dyn Progress>,
     ) -> Result<(Session, Envelope), Refusal> {
         if spec.mcp {
             return self.launch_upstream(prepared, policy_ids, spec);
@@ -285,7 +286,7 @@ impl Runtime {
         let (worker, mut master) =
             tier.start_tty(worker_spec).map_err(|e| crate::failure::sandbox_refusal(&e, "the session"))?;
         let deadline = Instant::now() + Duration::from_secs(spec.startup_timeout_seconds);
-        let mut meter = Meter::begin(None, Phase::SessionPrompt, None);
+        let mut meter = Meter::begin(progress, Phase::SessionPrompt, None);
         let reading =
             terminal::read_until_ready(&mut master, &spec, spec.max_interaction_bytes, deadline, false, &mut meter);
         drop(meter);

@@ -35,6 +35,8 @@ impl Progress for Notifier {
             // A session's wait counts its program's output, not file bytes.
             (Step::End, _) if report.phase == Phase::SessionPrompt => format!("{label}: done"),
             (_, _) if report.phase == Phase::SessionPrompt => format!("{label}: {} bytes of output", report.done),
+            (Step::End, _) if report.phase == Phase::UpstreamAnswer => format!("{label}: done"),
+            (_, _) if report.phase == Phase::UpstreamAnswer => format!("{label}: still waiting"),
             (Step::Start, _) => format!("{label}: started"),
             (Step::End, _) => format!("{label}: done, {:.1} MiB", mib(report.done)),
             (Step::Advance, Some(total)) => format!("{label}: {:.1} of {:.1} MiB", mib(report.done), mib(total)),

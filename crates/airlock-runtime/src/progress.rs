@@ -37,6 +37,9 @@ pub enum Phase {
     /// A session's program working on an interaction, until its prompt
     /// shows again (the bytes are its output so far).
     SessionPrompt,
+    /// An `[mcp]` session's upstream server working on one `tools/call`,
+    /// until it answers (no bytes are counted).
+    UpstreamAnswer,
 }
 
 impl Phase {
@@ -46,6 +49,7 @@ impl Phase {
             Phase::Snapshot => "snapshotting inputs",
             Phase::GitSnapshot => "snapshotting the repository",
             Phase::SessionPrompt => "waiting for the session's prompt",
+            Phase::UpstreamAnswer => "waiting for the upstream server's answer",
         }
     }
 }

@@ -521,10 +521,10 @@ fn over_mcp_an_approved_session_start_is_dispatched_into_the_server() {
 /// the `tools/call` requests it got and answers each with that count and
 /// its pid: `count` only answers, `upper` upper-cases `src` into `dst`,
 /// `arm` makes it exit 3 once its stdin closes, `die` makes it leave
-/// without answering; `secret` is a tool the session's manifest does not
-/// allow.
+/// without answering, `slow` answers after 2 s; `secret` is a tool the
+/// session's manifest does not allow.
 const COUNTING_SERVER: &str = r#"
-import json, os, sys
+import json, os, sys, time
 calls, status = 0, 0
 def send(m):
     sys.stdout.write(json.dumps(m) + "\n")
@@ -545,6 +545,8 @@ for line in sys.stdin:
             status = 3
         if name == "die":
             os._exit(0)
+        if name == "slow":
+            time.sleep(2)
         send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": name}],
               "structuredContent": {"calls": calls, "pid": os.getpid(), "tool": name}}})
     elif mid is not None:
@@ -553,7 +555,8 @@ sys.exit(status)
 "#;
 
 /// An `[mcp]` tool held as a session: the counting server (its argv
-/// carries `tag`), allowed to call `count`, `upper`, `arm` and `die` only.
+/// carries `tag`), allowed to call `count`, `upper`, `arm`, `die` and
+/// `slow` only.
 fn upstream_tool(tag: &str) -> String {
     format!(
         r#"
@@ -595,6 +598,9 @@ pattern = '[ -~]{{1,400}}'
 pattern = '\{{\}}'
 
 [session.commands.die]
+pattern = '\{{\}}'
+
+[session.commands.slow]
 pattern = '\{{\}}'
 "#
     )
@@ -748,6 +754,24 @@ fn an_mcp_session_over_airlock_mcp_calls_its_held_server_and_publishes_on_finali
     assert_eq!((calls(&first), calls(&second)), (serde_json::json!(1), serde_json::json!(2)), "{first}\n{second}");
     let secret = send(&mut mcp, "secret", "{}");
     assert_eq!(secret["structuredContent"]["error"]["code"], "session.command_unknown", "{secret}");
+    // A call the server works on for 2 s, with a progress token: the
+    // client hears that airlock waits for the upstream's answer.
+    let slow = mcp.request(
+        "tools/call",
+        serde_json::json!({ "name": "session_send", "_meta": { "progressToken": "upstream-wait" },
+                            "arguments": { "session": id, "command": "slow", "arg": "{}" } }),
+    );
+    assert_eq!(slow["result"]["structuredContent"]["status"], "ok", "{slow}");
+    let heard: Vec<&Value> = mcp
+        .notifications
+        .iter()
+        .filter(|n| n["method"] == "notifications/progress" && n["params"]["progressToken"] == "upstream-wait")
+        .collect();
+    assert!(!heard.is_empty(), "no progress while the upstream worked: {:?}", mcp.notifications);
+    assert!(
+        heard.iter().all(|n| n["params"]["message"].as_str().unwrap().starts_with("waiting for the upstream")),
+        "{heard:?}"
+    );
     assert!(!p.path("results/out.txt").exists());
     let done = mcp.call("session_finalize", serde_json::json!({ "session": id }));
     assert_eq!(done["structuredContent"]["created_files"][0]["path"], "results/out.txt", "{done}");

@@ -389,7 +389,9 @@ impl Runtime {
         self.check_fresh(session).map_err(Ended::Broken)?;
         let (policy_ids, approval) = self.authorize_interaction(session, command, &cmd, arg)?;
         let result = match upstream {
-            Some(arguments) => self.upstream_call(session, (command, arg), arguments, policy_ids, approval.as_deref()),
+            Some(arguments) => {
+                self.upstream_call(session, (command, arg), arguments, policy_ids, approval.as_deref(), progress)
+            }
             None => self.write_and_read(session, (command, arg), raw, policy_ids, approval.as_deref(), progress),
         };
         if let Some(request) = &approval {

@@ -4,6 +4,7 @@
 
 use super::{Channel, Ended, Session};
 use crate::engine::{answer, PreparedCall};
+use crate::progress::{Meter, Phase, Progress};
 use crate::transport::exec::ExecPayload;
 use crate::transport::mcp::{discovery_refusal, Client};
 use crate::Runtime;
@@ -120,13 +121,16 @@ impl Runtime {
         arguments: Map<String, Value>,
         policy_ids: Vec<String>,
         approval: Option<&str>,
+        progress: Option<&dyn Progress>,
     ) -> Result<Envelope, Ended> {
         let Channel::Mcp(client) = &mut session.channel else {
             return Err(Ended::Broken(Refusal::new(ReasonCode::Internal, "not an [mcp] session")));
         };
         session.interactions += 1;
         client.set_deadline(Instant::now() + Duration::from_secs(session.spec.interaction_timeout_seconds));
-        let answered = client.call(command, arguments);
+        let mut meter = Meter::begin(progress, Phase::UpstreamAnswer, None);
+        let answered = client.call_ticking(command, arguments, &mut || meter.add(0));
+        drop(meter);
         let bytes = answered.as_ref().map_or(0, |r| r.to_string().len() as u64);
         let max = session.spec.max_interaction_bytes;
         let refusal = match &answered {

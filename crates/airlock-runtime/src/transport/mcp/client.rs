@@ -41,6 +41,9 @@ pub struct Client<W: Write> {
     deadline: Instant,
 }
 
+/// How often a waiting request calls its tick.
+const TICK: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl<W: Write> Client<W> {
     /// Starts reading `stdout` on a thread of its own (which keeps draining
     /// it, without keeping anything, after the client is gone, so the
@@ -101,14 +104,29 @@ impl<W: Write> Client<W> {
 
     /// Sends one request and waits for its answer's `result`.
     fn request(&mut self, method: &'static str, params: Value) -> Result<Value, ClientError> {
+        self.request_ticking(method, params, &mut || {})
+    }
+
+    /// [`Client::request`], calling `tick` at least every [`TICK`] while it
+    /// waits (a session reports progress from it).
+    fn request_ticking(
+        &mut self,
+        method: &'static str,
+        params: Value,
+        tick: &mut dyn FnMut(),
+    ) -> Result<Value, ClientError> {
         let id = self.next_id;
         self.next_id += 1;
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
         loop {
             let left = self.deadline.saturating_duration_since(Instant::now());
-            let line = match self.lines.recv_timeout(left) {
+            let line = match self.lines.recv_timeout(left.min(TICK)) {
                 Ok(Ok(line)) => line,
                 Ok(Err(why)) => return Err(ClientError::Protocol(why)),
+                Err(RecvTimeoutError::Timeout) if left > TICK => {
+                    tick();
+                    continue;
+                }
                 Err(RecvTimeoutError::Timeout) => return Err(ClientError::Deadline(method)),
                 Err(RecvTimeoutError::Disconnected) => {
                     return Err(ClientError::Protocol(format!(
@@ -192,7 +210,18 @@ impl<W: Write> Client<W> {
 
     /// One `tools/call`; its result (which may say `isError`).
     pub fn call(&mut self, tool: &str, arguments: Map<String, Value>) -> Result<Value, ClientError> {
-        let result = self.request("tools/call", json!({"name": tool, "arguments": arguments}))?;
+        self.call_ticking(tool, arguments, &mut || {})
+    }
+
+    /// [`Client::call`], calling `tick` at least every [`TICK`] while the
+    /// server works.
+    pub fn call_ticking(
+        &mut self,
+        tool: &str,
+        arguments: Map<String, Value>,
+        tick: &mut dyn FnMut(),
+    ) -> Result<Value, ClientError> {
+        let result = self.request_ticking("tools/call", json!({"name": tool, "arguments": arguments}), tick)?;
         if !result.is_object() {
             return Err(ClientError::Protocol("the tools/call result is not an object".into()));
         }

@@ -170,7 +170,9 @@ pub struct Pending {
 pub fn pending(state: &PrivateDir) -> Result<Vec<Pending>, Refusal> {
     let dir = state.ensure_subdir(PENDING)?;
     let mut out = Vec::new();
-    for marker in dir.entries()? {
+    let markers = dir.entries()?;
+    crash_point("pending_listed");
+    for marker in markers {
         let (id, owner) = marker.rsplit_once('@').unwrap_or((marker.as_str(), ""));
         let alive = owner
             .split_once('.')
@@ -196,8 +198,18 @@ pub fn clear_pending(state: &PrivateDir, id: &str) -> Result<(), Refusal> {
 /// A marker whose publication the journal shows finished (the owner died
 /// after recording the outcome) is cleared here: that outcome is confirmed.
 pub fn refuse_if_unconfirmed(state: &PrivateDir, journal: &Journal) -> Result<(), Refusal> {
+    let dead: Vec<Pending> = pending(state)?.into_iter().filter(|p| !p.owner_alive).collect();
+    if dead.is_empty() {
+        return Ok(());
+    }
+    // A marker listed while its owner still ran may have been removed by
+    // that owner (a publication refused before its intent, which records no
+    // outcome) before it exited and was judged dead here. Listed again now,
+    // after its owner was seen dead, a marker that is still there is one
+    // nobody will remove: only those are stuck.
+    let listed = state.ensure_subdir(PENDING)?.entries()?;
     let mut stuck: Vec<String> =
-        pending(state)?.into_iter().filter(|p| !p.owner_alive).map(|p| p.invocation_id).collect();
+        dead.into_iter().filter(|p| listed.contains(&p.marker)).map(|p| p.invocation_id).collect();
     if stuck.is_empty() {
         return Ok(());
     }
@@ -249,7 +261,8 @@ pub fn candidate_mode() -> airlock_hostfs::CandidateMode {
 /// Kills this process with SIGKILL at the named point, in debug builds when
 /// [`CRASH_ENV`] names it. Points: `before_candidate`, `before_prepared`
 /// (the candidate is synced), `after_prepared`, `after_publish` (linked or
-/// renamed into place), `after_finished`.
+/// renamed into place), `after_finished`; and, for pauses, `pending_listed`
+/// (pending markers listed, their owners not yet checked).
 ///
 /// In debug builds [`PAUSE_ENV`] = `POINT:MS` instead pauses the call
 /// there for MS milliseconds (at most 60 s), so a test can act at that point

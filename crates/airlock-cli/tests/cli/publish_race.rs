@@ -144,6 +144,9 @@ fn race(named: bool) -> Option<(usize, HashMap<String, usize>)> {
         .into_iter()
         .flat_map(|h| h.join().unwrap())
         .collect();
+    // In run order: a run that blocks later ones is reported before them.
+    let mut runs = runs;
+    runs.sort_by_key(|(i, _)| *i);
     std::fs::write(&stop_file, "").unwrap();
     racer.wait().unwrap();
 
@@ -175,6 +178,23 @@ fn race(named: bool) -> Option<(usize, HashMap<String, usize>)> {
             }
             "refused" => {
                 let code = run.reason().to_owned();
+                if code == "journal.unconfirmed" {
+                    // Which publication blocked this run, and what its own
+                    // run answered and journaled.
+                    let blocker = runs.iter().find(|(j, _)| run.stdout.contains(&format!("r-{j}\\\"")));
+                    let records = p.command(&["journal", "show", "--json"]).output().unwrap();
+                    let records: Value = serde_json::from_slice(&records.stdout).unwrap_or_default();
+                    let of_blocker: Vec<&Value> = records["content"]["records"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|r| blocker.is_some_and(|(j, _)| r["invocation_id"] == format!("r-{j}")))
+                        .collect();
+                    let pending = std::fs::read_dir(p.path(".airlock/pending"))
+                        .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+                        .unwrap_or_default();
+                    panic!("{id} was blocked: {run:#?}\nblocker: {blocker:#?}\nits records: {of_blocker:#?}\npending now: {pending:?}");
+                }
                 assert!(matches!(code.as_str(), "output.identity_mismatch" | "output.exists"), "{run:#?}");
                 if let Some(done) = finished.get(&id) {
                     assert_ne!(done["result"], "confirmed", "{id}: a refused run's publication is confirmed");
@@ -236,4 +256,39 @@ fn a_racer_in_a_shared_output_dir_never_gets_its_bytes_published_unnamed() {
 fn a_racer_in_a_shared_output_dir_never_gets_its_bytes_published_named() {
     let Some((published, _)) = race(true) else { return };
     assert!(published > 0, "nothing was published");
+}
+
+/// The race behind a run once refused `journal.unconfirmed` under load: B
+/// lists the pending markers while A's publication is pending; A is then
+/// refused before its intent (its output's name was taken), removes its
+/// marker and exits; only then does B check A's marker's owner, and finds
+/// it dead. A marker its dead owner removed is not a stuck publication: B
+/// runs. Both pauses are the debug build's test points.
+#[test]
+fn a_marker_removed_by_its_owner_before_it_died_blocks_nothing() {
+    let p = Project::new();
+    p.write("data/in.txt", TOOL_BYTES);
+    let spawn = |id: &str, out: &str, pause: &str| {
+        let mut cmd = p.command(&["run", "copy", "data/in.txt", out, "--invocation-id", id]);
+        cmd.env("AIRLOCK_TEST_PAUSE_AT", pause).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.spawn().unwrap()
+    };
+    let a = spawn("a", "results/a.txt", "before_candidate:1500");
+    let pending = p.path(".airlock/pending");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::fs::read_dir(&pending).map_or(0, |d| d.count()) == 0 {
+        assert!(std::time::Instant::now() < until, "A never marked its publication pending");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // A's output name is taken while A is paused: A will be refused before
+    // its intent is journaled.
+    p.write("results/a.txt", RACER_BYTES);
+    let b = spawn("b", "results/b.txt", "pending_listed:3000");
+    let a = a.wait_with_output().unwrap();
+    let a_answer: Value = serde_json::from_slice(&a.stdout).unwrap();
+    assert_eq!(a_answer["error"]["code"], "output.exists", "{a_answer}");
+    let b = b.wait_with_output().unwrap();
+    let b_answer: Value = serde_json::from_slice(&b.stdout).unwrap();
+    assert_eq!(b_answer["status"], "ok", "{b_answer}\n{}", String::from_utf8_lossy(&b.stderr));
+    assert_eq!(std::fs::read_dir(&pending).unwrap().count(), 0);
 }

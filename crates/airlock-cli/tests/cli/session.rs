@@ -123,6 +123,19 @@ fn assert_no_staging(p: &Project) {
     assert_eq!(status.envelope["content"]["sessions"], Value::Array(vec![]), "{status:#?}");
 }
 
+/// `session close ID` answers `session.discarded`, and nothing is left:
+/// no `output`, no process whose command line holds `tag`, no staging, no
+/// publication record.
+fn close_leaves_nothing(p: &Project, id: &str, tag: &str, output: &str) {
+    let closed = p.run(&["session", "close", id]);
+    assert_eq!((closed.status(), closed.reason(), closed.code), ("failed", "session.discarded", 1), "{closed:#?}");
+    assert!(!p.path(output).exists());
+    assert_no_process(tag);
+    assert_no_staging(p);
+    let kinds = p.journal_kinds(id);
+    assert!(!kinds.iter().any(|k| k.starts_with("FilePublication")), "{kinds:?}");
+}
+
 fn holder_pid(p: &Project) -> i32 {
     let status = p.run(&["staging", "status", "--json"]);
     let reservations = status.envelope["content"]["reservations"].as_array().unwrap();
@@ -238,13 +251,7 @@ fn close_without_finalize_publishes_nothing_and_leaves_nothing() {
     start(&p, "py-close", &["pysession", "data/sample.csv", "results/summary.json"]);
     p.run(&["session", "send", "py-close", "eval", "summary['x'] = 1"]).assert_ok();
     assert!(!processes_with(&tag).is_empty(), "the session's program should be running");
-    let closed = p.run(&["session", "close", "py-close"]);
-    assert_eq!((closed.status(), closed.reason(), closed.code), ("failed", "session.discarded", 1), "{closed:#?}");
-    assert!(!p.path("results/summary.json").exists());
-    assert_no_process(&tag);
-    assert_no_staging(&p);
-    let kinds = p.journal_kinds("py-close");
-    assert!(!kinds.iter().any(|k| k.starts_with("FilePublication")), "{kinds:?}");
+    close_leaves_nothing(&p, "py-close", &tag, "results/summary.json");
 }
 
 #[test]
@@ -659,13 +666,7 @@ fn an_mcp_session_closed_publishes_nothing_and_leaves_nothing() {
     start(&p, "up-close", &["upsess", "data/in.txt", "results/out.txt"]);
     p.run(&["session", "send", "up-close", "upper", UPPER_ARGS]).assert_ok();
     assert!(!processes_with(&tag).is_empty(), "the server should be running");
-    let closed = p.run(&["session", "close", "up-close"]);
-    assert_eq!((closed.status(), closed.reason(), closed.code), ("failed", "session.discarded", 1), "{closed:#?}");
-    assert!(!p.path("results/out.txt").exists());
-    assert_no_process(&tag);
-    assert_no_staging(&p);
-    let kinds = p.journal_kinds("up-close");
-    assert!(!kinds.iter().any(|k| k.starts_with("FilePublication")), "{kinds:?}");
+    close_leaves_nothing(&p, "up-close", &tag, "results/out.txt");
 }
 
 #[test]

@@ -433,20 +433,9 @@ impl Runtime {
         let reading = terminal::read_until_ready(master, &session.spec, max, deadline, raw, &mut meter);
         drop(meter);
         let output = without_echo(&reading.text, arg);
-        self.note(
-            kind::SESSION_INTERACTION,
-            Some(session.id()),
-            json!({
-                "command": command,
-                "arg_sha256": airlock_core::sha256_tagged(arg.as_bytes()),
-                "policy_ids": policy_ids,
-                "approval": approval,
-                "output_bytes": reading.bytes,
-                "truncated": reading.truncated,
-                "ready": reading.ready,
-            }),
-        )
-        .map_err(Ended::Broken)?;
+        let read = json!({ "output_bytes": reading.bytes, "truncated": reading.truncated, "ready": reading.ready });
+        self.note_interaction(session, (command, arg), json!({ "policy_ids": policy_ids, "approval": approval }), read)
+            .map_err(Ended::Broken)?;
         if !reading.ready {
             let why =
                 if reading.ended { "ended" } else { "did not show its prompt within interaction_timeout_seconds" };
@@ -628,20 +617,34 @@ impl Runtime {
 
     fn refused_interaction(&self, session: &mut Session, command: &str, arg: &str, refusal: Refusal) -> Envelope {
         let id = session.id().to_owned();
-        let _ = self.note(
-            kind::SESSION_INTERACTION,
-            Some(&id),
-            json!({
-                "command": command,
-                "arg_sha256": airlock_core::sha256_tagged(arg.as_bytes()),
-                "refused": refusal.code.as_str(),
-                "message": refusal.message,
-            }),
-        );
+        let why = json!({ "refused": refusal.code.as_str(), "message": refusal.message });
+        let _ = self.note_interaction(session, (command, arg), why, json!({}));
         let mut envelope = Envelope { invocation_id: Some(id.clone()), ..Envelope::from_refusal(&refusal) };
         envelope.tool = Some(session.prepared.descriptor().tool.clone());
         envelope.content = Some(json!({ "session": id, "command": command, "session_usable": true }));
         envelope
+    }
+}
+
+impl Runtime {
+    /// Journals one interaction of `session` (`SessionInteraction`): its
+    /// command, the digest of its argument, then the fields of `verdict`
+    /// (the policies and approval that let it run, or why it was refused)
+    /// and of `outcome`.
+    fn note_interaction(
+        &self,
+        session: &Session,
+        (command, arg): (&str, &str),
+        verdict: serde_json::Value,
+        outcome: serde_json::Value,
+    ) -> Result<(), Refusal> {
+        let mut body = json!({ "command": command, "arg_sha256": airlock_core::sha256_tagged(arg.as_bytes()) });
+        for extra in [verdict, outcome] {
+            if let (Some(body), serde_json::Value::Object(fields)) = (body.as_object_mut(), extra) {
+                body.extend(fields);
+            }
+        }
+        self.note(kind::SESSION_INTERACTION, Some(session.id()), body)
     }
 }
 

@@ -146,19 +146,17 @@ impl Runtime {
             }
             Ok(_) => None,
         };
-        self.note(
-            kind::SESSION_INTERACTION,
-            Some(session.id()),
-            json!({
-                "command": command,
-                "arg_sha256": airlock_core::sha256_tagged(arg.as_bytes()),
-                "policy_ids": policy_ids,
-                "approval": approval,
-                "upstream": true,
-                "output_bytes": bytes,
-                "error": refusal.as_ref().map(|r| r.code.as_str()),
-                "answered": answered.is_ok(),
-            }),
+        let outcome = json!({
+            "upstream": true,
+            "output_bytes": bytes,
+            "error": refusal.as_ref().map(|r| r.code.as_str()),
+            "answered": answered.is_ok(),
+        });
+        self.note_interaction(
+            session,
+            (command, arg),
+            json!({ "policy_ids": policy_ids, "approval": approval }),
+            outcome,
         )
         .map_err(Ended::Broken)?;
         let result = match answered {

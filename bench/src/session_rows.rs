@@ -156,17 +156,23 @@ fn p50_ms(samples: usize, mut f: impl FnMut() -> Result<(), String>) -> Result<f
     Ok(crate::harness::summarize(times).p50.as_secs_f64() * 1e3)
 }
 
+/// `session_start calc data/in.txt` over MCP: the session's id.
+fn start_calc(mcp: &mut crate::mcp_rows::Session) -> Result<String, String> {
+    let started = mcp.request(
+        "tools/call",
+        serde_json::json!({ "name": "session_start", "arguments": { "tool": "calc", "arguments": { "input": "data/in.txt" } } }),
+    )?;
+    started["result"]["structuredContent"]["content"]["session"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("session_start answered {started}"))
+}
+
 /// Session start and close over MCP vs a one-shot `tools/call` of the same
 /// program on the same input (the second reading; no target).
 fn start_vs_one_shot(mcp: &mut crate::mcp_rows::Session, samples: usize) -> Result<String, String> {
     let start = p50_ms(samples, || {
-        let started = mcp.request(
-            "tools/call",
-            serde_json::json!({ "name": "session_start", "arguments": { "tool": "calc", "arguments": { "input": "data/in.txt" } } }),
-        )?;
-        let id = started["result"]["structuredContent"]["content"]["session"]
-            .as_str()
-            .ok_or_else(|| format!("session_start answered {started}"))?;
+        let id = start_calc(mcp)?;
         mcp.request("tools/call", serde_json::json!({ "name": "session_close", "arguments": { "session": id } }))
             .map(drop)
     })?;
@@ -192,14 +198,7 @@ pub fn interaction_over_mcp_vs_bare_pty(quick: bool) -> Result<Report, String> {
     std::fs::write(setup.root.join("tools/calc_once.clad.toml"), ONE_SHOT).map_err(err)?;
     let mut mcp = crate::mcp_rows::Session::start(&setup)?;
     let extra = vec![start_vs_one_shot(&mut mcp, if quick { 3 } else { 10 })?];
-    let started = mcp.request(
-        "tools/call",
-        serde_json::json!({ "name": "session_start", "arguments": { "tool": "calc", "arguments": { "input": "data/in.txt" } } }),
-    )?;
-    let id = started["result"]["structuredContent"]["content"]["session"]
-        .as_str()
-        .ok_or_else(|| format!("session_start answered {started}"))?
-        .to_owned();
+    let id = start_calc(&mut mcp)?;
     let mut send = || -> Result<(), String> {
         let sent = mcp.request(
             "tools/call",

@@ -121,6 +121,31 @@ pub struct SessionInfo {
 }
 
 impl Session {
+    /// A session whose worker was just started on `channel`, with nothing
+    /// sent to it yet.
+    fn new(
+        prepared: PreparedCall<ExecPayload>,
+        policy_ids: Vec<String>,
+        spec: SessionSpec,
+        worker: NativeWorker,
+        channel: Channel,
+        staged_output: Option<std::fs::File>,
+    ) -> Session {
+        Session {
+            prepared,
+            policy_ids,
+            spec,
+            worker: Some(worker),
+            channel,
+            staged_output,
+            interactions: 0,
+            started: Instant::now(),
+            last_used: Instant::now(),
+            requests: BTreeMap::new(),
+            requests_made: 0,
+        }
+    }
+
     /// The session's id.
     pub fn id(&self) -> &str {
         self.prepared.invocation_id()
@@ -290,23 +315,11 @@ impl Runtime {
         let reading =
             terminal::read_until_ready(&mut master, &spec, spec.max_interaction_bytes, deadline, false, &mut meter);
         drop(meter);
-        let mut session = Session {
-            prepared,
-            policy_ids,
-            spec,
-            worker: Some(worker),
-            channel: Channel::Terminal(Some(master)),
-            staged_output,
-            interactions: 0,
-            started: Instant::now(),
-            last_used: Instant::now(),
-            requests: BTreeMap::new(),
-            requests_made: 0,
-        };
+        let mut session =
+            Session::new(prepared, policy_ids, spec, worker, Channel::Terminal(Some(master)), staged_output);
         if !reading.ready {
             let why = if reading.ended { "ended before its prompt" } else { "did not show its prompt in time" };
-            let _ = self.stop_worker(&mut session, false);
-            session.prepared.release_staging();
+            self.tear_down(&mut session);
             return Err(Refusal::new(
                 ReasonCode::SessionNotReady,
                 format!(
@@ -561,8 +574,7 @@ impl Runtime {
     fn discard(&self, mut session: Session, result: Result<Envelope, Refusal>) -> Envelope {
         let id = session.id().to_owned();
         let principal = session.prepared.principal().to_owned();
-        let _ = self.stop_worker(&mut session, false);
-        session.prepared.release_staging();
+        self.tear_down(&mut session);
         self.withdraw_requests(&mut session);
         self.ended(&id, &principal, result)
     }
@@ -576,6 +588,13 @@ impl Runtime {
         });
         let journal = airlock_core::JournalEvidence { key_id: self.journal().key().key_id() };
         answer::sealed(envelope, principal, journal, None, started)
+    }
+
+    /// Kills the worker at once and gives back the session's staging:
+    /// nothing of it is published.
+    fn tear_down(&self, session: &mut Session) {
+        let _ = self.stop_worker(session, false);
+        session.prepared.release_staging();
     }
 
     /// Ends the worker, reaps it and journals its end. `natural`: the

@@ -13,7 +13,6 @@ use airlock_core::{Envelope, ReasonCode, Refusal};
 use airlock_journal::kind;
 use airlock_sandbox::WorkerSpec;
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// The upstream arguments of one interaction: `arg`, a JSON object (empty:
@@ -71,24 +70,12 @@ impl Runtime {
         let deadline = Instant::now() + Duration::from_secs(spec.startup_timeout_seconds);
         let mut client = Client::new(live.stdin, live.stdout, deadline);
         let initialized = client.initialize();
-        let mut session = Session {
-            prepared,
-            policy_ids,
-            spec,
-            worker: Some(worker),
-            channel: Channel::Mcp(Box::new(client)),
-            staged_output,
-            interactions: 0,
-            started: Instant::now(),
-            last_used: Instant::now(),
-            requests: BTreeMap::new(),
-            requests_made: 0,
-        };
+        let mut session =
+            Session::new(prepared, policy_ids, spec, worker, Channel::Mcp(Box::new(client)), staged_output);
         let server = match initialized {
             Ok(result) => result.get("serverInfo").cloned(),
             Err(e) => {
-                let _ = self.stop_worker(&mut session, false);
-                session.prepared.release_staging();
+                self.tear_down(&mut session);
                 let r = discovery_refusal(e);
                 return Err(Refusal::new(
                     r.code,

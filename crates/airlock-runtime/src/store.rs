@@ -47,6 +47,19 @@ pub fn check_versions(bytes: &[u8]) -> Result<(), Refusal> {
     let descriptor = airlock_core::descriptor::DESCRIPTOR_VERSION.into();
     check("prepared record's descriptor", bytes, "/descriptor/version", descriptor, Missing::Refuse)
 }
+/// The manifest text kept in an invocation's `store` ([`MANIFEST_FILE`]),
+/// bounded by [`crate::names::MAX_MANIFEST_BYTES`] (what `commit` wrote).
+pub fn kept_manifest_text(store: &PrivateDir) -> Result<String, Refusal> {
+    use std::io::Read;
+    let mut text = String::new();
+    store
+        .open_file(MANIFEST_FILE)?
+        .take(crate::names::MAX_MANIFEST_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| Refusal::new(ReasonCode::Internal, format!("reading the kept manifest: {e}")))?;
+    Ok(text)
+}
+
 /// Directory, in the call's staging data, holding the input snapshots.
 pub const INPUTS_DIR: &str = "inputs";
 

@@ -11,7 +11,6 @@ use crate::Runtime;
 use airlock_core::{Envelope, ReasonCode, Refusal};
 use airlock_journal::kind;
 use serde_json::json;
-use std::io::Read as _;
 
 impl Runtime {
     /// Cedar (or the default policy) on one interaction, after its
@@ -140,14 +139,7 @@ impl Runtime {
             expires_at: Some(now.saturating_add(self.config().approval.ttl_seconds)),
             session: Some(sid.clone()),
         };
-        let mut text = String::new();
-        session
-            .prepared
-            .store()
-            .open_file(crate::store::MANIFEST_FILE)?
-            .take(crate::names::MAX_MANIFEST_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(|e| Refusal::new(ReasonCode::Internal, format!("reading the session's manifest: {e}")))?;
+        let text = crate::store::kept_manifest_text(session.prepared.store())?;
         let invocations = self.invocations()?;
         crate::id::check_unused(&invocations, &id)?;
         let store = PendingInvocation::begin(&invocations)?.commit(&record, &text, Commit::Kept)?;

@@ -116,7 +116,6 @@ impl Runtime {
     /// The kept call `id`: its directory, record and manifest, refused if it
     /// is unknown, was refused, or was dispatched already.
     pub(crate) fn open_kept(&self, id: &str) -> Result<KeptCall, Refusal> {
-        use std::io::Read;
         id::check_invocation_id(id)?;
         let store = self.invocations()?.open_subdir(id).map_err(|_| {
             Refusal::new(ReasonCode::InvocationNotFound, format!("no prepared call {id:?} in this state directory"))
@@ -128,12 +127,7 @@ impl Runtime {
             return Err(Refusal::new(ReasonCode::InvocationDuplicate, format!("{id} has already been dispatched")));
         }
         let record = self.prepared_record(id)?;
-        let mut text = String::new();
-        store
-            .open_file(crate::store::MANIFEST_FILE)?
-            .take(crate::names::MAX_MANIFEST_BYTES + 1)
-            .read_to_string(&mut text)
-            .map_err(|e| Refusal::new(ReasonCode::Internal, format!("reading the kept manifest: {e}")))?;
+        let text = crate::store::kept_manifest_text(&store)?;
         let manifest = airlock_core::manifest::Manifest::parse(&text, &record.manifest_origin)?;
         if manifest.sha256() != record.descriptor.manifest_sha256 {
             return Err(Refusal::new(ReasonCode::InputChanged, "the kept manifest does not match the descriptor"));

@@ -71,7 +71,13 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
     };
     let inherited = Inherited {
         inputs: spec.inputs.iter().map(|i| adopt(i.fd)).collect::<Result<_, _>>()?,
+        input_mounts: spec
+            .inputs
+            .iter()
+            .map(|i| i.placement.mount_fd().map(adopt).transpose())
+            .collect::<Result<_, _>>()?,
         output: spec.output.as_ref().map(|o| adopt(o.fd)).transpose()?,
+        output_mount: spec.output.as_ref().and_then(|o| o.placement.mount_fd()).map(adopt).transpose()?,
         provided: spec.provided.iter().map(|p| adopt(p.fd)).collect::<Result<_, _>>()?,
         fs_socket: spec.fs_socket_fd.map(adopt).transpose()?,
     };
@@ -185,7 +191,7 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
 const ROOT_CALLER_HOST_ID: u32 = 65534;
 
 /// Is the caller root with the capabilities to map other ids?
-fn privileged_caller() -> bool {
+pub(crate) fn privileged_caller() -> bool {
     use rustix::thread::CapabilitySet;
     rustix::process::geteuid().is_root()
         && rustix::thread::capabilities(None)

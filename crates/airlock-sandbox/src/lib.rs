@@ -101,7 +101,13 @@
 //! a private `/tmp`). It **copies each input's bytes into the tmpfs and binds
 //! the copy read-only onto itself**, so no host inode, not even a private one,
 //! is mounted into the worker; it creates the output file and keeps its inode,
-//! then `pivot_root`s and detaches the old root. The worker runs as 65534 with
+//! then `pivot_root`s and detaches the old root. A staged file of 8 MiB or
+//! more (an output whose bound is; only raised `[limits]` allow one) is the
+//! exception: the caller's private staged inode itself is mounted, read-only
+//! for an input, so a large file is neither copied again nor held in memory,
+//! and the worker can read that file's host path in its mount table
+//! (`placement.rs` says how, for root and unprivileged callers;
+//! `bound_output.rs` what PID 1 checks after the run). The worker runs as 65534 with
 //! no capabilities, `no_new_privs`, rlimits (`RLIMIT_FSIZE` = the output's
 //! `max_file_bytes`), Landlock (the kernel's ABI) and a seccomp deny-list. PID 1
 //! is non-dumpable, reaps everything, kills the namespace when the tool exits
@@ -190,6 +196,7 @@
 #![deny(unsafe_code)]
 
 mod any_tier;
+mod bound_output;
 pub mod broker_jail;
 mod call_dir;
 mod cancel;
@@ -207,6 +214,7 @@ pub mod native;
 mod outcome;
 mod parent;
 mod pid1;
+mod placement;
 mod probe;
 mod proc_masks;
 mod sealed;

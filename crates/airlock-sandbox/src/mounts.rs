@@ -53,14 +53,29 @@ pub(crate) const PASSWD: &str =
 pub(crate) const GROUP: &str = "root:x:0:\nnogroup:x:65534:\n";
 pub(crate) const HOSTS: &str = "127.0.0.1 localhost airlock\n::1 localhost ip6-localhost\n";
 
-/// The output file as PID 1 keeps it: an open descriptor of the inode it
-/// created, and that inode's identity.
+/// The output file as PID 1 keeps it: an open descriptor of the inode the
+/// worker writes.
 pub(crate) struct RetainedOutput {
     /// Path inside the new root.
     pub path: String,
-    /// Read-write descriptor of the created inode; `None` when the worker
+    /// Read-write descriptor of the inode at `path`; `None` when the worker
     /// creates the file itself.
     pub file: Option<File>,
+    /// The inode is the host staging file itself (bound), so there is
+    /// nothing to copy out; else a file on the root tmpfs.
+    pub bound: bool,
+}
+
+/// The staged files PID 1 inherited for the tree: each input with its
+/// detached mount (if placed that way), the output's host staging file
+/// with its own.
+pub(crate) struct StagedFds {
+    /// The inputs, in spec order.
+    pub inputs: Vec<(OwnedFd, Option<OwnedFd>)>,
+    /// The output's host staging file and detached mount.
+    pub output: Option<(File, Option<OwnedFd>)>,
+    /// The provided files, in spec order.
+    pub provided: Vec<OwnedFd>,
 }
 
 /// What [`build_root`] made.
@@ -118,11 +133,8 @@ fn pick_mountpoint(spec: &InitSpec) -> Result<&'static str, SandboxError> {
 
 /// Builds the worker's root and pivots into it. Runs in PID 1, in a mount
 /// namespace of its own (already unshared).
-pub(crate) fn build_root(
-    spec: &InitSpec,
-    input_fds: Vec<OwnedFd>,
-    provided_fds: Vec<OwnedFd>,
-) -> Result<BuiltRoot, SandboxError> {
+pub(crate) fn build_root(spec: &InitSpec, staged: StagedFds) -> Result<BuiltRoot, SandboxError> {
+    let StagedFds { inputs: input_fds, output: host_output, provided: provided_fds } = staged;
     rustix::mount::mount_change("/", MountPropagationFlags::REC | MountPropagationFlags::PRIVATE)
         .map_err(|e| SandboxError::MountPropagation { errno: errno(e) })?;
 
@@ -212,14 +224,29 @@ pub(crate) fn build_root(
         &format!("size={},mode=1777", spec.limits.scratch_bytes.max(4096)),
     )?;
 
-    // The working directory, the inputs (copies, then read-only binds) and the output.
+    // The working directory, the inputs (bound or copied, each a read-only
+    // mount of its own) and the output.
     let wd = at(&spec.working_dir);
     mkdir_p(&wd)?;
-    for (input, fd) in spec.inputs.iter().zip(input_fds) {
+    for (input, (fd, mount)) in spec.inputs.iter().zip(input_fds) {
         let path = format!("{wd}/{}", input.virtual_path);
         mkdir_p(parent_of(&path))?;
-        copy_input(&path, File::from(fd), input.bytes, &input.virtual_path, input.fd)?;
-        bind(&path, &path, false)?;
+        let file = File::from(fd);
+        if input.placement.copies() {
+            copy_input(&path, file, input.bytes, &input.virtual_path, input.fd)?;
+            bind(&path, &path, false)?;
+        } else {
+            write_new_file(&path, 0o444, b"")?;
+            crate::placement::bind_into(&path, &input.placement, &file, mount)?;
+            let size = file.metadata().map_err(build_err(format!("fstat(input {:?})", input.virtual_path)))?.len();
+            if size != input.bytes {
+                return Err(SandboxError::StageInput {
+                    virtual_path: input.virtual_path.clone(),
+                    fd: input.fd,
+                    errno: OsErrno(libc::EIO),
+                });
+            }
+        }
         remount_bind(
             &path,
             MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
@@ -235,7 +262,26 @@ pub(crate) fn build_root(
         let parent = parent_of(&path);
         mkdir_p(parent)?;
         bind(parent, parent, true)?;
-        output = Some(RetainedOutput { path: format!("{}/{}", spec.working_dir, o.virtual_path), file: None });
+        output =
+            Some(RetainedOutput { path: format!("{}/{}", spec.working_dir, o.virtual_path), file: None, bound: false });
+    } else if let Some((o, (host, mount))) = spec.output.as_ref().filter(|o| !o.placement.copies()).zip(host_output) {
+        // The host staging file itself, writable: its own mount, so it stays
+        // writable when the root is made read-only, and cannot be unlinked
+        // or renamed over.
+        let path = format!("{wd}/{}", o.virtual_path);
+        mkdir_p(parent_of(&path))?;
+        write_new_file(&path, 0o644, b"")?;
+        crate::placement::bind_into(&path, &o.placement, &host, mount)?;
+        remount_bind(
+            &path,
+            MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            "MS_NOSUID|MS_NODEV|MS_NOEXEC",
+        )?;
+        output = Some(RetainedOutput {
+            path: format!("{}/{}", spec.working_dir, o.virtual_path),
+            file: Some(host),
+            bound: true,
+        });
     } else if let Some(o) = &spec.output {
         let path = format!("{wd}/{}", o.virtual_path);
         mkdir_p(parent_of(&path))?;
@@ -251,7 +297,11 @@ pub(crate) fn build_root(
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
             .map_err(build_err(format!("open({path:?}, O_RDWR|O_NOFOLLOW)")))?;
-        output = Some(RetainedOutput { path: format!("{}/{}", spec.working_dir, o.virtual_path), file: Some(file) });
+        output = Some(RetainedOutput {
+            path: format!("{}/{}", spec.working_dir, o.virtual_path),
+            file: Some(file),
+            bound: false,
+        });
     }
 
     // The bound program. Its descriptor belongs to the caller's mount

@@ -18,6 +18,7 @@ use crate::error::{errno, SandboxError};
 use crate::init::INIT_MARKER;
 use crate::outcome::AppliedLimits;
 use crate::parent::{kill_init, NativeWorker, Pipes};
+use crate::placement::{Access, Placement};
 use crate::spec::{WorkerSpec, FS_SOCKET_FD};
 use crate::wire::{InitInput, InitOutput, InitProvided, InitSpec};
 use crate::worker::{Tier, Worker};
@@ -186,6 +187,26 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
 
 /// A close-on-exec duplicate of a descriptor for the init, numbered above
 /// [`FS_SOCKET_FD`] so that number stays free for the worker's socket.
+/// How a staged file will reach the worker ([`crate::placement`]); a
+/// detached mount to hand the init is duplicated into `inherited`.
+fn place(
+    file: &std::fs::File,
+    bytes: u64,
+    privileged: bool,
+    access: Access,
+    inherited: &mut Vec<OwnedFd>,
+) -> Result<Placement, SandboxError> {
+    match crate::placement::choose(file, bytes, privileged, access)? {
+        (Placement::Detached { .. }, Some(mount)) => {
+            let fd = dup_for_init(&mount)?;
+            let mount_fd = fd.as_raw_fd();
+            inherited.push(fd);
+            Ok(Placement::Detached { mount_fd })
+        }
+        (placement, _) => Ok(placement),
+    }
+}
+
 fn dup_for_init(fd: &impl std::os::fd::AsFd) -> Result<OwnedFd, SandboxError> {
     rustix::io::fcntl_dupfd_cloexec(fd, FS_SOCKET_FD + 1).map_err(|e| SandboxError::Descriptor {
         call: format!("fcntl(F_DUPFD_CLOEXEC, {})", FS_SOCKET_FD + 1),
@@ -244,6 +265,7 @@ impl NativeTier {
         let status_fd = dup_for_init(&status_w)?;
         drop(status_w);
         let mut inherited = vec![status_fd];
+        let privileged = crate::init::privileged_caller();
         let mut inputs = Vec::new();
         for i in &spec.inputs {
             let md = i.file.metadata().map_err(|e| SandboxError::Descriptor {
@@ -253,18 +275,30 @@ impl NativeTier {
             if !md.is_file() {
                 return Err(SandboxError::InvalidSpec(format!("input {:?} is not a regular file", i.virtual_path)));
             }
+            let placement = place(&i.file, md.len(), privileged, Access::Read, &mut inherited)?;
             let fd = dup_for_init(&i.file)?;
-            inputs.push(InitInput { virtual_path: i.virtual_path.clone(), fd: fd.as_raw_fd(), bytes: md.len() });
+            inputs.push(InitInput {
+                virtual_path: i.virtual_path.clone(),
+                fd: fd.as_raw_fd(),
+                bytes: md.len(),
+                placement,
+            });
             inherited.push(fd);
         }
         let output = match &spec.output {
             Some(o) => {
+                let placement = if self.worker_creates_output {
+                    Placement::Copy
+                } else {
+                    place(&o.file, o.max_bytes, privileged, Access::Write, &mut inherited)?
+                };
                 let fd = dup_for_init(&o.file)?;
                 let out = InitOutput {
                     virtual_path: o.virtual_path.clone(),
                     fd: fd.as_raw_fd(),
                     max_bytes: o.max_bytes,
                     created_by_worker: self.worker_creates_output,
+                    placement,
                 };
                 inherited.push(fd);
                 Some(out)

@@ -14,7 +14,7 @@ use rustix::event::{PollFd, PollFlags};
 use rustix::process::{WaitOptions, WaitStatus};
 
 use crate::error::{errno, SandboxError};
-use crate::mounts::{verify_retained, RetainedOutput};
+use crate::mounts::{verify_retained, RetainedOutput, StagedFds};
 use crate::outcome::{ExitStatusKind, OutputExport};
 use crate::sys::Forked;
 use crate::wire::{InitSpec, StatusMsg, StatusWriter};
@@ -24,8 +24,12 @@ use crate::wire::{InitSpec, StatusMsg, StatusWriter};
 pub(crate) struct Inherited {
     /// The staged inputs, in spec order.
     pub inputs: Vec<OwnedFd>,
+    /// The detached mount of each input placed that way, in spec order.
+    pub input_mounts: Vec<Option<OwnedFd>>,
     /// The host staging file of the output.
     pub output: Option<OwnedFd>,
+    /// The detached mount of the output, when placed that way.
+    pub output_mount: Option<OwnedFd>,
     /// The provided files, in spec order.
     pub provided: Vec<OwnedFd>,
     /// The worker's end of the file-system socket.
@@ -35,7 +39,13 @@ pub(crate) struct Inherited {
 impl Inherited {
     /// Every descriptor, for marking them close-on-exec.
     pub(crate) fn all(&self) -> impl Iterator<Item = &OwnedFd> {
-        self.inputs.iter().chain(self.output.iter()).chain(self.provided.iter()).chain(self.fs_socket.iter())
+        self.inputs
+            .iter()
+            .chain(self.input_mounts.iter().flatten())
+            .chain(self.output.iter())
+            .chain(self.output_mount.iter())
+            .chain(self.provided.iter())
+            .chain(self.fs_socket.iter())
     }
 }
 
@@ -66,7 +76,8 @@ fn run_inner(
     lifeline: OwnedFd,
     inherited: Inherited,
 ) -> Result<(), SandboxError> {
-    let Inherited { inputs: input_fds, output: host_output, provided: provided_fds, fs_socket } = inherited;
+    let Inherited { inputs, input_mounts, output: host_output, output_mount, provided, fs_socket } = inherited;
+    let host_output = host_output.map(File::from);
     // Die with the init; if it already died, stop now.
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
         .map_err(attr("prctl(PR_SET_PDEATHSIG, SIGKILL)"))?;
@@ -80,7 +91,16 @@ fn run_inner(
 
     crate::sys::unshare_namespaces(rustix::thread::UnshareFlags::NEWNS)
         .map_err(|e| SandboxError::Unshare { flags: "CLONE_NEWNS".into(), errno: errno(e) })?;
-    let built = crate::mounts::build_root(spec, input_fds, provided_fds)?;
+    let staged = StagedFds {
+        inputs: inputs.into_iter().zip(input_mounts).collect(),
+        output: host_output
+            .as_ref()
+            .map(|h| h.try_clone().map(|h| (h, output_mount)))
+            .transpose()
+            .map_err(|e| SandboxError::ProcessAttr { call: "dup(host output)".into(), errno: errno(e) })?,
+        provided,
+    };
+    let built = crate::mounts::build_root(spec, staged)?;
     rustix::system::sethostname(b"airlock").map_err(attr("sethostname(\"airlock\")"))?;
 
     let inputs: Vec<&str> = spec.inputs.iter().map(|i| i.virtual_path.as_str()).collect();
@@ -138,7 +158,7 @@ fn run_inner(
     status.send(&StatusMsg::Cleanup { reaped, all_reaped });
 
     if let (Some(out), Some(host), Some(o)) = (built.output, host_output, spec.output.as_ref()) {
-        let export = export(&out, File::from(host), o.max_bytes, &o.virtual_path)?;
+        let export = export(&out, host, o.max_bytes, &o.virtual_path)?;
         status.send(&StatusMsg::Export { export });
     }
     Ok(())
@@ -153,8 +173,12 @@ fn exit_of(st: WaitStatus) -> Option<ExitStatusKind> {
 }
 
 /// Copies the retained output to the host staging file when it is still the
-/// inode PID 1 created and holds at most `max_bytes`.
+/// inode PID 1 created and holds at most `max_bytes`; a bound output is
+/// already there, and is only checked.
 fn export(out: &RetainedOutput, host: File, max_bytes: u64, virtual_path: &str) -> Result<OutputExport, SandboxError> {
+    if out.bound {
+        return crate::bound_output::settle(out, &host, max_bytes, virtual_path);
+    }
     let opened;
     let source = match &out.file {
         Some(kept) => match verify_retained(&out.path, kept) {
@@ -205,7 +229,7 @@ mod tests {
         let path = dir.path().join("out");
         std::fs::write(&path, &content).unwrap();
         let file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
-        let out = RetainedOutput { path: path.to_str().unwrap().to_string(), file: Some(file) };
+        let out = RetainedOutput { path: path.to_str().unwrap().to_string(), file: Some(file), bound: false };
         let host = OpenOptions::new().read(true).write(true).create_new(true).open(dir.path().join("host")).unwrap();
         (dir, content, out, host)
     }

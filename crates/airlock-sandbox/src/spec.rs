@@ -128,8 +128,11 @@ pub struct ProvidedFile {
     pub executable: bool,
 }
 
-/// One read-only input: the worker sees a private copy of the file's bytes
-/// at `working_dir/virtual_path`.
+/// One read-only input: the worker sees the file's bytes at
+/// `working_dir/virtual_path`: a copy on its tmpfs, or, from 8 MiB on and
+/// where the file has a name, the native tier mounts this very inode there,
+/// read-only (for a root caller it first adds read for "other": the file
+/// must be private to the caller, in a directory nobody else can reach).
 #[derive(Debug)]
 pub struct StagedInput {
     /// Relative to the working directory, already validated (e.g. `data/in.txt`).
@@ -140,7 +143,11 @@ pub struct StagedInput {
 }
 
 /// The single output: an empty file the worker may write; after the worker
-/// and all its descendants are gone, its bytes are copied into `file`.
+/// and all its descendants are gone, its bytes are copied into `file`. From
+/// a `max_bytes` of 8 MiB on, where `file` has a name, the native tier
+/// mounts `file` itself for the worker to write instead (for a root caller
+/// after adding read-write for "other"; `file` must be private to the
+/// caller), and removes its `user.*` and ACL attributes after the run.
 #[derive(Debug)]
 pub struct StagedOutput {
     /// Relative to the working directory, already validated.

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::SandboxError;
 use crate::outcome::{ExitStatusKind, OutputExport};
+use crate::placement::Placement;
 use crate::spec::{ImageMount, SpecShape, WorkerLimits, FS_SOCKET_FD};
 
 /// The most spec bytes the init reads.
@@ -21,6 +22,9 @@ pub(crate) struct InitInput {
     pub virtual_path: String,
     pub fd: i32,
     pub bytes: u64,
+    /// Bound or copied.
+    #[serde(default)]
+    pub placement: Placement,
 }
 
 /// The output as the init sees it.
@@ -32,6 +36,10 @@ pub(crate) struct InitOutput {
     /// The worker creates the file itself (see `NativeTier::worker_creates_output`).
     #[serde(default)]
     pub created_by_worker: bool,
+    /// Bound or copied (and then exported); always a copy when the worker
+    /// creates the file.
+    #[serde(default)]
+    pub placement: Placement,
 }
 
 /// A provided file as the init sees it.
@@ -80,13 +88,18 @@ pub(crate) struct InitSpec {
 
 impl InitSpec {
     /// Bytes of the call's files on the worker's root tmpfs: the copied
-    /// inputs and provided files, and room for the output (its bound, or
-    /// the file-size limit if larger, plus the one byte that shows an
-    /// overrun). tmpfs pages are charged to the worker's cgroup, so its
-    /// memory limit is raised by this much.
+    /// inputs and provided files, and room for a copied output (its bound,
+    /// or the file-size limit if larger, plus the one byte that shows an
+    /// overrun); a bound file takes none. tmpfs pages are charged to the
+    /// worker's cgroup, so its memory limit is raised by this much.
     pub(crate) fn files_bytes(&self) -> u64 {
-        let copied = self.inputs.iter().map(|i| i.bytes).chain(self.provided.iter().map(|p| p.bytes));
-        let output = self.output.as_ref().map_or(0, |o| o.max_bytes.max(self.limits.file_size).saturating_add(1));
+        let inputs = self.inputs.iter().filter(|i| i.placement.copies()).map(|i| i.bytes);
+        let copied = inputs.chain(self.provided.iter().map(|p| p.bytes));
+        let output = self
+            .output
+            .as_ref()
+            .filter(|o| o.placement.copies())
+            .map_or(0, |o| o.max_bytes.max(self.limits.file_size).saturating_add(1));
         copied.fold(output, u64::saturating_add)
     }
 
@@ -98,8 +111,15 @@ impl InitSpec {
             .map(|m| m.path.to_str().ok_or_else(|| SandboxError::InvalidSpec("image path is not UTF-8".into())))
             .collect::<Result<Vec<_>, _>>()?;
         let mut files: Vec<&str> = self.inputs.iter().map(|i| i.virtual_path.as_str()).collect();
+        for i in &self.inputs {
+            i.placement.check()?;
+        }
         if let Some(o) = &self.output {
             files.push(&o.virtual_path);
+            o.placement.check()?;
+            if o.created_by_worker && !o.placement.copies() {
+                return Err(SandboxError::InvalidSpec("an output the worker creates cannot be bound".into()));
+            }
         }
         SpecShape {
             argv: &self.argv,
@@ -125,8 +145,8 @@ impl InitSpec {
     pub(crate) fn inherited_fds(&self) -> Vec<i32> {
         let mut fds = vec![self.status_fd];
         fds.extend(self.stdin_fd);
-        fds.extend(self.output.iter().map(|o| o.fd));
-        fds.extend(self.inputs.iter().map(|i| i.fd));
+        fds.extend(self.output.iter().flat_map(|o| [Some(o.fd), o.placement.mount_fd()]).flatten());
+        fds.extend(self.inputs.iter().flat_map(|i| [Some(i.fd), i.placement.mount_fd()]).flatten());
         fds.extend(self.program_fd);
         fds.extend(self.provided.iter().map(|p| p.fd));
         fds.extend(self.fs_socket_fd);

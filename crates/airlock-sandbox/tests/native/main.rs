@@ -1,5 +1,6 @@
 //! Integration tests of the native tier: real namespaces, Landlock and
 //! seccomp, no mocks. One test binary (modules below).
+mod bound;
 mod confinement;
 mod files;
 mod fs_socket;

@@ -1,0 +1,186 @@
+//! How one staged file reaches the worker's tree: the staged inode itself,
+//! bound (read-only for an input), or a copy on the root tmpfs.
+//!
+//! A bind saves a pass over the bytes and keeps them off the worker's
+//! memory-backed root: a 4 GiB input copied onto tmpfs is 4 GiB of RAM
+//! (and of the worker's cgroup). What is bound is never a file the call
+//! named on the host: it is the caller's private staged copy (an input's
+//! snapshot, the output's staging file) in a directory only the caller can
+//! reach. The worker can learn that file's identity (`fstat`) and where it
+//! lives (its mount's root in `/proc/self/mountinfo`), and reach nothing
+//! beside it.
+//!
+//! The way depends on who the caller is:
+//! - [`Placement::Path`]: an unprivileged caller's PID 1 runs as the
+//!   caller's own uid, so it binds the file by the path the kernel reports
+//!   for the descriptor, in its copy of the caller's mount namespace (the
+//!   kernel binds nothing across mount namespaces), and checks that the
+//!   bound inode is the descriptor's.
+//! - [`Placement::Detached`]: a root caller's PID 1 runs as 65534 outside
+//!   and cannot traverse root's private directories; the caller, still
+//!   root in the initial namespaces, clones the file as a detached mount
+//!   (`open_tree(OPEN_TREE_CLONE)`), makes it readable (and, for the
+//!   output, writable) by that id, and PID 1 moves the mount into place.
+//! - [`Placement::Copy`]: a file under [`BIND_MIN_BYTES`] (an output whose
+//!   bound is), or one with no name to bind (an unnamed `O_TMPFILE`, a
+//!   memfd; the kernel mounts neither).
+//!
+//! The price of a bind is that disclosure: the worker can read the host
+//! path of its staged file (`/proc/self/mountinfo` shows a mount's root).
+//! A call within the seed's default file size pays nothing for a copy that
+//! small, so it keeps the stronger promise that no host path shows in the
+//! worker; only a file over that size, which an operator's raised
+//! `[limits]` allow, is bound.
+#![forbid(unsafe_code)]
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+
+use rustix::mount::{MoveMountFlags, OpenTreeFlags};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{errno, SandboxError};
+
+/// Files (and outputs whose bound is) smaller than this are copied: the
+/// seed's default `max_file_bytes` (8 MiB).
+pub(crate) const BIND_MIN_BYTES: u64 = 8 << 20;
+
+/// How PID 1 puts one staged file into the worker's tree.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "how", rename_all = "snake_case")]
+pub(crate) enum Placement {
+    /// Copied onto the root tmpfs.
+    #[default]
+    Copy,
+    /// Bound from this absolute host path (as seen in PID 1's copy of the
+    /// caller's mount namespace).
+    Path {
+        /// What `readlink(/proc/self/fd/N)` said for the descriptor.
+        path: String,
+    },
+    /// Moved in from the detached mount the caller cloned, inherited as
+    /// this descriptor.
+    Detached {
+        /// The inherited `open_tree` descriptor.
+        mount_fd: i32,
+    },
+}
+
+impl Placement {
+    /// Whether the file's bytes go onto the root tmpfs.
+    pub(crate) fn copies(&self) -> bool {
+        matches!(self, Placement::Copy)
+    }
+
+    /// The inherited mount descriptor, for [`Placement::Detached`].
+    pub(crate) fn mount_fd(&self) -> Option<i32> {
+        match self {
+            Placement::Detached { mount_fd } => Some(*mount_fd),
+            _ => None,
+        }
+    }
+
+    /// Checks a placement read from the spec: a path must be absolute and
+    /// free of NUL bytes.
+    pub(crate) fn check(&self) -> Result<(), SandboxError> {
+        match self {
+            Placement::Path { path } if !path.starts_with('/') || path.contains('\0') => {
+                Err(SandboxError::InvalidSpec(format!("bind source {path:?} is not an absolute path")))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Whether a file is placed for reading only or also for writing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// An input: the worker reads it.
+    Read,
+    /// The output: the worker writes it.
+    Write,
+}
+
+/// In the caller: how `file` will be placed, and the detached mount to
+/// hand the init for [`Placement::Detached`]. `bytes` is an input's size or
+/// the output's bound; `privileged` is whether the caller is root with the
+/// capabilities to map other ids (its worker then runs as another uid).
+pub(crate) fn choose(
+    file: &File,
+    bytes: u64,
+    privileged: bool,
+    access: Access,
+) -> Result<(Placement, Option<OwnedFd>), SandboxError> {
+    let md =
+        file.metadata().map_err(|e| SandboxError::Descriptor { call: "fstat(staged file)".into(), errno: errno(e) })?;
+    if bytes < BIND_MIN_BYTES || !md.is_file() || md.nlink() == 0 {
+        return Ok((Placement::Copy, None));
+    }
+    if privileged {
+        let flags = OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC | OpenTreeFlags::AT_EMPTY_PATH;
+        let Ok(mount) = rustix::mount::open_tree(file, "", flags) else {
+            return Ok((Placement::Copy, None));
+        };
+        // The worker's id is not the owner: it reads (and writes) the file
+        // as "other". The file lives in the caller's private directory, so
+        // these bits open it to nobody else; a published output gets its
+        // own mode before it is named.
+        let extra = match access {
+            Access::Read => 0o444,
+            Access::Write => 0o666,
+        };
+        rustix::fs::fchmod(file, rustix::fs::Mode::from_raw_mode((md.mode() & 0o7777) | extra)).map_err(|e| {
+            SandboxError::Descriptor { call: format!("fchmod(staged file, {extra:#o} added)"), errno: errno(e) }
+        })?;
+        // The number is filled in once the descriptor is duplicated for the init.
+        return Ok((Placement::Detached { mount_fd: -1 }, Some(mount)));
+    }
+    let link = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let Ok(path) = std::fs::read_link(&link) else {
+        return Ok((Placement::Copy, None));
+    };
+    let Some(path) = path.to_str().filter(|p| p.starts_with('/')) else {
+        return Ok((Placement::Copy, None));
+    };
+    // The name must still be this inode here; PID 1 checks again after binding.
+    match std::fs::symlink_metadata(path) {
+        Ok(at) if at.is_file() && (at.dev(), at.ino()) == (md.dev(), md.ino()) => {
+            Ok((Placement::Path { path: path.to_string() }, None))
+        }
+        _ => Ok((Placement::Copy, None)),
+    }
+}
+
+/// In PID 1, before `pivot_root`: mounts the staged file `file` at
+/// `target` (an empty file made as its mount point) as `how` says, and
+/// checks the file now at `target` is `file`'s inode. Not for
+/// [`Placement::Copy`].
+pub(crate) fn bind_into(
+    target: &str,
+    how: &Placement,
+    file: &File,
+    detached: Option<OwnedFd>,
+) -> Result<(), SandboxError> {
+    match (how, detached) {
+        (Placement::Path { path }, None) => crate::mount_calls::bind(path, target, false)?,
+        (Placement::Detached { .. }, Some(mount)) => {
+            rustix::mount::move_mount(&mount, "", rustix::fs::CWD, target, MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH)
+                .map_err(|e| SandboxError::BindMount {
+                    source_path: "(detached mount of a staged file)".into(),
+                    target: target.into(),
+                    flags: "move_mount(MOVE_MOUNT_F_EMPTY_PATH)".into(),
+                    errno: errno(e),
+                })?;
+        }
+        _ => return Err(SandboxError::InvalidSpec(format!("no mount to place at {target:?}"))),
+    }
+    let want =
+        file.metadata().map_err(|e| SandboxError::Descriptor { call: "fstat(staged file)".into(), errno: errno(e) })?;
+    let got = std::fs::symlink_metadata(target)
+        .map_err(|e| SandboxError::BuildRoot { call: format!("lstat({target:?})"), errno: errno(e) })?;
+    if !got.is_file() || (got.dev(), got.ino()) != (want.dev(), want.ino()) {
+        return Err(SandboxError::InvalidSpec(format!("the file bound at {target:?} is not the staged file")));
+    }
+    Ok(())
+}

@@ -79,7 +79,11 @@
 //! `output.identity_mismatch` (the runtime journals it in
 //! `FilePublicationFinished`), and the foreign file is left in place, never
 //! unlinked, never vouched for. A named candidate is removed on failure only
-//! while its name is still its inode.
+//! while its name is still its inode. Where the call's staged output (a
+//! [`StagedFile`]) can be moved into the held parent, it is the candidate
+//! itself ([`HeldOutput::adopt_staged`]): linked from its descriptor when
+//! unnamed, renamed (no replace, then checked by `(dev, ino)`) from its
+//! private staging directory when named.
 //!
 //! # Control files
 //!
@@ -160,7 +164,7 @@ pub use input::{InputFile, SnapshotInfo};
 pub use output::HeldOutput;
 pub use parents::MadeDir;
 pub use private::{random_suffix, PrivateDir};
-pub use publish::{Candidate, CandidateMode, EntryIdentity, Published, CANDIDATE_PREFIX};
+pub use publish::{Candidate, CandidateMode, EntryIdentity, Published, StagedFile, CANDIDATE_PREFIX};
 pub use resolve::{Resolver, ResolverKind};
 pub use umask::process_umask;
 pub use walk::{Entry, EntryKind};

@@ -5,6 +5,7 @@
 use crate::authority::HostAuthority;
 use crate::dir::Dir;
 use crate::error::{Error, Result};
+use crate::publish::StagedFile;
 use airlock_core::ReasonCode;
 use rustix::fd::AsFd;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags, CWD};
@@ -143,17 +144,28 @@ impl PrivateDir {
 
     /// Creates a new `0600` file for reading and writing, unnamed
     /// (`O_TMPFILE`) where the file system allows it, else named `name`
-    /// (exclusively). An unnamed file can later be given a name in
-    /// another directory of the same mount by linking its descriptor (a
-    /// staged output published as itself, [`crate::HeldOutput::adopt_staged`]);
-    /// it vanishes with its last descriptor.
-    pub fn create_staged(&self, name: &str) -> Result<File> {
+    /// (as [`PrivateDir::create_staged_named`]). An unnamed file can later
+    /// be given a name in another directory of the same mount by linking
+    /// its descriptor (a staged output published as itself,
+    /// [`crate::HeldOutput::adopt_staged`]); it vanishes with its last
+    /// descriptor.
+    pub fn create_staged(&self, name: &str) -> Result<StagedFile> {
         let flags = OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC;
         match rustix::fs::openat(self.dir.as_fd(), ".", flags, Mode::from_raw_mode(0o600)) {
-            Ok(fd) => Ok(File::from(fd)),
-            Err(e) if crate::publish::tmpfile_unsupported(e) => self.create_file_rw(name),
+            Ok(fd) => Ok(StagedFile::Unnamed(File::from(fd))),
+            Err(e) if crate::publish::tmpfile_unsupported(e) => self.create_staged_named(name),
             Err(e) => Err(Error::syscall(ReasonCode::Internal, "openat(\".\", O_TMPFILE|O_RDWR, 0600)", e)),
         }
+    }
+
+    /// Creates the new file `name` (`0600`, for reading and writing, never
+    /// through a link, failing if `name` exists) and keeps it with a handle
+    /// of this directory, so that it can be renamed from here into an
+    /// output's directory of the same mount ([`crate::HeldOutput::adopt_staged`])
+    /// and, having a name, be bound into a worker.
+    pub fn create_staged_named(&self, name: &str) -> Result<StagedFile> {
+        let file = self.create_file_rw(name)?;
+        Ok(StagedFile::Named { file, dir: self.dir.try_clone()?, name: name.to_owned() })
     }
 
     /// Opens regular file `name` for reading, never through a link.

@@ -12,13 +12,14 @@
 //!
 //! The candidate is a copy of the staged output, except where the staged
 //! output can be the candidate itself ([`HeldOutput::adopt_staged`],
-//! `staged.rs`): no copy, the same unnamed-file publication.
+//! `staged.rs`): no copy; an unnamed staged file is linked like an unnamed
+//! candidate, a named one is renamed from the staging directory.
 
 use crate::copy::copy_hashed;
 use crate::error::{Error, Result};
 use crate::output::HeldOutput;
 use airlock_core::ReasonCode;
-use rustix::fd::{AsFd, AsRawFd, OwnedFd};
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
@@ -37,7 +38,20 @@ pub struct Published {
     pub dev_ino: (u64, u64),
 }
 
-/// How a candidate is kept between being written and being published.
+/// How a candidate is kept between being written and being published: what
+/// the journal's `candidate_mode` records, and so what recovery looks for.
+///
+/// The staged output renamed from its staging directory is a mode of its
+/// own, not an origin of the `Named` or `Tmpfile` kind: recovery decides by
+/// the mode where a surviving candidate can be (a `Named` one under
+/// [`CANDIDATE_PREFIX`]`ID` in the destination directory, which recovery
+/// publishes) and whether a crash before the publishing call leaves
+/// anything to publish. A `Staged` candidate is named, but outside the
+/// destination directory, in a staging directory that is reaped with its
+/// call: like a `Tmpfile` one, it is never visible at the destination
+/// before one atomic call, and after a crash before that call nothing is
+/// published. (`candidate_origin`, `staged` or `copy`, only says whether
+/// the bytes were copied.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CandidateMode {
     /// An unnamed `O_TMPFILE` in the held parent, published by linking the
@@ -48,32 +62,54 @@ pub enum CandidateMode {
     /// `renameat2(RENAME_NOREPLACE)` and then checked by `(dev, ino)`; for
     /// file systems without `O_TMPFILE`.
     Named,
+    /// The named staged output in its private staging directory (same
+    /// mount), published with `renameat2(RENAME_NOREPLACE)` from there and
+    /// then checked by `(dev, ino)`; only [`HeldOutput::adopt_staged`] makes
+    /// one.
+    Staged,
 }
 
 impl CandidateMode {
-    /// `"tmpfile"` or `"named"`, as journaled.
+    /// `"tmpfile"`, `"named"` or `"staged"`, as journaled.
     pub fn as_str(self) -> &'static str {
         match self {
             CandidateMode::Tmpfile => "tmpfile",
             CandidateMode::Named => "named",
+            CandidateMode::Staged => "staged",
         }
+    }
+
+    /// The mode journaled as `s`; `None` for anything else.
+    pub fn parse(s: &str) -> Option<CandidateMode> {
+        [CandidateMode::Tmpfile, CandidateMode::Named, CandidateMode::Staged].into_iter().find(|m| m.as_str() == s)
     }
 }
 
-/// A synced candidate beside the destination, not yet published, held open.
-/// Dropping it without [`Candidate::publish`] leaves nothing: an unnamed
+/// A synced candidate, not yet published, held open. Dropping it without
+/// [`Candidate::publish`] leaves nothing beside the destination: an unnamed
 /// candidate ends with its descriptor, a named one is unlinked only while
-/// its name is still this file.
+/// its name is still this file, and a staged one is left in its staging
+/// directory (reaped with its call).
 #[derive(Debug)]
 pub struct Candidate<'a> {
     held: &'a HeldOutput,
     file: std::fs::File,
-    /// `None` for an unnamed (`O_TMPFILE`) candidate.
-    name: Option<String>,
+    kept: Kept,
     info: Published,
     done: bool,
     /// Permission bits the published file gets (`None`: it stays `0600`).
     mode: Option<u32>,
+}
+
+/// Where a candidate is until it is published.
+#[derive(Debug)]
+enum Kept {
+    /// Unnamed (`O_TMPFILE`), on the held parent's file system.
+    Unnamed,
+    /// Under this name in the held parent.
+    Named(String),
+    /// Under `name` in the staging directory `dir` (the staged output).
+    Staged { dir: crate::dir::Dir, name: String },
 }
 
 /// What is at a name in a directory, without following links.
@@ -107,6 +143,8 @@ impl HeldOutput {
     /// [`CandidateMode::Named`]) it is named [`CANDIDATE_PREFIX`] + `tag` (a
     /// single safe component, such as the invocation id), so recovery can
     /// find it even when a crash came before any record named it.
+    /// [`CandidateMode::Staged`] is refused (`internal`): a copy is never
+    /// the staged output.
     pub fn write_candidate(
         &self,
         source: &std::fs::File,
@@ -116,6 +154,9 @@ impl HeldOutput {
         mode: CandidateMode,
     ) -> Result<Candidate<'_>> {
         self.check_ready(expected_parent)?;
+        if mode == CandidateMode::Staged {
+            return Err(Error::new(ReasonCode::Internal, "a copy cannot be kept as the staged output"));
+        }
         if tag.is_empty() || tag.contains('/') || tag.contains('\0') || tag.len() > 128 {
             return Err(Error::new(ReasonCode::Internal, format!("invalid candidate tag {tag:?}")));
         }
@@ -124,7 +165,7 @@ impl HeldOutput {
         let mut candidate = Candidate {
             held: self,
             file: std::fs::File::from(fd),
-            name,
+            kept: name.map_or(Kept::Unnamed, Kept::Named),
             info: Published { bytes: 0, sha256_hex: String::new(), dev_ino: (st.st_dev, st.st_ino) },
             done: false,
             mode: None,
@@ -246,7 +287,7 @@ impl HeldOutput {
             Some(e) if e.dev_ino == dev_ino && e.regular => {}
             _ => return Err(Error::new(ReasonCode::PathRace, format!("{name:?} is not the recorded candidate"))),
         }
-        rename_noreplace(self, name)?;
+        rename_noreplace(self.parent.as_fd(), name, self)?;
         self.check_published(dev_ino)?;
         if let Some(mode) = mode {
             let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
@@ -301,23 +342,18 @@ impl HeldOutput {
     }
 }
 
-fn rename_noreplace(held: &HeldOutput, candidate: &str) -> Result<()> {
-    rustix::fs::renameat_with(
-        held.parent.as_fd(),
-        candidate,
-        held.parent.as_fd(),
-        held.name.as_str(),
-        RenameFlags::NOREPLACE,
-    )
-    .map_err(|e| {
-        let code = match e {
-            Errno::EXIST => ReasonCode::OutputExists,
-            // The candidate was moved away: the same swap, caught earlier.
-            Errno::NOENT => ReasonCode::OutputIdentityMismatch,
-            _ => ReasonCode::Internal,
-        };
-        Error::syscall(code, format_args!("renameat2({candidate:?}, {:?}, RENAME_NOREPLACE)", held.name), e)
-    })
+/// `renameat2(from_dir, candidate, parent, name, RENAME_NOREPLACE)`.
+fn rename_noreplace(from_dir: BorrowedFd<'_>, candidate: &str, held: &HeldOutput) -> Result<()> {
+    rustix::fs::renameat_with(from_dir, candidate, held.parent.as_fd(), held.name.as_str(), RenameFlags::NOREPLACE)
+        .map_err(|e| {
+            let code = match e {
+                Errno::EXIST => ReasonCode::OutputExists,
+                // The candidate was moved away: the same swap, caught earlier.
+                Errno::NOENT => ReasonCode::OutputIdentityMismatch,
+                _ => ReasonCode::Internal,
+            };
+            Error::syscall(code, format_args!("renameat2({candidate:?}, {:?}, RENAME_NOREPLACE)", held.name), e)
+        })
 }
 
 /// `linkat(file, "", parent, name, AT_EMPTY_PATH)`: gives the open file the
@@ -349,9 +385,10 @@ fn link_open_file(held: &HeldOutput, file: &std::fs::File) -> Result<()> {
 impl Candidate<'_> {
     /// The published file gets permission bits `mode` instead of `0600`.
     /// They are set with `fchmod` on the open candidate only once it cannot
-    /// change any more: an unnamed candidate just before it is linked, a
-    /// named one after its rename is checked, so a candidate is never
-    /// writable by anyone else while it has a name nobody vouched for.
+    /// change any more: an unnamed candidate just before it is linked, the
+    /// staged output just before its rename (its staging directory is
+    /// private), a named one after its rename is checked, so a candidate is
+    /// never writable by anyone else while it has a name nobody vouched for.
     pub fn with_mode(mut self, mode: u32) -> Self {
         self.mode = Some(mode);
         self
@@ -366,17 +403,21 @@ impl Candidate<'_> {
     }
 
     /// The candidate's file name in the destination directory; `None` for
-    /// an unnamed (`O_TMPFILE`) candidate.
+    /// an unnamed (`O_TMPFILE`) candidate and for the staged output, which
+    /// has no name there before it is published.
     pub fn name(&self) -> Option<&str> {
-        self.name.as_deref()
+        match &self.kept {
+            Kept::Named(name) => Some(name),
+            Kept::Unnamed | Kept::Staged { .. } => None,
+        }
     }
 
     /// How the candidate is kept.
     pub fn mode(&self) -> CandidateMode {
-        if self.name.is_some() {
-            CandidateMode::Named
-        } else {
-            CandidateMode::Tmpfile
+        match self.kept {
+            Kept::Unnamed => CandidateMode::Tmpfile,
+            Kept::Named(_) => CandidateMode::Named,
+            Kept::Staged { .. } => CandidateMode::Staged,
         }
     }
 
@@ -393,20 +434,28 @@ impl Candidate<'_> {
     /// published is the one written and hashed. A named one is renamed with
     /// `RENAME_NOREPLACE`, then the output's name must be its `(dev, ino)`:
     /// otherwise another user swapped it, and this is
-    /// `output.identity_mismatch` with the foreign file left in place.
+    /// `output.identity_mismatch` with the foreign file left in place. The
+    /// staged output gets its mode in its private staging directory, then
+    /// is renamed from there the same way and checked the same way; on
+    /// `output.exists` it stays where it was.
     pub fn publish(mut self) -> Result<Published> {
-        match &self.name {
-            None => {
+        match &self.kept {
+            Kept::Unnamed => {
                 self.apply_mode()?;
                 link_open_file(self.held, &self.file)?
             }
-            Some(name) => {
-                rename_noreplace(self.held, name)?;
+            Kept::Named(name) => {
+                rename_noreplace(self.held.parent.as_fd(), name, self.held)?;
                 // Whatever the check finds, the candidate's name is no
                 // longer this file's to remove.
                 self.done = true;
                 self.held.check_published(self.info.dev_ino)?;
                 self.apply_mode()?;
+            }
+            Kept::Staged { dir, name } => {
+                self.apply_mode()?;
+                rename_noreplace(dir.as_fd(), name, self.held)?;
+                self.held.check_published(self.info.dev_ino)?;
             }
         }
         self.done = true;
@@ -420,7 +469,7 @@ impl Drop for Candidate<'_> {
         if self.done {
             return;
         }
-        if let Some(name) = &self.name {
+        if let Kept::Named(name) = &self.kept {
             // Only while the name is still this file: another user's file
             // under it is never removed.
             if matches!(self.held.entry(name), Ok(Some(e)) if e.dev_ino == self.info.dev_ino) {
@@ -431,6 +480,7 @@ impl Drop for Candidate<'_> {
 }
 
 mod staged;
+pub use staged::StagedFile;
 
 #[cfg(test)]
 mod tests;

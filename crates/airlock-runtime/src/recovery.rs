@@ -24,9 +24,10 @@ pub enum PublicationState {
     /// The destination is the recorded candidate, with the recorded bytes:
     /// the link or rename happened.
     Published,
-    /// The recorded candidate was unnamed (`O_TMPFILE`) and the destination
-    /// is free: it ended with its process before it was linked, so nothing
-    /// was published.
+    /// The recorded candidate was unnamed (`O_TMPFILE`), or the staged
+    /// output still in the call's staging directory, and the destination is
+    /// free: the process ended before the link or rename, so nothing was
+    /// published.
     NeverLinked,
     /// A candidate exists that no intent announced (crash before the record).
     Unannounced,
@@ -59,10 +60,17 @@ struct Target {
     candidate: String,
 }
 
-/// Whether an intent's candidate was named (intents written before unnamed
-/// candidates existed have no mode and were named).
+/// Whether an intent's candidate was named in the destination directory,
+/// where recovery can find and publish it (intents written before unnamed
+/// candidates existed have no mode and were named). An unnamed (`tmpfile`)
+/// candidate ended with its process; a `staged` one is named only in the
+/// call's staging directory, which is reaped with the call: neither is ever
+/// at the destination before its one atomic link or rename.
 fn named(intent: &Value) -> bool {
-    intent["candidate_mode"].as_str() != Some(CandidateMode::Tmpfile.as_str())
+    match intent["candidate_mode"].as_str().and_then(CandidateMode::parse) {
+        Some(CandidateMode::Tmpfile | CandidateMode::Staged) => false,
+        Some(CandidateMode::Named) | None => true,
+    }
 }
 
 fn body_of<'r>(records: &'r [Record], k: &str) -> Option<&'r Value> {
@@ -141,8 +149,9 @@ impl Runtime {
         };
         let recorded = dev_ino(&intent["candidate"]);
         let named = named(intent);
-        // An unnamed candidate has no name to look at; whatever is at this
-        // invocation's candidate name then is not its candidate.
+        // An unnamed or staged candidate has no name to look at here;
+        // whatever is at this invocation's candidate name then is not its
+        // candidate.
         let candidate = if named { t.held.entry(&t.candidate)? } else { None };
         let dest = t.held.entry(t.held.name())?;
         Ok(match (candidate, dest) {
@@ -156,8 +165,13 @@ impl Runtime {
             (None, None) if !named => (
                 NeverLinked,
                 format!(
-                    "the candidate was an unnamed file and {path} is free: the candidate ended with its process \
-                     before it was linked (or the published file was moved away since)"
+                    "the candidate was {} and {path} is free: the process ended before it was published (or the \
+                     published file was moved away since)",
+                    if intent["candidate_mode"] == CandidateMode::Staged.as_str() {
+                        "the staged output, left in the call's staging directory to be reaped with it"
+                    } else {
+                        "an unnamed file, which ended with its process"
+                    }
                 ),
             ),
             (Some(_), Some(_)) => (Conflict, format!("{path} exists and is not the recorded candidate")),
@@ -305,7 +319,8 @@ impl Runtime {
     /// this process's user, the only identity known before the intent).
     fn discard_candidate(&self, id: &str, intent: Option<&Value>) -> Result<(), Refusal> {
         if intent.is_some_and(|i| !named(i)) {
-            // An unnamed candidate left nothing to remove.
+            // An unnamed candidate left nothing to remove, nor a staged one
+            // here (its staging directory is reaped with the call).
             return Ok(());
         }
         let (path, parent) = match intent {

@@ -102,11 +102,12 @@ fn one_flipped_byte_fails_at_that_record_and_a_torn_tail_is_reported() {
     assert!(!p.path("results/late.txt").exists());
 }
 
-/// How the crashed run keeps its candidate: unnamed (`O_TMPFILE`, the
-/// default here) or named (as on a file system without `O_TMPFILE`).
+/// How the crashed run keeps its candidate: the staged output itself,
+/// renamed from the call's staging directory (the default here), or a named
+/// copy beside the destination (as on a file system without `O_TMPFILE`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Candidate {
-    Unnamed,
+    Staged,
     Named,
 }
 
@@ -131,10 +132,10 @@ fn candidates(p: &Project) -> Vec<String> {
     crate::runkit::names(&p.path("results")).into_iter().filter(|n| n.starts_with(".airlock-candidate-")).collect()
 }
 
-/// With an unnamed candidate, a crash before the link leaves nothing named:
-/// the candidate died with the process and recovery settles on "nothing
-/// published" by itself; after the link the published file's identity and
-/// hash decide.
+/// With the staged output as the candidate, a crash before the rename leaves
+/// nothing at the destination: the candidate is still in the dead call's
+/// staging directory, and recovery settles on "nothing published" by
+/// itself; after the rename the published file's identity and hash decide.
 #[test]
 fn sigkill_at_each_publication_step_then_inspect_and_recover_converge() {
     // (point, state after the crash, published after recovery)
@@ -145,7 +146,7 @@ fn sigkill_at_each_publication_step_then_inspect_and_recover_converge() {
         ("after_publish", "published", true),
         ("after_finished", "settled", true),
     ];
-    crash_story(Candidate::Unnamed, &cases);
+    crash_story(Candidate::Staged, &cases);
 }
 
 /// The same with a named candidate (file systems without `O_TMPFILE`): the
@@ -191,7 +192,7 @@ fn crash_story(mode: Candidate, cases: &[(&str, &str, bool)]) {
                 .unwrap()
                 .clone();
             assert_eq!(intent["body"]["sha256"], format!("sha256:{}", sha256_hex(&bytes)), "{point}");
-            let want_mode = if mode == Candidate::Named { "named" } else { "tmpfile" };
+            let want_mode = if mode == Candidate::Named { "named" } else { "staged" };
             assert_eq!(intent["body"]["candidate_mode"], want_mode, "{point}");
             let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p.path("results/out.txt")).unwrap());
             assert_eq!(intent["body"]["candidate"]["ino"], ino.to_string(), "{point}: the published inode");
@@ -212,7 +213,7 @@ fn crash_story(mode: Candidate, cases: &[(&str, &str, bool)]) {
 #[test]
 fn a_published_file_whose_bytes_changed_is_not_confirmed_by_recovery() {
     let p = project();
-    crash_at(&p, "after_publish", "changed", Candidate::Unnamed);
+    crash_at(&p, "after_publish", "changed", Candidate::Staged);
     assert_eq!(state(&p, "changed"), "published");
     // Same inode, other bytes.
     std::fs::write(p.path("results/out.txt"), "publish ME\n").unwrap();

@@ -6,8 +6,9 @@
 //! renames away, creating its own file, with its own bytes, under that
 //! name; and when output `out-N.txt` appears it plants its bytes under a
 //! destination name still to come (`out-(N+3).txt`). Over 1,000 runs of the
-//! shipping binary (unnamed `O_TMPFILE` candidates, and named candidates as
-//! on a file system without `O_TMPFILE`), every run either is refused or the
+//! shipping binary (the staged output renamed from its private staging
+//! directory, and named copies as on a file system without `O_TMPFILE`),
+//! every run either is refused or the
 //! file under the output's name is the inode the journal records, owned by
 //! airlock's user, holding the receipt's bytes; the racer's bytes never
 //! appear under a receipt or a confirmed publication. `journal verify`
@@ -153,7 +154,7 @@ fn race(named: bool) -> Option<(usize, HashMap<String, usize>)> {
     let tool_sha = format!("sha256:{}", sha256_hex(TOOL_BYTES.as_bytes()));
     let racer_sha = format!("sha256:{}", sha256_hex(RACER_BYTES.as_bytes()));
     let (prepared, finished) = publication_records(&p);
-    let mode = if named { "named" } else { "tmpfile" };
+    let mode = if named { "named" } else { "staged" };
     let (mut published, mut refused) = (0, HashMap::<String, usize>::new());
     for (i, run) in &runs {
         let id = format!("r-{i}");
@@ -242,10 +243,11 @@ fn assert_no_candidates_of_airlock(results: &Path) {
     assert!(left.is_empty(), "airlock's candidates left: {left:?}");
 }
 
-/// With unnamed candidates there is nothing to swap before publication;
-/// the racer can only take a destination name first (`output.exists`).
+/// With the staged output renamed from the call's private staging directory
+/// there is nothing in the shared directory to swap before publication; the
+/// racer can only take a destination name first (`output.exists`).
 #[test]
-fn a_racer_in_a_shared_output_dir_never_gets_its_bytes_published_unnamed() {
+fn a_racer_in_a_shared_output_dir_never_gets_its_bytes_published_staged() {
     let Some((published, _)) = race(false) else { return };
     assert!(published > 0, "nothing was published");
 }

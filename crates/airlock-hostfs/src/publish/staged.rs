@@ -1,43 +1,74 @@
 //! The staged output as its own publication candidate: no copy.
 //!
-//! A call's output is staged in an unnamed `O_TMPFILE` of its private
-//! staging directory (PID 1 of the worker exports into it once every
-//! process of the sandbox is gone; only this process holds it after). When
-//! that file can be linked into the output's held parent *and* the result
-//! is what a candidate made in that parent would be, it is the candidate:
-//! synced and hashed here (the hash read back through the descriptor while
-//! the `fsync` runs), then published exactly like an unnamed candidate —
-//! `fchmod` to the output's mode, `linkat` of the descriptor under the
-//! output's name (no replace), directory sync. Its link count is then 1
-//! (it never had another name), and a crash before the link leaves nothing,
-//! so the journal and recovery treat it as the `tmpfile` candidate it is.
+//! A call's output is staged in its private staging directory: a named file
+//! where the worker writes it (a bind needs a name), an unnamed `O_TMPFILE`
+//! where the sandbox streams the tool's standard output into it (or where
+//! the staging file system has no `O_TMPFILE`, a named one). Once every
+//! process of the sandbox is gone only this process holds it. When it can
+//! be moved into the output's held parent *and* the result is what a
+//! candidate made in that parent would be, it is the candidate: synced and
+//! hashed here (the hash read back through the descriptor while the `fsync`
+//! runs), then published in one call that refuses an existing name:
 //!
-//! Otherwise (the answer is then `None` and the caller copies, as before):
-//! a named staged file (a staging file system without `O_TMPFILE`); another
-//! mount (`linkat` crosses none, and a bind mount of the same file system is
-//! another mount); a parent with the set-group-ID bit or a default ACL (a
-//! file created there takes the directory's group or ACL, which a file
-//! created in staging does not have); a named candidate asked for.
+//! - unnamed ([`StagedFile::Unnamed`]): exactly like an unnamed candidate —
+//!   `fchmod` to the output's mode, `linkat` of the descriptor under the
+//!   output's name, directory sync; journaled as `tmpfile`;
+//! - named ([`StagedFile::Named`]): `fchmod` to the output's mode (the
+//!   staging directory is `0700`), `renameat2(RENAME_NOREPLACE)` from the
+//!   staging directory to the output's name, the output's name checked to
+//!   be the candidate's `(dev, ino)`, directory sync; journaled as
+//!   `staged` ([`CandidateMode::Staged`]).
+//!
+//! Either way it has one link once published, and a crash before that call
+//! leaves nothing at the destination. The conditions are in `staged/fit.rs`;
+//! where they do not hold (another mount: neither `linkat` nor `rename`
+//! crosses one, and a bind mount of the same file system is another mount;
+//! a parent with the set-group-ID bit or a default ACL, whose group or ACL a
+//! file made in staging does not have; a staged name that is no longer the
+//! open file) the answer is `None` and the caller copies, as before.
 
-use super::{Candidate, CandidateMode, Published};
+use super::{Candidate, Kept, Published};
 use crate::copy::hash_while;
+use crate::dir::Dir;
 use crate::error::{Error, Result};
 use crate::output::HeldOutput;
 use airlock_core::ReasonCode;
-use rustix::fd::AsFd;
-use rustix::fs::{AtFlags, FileType, StatxFlags};
-use rustix::io::Errno;
+use std::fs::File;
 
-/// The default ACL's extended attribute on a directory.
-const DEFAULT_ACL: &str = "system.posix_acl_default";
+mod fit;
 
-/// The set-group-ID bit.
-const SET_GID: u32 = 0o2000;
+/// The staged output as the process that staged it holds it, by how it can
+/// become the publication candidate without a copy.
+#[derive(Debug)]
+pub enum StagedFile {
+    /// An unnamed `O_TMPFILE`: adopted by linking its descriptor into the
+    /// output's parent.
+    Unnamed(File),
+    /// The file `name` in the staging directory `dir`: adopted by renaming
+    /// it into the output's parent.
+    Named {
+        /// The open file.
+        file: File,
+        /// The directory that holds it.
+        dir: Dir,
+        /// Its name there (one component).
+        name: String,
+    },
+}
+
+impl StagedFile {
+    /// The open staged file.
+    pub fn file(&self) -> &File {
+        match self {
+            StagedFile::Unnamed(file) | StagedFile::Named { file, .. } => file,
+        }
+    }
+}
 
 impl HeldOutput {
-    /// Makes the staged output `staged` (unnamed, only this process writing
-    /// it) the publication candidate, when it can be published as itself:
-    /// checks the parent is still `expected_parent` and the name free (as
+    /// Makes the staged output `staged` (only this process writing it) the
+    /// publication candidate, when it can be published as itself: checks
+    /// the parent is still `expected_parent` and the name free (as
     /// [`HeldOutput::write_candidate`] does), refuses an output over
     /// `max_bytes` (`limit.output_size`), then syncs it while a second
     /// thread hashes it, and checks it did not change meanwhile. `None`
@@ -45,15 +76,19 @@ impl HeldOutput {
     /// documentation): copy it with [`HeldOutput::write_candidate`].
     pub fn adopt_staged(
         &self,
-        staged: &std::fs::File,
+        staged: &StagedFile,
         max_bytes: u64,
         expected_parent: (u64, u64),
-        mode: CandidateMode,
     ) -> Result<Option<Candidate<'_>>> {
         self.check_ready(expected_parent)?;
-        if mode != CandidateMode::Tmpfile || !self.links_here(staged)? {
-            return Ok(None);
-        }
+        let kept = match staged {
+            StagedFile::Unnamed(file) if self.links_here(file)? => Kept::Unnamed,
+            StagedFile::Named { file, dir, name } if self.renames_here(file, dir, name)? => {
+                Kept::Staged { dir: dir.try_clone()?, name: name.clone() }
+            }
+            StagedFile::Unnamed(_) | StagedFile::Named { .. } => return Ok(None),
+        };
+        let staged = staged.file();
         let st = rustix::fs::fstat(staged).map_err(|e| Error::syscall(ReasonCode::Internal, "fstat(staged)", e))?;
         if st.st_size as u64 > max_bytes {
             return Err(Error::new(ReasonCode::LimitOutputSize, format!("output is larger than {max_bytes} bytes")));
@@ -75,36 +110,13 @@ impl HeldOutput {
         Ok(Some(Candidate {
             held: self,
             file,
-            name: None,
+            kept,
             info: Published { bytes: hashed.bytes, sha256_hex: hashed.sha256_hex, dev_ino: (st.st_dev, st.st_ino) },
             done: false,
             mode: None,
         }))
     }
-
-    /// Whether `staged` can be linked from its descriptor into the held
-    /// parent and be there what a file created there would be.
-    fn links_here(&self, staged: &std::fs::File) -> Result<bool> {
-        let mount = |fd: rustix::fd::BorrowedFd<'_>, what: &str| {
-            rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::MNT_ID | StatxFlags::BASIC_STATS)
-                .map_err(|e| Error::syscall(ReasonCode::Internal, format_args!("statx({what}, MNT_ID)"), e))
-        };
-        let file = mount(staged.as_fd(), "staged")?;
-        let parent = mount(self.parent.as_fd(), "parent")?;
-        let known = StatxFlags::from_bits_retain(file.stx_mask) & StatxFlags::from_bits_retain(parent.stx_mask);
-        if !known.contains(StatxFlags::MNT_ID | StatxFlags::NLINK | StatxFlags::MODE)
-            || FileType::from_raw_mode(u32::from(file.stx_mode)) != FileType::RegularFile
-            || file.stx_nlink != 0
-            || file.stx_mnt_id != parent.stx_mnt_id
-            || u32::from(parent.stx_mode) & SET_GID != 0
-        {
-            return Ok(false);
-        }
-        match rustix::fs::fgetxattr(self.parent.as_fd(), DEFAULT_ACL, &mut [0u8; 0][..]) {
-            // No default ACL, or no ACLs on this file system.
-            Err(Errno::NODATA | Errno::OPNOTSUPP) => Ok(true),
-            // One (its size answered, or too large for no buffer), or unknown.
-            Ok(_) | Err(_) => Ok(false),
-        }
-    }
 }
+
+#[cfg(test)]
+mod tests;

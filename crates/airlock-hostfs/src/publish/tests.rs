@@ -6,14 +6,14 @@ use crate::resolve::{Resolver, ResolverKind};
 use crate::{Dir, HostAuthority};
 use airlock_core::RelPath;
 use std::fs;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 
-struct Setup {
-    tmp: tempfile::TempDir,
+pub(super) struct Setup {
+    pub(super) tmp: tempfile::TempDir,
 }
 
 /// A destination directory `out/` held for `result.txt`, and a source file.
-fn setup() -> (Setup, HeldOutput, fs::File) {
+pub(super) fn setup() -> (Setup, HeldOutput, fs::File) {
     let tmp = tempfile::tempdir().unwrap();
     fs::create_dir(tmp.path().join("out")).unwrap();
     fs::write(tmp.path().join("source"), "the tool's bytes").unwrap();
@@ -25,7 +25,8 @@ fn setup() -> (Setup, HeldOutput, fs::File) {
 }
 
 impl Setup {
-    fn names(&self) -> Vec<String> {
+    /// The names in `out/`, sorted.
+    pub(super) fn names(&self) -> Vec<String> {
         let mut v: Vec<String> = fs::read_dir(self.tmp.path().join("out"))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -34,12 +35,13 @@ impl Setup {
         v
     }
 
-    fn path(&self, name: &str) -> std::path::PathBuf {
+    /// `out/NAME`.
+    pub(super) fn path(&self, name: &str) -> std::path::PathBuf {
         self.tmp.path().join("out").join(name)
     }
 }
 
-fn sha_of(bytes: &[u8]) -> String {
+pub(super) fn sha_of(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
@@ -119,48 +121,8 @@ fn a_candidate_over_max_bytes_is_refused_and_leaves_nothing() {
         let c = held.write_candidate(&source, 16, held.parent().dev_ino(), "inv-8", mode).unwrap();
         assert_eq!(c.file().bytes, 16);
     }
-}
-
-/// An unnamed staged file beside `out/` (same mount) holding `bytes`.
-fn staged(setup: &Setup, bytes: &[u8]) -> fs::File {
-    use std::io::Write;
-    let mut f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(OFlags::TMPFILE.bits() as i32)
-        .open(setup.tmp.path())
-        .unwrap();
-    f.write_all(bytes).unwrap();
-    f
-}
-
-#[test]
-fn an_unnamed_staged_output_on_the_same_mount_is_published_as_itself() {
-    let (s, held, _source) = setup();
-    let file = staged(&s, b"staged bytes");
-    let c = held.adopt_staged(&file, 100, held.parent.dev_ino(), CandidateMode::Tmpfile).unwrap().unwrap();
-    assert_eq!(c.file().sha256_hex, hex::encode(Sha256::digest(b"staged bytes")));
-    assert_eq!(s.names(), Vec::<String>::new(), "nothing named before the link");
-    let published = c.publish().unwrap();
-    let meta = fs::metadata(s.path("result.txt")).unwrap();
-    assert_eq!((meta.ino(), meta.nlink()), (published.dev_ino.1, 1));
-    assert_eq!(fs::read(s.path("result.txt")).unwrap(), b"staged bytes");
-}
-
-#[test]
-fn a_staged_output_over_the_bound_is_refused_and_not_adopted_elsewhere() {
-    let (s, held, _source) = setup();
-    let file = staged(&s, b"0123456789");
-    let err = held.adopt_staged(&file, 9, held.parent.dev_ino(), CandidateMode::Tmpfile).unwrap_err();
-    assert_eq!(err.code(), ReasonCode::LimitOutputSize);
-    // A named staged file, a named candidate asked for, or a set-group-ID
-    // parent: a copy is made instead.
-    let named = fs::OpenOptions::new().read(true).write(true).create_new(true).open(s.tmp.path().join("n")).unwrap();
-    assert!(held.adopt_staged(&named, 100, held.parent.dev_ino(), CandidateMode::Tmpfile).unwrap().is_none());
-    assert!(held.adopt_staged(&file, 100, held.parent.dev_ino(), CandidateMode::Named).unwrap().is_none());
-    let out = s.tmp.path().join("out");
-    let mode = fs::metadata(&out).unwrap().mode();
-    fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(mode | 0o2000)).unwrap();
-    assert!(held.adopt_staged(&file, 100, held.parent.dev_ino(), CandidateMode::Tmpfile).unwrap().is_none());
-    assert_eq!(s.names(), Vec::<String>::new());
+    let (s, held, source) = setup();
+    let err = held.write_candidate(&source, 16, held.parent().dev_ino(), "inv-9", CandidateMode::Staged).unwrap_err();
+    assert_eq!(err.code(), ReasonCode::Internal, "a copy is never the staged output");
+    assert!(s.names().is_empty(), "{:?}", s.names());
 }

@@ -8,14 +8,17 @@
 //! before and journaled (`OutputDirectoryCreated`, synced; made after the
 //! call was authorized and ran, so a refused or failed call makes none) →
 //! candidate synced and hashed: the staged output itself where it can be
-//! linked into the parent (unnamed, same mount, no set-group-ID bit or
-//! default ACL there: `candidate_origin` `staged`, no copy), else a copy
-//! (`copy`): unnamed; or, without `O_TMPFILE`, `.airlock-candidate-ID`,
-//! named from the id so a crash before any record still leaves it
-//! findable) →
-//! `FilePublicationPrepared` (`candidate_mode` `tmpfile`|`named`,
-//! `candidate_name` or null, `candidate_origin`, the candidate's `(dev, ino)`, size, hash, the
-//! identity of the directory it is linked into, the `mode` it gets) →
+//! moved into the parent (same mount, no set-group-ID bit or default ACL
+//! there: `candidate_origin` `staged`, no copy; a file the worker wrote is
+//! named in the call's staging directory and renamed from there,
+//! `candidate_mode` `staged`; the standard output's unnamed staging file is
+//! linked, `tmpfile`), else a copy (`copy`): unnamed; or, without
+//! `O_TMPFILE`, `.airlock-candidate-ID`, named from the id so a crash
+//! before any record still leaves it findable) →
+//! `FilePublicationPrepared` (`candidate_mode` `tmpfile`|`named`|`staged`,
+//! `candidate_name` (a name in the destination directory) or null,
+//! `candidate_origin`, the candidate's `(dev, ino)`, size, hash, the
+//! identity of the directory it is published into, the `mode` it gets) →
 //! `linkat` (or `RENAME_NOREPLACE` + identity check) + directory fsync →
 //! `FilePublicationFinished` → marker removed.
 //!
@@ -23,7 +26,8 @@
 //! with the recorded size and hash is `published` (other bytes: `conflict`); a
 //! named candidate that is the recorded inode is published by recovery (and
 //! checked again after the rename); an unnamed candidate died with its
-//! process, so a free name is `never_linked` and settles as nothing published
+//! process, and a staged one is still in the call's staging directory (reaped
+//! with it), so a free name is `never_linked` and settles as nothing published
 //! without `--discard`; without an intent, a named candidate is removed only if
 //! it is a regular file owned by airlock's user. A marker with a dead owner and
 //! no recorded outcome blocks new effects (`journal.unconfirmed`); one whose
@@ -33,12 +37,13 @@
 use super::prepared::PreparedCall;
 use crate::{ledger, Runtime};
 use airlock_core::{CreatedFile, ReasonCode, Refusal};
-use airlock_hostfs::HeldOutput;
+use airlock_hostfs::{CandidateMode, HeldOutput, StagedFile};
 use airlock_journal::kind;
 use serde_json::json;
 
-/// The output file in the call's staging data, where the worker's export
-/// lands (its name where the staging file system has no `O_TMPFILE`).
+/// The output file in the call's staging data, where the worker's output
+/// lands (a stdout output's name only where the staging file system has no
+/// `O_TMPFILE`).
 pub(crate) const OUTPUT_FILE: &str = "output";
 
 /// `candidate_origin` of a candidate that is the staged output itself.
@@ -58,7 +63,7 @@ impl Runtime {
         &self,
         prepared: &PreparedCall<P>,
         held: Option<&HeldOutput>,
-        staged: Option<&std::fs::File>,
+        staged: Option<&StagedFile>,
     ) -> Result<Vec<CreatedFile>, Refusal> {
         let (Some(held), Some(rec)) = (held, prepared.record().output.as_ref()) else {
             return Ok(Vec::new());
@@ -85,11 +90,13 @@ impl Runtime {
         };
         ledger::crash_point("before_candidate");
         // The staged output itself where it can be published as itself,
-        // else a copy of it beside the destination.
+        // else a copy of it beside the destination (always, when a named
+        // candidate is asked for).
         let mode = ledger::candidate_mode();
-        let made = held.adopt_staged(file, max, expected, mode).and_then(|adopted| match adopted {
+        let adopted = if mode == CandidateMode::Named { Ok(None) } else { held.adopt_staged(file, max, expected) };
+        let made = adopted.and_then(|adopted| match adopted {
             Some(c) => Ok((c, ORIGIN_STAGED)),
-            None => held.write_candidate(file, max, expected, id, mode).map(|c| (c, ORIGIN_COPY)),
+            None => held.write_candidate(file.file(), max, expected, id, mode).map(|c| (c, ORIGIN_COPY)),
         });
         let (candidate, origin) = match made {
             Ok((c, origin)) => (c.with_mode(self.output_modes().file), origin),

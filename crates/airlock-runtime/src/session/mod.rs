@@ -73,7 +73,7 @@ pub struct Session {
     spec: SessionSpec,
     worker: Option<NativeWorker>,
     channel: Channel,
-    staged_output: Option<std::fs::File>,
+    staged_output: Option<airlock_hostfs::StagedFile>,
     interactions: u64,
     started: Instant,
     last_used: Instant,
@@ -129,7 +129,7 @@ impl Session {
         spec: SessionSpec,
         worker: NativeWorker,
         channel: Channel,
-        staged_output: Option<std::fs::File>,
+        staged_output: Option<airlock_hostfs::StagedFile>,
     ) -> Session {
         Session {
             prepared,

@@ -27,7 +27,7 @@ use crate::Runtime;
 use airlock_core::manifest::Manifest;
 use airlock_core::output::{parse_output, DEFAULT_MAX_OUTPUT_BYTES};
 use airlock_core::{Envelope, ReasonCode, Refusal};
-use airlock_hostfs::HeldOutput;
+use airlock_hostfs::{HeldOutput, StagedFile};
 use airlock_sandbox::{
     AnyTier, StagedInput, StagedOutput, Tier as _, Worker as _, WorkerLimits, WorkerOutcome, WorkerSpec,
 };
@@ -133,8 +133,9 @@ impl Runtime {
                 Some(path) => {
                     // The stdout is the output file, not a stream to show.
                     base.stdout_tail = None;
-                    stdout_file::judge_stdout_file(&outcome, timeout, max_file)
-                        .and_then(|()| stdout_file::describe(manifest, path, staged_output.as_ref()))
+                    stdout_file::judge_stdout_file(&outcome, timeout, max_file).and_then(|()| {
+                        stdout_file::describe(manifest, path, staged_output.as_ref().map(StagedFile::file))
+                    })
                 }
                 None => judge(&outcome, timeout, max_file)
                     .and_then(|()| self.tool_content(&prepared, &tier, &outcome, parser.as_deref())),
@@ -187,12 +188,16 @@ impl Runtime {
     /// The worker for a prepared call, tool or MCP server alike: its argv,
     /// its snapshots read-only, (if it creates one) an empty output file in
     /// its staging data, the image, its limits and its timeout; and this
-    /// process's own handle of that output file (unnamed where the staging
-    /// file system allows: it is read back, and may be published as itself).
+    /// process's own handle of that output file, read back and perhaps
+    /// published as itself. A file the worker writes is named
+    /// [`OUTPUT_FILE`] in the staging data (a sandbox binds it by name, and
+    /// it is published by rename); the output's staging file a tool's
+    /// standard output is streamed into is unnamed where the staging file
+    /// system allows (published by link).
     pub(crate) fn worker_spec(
         &self,
         prepared: &PreparedCall<ExecPayload>,
-    ) -> Result<(WorkerSpec, Option<std::fs::File>), Refusal> {
+    ) -> Result<(WorkerSpec, Option<StagedFile>), Refusal> {
         let mut inputs = Vec::with_capacity(prepared.record().inputs.len());
         for (index, rec) in prepared.record().inputs.iter().enumerate() {
             inputs.push(StagedInput { virtual_path: rec.path.clone(), file: prepared.open_snapshot(index)? });
@@ -205,8 +210,14 @@ impl Runtime {
         let (output, stdout_sink, kept) = match fs.create.first() {
             None => (None, None, None),
             Some(path) => {
-                let kept = prepared.staged()?.create_staged(OUTPUT_FILE)?;
-                let file = kept.try_clone().map_err(|e| Refusal::new(ReasonCode::Internal, format!("dup: {e}")))?;
+                let staging = prepared.staged()?;
+                let kept = if manifest.stdout_is_output() {
+                    staging.create_staged(OUTPUT_FILE)?
+                } else {
+                    staging.create_staged_named(OUTPUT_FILE)?
+                };
+                let file =
+                    kept.file().try_clone().map_err(|e| Refusal::new(ReasonCode::Internal, format!("dup: {e}")))?;
                 if manifest.stdout_is_output() {
                     (None, Some(file), Some(kept))
                 } else {

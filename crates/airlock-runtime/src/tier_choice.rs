@@ -14,6 +14,9 @@ pub(crate) const NO_WORKER: &str = "none";
 /// Tiers every worker-running shape can use.
 pub(crate) const NATIVE_ONLY: &[Tier] = &[Tier::Native];
 
+/// Tiers with terminals, where a `[session]` tool's program can run.
+pub(crate) const TERMINAL: &[Tier] = &[Tier::Native, Tier::Gvisor];
+
 /// Tiers a one-shot tool (`[command]`) can run on in this build.
 pub(crate) const ONE_SHOT: &[Tier] = &[Tier::Native, Tier::Gvisor, Tier::Docker, Tier::Microvm];
 

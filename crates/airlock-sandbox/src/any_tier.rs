@@ -61,6 +61,28 @@ impl Tier for AnyTier {
     }
 }
 
+impl AnyTier {
+    /// Like [`Tier::start`], but the tool's standard streams are a
+    /// pseudo-terminal whose master the caller gets (a session's worker):
+    /// the native and gVisor tiers. The Docker and microVM tiers have no
+    /// terminal yet: [`SandboxError::InvalidSpec`] naming the tier.
+    pub fn start_tty(&self, spec: WorkerSpec) -> Result<(AnyWorker, std::fs::File), SandboxError> {
+        match self {
+            AnyTier::Native(t) => t.start_tty(spec).map(|(w, m)| (AnyWorker::Native(w), m)),
+            AnyTier::Gvisor(t) => t.start_tty(spec).map(|(w, m)| (AnyWorker::Gvisor(w), m)),
+            AnyTier::Docker(_) | AnyTier::Microvm(_) => Err(SandboxError::InvalidSpec(format!(
+                "the {} tier cannot run a worker on a terminal; use the native or gvisor tier",
+                self.name()
+            ))),
+        }
+    }
+
+    /// Whether [`AnyTier::start_tty`] can start a worker on this tier.
+    pub fn has_terminals(&self) -> bool {
+        matches!(self, AnyTier::Native(_) | AnyTier::Gvisor(_))
+    }
+}
+
 impl Worker for AnyWorker {
     fn kill_handle(&self) -> KillHandle {
         match self {

@@ -160,7 +160,8 @@ enum Stdio {
 /// A new pseudo-terminal: `posix_openpt(O_RDWR|O_NOCTTY|O_CLOEXEC)`,
 /// `grantpt`, `unlockpt`, then its slave opened by `ptsname` (never this
 /// process's controlling terminal). Returns (master, slave).
-fn open_pty() -> Result<(OwnedFd, OwnedFd), SandboxError> {
+/// A pseudo-terminal pair (master, slave), both close-on-exec.
+pub(crate) fn open_pty() -> Result<(OwnedFd, OwnedFd), SandboxError> {
     use rustix::pty::OpenptFlags;
     let call = |what: &str| {
         let what = what.to_owned();

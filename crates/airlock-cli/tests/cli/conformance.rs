@@ -542,3 +542,44 @@ fn another_state_directorys_live_call_is_not_reaped() {
         assert_eq!(std::fs::read_to_string(a.path("results/out.txt")).unwrap(), "granted input\n", "{}", t.name);
     }
 }
+
+/// A `[session]` tool (issue 21) runs on every tier that has terminals
+/// (native, gvisor): the REPL starts once with the call's grants, answers
+/// each interaction, cannot open the file beside its input, and publishes
+/// only on finalize, on the tier the journal names. A tier without
+/// terminals refuses the start, naming itself, and leaves nothing.
+#[test]
+fn a_session_runs_on_every_tier_with_terminals() {
+    const PYSESSION: &str = include_str!("../../../../examples/tools/pysession.clad.toml");
+    for t in ready_tiers("session") {
+        let p = Project::with_config(&t.config);
+        p.write("tools/pysession.clad.toml", PYSESSION);
+        p.write("data/in.csv", "name,lines\nairlock,4200\n");
+        p.write("data/secret.txt", CANARY);
+        let id = format!("conf-{}", t.name.replace('+', "-"));
+        let started =
+            p.run(&["session", "start", "--invocation-id", &id, "pysession", "data/in.csv", "results/s.json"]);
+        if !matches!(t.name, "native" | "gvisor") {
+            started.assert_refused("sandbox.tier_unsupported", 78);
+            assert!(started.stderr.contains(t.evidence.split('+').next().unwrap()), "{}: {started:#?}", t.name);
+            assert!(!p.path("results/s.json").exists());
+            assert_staging_empty(&p);
+            continue;
+        }
+        started.assert_ok();
+        let send = |line: &str| p.run(&["session", "send", &id, "eval", line]);
+        send("summary['rows'] = len(rows)").assert_ok();
+        let peek = send("print(open('data/secret.txt').read())");
+        let shown = peek.envelope["content"]["output"].as_str().unwrap_or_default();
+        assert!(!shown.contains(CANARY) && shown.contains("Error"), "{}: the sibling was read: {peek:#?}", t.name);
+        assert!(!p.path("results/s.json").exists(), "{}: published before finalize", t.name);
+        let done = p.run(&["session", "finalize", &id, "save()"]);
+        done.assert_ok();
+        let published: Value = serde_json::from_slice(&std::fs::read(p.path("results/s.json")).unwrap()).unwrap();
+        assert_eq!(published, serde_json::json!({ "rows": 1 }), "{}", t.name);
+        let records = p.journal_records(&id);
+        let worker = records.iter().find(|r| r["kind"] == "WorkerStarted").expect("a WorkerStarted record");
+        assert_eq!(worker["body"]["tier"], t.evidence, "{}: {worker:#}", t.name);
+        assert_eq!(worker["body"]["session"], true, "{}: {worker:#}", t.name);
+    }
+}

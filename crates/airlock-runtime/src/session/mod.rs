@@ -5,7 +5,9 @@
 //! A session is one call of the engine, kept open: its start is the exec
 //! shape's prepare (snapshots, held output parent, staging reservation)
 //! and authorize, unchanged; its worker is the exec worker (same grants,
-//! limits and sandbox) on a pseudo-terminal ([`NativeTier::start_tty`]).
+//! limits and sandbox) on a pseudo-terminal ([`AnyTier::start_tty`]: the
+//! native tier's own pty, or gVisor's console on one; the Docker and
+//! microVM tiers have no terminal and refuse a session).
 //! Each interaction is its own Cedar request (action `tool_call::TOOL.COMMAND`,
 //! the session's descriptor as context, the argument as `args.arg`), checked
 //! against the command's whole-string pattern before a byte is written,
@@ -28,7 +30,7 @@
 //! finalize closes the server's stdin, waits for it to exit by itself, and
 //! publishes as above.
 //!
-//! [`NativeTier::start_tty`]: airlock_sandbox::NativeTier::start_tty
+//! [`AnyTier::start_tty`]: airlock_sandbox::AnyTier::start_tty
 
 mod approval;
 mod desk;
@@ -45,7 +47,7 @@ use crate::Runtime;
 use airlock_core::manifest::SessionSpec;
 use airlock_core::{Envelope, ReasonCode, Refusal};
 use airlock_journal::kind;
-use airlock_sandbox::{AnyTier, NativeWorker, Worker as _};
+use airlock_sandbox::{AnyWorker, Worker as _};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -71,7 +73,7 @@ pub struct Session {
     prepared: PreparedCall<ExecPayload>,
     policy_ids: Vec<String>,
     spec: SessionSpec,
-    worker: Option<NativeWorker>,
+    worker: Option<AnyWorker>,
     channel: Channel,
     staged_output: Option<airlock_hostfs::StagedFile>,
     interactions: u64,
@@ -127,7 +129,7 @@ impl Session {
         prepared: PreparedCall<ExecPayload>,
         policy_ids: Vec<String>,
         spec: SessionSpec,
-        worker: NativeWorker,
+        worker: AnyWorker,
         channel: Channel,
         staged_output: Option<airlock_hostfs::StagedFile>,
     ) -> Session {
@@ -296,9 +298,13 @@ impl Runtime {
         if spec.mcp {
             return self.launch_upstream(prepared, policy_ids, spec);
         }
-        let AnyTier::Native(tier) = self.worker_tier(&prepared.descriptor().tier)? else {
-            return Err(Refusal::new(ReasonCode::ManifestUnsupported, "sessions run on the native tier only"));
-        };
+        let tier = self.worker_tier(&prepared.descriptor().tier)?;
+        if !tier.has_terminals() {
+            return Err(Refusal::new(
+                ReasonCode::SandboxTierUnsupported,
+                format!("sessions run on the native and gvisor tiers, not {:?}", prepared.descriptor().tier),
+            ));
+        }
         let (mut worker_spec, staged_output) = self.worker_spec(&prepared)?;
         worker_spec.env.push(("TERM".into(), "dumb".into()));
         worker_spec.timeout = Duration::from_secs(spec.session_timeout_seconds);

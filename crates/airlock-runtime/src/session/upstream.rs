@@ -70,8 +70,14 @@ impl Runtime {
         let deadline = Instant::now() + Duration::from_secs(spec.startup_timeout_seconds);
         let mut client = Client::new(live.stdin, live.stdout, deadline);
         let initialized = client.initialize();
-        let mut session =
-            Session::new(prepared, policy_ids, spec, worker, Channel::Mcp(Box::new(client)), staged_output);
+        let mut session = Session::new(
+            prepared,
+            policy_ids,
+            spec,
+            airlock_sandbox::AnyWorker::Native(worker),
+            Channel::Mcp(Box::new(client)),
+            staged_output,
+        );
         let server = match initialized {
             Ok(result) => result.get("serverInfo").cloned(),
             Err(e) => {

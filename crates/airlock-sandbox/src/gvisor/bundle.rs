@@ -77,10 +77,13 @@ fn rlimit(typ: PosixRlimitType, soft: u64, hard: u64) -> Result<PosixRlimit, San
 
 /// Lays out the rootfs, places the inputs and the output in `call`, and
 /// writes `config.json`. Returns nothing: the bundle is `call.path()`.
+/// With `terminal`, the tool's standard streams are the terminal `runsc
+/// run` is given as its standard input (the OCI `process.terminal`).
 pub(crate) fn write_bundle(
     call: &mut CallDir,
     spec: &WorkerSpec,
     cgroup: Option<&SandboxCgroup>,
+    terminal: bool,
 ) -> Result<(), SandboxError> {
     let rootfs = call.path().join("rootfs");
     let mut mounts = vec![
@@ -160,7 +163,7 @@ pub(crate) fn write_bundle(
         )?);
     }
 
-    let config = config(spec, mounts, cgroup)?;
+    let config = config(spec, mounts, cgroup, terminal)?;
     config.save(call.path().join("config.json")).map_err(|e| SandboxError::BuildRoot {
         call: format!("write OCI config.json: {e}"),
         errno: crate::error::OsErrno(libc::EIO),
@@ -168,7 +171,12 @@ pub(crate) fn write_bundle(
 }
 
 /// The `config.json` of a call.
-fn config(spec: &WorkerSpec, mounts: Vec<Mount>, cgroup: Option<&SandboxCgroup>) -> Result<Spec, SandboxError> {
+fn config(
+    spec: &WorkerSpec,
+    mounts: Vec<Mount>,
+    cgroup: Option<&SandboxCgroup>,
+    terminal: bool,
+) -> Result<Spec, SandboxError> {
     let none = Capabilities::new();
     let capabilities = LinuxCapabilitiesBuilder::default()
         .bounding(none.clone())
@@ -195,7 +203,7 @@ fn config(spec: &WorkerSpec, mounts: Vec<Mount>, cgroup: Option<&SandboxCgroup>)
     let env: Vec<String> =
         crate::worker_exec::worker_env(&spec.env, false).into_iter().map(|(k, v)| format!("{k}={v}")).collect();
     let process = ProcessBuilder::default()
-        .terminal(false)
+        .terminal(terminal)
         .user(
             UserBuilder::default()
                 .uid(WORKER_ID)

@@ -32,6 +32,7 @@ mod probe;
 mod runsc;
 mod worker;
 
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -240,7 +241,25 @@ impl Tier for GvisorTier {
         "gvisor"
     }
 
-    fn start(&self, mut spec: WorkerSpec) -> Result<GvisorWorker, SandboxError> {
+    fn start(&self, spec: WorkerSpec) -> Result<GvisorWorker, SandboxError> {
+        self.start_with(spec, None)
+    }
+}
+
+impl GvisorTier {
+    /// Like [`Tier::start`], but the tool's standard input, output and
+    /// error are a pseudo-terminal (the Sentry's console on the slave that
+    /// `runsc run` is given); the caller gets the master. `runsc`'s own
+    /// standard error stays a bounded pipe. The same bundle, grants and
+    /// deadline as any worker; the caller must still call
+    /// [`Worker::wait`](crate::Worker::wait) (or kill it).
+    pub fn start_tty(&self, spec: WorkerSpec) -> Result<(GvisorWorker, std::fs::File), SandboxError> {
+        let (master, slave) = crate::native::open_pty()?;
+        let worker = self.start_with(spec, Some(slave))?;
+        Ok((worker, std::fs::File::from(master)))
+    }
+
+    fn start_with(&self, mut spec: WorkerSpec, tty: Option<OwnedFd>) -> Result<GvisorWorker, SandboxError> {
         spec.validate()?;
         crate::call_dir::refuse_native_only(&spec, "gvisor")?;
         let started = Instant::now();
@@ -270,7 +289,7 @@ impl Tier for GvisorTier {
         } else if limits.cgroup_skipped.is_none() {
             limits.cgroup_skipped = Some("no memory limit was asked for".into());
         }
-        if let Err(e) = bundle::write_bundle(&mut call, &spec, cgroup.as_ref()) {
+        if let Err(e) = bundle::write_bundle(&mut call, &spec, cgroup.as_ref(), tty.is_some()) {
             let _ = call.remove();
             return Err(e);
         }
@@ -294,6 +313,7 @@ impl Tier for GvisorTier {
             started,
             limits,
             use_cgroup: cgroup.is_some(),
+            tty,
         })?;
         Ok(match &self.cancel {
             Some(c) => worker.with_cancel(c),

@@ -37,6 +37,9 @@ pub(crate) struct Start<'a> {
     pub limits: AppliedLimits,
     /// The bundle asks runsc for a cgroup (else `--ignore-cgroups`).
     pub use_cgroup: bool,
+    /// A terminal's slave: `runsc run`'s standard input and output, which
+    /// the bundle makes the tool's console.
+    pub tty: Option<OwnedFd>,
 }
 
 /// A running gVisor worker.
@@ -84,7 +87,7 @@ fn kill_run(pidfd: &OwnedFd) {
 impl GvisorWorker {
     /// Starts `runsc run` on the bundle in `s.call`.
     pub(crate) fn spawn(s: Start<'_>) -> Result<GvisorWorker, SandboxError> {
-        let Start { runsc, id, call, log, spec, started, limits, use_cgroup } = s;
+        let Start { runsc, id, call, log, spec, started, limits, use_cgroup, tty } = s;
         let fail = |call: CallDir, e: SandboxError| {
             let _ = call.remove();
             Err(e)
@@ -102,7 +105,24 @@ impl GvisorWorker {
             cmd.arg("--ignore-cgroups");
         }
         cmd.arg("run").arg("--bundle").arg(call.path()).arg(&id);
-        cmd.stdout(Stdio::from(stdout_w)).stderr(Stdio::from(stderr_w));
+        cmd.stderr(Stdio::from(stderr_w));
+        match tty {
+            // The tool's output reaches the caller through the terminal; the
+            // stdout pipe is closed at once and drains empty.
+            Some(slave) => {
+                let input = match slave.try_clone() {
+                    Ok(fd) => fd,
+                    Err(e) => {
+                        return fail(call, SandboxError::Descriptor { call: "dup(pty slave)".into(), errno: errno(e) })
+                    }
+                };
+                drop(stdout_w);
+                cmd.stdin(Stdio::from(input)).stdout(Stdio::from(slave));
+            }
+            None => {
+                cmd.stdout(Stdio::from(stdout_w));
+            }
+        }
         let spawned = cmd.spawn();
         drop(cmd); // closes our copies of the child's ends
         let mut child = match spawned {

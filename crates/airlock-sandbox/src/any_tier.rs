@@ -62,16 +62,17 @@ impl Tier for AnyTier {
 }
 
 impl AnyTier {
-    /// Like [`Tier::start`], but the tool's standard streams are a
-    /// pseudo-terminal whose master the caller gets (a session's worker):
-    /// the native and gVisor tiers. The Docker and microVM tiers have no
-    /// terminal yet: [`SandboxError::InvalidSpec`] naming the tier.
+    /// Like [`Tier::start`], but the tool's standard streams are a terminal
+    /// whose other end the caller gets (a session's worker): a pty's master
+    /// (native, gVisor) or a socket carrying the engine's TTY (Docker). The
+    /// microVM tier has no terminal yet: [`SandboxError::InvalidSpec`].
     pub fn start_tty(&self, spec: WorkerSpec) -> Result<(AnyWorker, std::fs::File), SandboxError> {
         match self {
             AnyTier::Native(t) => t.start_tty(spec).map(|(w, m)| (AnyWorker::Native(w), m)),
             AnyTier::Gvisor(t) => t.start_tty(spec).map(|(w, m)| (AnyWorker::Gvisor(w), m)),
-            AnyTier::Docker(_) | AnyTier::Microvm(_) => Err(SandboxError::InvalidSpec(format!(
-                "the {} tier cannot run a worker on a terminal; use the native or gvisor tier",
+            AnyTier::Docker(t) => t.start_tty(spec).map(|(w, m)| (AnyWorker::Docker(w), m)),
+            AnyTier::Microvm(_) => Err(SandboxError::InvalidSpec(format!(
+                "the {} tier cannot run a worker on a terminal; use the native, gvisor or docker tier",
                 self.name()
             ))),
         }
@@ -79,7 +80,7 @@ impl AnyTier {
 
     /// Whether [`AnyTier::start_tty`] can start a worker on this tier.
     pub fn has_terminals(&self) -> bool {
-        matches!(self, AnyTier::Native(_) | AnyTier::Gvisor(_))
+        !matches!(self, AnyTier::Microvm(_))
     }
 }
 

@@ -5,9 +5,10 @@
 //! A session is one call of the engine, kept open: its start is the exec
 //! shape's prepare (snapshots, held output parent, staging reservation)
 //! and authorize, unchanged; its worker is the exec worker (same grants,
-//! limits and sandbox) on a pseudo-terminal ([`AnyTier::start_tty`]: the
-//! native tier's own pty, or gVisor's console on one; the Docker and
-//! microVM tiers have no terminal and refuse a session).
+//! limits and sandbox) on a terminal ([`AnyTier::start_tty`]: the native
+//! tier's own pty, gVisor's console on one, or the Docker engine's TTY
+//! carried over a socket; the microVM tier has no terminal and refuses a
+//! session).
 //! Each interaction is its own Cedar request (action `tool_call::TOOL.COMMAND`,
 //! the session's descriptor as context, the argument as `args.arg`), checked
 //! against the command's whole-string pattern before a byte is written,
@@ -302,7 +303,7 @@ impl Runtime {
         if !tier.has_terminals() {
             return Err(Refusal::new(
                 ReasonCode::SandboxTierUnsupported,
-                format!("sessions run on the native and gvisor tiers, not {:?}", prepared.descriptor().tier),
+                format!("sessions run on the native, gvisor and docker tiers, not {:?}", prepared.descriptor().tier),
             ));
         }
         let (mut worker_spec, staged_output) = self.worker_spec(&prepared)?;

@@ -30,12 +30,14 @@ pub(crate) struct Bind {
 }
 
 /// The create request for `spec`'s call named `call`, with `binds` from its
-/// call directory.
+/// call directory; with `tty`, the container gets a terminal and an open
+/// stdin (a session's worker), else its stdout and stderr are attached.
 pub(crate) fn create_body(
     settings: &DockerSettings,
     spec: &WorkerSpec,
     call: &str,
     binds: &[Bind],
+    tty: bool,
 ) -> ContainerCreateBody {
     let env = crate::worker_exec::worker_env(&spec.env, false).into_iter().map(|(k, v)| format!("{k}={v}")).collect();
     let mut ulimits = vec![ulimit("fsize", spec.limits.file_size, spec.limits.file_size), ulimit("core", 0, 0)];
@@ -95,7 +97,10 @@ pub(crate) fn create_body(
         // live through attach, within its bounds.
         log_config: Some(HostConfigLogConfig { typ: Some("none".into()), config: None }),
         auto_remove: Some(false),
-        init: Some(false),
+        // A session's program gets its hangup (SIGHUP through the engine,
+        // `terminal.rs`) from the engine's init (tini, catatonit): as the
+        // container's PID 1 it would ignore a signal it has no handler for.
+        init: Some(tty),
         ipc_mode: Some("private".into()),
         // The daemon writes /etc/resolv.conf even without a network: keep
         // the host's resolvers and search domains out of it.
@@ -114,11 +119,11 @@ pub(crate) fn create_body(
         user: Some(format!("{WORKER_ID}:{WORKER_ID}")),
         hostname: Some("airlock".into()),
         network_disabled: Some(true),
-        attach_stdin: Some(false),
+        attach_stdin: Some(tty),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
-        open_stdin: Some(false),
-        tty: Some(false),
+        open_stdin: Some(tty),
+        tty: Some(tty),
         labels: Some(HashMap::from([
             (LABEL_MANAGED.to_string(), "1".to_string()),
             (LABEL_CALL.to_string(), call.to_string()),
@@ -159,7 +164,7 @@ mod tests {
             Bind { host: "/s/c/in-0".into(), virtual_path: "in.txt".into(), read_only: true },
             Bind { host: "/s/c/out".into(), virtual_path: "out/o.txt".into(), read_only: false },
         ];
-        let body = create_body(&settings(), &spec, "inv-1", &binds);
+        let body = create_body(&settings(), &spec, "inv-1", &binds, false);
         let hc = body.host_config.as_ref().unwrap();
         assert_eq!(body.user.as_deref(), Some("65534:65534"));
         assert_eq!(body.entrypoint.as_deref(), Some(&spec.argv[..]));

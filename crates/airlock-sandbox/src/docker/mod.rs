@@ -58,6 +58,7 @@
 mod client;
 mod container;
 mod probe;
+mod terminal;
 mod worker;
 
 use std::path::PathBuf;
@@ -123,11 +124,28 @@ impl Tier for DockerTier {
     }
 
     fn start(&self, spec: WorkerSpec) -> Result<DockerWorker, SandboxError> {
-        let mut worker = DockerWorker::start(&self.settings, spec)?;
+        self.start_with(spec, false).map(|(worker, _)| worker)
+    }
+}
+
+impl DockerTier {
+    /// Like [`Tier::start`], but the container has a terminal (the engine's
+    /// TTY) and an open stdin; the caller gets its end of a socket that
+    /// carries the terminal's bytes both ways, as it would a pty's master
+    /// (`terminal.rs`). The same container, grants and deadline as any
+    /// worker; the caller must still call [`Worker::wait`] (or kill it).
+    pub fn start_tty(&self, spec: WorkerSpec) -> Result<(DockerWorker, std::fs::File), SandboxError> {
+        let (worker, master) = self.start_with(spec, true)?;
+        let master = master.ok_or_else(|| SandboxError::Protocol("the terminal was not attached".into()))?;
+        Ok((worker, master))
+    }
+
+    fn start_with(&self, spec: WorkerSpec, tty: bool) -> Result<(DockerWorker, Option<std::fs::File>), SandboxError> {
+        let (mut worker, master) = DockerWorker::start(&self.settings, spec, tty)?;
         if let Some(cancel) = &self.cancel {
             worker.cancel = Some(cancel.register(worker.kill_handle()));
         }
-        Ok(worker)
+        Ok((worker, master))
     }
 }
 

@@ -22,6 +22,7 @@ use futures_core::Stream;
 
 use super::client::{engine_error, is_conflict, is_not_found, remove_and_confirm, Engine};
 use super::container::{create_body, Bind};
+use super::terminal::Bridge;
 use super::{container_name, DockerSettings};
 use crate::call_dir::{call_name, CallDir};
 use crate::error::SandboxError;
@@ -52,6 +53,8 @@ pub struct DockerWorker {
     kill: Arc<KillSwitch>,
     /// Its place in the tier's [`Cancel`](crate::Cancel), if it has one.
     pub(crate) cancel: Option<crate::cancel::Registration>,
+    /// On a terminal: the thread that carries it.
+    bridge: Option<Bridge>,
 }
 
 impl std::fmt::Debug for DockerWorker {
@@ -110,8 +113,13 @@ async fn kill_container(engine: &Engine, id: &str) -> Result<(), SandboxError> {
 
 impl DockerWorker {
     /// Starts `spec` as a container with `settings`; on any error, whatever
-    /// was made (container, call directory) is removed again.
-    pub(crate) fn start(settings: &DockerSettings, mut spec: WorkerSpec) -> Result<DockerWorker, SandboxError> {
+    /// was made (container, call directory) is removed again. With `tty`,
+    /// the container has a terminal whose other end is returned.
+    pub(crate) fn start(
+        settings: &DockerSettings,
+        mut spec: WorkerSpec,
+        tty: bool,
+    ) -> Result<(DockerWorker, Option<std::fs::File>), SandboxError> {
         spec.validate()?;
         crate::call_dir::refuse_native_only(&spec, "docker")?;
         let started = Instant::now();
@@ -125,7 +133,7 @@ impl DockerWorker {
                 return Err(e);
             }
         };
-        let body = create_body(settings, &spec, &name, &binds);
+        let body = create_body(settings, &spec, &name, &binds, tty);
         let container_name = container_name(settings, &name);
         let created = engine.block_on(async {
             let opts = CreateContainerOptions { name: Some(container_name.clone()), platform: String::new() };
@@ -140,8 +148,30 @@ impl DockerWorker {
                 return Err(e);
             }
         };
+        // A terminal is attached by its bridge, before the start, so no
+        // output is lost.
+        let terminal = if tty {
+            match super::terminal::attach(&settings.socket, &id) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    let _ = engine.block_on(remove_and_confirm(&engine.api, &id));
+                    let _ = call_dir.remove();
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
         let begun = engine.block_on(async {
             let limits = applied_limits(&engine, &id, &spec).await?;
+            if tty {
+                engine
+                    .api
+                    .start_container(&id, None::<StartContainerOptions>)
+                    .await
+                    .map_err(|e| launch_error(&format!("POST /containers/{id}/start"), &spec.argv[0], e))?;
+                return Ok::<_, SandboxError>((limits, None));
+            }
             let attach = AttachContainerOptions {
                 stream: true,
                 stdout: true,
@@ -161,7 +191,7 @@ impl DockerWorker {
                 .start_container(&id, None::<StartContainerOptions>)
                 .await
                 .map_err(|e| launch_error(&format!("POST /containers/{id}/start"), &spec.argv[0], e))?;
-            Ok::<_, SandboxError>((limits, frames))
+            Ok::<_, SandboxError>((limits, Some(frames)))
         });
         let (limits, frames) = match begun {
             Ok(v) => v,
@@ -171,18 +201,19 @@ impl DockerWorker {
                 return Err(e);
             }
         };
+        let (bridge, master) = terminal.map_or((None, None), |(b, m)| (Some(b), Some(m)));
         let kill = Arc::new(KillSwitch {
             socket: settings.socket.clone(),
             id: id.clone(),
             requested: AtomicBool::new(false),
             notify: tokio::sync::Notify::new(),
         });
-        Ok(DockerWorker {
+        let worker = DockerWorker {
             engine,
             container: Container { id, removed: false },
             call_dir: Some(call_dir),
             output: spec.output.take(),
-            frames: Some(frames),
+            frames,
             deadline: started + spec.timeout,
             stdout_limit: spec.stdout_limit,
             stdout_sink: spec.stdout_sink.take(),
@@ -190,7 +221,9 @@ impl DockerWorker {
             limits,
             kill,
             cancel: None,
-        })
+            bridge,
+        };
+        Ok((worker, master))
     }
 }
 
@@ -305,7 +338,7 @@ struct Collect {
 }
 
 /// The next item of a stream.
-async fn next<S: Stream + ?Sized>(s: &mut Pin<Box<S>>) -> Option<S::Item> {
+pub(super) async fn next<S: Stream + ?Sized>(s: &mut Pin<Box<S>>) -> Option<S::Item> {
     std::future::poll_fn(|cx| s.as_mut().poll_next(cx)).await
 }
 
@@ -398,6 +431,9 @@ fn wait_worker(mut w: DockerWorker) -> Result<WorkerOutcome, SandboxError> {
         }
     };
     w.container.removed = removed;
+    if let Some(bridge) = w.bridge.take() {
+        bridge.join();
+    }
     let timed_out = stop == Stop::Deadline;
     let killed = stop != Stop::Finished;
 

@@ -378,3 +378,66 @@ fn a_schema_changed_after_it_was_pinned_never_sees_a_staged_file() {
     let stderr = run.envelope["stderr_tail"].as_str().unwrap_or_default();
     assert!(stderr.contains("staged input visible: yes") && !stderr.contains("tools/call"), "{run:#?}");
 }
+
+/// [`pinned_manifest`] held as a session (issue 21): one command per name
+/// in `commands`, each taking the upstream tool's JSON arguments.
+fn pinned_session(server_args: &str, pin: &str, commands: &[&str]) -> String {
+    let commands: String =
+        commands.iter().map(|c| format!("\n[session.commands.{c}]\npattern = '[ -~]{{1,400}}'\n")).collect();
+    pinned_manifest(server_args, pin).replacen("timeout_seconds = 8\n", "timeout_seconds = 8\nmode = \"session\"\n", 1)
+        + &format!("\n[session]\nstartup_timeout_seconds = 20\ninteraction_timeout_seconds = 20\n{commands}")
+}
+
+const UPPER_ARGS: &str = r#"{"src": "data/in.txt", "dst": "results/out.txt"}"#;
+
+/// An `[mcp]` session of a pinned server: the start is the pinned call's
+/// (discovered first without the files, its digest journaled), the held
+/// server serves the pinned tool and publishes on finalize. A server that
+/// shows another schema once it holds the files is torn down at start; an
+/// unsigned schema never sees a file; a command for another upstream tool
+/// is refused, since the pin does not cover it.
+#[test]
+fn a_pinned_upstream_is_held_as_a_session_only_while_its_schema_is_the_pinned_one() {
+    let (p, pinned) = upstream_project("'v1'");
+    let digest = pinned["digest"].as_str().unwrap().to_owned();
+    let Some((key, signature)) = python_sign(&pinned["schema"]) else { return };
+    let pin = pin_section(&key, &digest, &signature);
+    p.tool("pinned", &pinned_session("'v1'", &pin, &["upper"]));
+    let start =
+        |id: &str| p.run(&["session", "start", "--invocation-id", id, "pinned", "data/in.txt", "results/out.txt"]);
+    start("pin-1").assert_ok();
+    p.run(&["session", "send", "pin-1", "upper", UPPER_ARGS]).assert_ok();
+    assert!(!p.path("results/out.txt").exists(), "nothing is published before finalize");
+    p.run(&["session", "finalize", "pin-1"]).assert_ok();
+    assert_eq!(std::fs::read_to_string(p.path("results/out.txt")).unwrap(), "PIN ME\n");
+    let started: Vec<_> = p
+        .journal_records("pin-1")
+        .into_iter()
+        .filter(|r| r["kind"] == "WorkerStarted")
+        .map(|r| r["body"].clone())
+        .collect();
+    assert_eq!(started.len(), 1, "{started:?}");
+    assert_eq!(started[0]["schema_sha256"], digest.as_str(), "{started:?}");
+    std::fs::remove_file(p.path("results/out.txt")).unwrap();
+
+    // Two-faced: the pinned schema while it holds nothing, another with the files.
+    p.tool("pinned", &pinned_session("'v1', 'two-faced'", &pin, &["upper"]));
+    let run = start("pin-2");
+    run.assert_refused("mcp.schema_unpinned", 77);
+    assert!(run.envelope["error"]["message"].as_str().unwrap().contains("session's worker"), "{run:#?}");
+    crate::runkit::assert_staging_empty(&p);
+
+    // Signed by a key that is not the pinned one: no worker holds the files.
+    let Some((other_key, _)) = python_sign(&pinned["schema"]) else { return };
+    p.tool("pinned", &pinned_session("'v1'", &pin_section(&other_key, &digest, &signature), &["upper"]));
+    let run = start("pin-3");
+    run.assert_refused("mcp.schema_unpinned", 77);
+    assert!(!p.journal_kinds("pin-3").iter().any(|k| k == "WorkerStarted"), "{run:#?}");
+    crate::runkit::assert_staging_empty(&p);
+
+    // A command for an upstream tool the pin does not cover.
+    p.tool("pinned", &pinned_session("'v1'", &pin, &["upper", "delete"]));
+    start("pin-4").assert_refused("manifest.unsupported", 65);
+    crate::runkit::assert_staging_empty(&p);
+    assert!(!p.path("results/out.txt").exists());
+}

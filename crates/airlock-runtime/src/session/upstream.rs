@@ -1,12 +1,22 @@
 //! A session holding an `[mcp]` upstream server (`[session]` beside
 //! `[mcp]`): started once as a one-shot `[mcp]` call's worker is, one
 //! `tools/call` an interaction, closed and published at finalize.
+//!
+//! With `[mcp.schema_pin]` the start is the pinned one-shot call's: the
+//! server is first discovered by a worker holding none of the session's
+//! files, and the session's worker starts only if that schema has the
+//! pinned digest and a valid signature by the pinned key; once it has
+//! answered `initialize`, its own `tools/list` must show the same schema
+//! again, else it is torn down and nothing is published. The pin covers
+//! one upstream tool, so every command of such a session must call that
+//! tool (`manifest.unsupported` otherwise: an unpinned tool of a pinned
+//! server is not run).
 
 use super::{Channel, Ended, Session};
 use crate::engine::{answer, PreparedCall};
 use crate::progress::{Meter, Phase, Progress};
 use crate::transport::exec::ExecPayload;
-use crate::transport::mcp::{discovery_refusal, Client};
+use crate::transport::mcp::{discovery_refusal, verify_pin, Client};
 use crate::Runtime;
 use airlock_core::manifest::SessionSpec;
 use airlock_core::{Envelope, ReasonCode, Refusal};
@@ -46,11 +56,20 @@ impl Runtime {
             .manifest()
             .mcp_spec()?
             .ok_or_else(|| Refusal::new(ReasonCode::Internal, "an [mcp] session without [mcp]"))?;
-        if mcp.schema_pin.is_some() {
-            return Err(Refusal::new(
-                ReasonCode::ManifestUnsupported,
-                "an [mcp] upstream with [mcp.schema_pin] is not held as a session yet: run it one call at a time",
-            ));
+        let mut started = json!({ "tier": prepared.descriptor().tier, "session": true, "mcp": true });
+        if let Some(pin) = &mcp.schema_pin {
+            if let Some(other) = spec.commands.keys().find(|c| **c != mcp.tool) {
+                return Err(Refusal::new(
+                    ReasonCode::ManifestUnsupported,
+                    format!(
+                        "[mcp.schema_pin] covers the upstream tool {:?} only, and session command {other:?} would \
+                         call another; give the session only that command, or run the others unpinned",
+                        mcp.tool
+                    ),
+                ));
+            }
+            let found = self.discover_unstaged(prepared.manifest(), &mcp)?;
+            started["schema_sha256"] = json!(found.tool.and_then(|tool| verify_pin(pin, &mcp.tool, &tool))?);
         }
         let mut tier = self.native_tier()?;
         tier.worker_creates_output(true);
@@ -62,14 +81,19 @@ impl Runtime {
         self.record(
             kind::WORKER_STARTED,
             Some(prepared.invocation_id()),
-            crate::ledger::worker_started_body(&d.argv, json!({ "tier": d.tier, "session": true, "mcp": true })),
+            crate::ledger::worker_started_body(&d.argv, started),
         )?;
         let (worker, live) = tier
             .start_live(worker_spec)
             .map_err(|e| crate::failure::sandbox_refusal(&e, format!("the MCP server {:?}", mcp.server[0])))?;
         let deadline = Instant::now() + Duration::from_secs(spec.startup_timeout_seconds);
         let mut client = Client::new(live.stdin, live.stdout, deadline);
-        let initialized = client.initialize();
+        // A pinned server must show the pinned schema again to the worker
+        // that holds the files.
+        let initialized = client.initialize().and_then(|result| match &mcp.schema_pin {
+            Some(pin) => client.discover(&mcp.tool).map(|tool| (result, Some(verify_pin(pin, &mcp.tool, &tool)))),
+            None => Ok((result, None)),
+        });
         let mut session = Session::new(
             prepared,
             policy_ids,
@@ -79,7 +103,14 @@ impl Runtime {
             staged_output,
         );
         let server = match initialized {
-            Ok(result) => result.get("serverInfo").cloned(),
+            Ok((_, Some(Err(unpinned)))) => {
+                self.tear_down(&mut session);
+                return Err(Refusal::new(
+                    unpinned.code,
+                    format!("{} (shown to the session's worker); nothing was published", unpinned.message),
+                ));
+            }
+            Ok((result, _)) => result.get("serverInfo").cloned(),
             Err(e) => {
                 self.tear_down(&mut session);
                 let r = discovery_refusal(e);

@@ -37,7 +37,7 @@ mod client;
 mod pin;
 
 pub(crate) use client::Client;
-pub(crate) use pin::discovery_refusal;
+pub(crate) use pin::{discovery_refusal, verify as verify_pin};
 
 use super::exec::ExecPayload;
 use crate::engine::answer;

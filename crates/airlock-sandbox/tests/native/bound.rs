@@ -118,12 +118,7 @@ fn a_bound_output_over_its_bound_is_emptied() {
     let dir = Dir::new();
     let mut spec = with_big_files(sh("head -c 9437184 /dev/zero > results/out.bin", &[]), &dir, &big_input());
     spec.output.as_mut().unwrap().max_bytes = BIG as u64;
-    let o = run(spec);
-    assert!(o.exit.success(), "{}", show(&o));
-    let export = o.output.clone().unwrap();
-    assert!(export.over_limit && export.bytes == 0, "{export:?}");
-    assert_eq!(o.reason_code(), Some("limit.output_size"));
-    assert!(dir.read("out.staging").is_empty());
+    assert_over_bound(&run(spec), &dir);
 }
 
 #[test]

@@ -123,12 +123,7 @@ fn an_output_over_max_bytes_is_not_exported() {
     let dir = Dir::new();
     let mut spec = with_files(sh("head -c 5000 /dev/zero > results/out.txt", &[]), &dir, b"", 1000);
     spec.limits.file_size = 100_000;
-    let o = run(spec);
-    assert!(o.exit.success(), "{}", show(&o));
-    let export = o.output.clone().unwrap();
-    assert!(export.over_limit && export.bytes == 0, "{export:?}");
-    assert_eq!(o.reason_code(), Some("limit.output_size"));
-    assert!(dir.read("out.staging").is_empty());
+    assert_over_bound(&run(spec), &dir);
 }
 
 #[test]

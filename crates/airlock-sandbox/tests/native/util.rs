@@ -93,6 +93,18 @@ pub fn show(o: &WorkerOutcome) -> String {
     )
 }
 
+/// The tool ended well but wrote more than its output's bound: nothing is
+/// exported, the reason is `limit.output_size`, and the staging file
+/// (`out.staging` in `dir`) holds nothing.
+#[track_caller]
+pub fn assert_over_bound(o: &WorkerOutcome, dir: &Dir) {
+    assert!(o.exit.success(), "{}", show(o));
+    let export = o.output.clone().unwrap();
+    assert!(export.over_limit && export.bytes == 0, "{export:?}");
+    assert_eq!(o.reason_code(), Some("limit.output_size"));
+    assert!(dir.read("out.staging").is_empty());
+}
+
 /// A marker unique to this test process and call.
 pub fn marker(tag: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);

@@ -5,11 +5,13 @@
 #![forbid(unsafe_code)]
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use bollard::errors::Error as ApiError;
 use bollard::query_parameters::{InspectContainerOptions, RemoveContainerOptions};
 use bollard::{ClientVersion, Docker};
+use futures_core::Stream;
 
 use crate::error::SandboxError;
 
@@ -116,4 +118,9 @@ pub(crate) async fn remove_and_confirm(api: &Docker, id: &str) -> Result<bool, S
             }
         }
     }
+}
+
+/// The next item of a stream (an attach connection's frames, a wait's exits).
+pub(crate) async fn next<S: Stream + ?Sized>(s: &mut Pin<Box<S>>) -> Option<S::Item> {
+    std::future::poll_fn(|cx| s.as_mut().poll_next(cx)).await
 }

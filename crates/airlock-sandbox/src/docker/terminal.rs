@@ -22,8 +22,7 @@ use bollard::container::{AttachContainerResults, LogOutput};
 use bollard::query_parameters::{AttachContainerOptions, KillContainerOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::client::{engine_error, Engine};
-use super::worker::next;
+use super::client::{engine_error, next, Engine};
 use crate::error::{errno, SandboxError};
 
 /// Bytes moved per read of the caller's end.

@@ -20,7 +20,7 @@ use bollard::query_parameters::{
 };
 use futures_core::Stream;
 
-use super::client::{engine_error, is_conflict, is_not_found, remove_and_confirm, Engine};
+use super::client::{engine_error, is_conflict, is_not_found, next, remove_and_confirm, Engine};
 use super::container::{create_body, Bind};
 use super::terminal::Bridge;
 use super::{container_name, DockerSettings};
@@ -335,11 +335,6 @@ struct Collect {
     stderr: Bounded,
     exit_code: Option<i64>,
     error: Option<SandboxError>,
-}
-
-/// The next item of a stream.
-pub(super) async fn next<S: Stream + ?Sized>(s: &mut Pin<Box<S>>) -> Option<S::Item> {
-    std::future::poll_fn(|cx| s.as_mut().poll_next(cx)).await
 }
 
 impl Collect {

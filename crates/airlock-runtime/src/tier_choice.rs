@@ -15,7 +15,7 @@ pub(crate) const NO_WORKER: &str = "none";
 pub(crate) const NATIVE_ONLY: &[Tier] = &[Tier::Native];
 
 /// Tiers with terminals, where a `[session]` tool's program can run.
-pub(crate) const TERMINAL: &[Tier] = &[Tier::Native, Tier::Gvisor, Tier::Docker];
+pub(crate) const TERMINAL: &[Tier] = &[Tier::Native, Tier::Gvisor, Tier::Docker, Tier::Microvm];
 
 /// Tiers a one-shot tool (`[command]`) can run on in this build.
 pub(crate) const ONE_SHOT: &[Tier] = &[Tier::Native, Tier::Gvisor, Tier::Docker, Tier::Microvm];

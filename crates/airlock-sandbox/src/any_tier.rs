@@ -6,7 +6,7 @@
 use crate::docker::{DockerTier, DockerWorker};
 use crate::error::SandboxError;
 use crate::gvisor::{GvisorTier, GvisorWorker};
-use crate::microvm::{MicrovmTier, MicrovmWorker};
+use crate::microvm::{MicrovmTerminal, MicrovmTier, MicrovmWorker};
 use crate::native::NativeTier;
 use crate::outcome::WorkerOutcome;
 use crate::parent::NativeWorker;
@@ -37,6 +37,8 @@ pub enum AnyWorker {
     Docker(DockerWorker),
     /// A microVM worker.
     Microvm(MicrovmWorker),
+    /// A microVM worker on a terminal (a session's).
+    MicrovmTerminal(MicrovmTerminal),
 }
 
 impl Tier for AnyTier {
@@ -64,23 +66,15 @@ impl Tier for AnyTier {
 impl AnyTier {
     /// Like [`Tier::start`], but the tool's standard streams are a terminal
     /// whose other end the caller gets (a session's worker): a pty's master
-    /// (native, gVisor) or a socket carrying the engine's TTY (Docker). The
-    /// microVM tier has no terminal yet: [`SandboxError::InvalidSpec`].
+    /// (native, gVisor), or a socket carrying the engine's TTY (Docker) or
+    /// the guest's pty (microVM).
     pub fn start_tty(&self, spec: WorkerSpec) -> Result<(AnyWorker, std::fs::File), SandboxError> {
         match self {
             AnyTier::Native(t) => t.start_tty(spec).map(|(w, m)| (AnyWorker::Native(w), m)),
             AnyTier::Gvisor(t) => t.start_tty(spec).map(|(w, m)| (AnyWorker::Gvisor(w), m)),
             AnyTier::Docker(t) => t.start_tty(spec).map(|(w, m)| (AnyWorker::Docker(w), m)),
-            AnyTier::Microvm(_) => Err(SandboxError::InvalidSpec(format!(
-                "the {} tier cannot run a worker on a terminal; use the native, gvisor or docker tier",
-                self.name()
-            ))),
+            AnyTier::Microvm(t) => t.start_tty(spec).map(|(w, m)| (AnyWorker::MicrovmTerminal(w), m)),
         }
-    }
-
-    /// Whether [`AnyTier::start_tty`] can start a worker on this tier.
-    pub fn has_terminals(&self) -> bool {
-        !matches!(self, AnyTier::Microvm(_))
     }
 }
 
@@ -91,6 +85,7 @@ impl Worker for AnyWorker {
             AnyWorker::Gvisor(w) => w.kill_handle(),
             AnyWorker::Docker(w) => w.kill_handle(),
             AnyWorker::Microvm(w) => w.kill_handle(),
+            AnyWorker::MicrovmTerminal(w) => w.kill_handle(),
         }
     }
 
@@ -100,6 +95,7 @@ impl Worker for AnyWorker {
             AnyWorker::Gvisor(w) => w.kill(),
             AnyWorker::Docker(w) => w.kill(),
             AnyWorker::Microvm(w) => w.kill(),
+            AnyWorker::MicrovmTerminal(w) => w.kill(),
         }
     }
 
@@ -109,6 +105,7 @@ impl Worker for AnyWorker {
             AnyWorker::Gvisor(w) => w.wait(),
             AnyWorker::Docker(w) => w.wait(),
             AnyWorker::Microvm(w) => w.wait(),
+            AnyWorker::MicrovmTerminal(w) => w.wait(),
         }
     }
 }

@@ -188,7 +188,7 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
 }
 
 /// The host uid and gid a root caller's workers run as.
-const ROOT_CALLER_HOST_ID: u32 = 65534;
+pub(crate) const ROOT_CALLER_HOST_ID: u32 = 65534;
 
 /// Is the caller root with the capabilities to map other ids?
 pub(crate) fn privileged_caller() -> bool {

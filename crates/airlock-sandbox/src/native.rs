@@ -193,11 +193,11 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
 fn place(
     file: &std::fs::File,
     bytes: u64,
-    privileged: bool,
+    worker_id: Option<u32>,
     access: Access,
     inherited: &mut Vec<OwnedFd>,
 ) -> Result<Placement, SandboxError> {
-    match crate::placement::choose(file, bytes, privileged, access)? {
+    match crate::placement::choose(file, bytes, worker_id, access)? {
         (Placement::Detached { .. }, Some(mount)) => {
             let fd = dup_for_init(&mount)?;
             let mount_fd = fd.as_raw_fd();
@@ -266,7 +266,8 @@ impl NativeTier {
         let status_fd = dup_for_init(&status_w)?;
         drop(status_w);
         let mut inherited = vec![status_fd];
-        let privileged = crate::init::privileged_caller();
+        let worker_id = crate::init::privileged_caller().then_some(crate::init::ROOT_CALLER_HOST_ID);
+        let mut lent_output = None;
         let mut inputs = Vec::new();
         for i in &spec.inputs {
             let md = i.file.metadata().map_err(|e| SandboxError::Descriptor {
@@ -276,7 +277,7 @@ impl NativeTier {
             if !md.is_file() {
                 return Err(SandboxError::InvalidSpec(format!("input {:?} is not a regular file", i.virtual_path)));
             }
-            let placement = place(&i.file, md.len(), privileged, Access::Read, &mut inherited)?;
+            let placement = place(&i.file, md.len(), worker_id, Access::Read, &mut inherited)?;
             let fd = dup_for_init(&i.file)?;
             inputs.push(InitInput {
                 virtual_path: i.virtual_path.clone(),
@@ -291,8 +292,14 @@ impl NativeTier {
                 let placement = if self.worker_creates_output {
                     Placement::Copy
                 } else {
-                    place(&o.file, o.max_bytes, privileged, Access::Write, &mut inherited)?
+                    place(&o.file, o.max_bytes, worker_id, Access::Write, &mut inherited)?
                 };
+                if matches!(placement, Placement::Detached { .. }) {
+                    lent_output = Some(o.file.try_clone().map_err(|e| SandboxError::Descriptor {
+                        call: "dup(staged output)".into(),
+                        errno: errno(e),
+                    })?);
+                }
                 let fd = dup_for_init(&o.file)?;
                 let out = InitOutput {
                     virtual_path: o.virtual_path.clone(),
@@ -528,6 +535,7 @@ impl NativeTier {
         let pipes = Pipes { stdout, stderr: stderr_r, status: status_r };
         let sink = spec.stdout_sink.take();
         let mut worker = NativeWorker::new(child, cgroup, pidfd, pipes, &spec, sink, started, limits);
+        worker.lent_output = lent_output;
         worker.cancel = self.cancel.as_ref().map(|c| c.register(worker.kill_handle()));
         // A dead init shows up as a protocol error in wait(), not here.
         let _ = spec_w.write_all(&spec_bytes);

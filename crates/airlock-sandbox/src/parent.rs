@@ -46,6 +46,9 @@ pub struct NativeWorker {
     limits: AppliedLimits,
     /// Its place in the tier's [`Cancel`](crate::Cancel), if it has one.
     pub(crate) cancel: Option<crate::cancel::Registration>,
+    /// A bound output the worker was made the owner of (a root caller's,
+    /// `placement.rs`): taken back once the sandbox is gone.
+    pub(crate) lent_output: Option<std::fs::File>,
 }
 
 /// The caller's ends of a started init's pipes.
@@ -87,6 +90,7 @@ impl NativeWorker {
             has_output: spec.output.is_some(),
             limits,
             cancel: None,
+            lent_output: None,
         }
     }
 }
@@ -264,6 +268,15 @@ fn wait_worker(mut w: NativeWorker) -> Result<WorkerOutcome, SandboxError> {
     let init_status =
         child.wait().map_err(|e| SandboxError::Wait { call: format!("waitpid({init_pid})"), errno: errno(e) })?;
     let killed = timed_out || w.killed.load(Ordering::SeqCst);
+    // A lent output is the caller's again (a chown by root also clears a
+    // set-id bit the tool may have set).
+    if let Some(file) = w.lent_output.take() {
+        let (uid, gid) = (rustix::process::geteuid(), rustix::process::getegid());
+        rustix::fs::fchown(&file, Some(uid), Some(gid)).map_err(|e| SandboxError::Descriptor {
+            call: format!("fchown(bound output, {}, {})", uid.as_raw(), gid.as_raw()),
+            errno: errno(e),
+        })?;
+    }
 
     // Status records.
     let [out, err, status] = streams;

@@ -19,11 +19,13 @@
 //! - [`Placement::Detached`]: a root caller's PID 1 runs as 65534 outside
 //!   and cannot traverse root's private directories; the caller, still
 //!   root in the initial namespaces, clones the file as a detached mount
-//!   (`open_tree(OPEN_TREE_CLONE)`), makes it readable (and, for the
-//!   output, writable) by that id, and PID 1 moves the mount into place.
-//! - [`Placement::Copy`]: a file under [`BIND_MIN_BYTES`] (an output whose
-//!   bound is), or one with no name to bind (an unnamed `O_TMPFILE`, a
-//!   memfd; the kernel mounts neither).
+//!   (`open_tree(OPEN_TREE_CLONE)`), makes an input readable by that id and
+//!   gives it the output (its owner, as a worker owns the output it finds on
+//!   its tmpfs: a tool may `chmod` it; the caller takes it back after the
+//!   run, `parent.rs`), and PID 1 moves the mount into place.
+//! - [`Placement::Copy`]: a file of at most [`BIND_MIN_BYTES`] (an output
+//!   whose bound is), or one with no name to bind (an unnamed `O_TMPFILE`,
+//!   a memfd; the kernel mounts neither).
 //!
 //! The price of a bind is that disclosure: the worker can read the host
 //! path of its staged file (`/proc/self/mountinfo` shows a mount's root).
@@ -42,8 +44,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{errno, SandboxError};
 
-/// Files (and outputs whose bound is) smaller than this are copied: the
-/// seed's default `max_file_bytes` (8 MiB).
+/// Files (and outputs whose bound is) of at most this many bytes are
+/// copied: the seed's default `max_file_bytes` (8 MiB).
 pub(crate) const BIND_MIN_BYTES: u64 = 8 << 20;
 
 /// How PID 1 puts one staged file into the worker's tree.
@@ -104,35 +106,39 @@ pub(crate) enum Access {
 
 /// In the caller: how `file` will be placed, and the detached mount to
 /// hand the init for [`Placement::Detached`]. `bytes` is an input's size or
-/// the output's bound; `privileged` is whether the caller is root with the
-/// capabilities to map other ids (its worker then runs as another uid).
+/// the output's bound; `worker_id` is the host id the worker runs as when
+/// the caller is root with the capabilities to map other ids (`None`: the
+/// caller's own).
 pub(crate) fn choose(
     file: &File,
     bytes: u64,
-    privileged: bool,
+    worker_id: Option<u32>,
     access: Access,
 ) -> Result<(Placement, Option<OwnedFd>), SandboxError> {
     let md =
         file.metadata().map_err(|e| SandboxError::Descriptor { call: "fstat(staged file)".into(), errno: errno(e) })?;
-    if bytes < BIND_MIN_BYTES || !md.is_file() || md.nlink() == 0 {
+    if bytes <= BIND_MIN_BYTES || !md.is_file() || md.nlink() == 0 {
         return Ok((Placement::Copy, None));
     }
-    if privileged {
+    if let Some(id) = worker_id {
         let flags = OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC | OpenTreeFlags::AT_EMPTY_PATH;
         let Ok(mount) = rustix::mount::open_tree(file, "", flags) else {
             return Ok((Placement::Copy, None));
         };
-        // The worker's id is not the owner: it reads (and writes) the file
-        // as "other". The file lives in the caller's private directory, so
-        // these bits open it to nobody else; a published output gets its
-        // own mode before it is named.
-        let extra = match access {
-            Access::Read => 0o444,
-            Access::Write => 0o666,
-        };
-        rustix::fs::fchmod(file, rustix::fs::Mode::from_raw_mode((md.mode() & 0o7777) | extra)).map_err(|e| {
-            SandboxError::Descriptor { call: format!("fchmod(staged file, {extra:#o} added)"), errno: errno(e) }
-        })?;
+        // The worker's id is not the owner. An input it reads as "other"
+        // (the file lives in the caller's private directory, so the bit
+        // opens it to nobody else); the output becomes its own until the
+        // run is over.
+        match access {
+            Access::Read => rustix::fs::fchmod(file, rustix::fs::Mode::from_raw_mode((md.mode() & 0o7777) | 0o444))
+                .map_err(|e| SandboxError::Descriptor { call: "fchmod(staged input, a+r)".into(), errno: errno(e) })?,
+            Access::Write => {
+                let worker = Some(rustix::process::Uid::from_raw(id));
+                rustix::fs::fchown(file, worker, Some(rustix::process::Gid::from_raw(id))).map_err(|e| {
+                    SandboxError::Descriptor { call: format!("fchown(staged output, {id}, {id})"), errno: errno(e) }
+                })?;
+            }
+        }
         // The number is filled in once the descriptor is duplicated for the init.
         return Ok((Placement::Detached { mount_fd: -1 }, Some(mount)));
     }

@@ -543,14 +543,13 @@ fn another_state_directorys_live_call_is_not_reaped() {
     }
 }
 
-/// A `[session]` tool (issue 21) runs on every tier that has terminals
-/// (native, gvisor, docker with either runtime): the REPL starts once with
-/// the call's grants, answers each interaction, cannot open the file beside
-/// its input, and publishes only on finalize, on the tier the journal
-/// names. The microvm tier has none: it refuses the start, naming itself,
-/// and leaves nothing.
+/// A `[session]` tool (issue 21) runs on every tier: the REPL starts once
+/// with the call's grants on a terminal (the native tier's pty, gVisor's
+/// console, Docker's TTY, the microVM guest's pty), answers each
+/// interaction, cannot open the file beside its input, and publishes only
+/// on finalize, on the tier the journal names.
 #[test]
-fn a_session_runs_on_every_tier_with_terminals() {
+fn a_session_runs_on_every_tier() {
     const PYSESSION: &str = include_str!("../../../../examples/tools/pysession.clad.toml");
     for t in ready_tiers("session") {
         eprintln!("session on tier {}", t.name);
@@ -561,13 +560,6 @@ fn a_session_runs_on_every_tier_with_terminals() {
         let id = format!("conf-{}", t.name.replace('+', "-"));
         let started =
             p.run(&["session", "start", "--invocation-id", &id, "pysession", "data/in.csv", "results/s.json"]);
-        if t.name == "microvm" {
-            started.assert_refused("sandbox.tier_unsupported", 78);
-            assert!(started.stderr.contains("microvm"), "{started:#?}");
-            assert!(!p.path("results/s.json").exists());
-            assert_staging_empty(&p);
-            continue;
-        }
         started.assert_ok();
         let send = |line: &str| p.run(&["session", "send", &id, "eval", line]);
         send("summary['rows'] = len(rows)").assert_ok();
@@ -583,5 +575,6 @@ fn a_session_runs_on_every_tier_with_terminals() {
         let worker = records.iter().find(|r| r["kind"] == "WorkerStarted").expect("a WorkerStarted record");
         assert_eq!(worker["body"]["tier"], t.evidence, "{}: {worker:#}", t.name);
         assert_eq!(worker["body"]["session"], true, "{}: {worker:#}", t.name);
+        assert_staging_empty(&p);
     }
 }

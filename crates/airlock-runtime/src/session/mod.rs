@@ -6,9 +6,8 @@
 //! shape's prepare (snapshots, held output parent, staging reservation)
 //! and authorize, unchanged; its worker is the exec worker (same grants,
 //! limits and sandbox) on a terminal ([`AnyTier::start_tty`]: the native
-//! tier's own pty, gVisor's console on one, or the Docker engine's TTY
-//! carried over a socket; the microVM tier has no terminal and refuses a
-//! session).
+//! tier's own pty, gVisor's console on one, the Docker engine's TTY or the
+//! microVM guest's pty carried over a socket).
 //! Each interaction is its own Cedar request (action `tool_call::TOOL.COMMAND`,
 //! the session's descriptor as context, the argument as `args.arg`), checked
 //! against the command's whole-string pattern before a byte is written,
@@ -300,12 +299,6 @@ impl Runtime {
             return self.launch_upstream(prepared, policy_ids, spec);
         }
         let tier = self.worker_tier(&prepared.descriptor().tier)?;
-        if !tier.has_terminals() {
-            return Err(Refusal::new(
-                ReasonCode::SandboxTierUnsupported,
-                format!("sessions run on the native, gvisor and docker tiers, not {:?}", prepared.descriptor().tier),
-            ));
-        }
         let (mut worker_spec, staged_output) = self.worker_spec(&prepared)?;
         worker_spec.env.push(("TERM".into(), "dumb".into()));
         worker_spec.timeout = Duration::from_secs(spec.session_timeout_seconds);

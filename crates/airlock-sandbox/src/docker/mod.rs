@@ -133,7 +133,7 @@ impl DockerTier {
     /// TTY) and an open stdin; the caller gets its end of a socket that
     /// carries the terminal's bytes both ways, as it would a pty's master
     /// (`terminal.rs`). The same container, grants and deadline as any
-    /// worker; the caller must still call [`Worker::wait`] (or kill it).
+    /// worker; the caller must still call [`Worker::wait`](crate::Worker::wait) (or kill it).
     pub fn start_tty(&self, spec: WorkerSpec) -> Result<(DockerWorker, std::fs::File), SandboxError> {
         let (worker, master) = self.start_with(spec, true)?;
         let master = master.ok_or_else(|| SandboxError::Protocol("the terminal was not attached".into()))?;

@@ -17,6 +17,11 @@
 //!    runs, then [`Kind::Result`] ([`GuestResult`]); when the result says
 //!    the output is exported, its bytes follow as data frames; then
 //!    [`Kind::End`]. A guest that cannot run the call sends [`Kind::Error`].
+//!    A call on a terminal ([`GuestCall::tty`], version 2): the tool's
+//!    standard streams are a pty in the guest, whose output comes as
+//!    [`Kind::Stdout`]; meanwhile the host sends [`Kind::Stdin`] chunks
+//!    (written to the terminal) and at most one [`Kind::Hangup`] (the tool's
+//!    process group gets `SIGHUP`, as from a pty whose master is closed).
 #![forbid(unsafe_code)]
 
 use std::io::{self, Read, Write};
@@ -28,7 +33,7 @@ use crate::outcome::ExitStatusKind;
 use crate::spec::WorkerLimits;
 
 /// The protocol version both sides must speak.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The vsock port the guest init connects to on the host (CID 2) when the
 /// VMM offers a vsock instead of a virtio-serial port (Firecracker).
@@ -59,6 +64,10 @@ pub enum Kind {
     End = 7,
     /// Guest → host: [`GuestError`], the call could not run.
     Error = 8,
+    /// Host → guest, a call on a terminal only: bytes typed at the tool.
+    Stdin = 9,
+    /// Host → guest, a call on a terminal only: the terminal hung up.
+    Hangup = 10,
 }
 
 impl Kind {
@@ -72,6 +81,8 @@ impl Kind {
             6 => Kind::Result,
             7 => Kind::End,
             8 => Kind::Error,
+            9 => Kind::Stdin,
+            10 => Kind::Hangup,
             _ => return None,
         })
     }
@@ -119,6 +130,9 @@ pub struct GuestCall {
     pub stdout_limit: u64,
     /// Bytes of stderr the host keeps (the guest forwards at most one more).
     pub stderr_limit: u64,
+    /// The tool runs on a terminal (a session's worker; see the module).
+    #[serde(default)]
+    pub tty: bool,
 }
 
 /// What the guest says of the output.

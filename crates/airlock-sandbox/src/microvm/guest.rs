@@ -334,19 +334,69 @@ fn set_rlimits(limits: &[(Resource, Option<u64>, Option<u64>)]) -> Result<(), Fa
     Ok(())
 }
 
-/// Runs the tool, forwards its stdout/stderr, kills and reaps everything.
+/// A pseudo-terminal of a private devpts instance: (master, slave).
+fn open_terminal() -> Result<(File, File), Fail> {
+    mount(
+        "devpts",
+        "/dev/pts",
+        "devpts",
+        MountFlags::NOSUID | MountFlags::NOEXEC,
+        c"newinstance,ptmxmode=0600,mode=0600",
+    )?;
+    let flags = rustix::fs::OFlags::RDWR | rustix::fs::OFlags::NOCTTY | rustix::fs::OFlags::CLOEXEC;
+    let master =
+        rustix::fs::open("/dev/pts/ptmx", flags, Mode::empty()).map_err(|e| setup("open(/dev/pts/ptmx)")(e.into()))?;
+    rustix::pty::unlockpt(&master).map_err(|e| setup("unlockpt(master)")(e.into()))?;
+    let name = rustix::pty::ptsname(&master, Vec::new()).map_err(|e| setup("ptsname(master)")(e.into()))?;
+    let slave = rustix::fs::open(name.as_c_str(), flags, Mode::empty())
+        .map_err(|e| setup(format!("open({name:?})"))(e.into()))?;
+    Ok((File::from(master), File::from(slave)))
+}
+
+/// Copies the host's [`Kind::Stdin`] chunks to the terminal `master` until
+/// [`Kind::Hangup`] (then `SIGHUP` to the tool's process group `tool`) or
+/// the port ends.
+fn type_into(mut port: File, mut master: File, tool: u32) {
+    while let Ok((kind, payload)) = frame::read_frame(&mut port) {
+        match kind {
+            Kind::Stdin => {
+                if master.write_all(&payload).is_err() {
+                    return;
+                }
+            }
+            Kind::Hangup => {
+                if let Some(pgid) = rustix::process::Pid::from_raw(tool as i32) {
+                    let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::HUP);
+                }
+                return;
+            }
+            _ => return,
+        }
+    }
+}
+
+/// Runs the tool, forwards its stdout/stderr (or its terminal), kills and
+/// reaps everything.
 fn run_tool(port: &mut File, call: &GuestCall) -> Result<Ran, Fail> {
     let limits = tool_rlimits(call);
+    let terminal = if call.tty { Some(open_terminal()?) } else { None };
     let mut cmd = Command::new(&call.argv[0]);
     cmd.args(&call.argv[1..])
         .env_clear()
         .envs(call.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&call.working_dir)
         .uid(WORKER_ID)
-        .gid(WORKER_ID)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .gid(WORKER_ID);
+    match &terminal {
+        // Its own process group, so a hangup reaches what it started too.
+        Some((_, slave)) => {
+            let end = || slave.try_clone().map(Stdio::from).map_err(setup("dup(pty slave)"));
+            cmd.stdin(end()?).stdout(end()?).stderr(end()?).process_group(0);
+        }
+        None => {
+            cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+    }
     let own: Vec<_> = limits
         .iter()
         .map(|(r, _, _)| {
@@ -356,6 +406,9 @@ fn run_tool(port: &mut File, call: &GuestCall) -> Result<Ran, Fail> {
         .collect();
     set_rlimits(&limits)?;
     let spawned = cmd.spawn();
+    // The command keeps its copies of a terminal's slave: closed now, so the
+    // master reads end-of-file once the tool's side is gone.
+    drop(cmd);
     // PID 1 keeps none of the tool's limits (it reads the output, hashes, sends).
     set_rlimits(&own)?;
     let mut child = spawned.map_err(|e| Fail {
@@ -365,10 +418,25 @@ fn run_tool(port: &mut File, call: &GuestCall) -> Result<Ran, Fail> {
     })?;
     let started = Instant::now();
     let (tx, rx) = mpsc::channel();
-    for (kind, pipe) in [
-        (Kind::Stdout, child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>)),
-        (Kind::Stderr, child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>)),
-    ] {
+    // The terminal's output is the tool's stdout; PID 1 keeps no slave, so
+    // the master reads end-of-file (EIO) once the tool's side is gone.
+    let mut streams: Vec<(Kind, Option<Box<dyn Read + Send>>)> = match terminal {
+        Some((master, slave)) => {
+            drop(slave);
+            let typing = (port.try_clone(), master.try_clone());
+            if let (Ok(port), Ok(typed)) = typing {
+                let tool = child.id();
+                std::thread::spawn(move || type_into(port, typed, tool));
+            }
+            vec![(Kind::Stdout, Some(Box::new(master)))]
+        }
+        None => vec![
+            (Kind::Stdout, child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>)),
+            (Kind::Stderr, child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>)),
+        ],
+    };
+    let expected_eofs = streams.len();
+    for (kind, pipe) in streams.drain(..) {
         let (tx, Some(mut pipe)) = (tx.clone(), pipe) else { continue };
         std::thread::spawn(move || {
             let mut buf = vec![0u8; 64 << 10];
@@ -397,7 +465,7 @@ fn run_tool(port: &mut File, call: &GuestCall) -> Result<Ran, Fail> {
     let deadline = started + Duration::from_millis(call.timeout_ms);
     let (mut out_total, mut err_total) = (0u64, 0u64);
     let (mut eofs, mut exit, mut timed_out, mut killed) = (0, None, false, false);
-    while eofs < 2 || exit.is_none() {
+    while eofs < expected_eofs || exit.is_none() {
         let wait = if killed { Duration::from_secs(5) } else { deadline.saturating_duration_since(Instant::now()) };
         match rx.recv_timeout(wait) {
             Ok(Event::Chunk(kind, bytes)) => {
@@ -429,7 +497,7 @@ fn run_tool(port: &mut File, call: &GuestCall) -> Result<Ran, Fail> {
             Err(_) => break,
         }
     }
-    let cleanup_confirmed = reap_all() && eofs == 2 && exit.is_some();
+    let cleanup_confirmed = reap_all() && eofs == expected_eofs && exit.is_some();
     let exit = match exit {
         Some(s) if timed_out => ExitStatusKind::Signaled(s.signal().unwrap_or(libc::SIGKILL)),
         Some(s) => match (s.code(), s.signal()) {

@@ -22,7 +22,9 @@
 //! mismatched transfer leaves it empty and publishes nothing.
 //!
 //! The tool image is the initramfs's, not the spec's `image` (the host's
-//! directories are never shown to the guest). Not supported here (refused
+//! directories are never shown to the guest). A session's worker runs on a
+//! pty in the guest ([`MicrovmTier::start_tty`], [`terminal`]). Not
+//! supported here (refused
 //! with [`SandboxError::InvalidSpec`]): the filesystem socket, provided
 //! files, live stdio.
 #![forbid(unsafe_code)]
@@ -33,6 +35,7 @@ pub mod frame;
 pub mod guest;
 mod probe;
 mod qemu;
+mod terminal;
 mod worker;
 
 use std::path::PathBuf;
@@ -47,6 +50,7 @@ use crate::spec::WorkerSpec;
 use crate::worker::Tier;
 
 pub use probe::{leftovers, probe, reap};
+pub use terminal::MicrovmTerminal;
 pub use worker::MicrovmWorker;
 
 /// The virtual machine monitor that runs the guest.
@@ -180,8 +184,28 @@ impl MicrovmTier {
         Ok(())
     }
 
+    /// Like [`Tier::start`], but the tool's standard streams are a terminal
+    /// in the guest, carried over the frame protocol to one end of a socket
+    /// pair whose other end the caller gets, as it would a pty's master
+    /// ([`terminal`]). The caller must still call [`Worker::wait`] on the
+    /// worker (or kill it).
+    ///
+    /// [`Worker::wait`]: crate::Worker::wait
+    pub fn start_tty(&self, mut spec: WorkerSpec) -> Result<(MicrovmTerminal, std::fs::File), SandboxError> {
+        // A session's terminal output is its conversation, not a bounded
+        // answer: it all reaches the caller, who bounds each interaction.
+        spec.stdout_limit = usize::MAX >> 2;
+        let worker = self.start_with(spec, "", true)?;
+        terminal::attach(worker)
+    }
+
     /// Starts one worker, adding `extra_cmdline` to the kernel command line.
-    pub(crate) fn start_with(&self, mut spec: WorkerSpec, extra_cmdline: &str) -> Result<MicrovmWorker, SandboxError> {
+    pub(crate) fn start_with(
+        &self,
+        mut spec: WorkerSpec,
+        extra_cmdline: &str,
+        tty: bool,
+    ) -> Result<MicrovmWorker, SandboxError> {
         spec.validate()?;
         crate::call_dir::refuse_native_only(&spec, "microvm")?;
         self.check()?;
@@ -201,6 +225,7 @@ impl MicrovmTier {
             spec: &mut spec,
             extra_cmdline,
             expect: None,
+            tty,
         })?;
         Ok(match &self.cancel {
             Some(c) => worker.with_cancel(c),
@@ -259,6 +284,6 @@ impl Tier for MicrovmTier {
     }
 
     fn start(&self, spec: WorkerSpec) -> Result<MicrovmWorker, SandboxError> {
-        self.start_with(spec, "")
+        self.start_with(spec, "", false)
     }
 }

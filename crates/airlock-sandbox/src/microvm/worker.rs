@@ -33,6 +33,8 @@ pub(crate) struct Start<'a> {
     pub extra_cmdline: &'a str,
     /// The fingerprint the guest must report (`None`: this binary's).
     pub expect: Option<String>,
+    /// The tool runs on a terminal in the guest ([`super::terminal`]).
+    pub tty: bool,
 }
 
 /// A running microVM worker (the guest has the call and its inputs).
@@ -49,6 +51,8 @@ pub struct MicrovmWorker {
     output: Option<StagedOutput>,
     argv0: String,
     cancel: Option<crate::cancel::Registration>,
+    /// The tool's stdout is a session's terminal ([`super::terminal`]).
+    terminal: bool,
 }
 
 /// Owns the QEMU child and the call directory until [`Worker::wait`] takes
@@ -76,7 +80,7 @@ impl MicrovmWorker {
     /// Boots the VM, checks the guest's hello within the boot deadline, and
     /// sends the call and its inputs. Nothing is left running on error.
     pub(crate) fn boot(s: Start<'_>) -> Result<MicrovmWorker, SandboxError> {
-        let Start { settings, accel, call, spec, extra_cmdline, expect } = s;
+        let Start { settings, accel, call, spec, extra_cmdline, expect, tty } = s;
         let expect = match expect {
             Some(e) => e,
             None => own_fingerprint()?,
@@ -156,8 +160,9 @@ impl MicrovmWorker {
             output: None,
             argv0: spec.argv[0].clone(),
             cancel: None,
+            terminal: false,
         };
-        if let Err(e) = worker.handshake(settings, boot_deadline, &expect).and_then(|()| worker.send_call(spec)) {
+        if let Err(e) = worker.handshake(settings, boot_deadline, &expect).and_then(|()| worker.send_call(spec, tty)) {
             worker.abort();
             return Err(e);
         }
@@ -206,7 +211,7 @@ impl MicrovmWorker {
         Ok(())
     }
 
-    fn send_call(&mut self, spec: &WorkerSpec) -> Result<(), SandboxError> {
+    fn send_call(&mut self, spec: &WorkerSpec, tty: bool) -> Result<(), SandboxError> {
         let send = |e: std::io::Error| SandboxError::Protocol(format!("microvm guest: sending the call: {e}"));
         let mut inputs = Vec::new();
         for input in &spec.inputs {
@@ -232,6 +237,7 @@ impl MicrovmWorker {
             timeout_ms: spec.timeout.as_millis() as u64,
             stdout_limit: spec.stdout_limit as u64,
             stderr_limit: spec.stderr_limit as u64,
+            tty,
         };
         self.stream.set_write_timeout(Some(spec.timeout)).map_err(send)?;
         frame::write_json(&mut self.stream, Kind::Call, &call).map_err(send)?;
@@ -255,6 +261,18 @@ impl MicrovmWorker {
     }
 
     /// Registers the worker with `cancel` (killing it at once if cancelled).
+    /// Makes `sink` (one end of a socket pair) the terminal the tool's
+    /// output goes to, whole; returns a second handle of the connection to
+    /// the guest, for the stdin frames. What the tool writes after the
+    /// caller has gone is dropped.
+    pub(super) fn carry_terminal(&mut self, sink: std::fs::File) -> Result<UnixStream, SandboxError> {
+        self.stdout_sink = Some(sink);
+        self.terminal = true;
+        self.stream
+            .try_clone()
+            .map_err(|e| SandboxError::Descriptor { call: "dup(guest connection)".into(), errno: errno(e) })
+    }
+
     pub(crate) fn with_cancel(mut self, cancel: &crate::Cancel) -> Self {
         self.cancel = Some(cancel.register(self.kill_handle()));
         self
@@ -350,7 +368,7 @@ fn converse(w: &mut MicrovmWorker, streams: &mut [Stream; 2]) -> Conversation {
                 let _ = frame::write_frame(&mut w.stream, Kind::End, &[]);
                 return c;
             }
-            Kind::Hello | Kind::Call | Kind::Data => return c,
+            Kind::Hello | Kind::Call | Kind::Data | Kind::Stdin | Kind::Hangup => return c,
         }
     }
 }
@@ -376,6 +394,10 @@ fn wait_worker(mut w: MicrovmWorker) -> Result<WorkerOutcome, SandboxError> {
         Stream { fd: None, sink: Bounded::new(w.stderr_limit) },
     ];
     let talk = converse(&mut w, &mut streams);
+    if w.terminal {
+        // A session that hung up reads its terminal no more.
+        streams[0].sink.failed.take_if(|e| e.kind() == std::io::ErrorKind::BrokenPipe);
+    }
     // The guest powers off after `End`; anything else is killed now.
     if !(talk.ended && exited_by(&*w.pidfd, Instant::now() + KILL_GRACE)) {
         kill_vm(&w.pidfd);

@@ -86,6 +86,7 @@ fn a_bound_output_cannot_be_replaced_and_carries_no_attributes_of_the_tool() {
     let dir = Dir::new();
     let script = r#"
         echo good > results/out.bin
+        chmod 600 results/out.bin && echo CHMOD-OK
         rm -f results/out.bin && echo REMOVED
         echo evil > /tmp/evil; mv /tmp/evil results/out.bin && echo REPLACED
         ln results/out.bin /tmp/hard 2>/dev/null && echo HARDLINKED
@@ -106,6 +107,11 @@ os.setxattr("results/out.bin", "system.posix_acl_access", acl)' 2>/dev/null && e
     // The tool could set its attribute (the file is writable to it): the
     // sandbox removed it before the output was handed back.
     assert!(out.contains("XATTR-SET"), "{}", show(&o));
+    // As with an output on its tmpfs, the tool owns its output while it runs
+    // (a tool may set its mode); afterwards the caller owns it again.
+    assert!(out.contains("CHMOD-OK"), "{}", show(&o));
+    let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.path("out.staging")).unwrap());
+    assert_eq!(owner, rustix::process::geteuid().as_raw(), "the caller did not get its output back");
     let export = o.output.clone().unwrap();
     assert!(export.exported(), "{}", show(&o));
     assert_eq!(dir.read("out.staging"), b"good\n");

@@ -1,7 +1,7 @@
 //! Issue 17 row: one large file through the whole pipeline. `airlock run`
 //! of a copy tool on a 1 GiB input (raised `[limits]`) snapshots and hashes
 //! the input, binds the snapshot and the output's staging file into the
-//! worker (files of 8 MiB or more are not copied onto its tmpfs), runs
+//! worker (files over 8 MiB are not copied onto its tmpfs), runs
 //! `cp`, then hashes the output while it is synced and renames it into
 //! place; the baseline is `openssl dgst -sha256` of the input followed by
 //! `cp` of it, the least a hashed copy costs. Target: at most 1.5x.

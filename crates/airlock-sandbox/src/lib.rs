@@ -101,8 +101,8 @@
 //! a private `/tmp`). It **copies each input's bytes into the tmpfs and binds
 //! the copy read-only onto itself**, so no host inode, not even a private one,
 //! is mounted into the worker; it creates the output file and keeps its inode,
-//! then `pivot_root`s and detaches the old root. A staged file of 8 MiB or
-//! more (an output whose bound is; only raised `[limits]` allow one) is the
+//! then `pivot_root`s and detaches the old root. A staged file over 8 MiB
+//! (an output whose bound is; only raised `[limits]` allow one) is the
 //! exception: the caller's private staged inode itself is mounted, read-only
 //! for an input, so a large file is neither copied again nor held in memory,
 //! and the worker can read that file's host path in its mount table

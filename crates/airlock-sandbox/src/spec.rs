@@ -129,7 +129,7 @@ pub struct ProvidedFile {
 }
 
 /// One read-only input: the worker sees the file's bytes at
-/// `working_dir/virtual_path`: a copy on its tmpfs, or, from 8 MiB on and
+/// `working_dir/virtual_path`: a copy on its tmpfs, or, over 8 MiB and
 /// where the file has a name, the native tier mounts this very inode there,
 /// read-only (for a root caller it first adds read for "other": the file
 /// must be private to the caller, in a directory nobody else can reach).
@@ -143,11 +143,12 @@ pub struct StagedInput {
 }
 
 /// The single output: an empty file the worker may write; after the worker
-/// and all its descendants are gone, its bytes are copied into `file`. From
-/// a `max_bytes` of 8 MiB on, where `file` has a name, the native tier
+/// and all its descendants are gone, its bytes are copied into `file`. With
+/// a `max_bytes` over 8 MiB, where `file` has a name, the native tier
 /// mounts `file` itself for the worker to write instead (for a root caller
-/// after adding read-write for "other"; `file` must be private to the
-/// caller), and removes its `user.*` and ACL attributes after the run.
+/// after lending it to the worker's id, taken back after the run; `file`
+/// must be private to the caller), and removes its `user.*` and ACL
+/// attributes after the run.
 #[derive(Debug)]
 pub struct StagedOutput {
     /// Relative to the working directory, already validated.

@@ -18,7 +18,7 @@ use crate::error::{errno, SandboxError};
 use crate::init::INIT_MARKER;
 use crate::outcome::AppliedLimits;
 use crate::parent::{kill_init, NativeWorker, Pipes};
-use crate::placement::{Access, Placement};
+use crate::placement::{Access, Chosen, Placement};
 use crate::spec::{WorkerSpec, FS_SOCKET_FD};
 use crate::wire::{InitInput, InitOutput, InitProvided, InitSpec};
 use crate::worker::{Tier, Worker};
@@ -197,15 +197,16 @@ fn place(
     access: Access,
     inherited: &mut Vec<OwnedFd>,
 ) -> Result<Placement, SandboxError> {
-    match crate::placement::choose(file, bytes, worker_id, access)? {
-        (Placement::Detached { .. }, Some(mount)) => {
+    Ok(match crate::placement::choose(file, bytes, worker_id, access)? {
+        Chosen::Copy => Placement::Copy,
+        Chosen::Path(path) => Placement::Path { path },
+        Chosen::Detached(mount) => {
             let fd = dup_for_init(&mount)?;
             let mount_fd = fd.as_raw_fd();
             inherited.push(fd);
-            Ok(Placement::Detached { mount_fd })
+            Placement::Detached { mount_fd }
         }
-        (placement, _) => Ok(placement),
-    }
+    })
 }
 
 fn dup_for_init(fd: &impl std::os::fd::AsFd) -> Result<OwnedFd, SandboxError> {

@@ -95,6 +95,17 @@ impl Placement {
     }
 }
 
+/// What [`choose`] decided, in the caller.
+#[derive(Debug)]
+pub(crate) enum Chosen {
+    /// [`Placement::Copy`].
+    Copy,
+    /// [`Placement::Path`] with this path.
+    Path(String),
+    /// [`Placement::Detached`]: this detached mount, for the init to inherit.
+    Detached(OwnedFd),
+}
+
 /// Whether a file is placed for reading only or also for writing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Access {
@@ -104,26 +115,20 @@ pub(crate) enum Access {
     Write,
 }
 
-/// In the caller: how `file` will be placed, and the detached mount to
-/// hand the init for [`Placement::Detached`]. `bytes` is an input's size or
+/// In the caller: how `file` will be placed. `bytes` is an input's size or
 /// the output's bound; `worker_id` is the host id the worker runs as when
 /// the caller is root with the capabilities to map other ids (`None`: the
 /// caller's own).
-pub(crate) fn choose(
-    file: &File,
-    bytes: u64,
-    worker_id: Option<u32>,
-    access: Access,
-) -> Result<(Placement, Option<OwnedFd>), SandboxError> {
+pub(crate) fn choose(file: &File, bytes: u64, worker_id: Option<u32>, access: Access) -> Result<Chosen, SandboxError> {
     let md =
         file.metadata().map_err(|e| SandboxError::Descriptor { call: "fstat(staged file)".into(), errno: errno(e) })?;
     if bytes <= BIND_MIN_BYTES || !md.is_file() || md.nlink() == 0 {
-        return Ok((Placement::Copy, None));
+        return Ok(Chosen::Copy);
     }
     if let Some(id) = worker_id {
         let flags = OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC | OpenTreeFlags::AT_EMPTY_PATH;
         let Ok(mount) = rustix::mount::open_tree(file, "", flags) else {
-            return Ok((Placement::Copy, None));
+            return Ok(Chosen::Copy);
         };
         // The worker's id is not the owner. An input it reads as "other"
         // (the file lives in the caller's private directory, so the bit
@@ -139,22 +144,19 @@ pub(crate) fn choose(
                 })?;
             }
         }
-        // The number is filled in once the descriptor is duplicated for the init.
-        return Ok((Placement::Detached { mount_fd: -1 }, Some(mount)));
+        return Ok(Chosen::Detached(mount));
     }
     let link = format!("/proc/self/fd/{}", file.as_raw_fd());
     let Ok(path) = std::fs::read_link(&link) else {
-        return Ok((Placement::Copy, None));
+        return Ok(Chosen::Copy);
     };
     let Some(path) = path.to_str().filter(|p| p.starts_with('/')) else {
-        return Ok((Placement::Copy, None));
+        return Ok(Chosen::Copy);
     };
     // The name must still be this inode here; PID 1 checks again after binding.
     match std::fs::symlink_metadata(path) {
-        Ok(at) if at.is_file() && (at.dev(), at.ino()) == (md.dev(), md.ino()) => {
-            Ok((Placement::Path { path: path.to_string() }, None))
-        }
-        _ => Ok((Placement::Copy, None)),
+        Ok(at) if at.is_file() && (at.dev(), at.ino()) == (md.dev(), md.ino()) => Ok(Chosen::Path(path.to_string())),
+        _ => Ok(Chosen::Copy),
     }
 }
 

@@ -15,7 +15,19 @@ fn shipped(name: &str) -> PathBuf {
 
 /// The build fingerprint `program --handshake` reports.
 fn fingerprint(program: &Path) -> String {
-    let out = std::process::Command::new(program).arg("--handshake").output().unwrap();
+    // A copy just written may be busy for a moment: a child another test
+    // thread forks in between holds the (close-on-exec) write descriptor
+    // until it execs.
+    let mut tries = 0;
+    let out = loop {
+        match std::process::Command::new(program).arg("--handshake").output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => break other.unwrap(),
+        }
+    };
     assert!(out.status.success(), "{out:?}");
     let line = String::from_utf8(out.stdout).unwrap();
     let build = line.trim_end().rsplit(' ').next().unwrap().to_owned();

@@ -161,7 +161,7 @@ enum Stdio {
 /// `grantpt`, `unlockpt`, then its slave opened by `ptsname` (never this
 /// process's controlling terminal). Returns (master, slave).
 /// A pseudo-terminal pair (master, slave), both close-on-exec.
-pub(crate) fn open_pty() -> Result<(OwnedFd, OwnedFd), SandboxError> {
+fn open_pty() -> Result<(OwnedFd, OwnedFd), SandboxError> {
     use rustix::pty::OpenptFlags;
     let call = |what: &str| {
         let what = what.to_owned();

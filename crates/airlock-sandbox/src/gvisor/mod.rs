@@ -28,11 +28,11 @@
 #![forbid(unsafe_code)]
 
 mod bundle;
+mod console;
 mod probe;
 mod runsc;
 mod worker;
 
-use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -242,7 +242,7 @@ impl Tier for GvisorTier {
     }
 
     fn start(&self, spec: WorkerSpec) -> Result<GvisorWorker, SandboxError> {
-        self.start_with(spec, None)
+        self.start_with(spec, false).map(|(worker, _)| worker)
     }
 }
 
@@ -254,12 +254,16 @@ impl GvisorTier {
     /// deadline as any worker; the caller must still call
     /// [`Worker::wait`](crate::Worker::wait) (or kill it).
     pub fn start_tty(&self, spec: WorkerSpec) -> Result<(GvisorWorker, std::fs::File), SandboxError> {
-        let (master, slave) = crate::native::open_pty()?;
-        let worker = self.start_with(spec, Some(slave))?;
-        Ok((worker, std::fs::File::from(master)))
+        let (worker, master) = self.start_with(spec, true)?;
+        let master = master.ok_or_else(|| SandboxError::Protocol("runsc handed over no terminal".into()))?;
+        Ok((worker, master))
     }
 
-    fn start_with(&self, mut spec: WorkerSpec, tty: Option<OwnedFd>) -> Result<GvisorWorker, SandboxError> {
+    fn start_with(
+        &self,
+        mut spec: WorkerSpec,
+        tty: bool,
+    ) -> Result<(GvisorWorker, Option<std::fs::File>), SandboxError> {
         spec.validate()?;
         crate::call_dir::refuse_native_only(&spec, "gvisor")?;
         let started = Instant::now();
@@ -289,7 +293,7 @@ impl GvisorTier {
         } else if limits.cgroup_skipped.is_none() {
             limits.cgroup_skipped = Some("no memory limit was asked for".into());
         }
-        if let Err(e) = bundle::write_bundle(&mut call, &spec, cgroup.as_ref(), tty.is_some()) {
+        if let Err(e) = bundle::write_bundle(&mut call, &spec, cgroup.as_ref(), tty) {
             let _ = call.remove();
             return Err(e);
         }
@@ -304,7 +308,7 @@ impl GvisorTier {
             let _ = call.remove();
             return Err(SandboxError::Unavailable(format!("cannot make {}: {e}", logs.display())));
         }
-        let worker = GvisorWorker::spawn(worker::Start {
+        let (worker, master) = GvisorWorker::spawn(worker::Start {
             runsc,
             id: name,
             call,
@@ -315,9 +319,10 @@ impl GvisorTier {
             use_cgroup: cgroup.is_some(),
             tty,
         })?;
-        Ok(match &self.cancel {
+        let worker = match &self.cancel {
             Some(c) => worker.with_cancel(c),
             None => worker,
-        })
+        };
+        Ok((worker, master))
     }
 }

@@ -22,6 +22,9 @@ use crate::parent::{drain, exited_by, Bounded, Stream, KILL_GRACE};
 use crate::spec::{StagedOutput, WorkerSpec};
 use crate::worker::{KillHandle, Worker};
 
+/// How long runsc may take to make the container and hand over a terminal.
+const CONSOLE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What [`GvisorWorker::spawn`] needs.
 pub(crate) struct Start<'a> {
     pub runsc: Runsc,
@@ -37,9 +40,9 @@ pub(crate) struct Start<'a> {
     pub limits: AppliedLimits,
     /// The bundle asks runsc for a cgroup (else `--ignore-cgroups`).
     pub use_cgroup: bool,
-    /// A terminal's slave: `runsc run`'s standard input and output, which
-    /// the bundle makes the tool's console.
-    pub tty: Option<OwnedFd>,
+    /// The tool runs on a terminal runsc makes and hands over
+    /// ([`super::console`]).
+    pub tty: bool,
 }
 
 /// A running gVisor worker.
@@ -85,8 +88,9 @@ fn kill_run(pidfd: &OwnedFd) {
 }
 
 impl GvisorWorker {
-    /// Starts `runsc run` on the bundle in `s.call`.
-    pub(crate) fn spawn(s: Start<'_>) -> Result<GvisorWorker, SandboxError> {
+    /// Starts `runsc run` on the bundle in `s.call`; with `s.tty`, also
+    /// returns the master of the tool's terminal.
+    pub(crate) fn spawn(s: Start<'_>) -> Result<(GvisorWorker, Option<std::fs::File>), SandboxError> {
         let Start { runsc, id, call, log, spec, started, limits, use_cgroup, tty } = s;
         let fail = |call: CallDir, e: SandboxError| {
             let _ = call.remove();
@@ -104,25 +108,16 @@ impl GvisorWorker {
         if !use_cgroup {
             cmd.arg("--ignore-cgroups");
         }
-        cmd.arg("run").arg("--bundle").arg(call.path()).arg(&id);
-        cmd.stderr(Stdio::from(stderr_w));
-        match tty {
-            // The tool's output reaches the caller through the terminal; the
-            // stdout pipe is closed at once and drains empty.
-            Some(slave) => {
-                let input = match slave.try_clone() {
-                    Ok(fd) => fd,
-                    Err(e) => {
-                        return fail(call, SandboxError::Descriptor { call: "dup(pty slave)".into(), errno: errno(e) })
-                    }
-                };
-                drop(stdout_w);
-                cmd.stdin(Stdio::from(input)).stdout(Stdio::from(slave));
-            }
-            None => {
-                cmd.stdout(Stdio::from(stdout_w));
-            }
+        cmd.arg("run");
+        let console = match tty.then(|| super::console::Console::listen(call.path())).transpose() {
+            Ok(c) => c,
+            Err(e) => return fail(call, e),
+        };
+        if let Some(c) = &console {
+            cmd.arg("--console-socket").arg(c.path());
         }
+        cmd.arg("--bundle").arg(call.path()).arg(&id);
+        cmd.stdout(Stdio::from(stdout_w)).stderr(Stdio::from(stderr_w));
         let spawned = cmd.spawn();
         drop(cmd); // closes our copies of the child's ends
         let mut child = match spawned {
@@ -141,8 +136,15 @@ impl GvisorWorker {
                 return fail(call, SandboxError::Wait { call: format!("pidfd_open({pid}, 0)"), errno: errno(e) });
             }
         };
-        Ok(GvisorWorker {
-            guard: Guard { runsc, id, child: Some(child), call: Some(call), log, pidfd: Arc::clone(&pidfd) },
+        let guard = Guard { runsc, id, child: Some(child), call: Some(call), log, pidfd: Arc::clone(&pidfd) };
+        // The terminal comes once runsc has made the container; a runsc that
+        // fails first is killed and cleaned up with the guard.
+        let master = match console {
+            Some(c) => Some(c.receive(&pidfd, Instant::now() + CONSOLE_DEADLINE.min(spec.timeout))?),
+            None => None,
+        };
+        let worker = GvisorWorker {
+            guard,
             pidfd,
             killed: Arc::new(AtomicBool::new(false)),
             stdout: stdout_r,
@@ -155,7 +157,8 @@ impl GvisorWorker {
             argv0: spec.argv[0].clone(),
             limits,
             cancel: None,
-        })
+        };
+        Ok((worker, master))
     }
 
     /// Registers the worker with `cancel` (killing it at once if cancelled).

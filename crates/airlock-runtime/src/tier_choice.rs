@@ -14,11 +14,9 @@ pub(crate) const NO_WORKER: &str = "none";
 /// Tiers every worker-running shape can use.
 pub(crate) const NATIVE_ONLY: &[Tier] = &[Tier::Native];
 
-/// Tiers with terminals, where a `[session]` tool's program can run.
-pub(crate) const TERMINAL: &[Tier] = &[Tier::Native, Tier::Gvisor, Tier::Docker, Tier::Microvm];
-
-/// Tiers a one-shot tool (`[command]`) can run on in this build.
-pub(crate) const ONE_SHOT: &[Tier] = &[Tier::Native, Tier::Gvisor, Tier::Docker, Tier::Microvm];
+/// Tiers a tool's own program (`[command]`, or a `[session]` one on a
+/// terminal) can run on in this build: every tier.
+pub(crate) const EVERY_TIER: &[Tier] = &[Tier::Native, Tier::Gvisor, Tier::Docker, Tier::Microvm];
 
 /// Chooses the tier of one call of a shape that runs on `supported`.
 pub(crate) fn choose(
@@ -90,10 +88,10 @@ mod tests {
     #[test]
     fn request_then_manifest_then_default() {
         let c = config("[sandbox]\ntier = \"native\"\n");
-        assert_eq!(choose(&c, None, None, ONE_SHOT, "t").unwrap(), Tier::Native);
-        assert_eq!(choose(&c, None, Some(Tier::Gvisor), ONE_SHOT, "t").unwrap(), Tier::Gvisor);
-        assert_eq!(choose(&c, Some(Tier::Docker), None, ONE_SHOT, "t").unwrap(), Tier::Docker);
-        let conflict = choose(&c, Some(Tier::Native), Some(Tier::Gvisor), ONE_SHOT, "t").unwrap_err();
+        assert_eq!(choose(&c, None, None, EVERY_TIER, "t").unwrap(), Tier::Native);
+        assert_eq!(choose(&c, None, Some(Tier::Gvisor), EVERY_TIER, "t").unwrap(), Tier::Gvisor);
+        assert_eq!(choose(&c, Some(Tier::Docker), None, EVERY_TIER, "t").unwrap(), Tier::Docker);
+        let conflict = choose(&c, Some(Tier::Native), Some(Tier::Gvisor), EVERY_TIER, "t").unwrap_err();
         assert_eq!(conflict.code, ReasonCode::SandboxTierNotAllowed);
     }
 
@@ -101,7 +99,7 @@ mod tests {
     fn the_allow_list_and_the_shape_bound_the_choice() {
         let c = config("[sandbox]\ntiers = [\"native\", \"gvisor\"]\n");
         assert_eq!(
-            choose(&c, Some(Tier::Docker), None, ONE_SHOT, "t").unwrap_err().code,
+            choose(&c, Some(Tier::Docker), None, EVERY_TIER, "t").unwrap_err().code,
             ReasonCode::SandboxTierNotAllowed
         );
         let e = choose(&c, Some(Tier::Gvisor), None, NATIVE_ONLY, "a Git query").unwrap_err();

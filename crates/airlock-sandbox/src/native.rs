@@ -160,7 +160,6 @@ enum Stdio {
 /// A new pseudo-terminal: `posix_openpt(O_RDWR|O_NOCTTY|O_CLOEXEC)`,
 /// `grantpt`, `unlockpt`, then its slave opened by `ptsname` (never this
 /// process's controlling terminal). Returns (master, slave).
-/// A pseudo-terminal pair (master, slave), both close-on-exec.
 fn open_pty() -> Result<(OwnedFd, OwnedFd), SandboxError> {
     use rustix::pty::OpenptFlags;
     let call = |what: &str| {
@@ -186,8 +185,6 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
         .map_err(|e| SandboxError::Descriptor { call: "pipe2(O_CLOEXEC)".into(), errno: errno(e) })
 }
 
-/// A close-on-exec duplicate of a descriptor for the init, numbered above
-/// [`FS_SOCKET_FD`] so that number stays free for the worker's socket.
 /// How a staged file will reach the worker ([`crate::placement`]); a
 /// detached mount to hand the init is duplicated into `inherited`.
 fn place(
@@ -209,6 +206,8 @@ fn place(
     })
 }
 
+/// A close-on-exec duplicate of a descriptor for the init, numbered above
+/// [`FS_SOCKET_FD`] so that number stays free for the worker's socket.
 fn dup_for_init(fd: &impl std::os::fd::AsFd) -> Result<OwnedFd, SandboxError> {
     rustix::io::fcntl_dupfd_cloexec(fd, FS_SOCKET_FD + 1).map_err(|e| SandboxError::Descriptor {
         call: format!("fcntl(F_DUPFD_CLOEXEC, {})", FS_SOCKET_FD + 1),

@@ -77,8 +77,8 @@ fn rlimit(typ: PosixRlimitType, soft: u64, hard: u64) -> Result<PosixRlimit, San
 
 /// Lays out the rootfs, places the inputs and the output in `call`, and
 /// writes `config.json`. Returns nothing: the bundle is `call.path()`.
-/// With `terminal`, the tool's standard streams are the terminal `runsc
-/// run` is given as its standard input (the OCI `process.terminal`).
+/// With `terminal`, the tool's standard streams are a terminal runsc makes
+/// (the OCI `process.terminal`; its master comes on the console socket).
 pub(crate) fn write_bundle(
     call: &mut CallDir,
     spec: &WorkerSpec,

@@ -248,9 +248,8 @@ impl Tier for GvisorTier {
 
 impl GvisorTier {
     /// Like [`Tier::start`], but the tool's standard input, output and
-    /// error are a pseudo-terminal (the Sentry's console on the slave that
-    /// `runsc run` is given); the caller gets the master. `runsc`'s own
-    /// standard error stays a bounded pipe. The same bundle, grants and
+    /// error are a pseudo-terminal runsc makes and hands over on its
+    /// console socket ([`console`]); the caller gets the master. The same bundle, grants and
     /// deadline as any worker; the caller must still call
     /// [`Worker::wait`](crate::Worker::wait) (or kill it).
     pub fn start_tty(&self, spec: WorkerSpec) -> Result<(GvisorWorker, std::fs::File), SandboxError> {

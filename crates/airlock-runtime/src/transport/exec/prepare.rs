@@ -48,8 +48,8 @@ impl Runtime {
         let argv = manifest.build_argv(&args)?;
         let (supported, shape) = match manifest.mcp_spec()? {
             Some(_) => (crate::tier_choice::NATIVE_ONLY, "an [mcp] tool"),
-            None if manifest.session_spec().is_some() => (crate::tier_choice::TERMINAL, "a [session] tool"),
-            None => (crate::tier_choice::ONE_SHOT, "a [command] tool"),
+            None if manifest.session_spec().is_some() => (crate::tier_choice::EVERY_TIER, "a [session] tool"),
+            None => (crate::tier_choice::EVERY_TIER, "a [command] tool"),
         };
         let pinned = manifest.tool.sandbox.and_then(|s| s.tier);
         let tier = crate::tier_choice::choose(self.config(), start.tier, pinned, supported, shape)?;

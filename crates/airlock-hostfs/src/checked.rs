@@ -130,6 +130,11 @@ impl RegularFile {
         self.file
     }
 
+    /// The open file, borrowed.
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+
     /// `input.changed` unless the size and change time are still those
     /// seen when the file was opened.
     fn unchanged(&self) -> Result<()> {
@@ -183,6 +188,38 @@ impl RegularFile {
             }
             self.unchanged()
         })
+    }
+
+    /// Hashes the file in place, from offset 0 with `pread` (the file's
+    /// offset stays 0 for whoever reads it next), exactly the size seen at
+    /// open: one that grows, shrinks or whose change time moves while it
+    /// is read is `input.changed`. `read` hears of each step's bytes.
+    pub(crate) fn hash_in_place(&self, read: &mut dyn FnMut(u64)) -> Result<String> {
+        let want = self.size();
+        // One byte more than the file, so growth is seen.
+        let mut buf = vec![0u8; (want + 1).min(4 * CHUNK) as usize];
+        let mut hasher = Sha256::new();
+        let mut total = 0u64;
+        loop {
+            let room = (want + 1 - total).min(buf.len() as u64) as usize;
+            let n = match rustix::io::pread(&self.file, &mut buf[..room], total) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(Error::syscall(ReasonCode::InputUnreadable, "pread", e)),
+            };
+            total += n as u64;
+            if total > want {
+                return Err(Error::new(ReasonCode::InputChanged, "the file grew while it was read; try again"));
+            }
+            hasher.update(&buf[..n]);
+            read(n as u64);
+        }
+        if total != want {
+            return Err(Error::new(ReasonCode::InputChanged, "the file shrank while it was read; try again"));
+        }
+        self.unchanged()?;
+        Ok(hex::encode(hasher.finalize()))
     }
 
     /// Copies exactly the size seen at open into `dest` and returns it. A

@@ -115,6 +115,24 @@ impl InputFile {
         Ok(SnapshotInfo { bytes: copied.bytes, sha256_hex: copied.sha256_hex })
     }
 
+    /// The open input (read-only), for a caller that holds it unchanged
+    /// (a read lease) instead of snapshotting it; see
+    /// [`InputFile::hash_held`].
+    pub fn file(&self) -> &std::fs::File {
+        self.file.file()
+    }
+
+    /// For an input the caller holds unchanged (its own guarantee, such as
+    /// a read lease on [`InputFile::file`] taken before this is called):
+    /// its size and hash, read in place without a copy. The same
+    /// refusals as a snapshot; `read` hears of each step's bytes.
+    pub fn hash_held(&self, max_bytes: u64, read: &mut dyn FnMut(u64)) -> Result<SnapshotInfo> {
+        self.check_bound(max_bytes)?;
+        let p = self.path.as_str();
+        let sha256_hex = self.file.hash_in_place(read).map_err(|e| e.context(format_args!("input {p:?}")))?;
+        Ok(SnapshotInfo { bytes: self.file.size(), sha256_hex })
+    }
+
     /// `input.too_large` when the file was over `max_bytes` when opened.
     fn check_bound(&self, max_bytes: u64) -> Result<()> {
         if self.file.size() > max_bytes {

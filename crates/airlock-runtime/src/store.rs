@@ -74,6 +74,11 @@ pub struct RecordedInput {
     pub bytes: u64,
     /// `sha256:` digest.
     pub sha256: String,
+    /// Not copied: the host file itself was held unchanged by a read
+    /// lease for the call (`airlock_sandbox::HeldInput`), and `snapshot`
+    /// names no file.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
 }
 
 /// The output as recorded.

@@ -292,7 +292,11 @@ mod tests {
         let root = tmp.path().join("tier");
         let call = CallDir::create(&root, "c1").unwrap();
         std::fs::write(tmp.path().join("src"), b"hello").unwrap();
-        let input = StagedInput { virtual_path: "a.txt".into(), file: File::open(tmp.path().join("src")).unwrap() };
+        let input = StagedInput {
+            virtual_path: "a.txt".into(),
+            file: File::open(tmp.path().join("src")).unwrap(),
+            held: false,
+        };
         let copy = call.place_input(0, &input).unwrap();
         assert_eq!(std::fs::read(&copy).unwrap(), b"hello");
         assert_eq!(std::fs::metadata(&copy).unwrap().mode() & 0o777, 0o444);

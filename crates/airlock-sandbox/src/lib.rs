@@ -187,7 +187,7 @@
 //! airlock_sandbox::init::maybe_run_init();
 //! let tier = NativeTier::new(std::fs::read_link("/proc/self/exe")?);
 //! let mut spec = WorkerSpec::new(["wc", "-c", "in.txt"]);
-//! spec.inputs.push(StagedInput { virtual_path: "in.txt".into(), file: std::fs::File::open("/srv/staged/in")? });
+//! spec.inputs.push(StagedInput { virtual_path: "in.txt".into(), file: std::fs::File::open("/srv/staged/in")?, held: false });
 //! let outcome = tier.start(spec)?.wait()?;
 //! println!("{:?} {}", outcome.exit, String::from_utf8_lossy(&outcome.stdout));
 //! # Ok(()) }
@@ -204,6 +204,7 @@ mod cgroup;
 pub mod docker;
 mod error;
 pub mod gvisor;
+mod held;
 pub mod init;
 mod ipc;
 mod landlock;
@@ -237,6 +238,7 @@ pub use cgroup::{cgroup_delegation, cgroup_limits_available, CgroupDelegation, S
 pub use docker::{DockerSettings, DockerTier, DockerWorker};
 pub use error::{OsErrno, SandboxError, SandboxErrorKind};
 pub use gvisor::{GvisorPlatform, GvisorSettings, GvisorTier, GvisorWorker};
+pub use held::HeldInput;
 pub use ipc::IPC_ENFORCEMENT;
 pub use microvm::{Accel, MicrovmSettings, MicrovmTier, MicrovmWorker, Vmm};
 pub use native::{LiveStdio, NativeTier};

@@ -277,7 +277,8 @@ impl NativeTier {
             if !md.is_file() {
                 return Err(SandboxError::InvalidSpec(format!("input {:?} is not a regular file", i.virtual_path)));
             }
-            let placement = place(&i.file, md.len(), worker_id, Access::Read, &mut inherited)?;
+            let access = if i.held { Access::ReadHeld } else { Access::Read };
+            let placement = place(&i.file, md.len(), worker_id, access, &mut inherited)?;
             let fd = dup_for_init(&i.file)?;
             inputs.push(InitInput {
                 virtual_path: i.virtual_path.clone(),

@@ -46,7 +46,7 @@ use crate::error::{errno, SandboxError};
 
 /// Files (and outputs whose bound is) of at most this many bytes are
 /// copied: the seed's default `max_file_bytes` (8 MiB).
-pub(crate) const BIND_MIN_BYTES: u64 = 8 << 20;
+pub const BIND_MIN_BYTES: u64 = 8 << 20;
 
 /// How PID 1 puts one staged file into the worker's tree.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,6 +111,9 @@ pub(crate) enum Chosen {
 pub(crate) enum Access {
     /// An input: the worker reads it.
     Read,
+    /// A held input ([`crate::HeldInput`]): the host's own file, which
+    /// the worker reads as it stands; nothing about it is changed.
+    ReadHeld,
     /// The output: the worker writes it.
     Write,
 }
@@ -135,6 +138,7 @@ pub(crate) fn choose(file: &File, bytes: u64, worker_id: Option<u32>, access: Ac
         // opens it to nobody else); the output becomes its own until the
         // run is over.
         match access {
+            Access::ReadHeld => {}
             Access::Read => rustix::fs::fchmod(file, rustix::fs::Mode::from_raw_mode((md.mode() & 0o7777) | 0o444))
                 .map_err(|e| SandboxError::Descriptor { call: "fchmod(staged input, a+r)".into(), errno: errno(e) })?,
             Access::Write => {

@@ -132,14 +132,18 @@ pub struct ProvidedFile {
 /// `working_dir/virtual_path`: a copy on its tmpfs, or, over 8 MiB and
 /// where the file has a name, the native tier mounts this very inode there,
 /// read-only (for a root caller it first adds read for "other": the file
-/// must be private to the caller, in a directory nobody else can reach).
+/// must be private to the caller, in a directory nobody else can reach),
+/// unless it is `held`.
 #[derive(Debug)]
 pub struct StagedInput {
     /// Relative to the working directory, already validated (e.g. `data/in.txt`).
     pub virtual_path: String,
-    /// An open read-only descriptor of the private staged copy; read from
-    /// offset 0 to its end.
+    /// An open read-only descriptor of the private staged copy, or of a
+    /// held host file; read from offset 0 to its end.
     pub file: std::fs::File,
+    /// `file` is a host file held by a [`crate::HeldInput`], not a staged
+    /// copy: it is placed as it stands (its mode is never changed).
+    pub held: bool,
 }
 
 /// The single output: an empty file the worker may write; after the worker

@@ -346,3 +346,59 @@ pub(crate) fn vsock_connect(cid: u32, port: u32) -> io::Result<std::os::fd::Owne
     }
     Ok(owned)
 }
+
+/// Linux's `F_SETSIG` (`<fcntl.h>`, `_GNU_SOURCE`), which the `libc` crate
+/// does not export for this target.
+const F_SETSIG: libc::c_int = 10;
+
+/// `fcntl(fd, F_SETSIG, SIGURG)` then `fcntl(fd, F_SETLEASE, F_RDLCK)`:
+/// a read lease on the open file description of `fd`.
+///
+/// The kernel refuses it (`EAGAIN`) while the file is open for writing
+/// anywhere, and (`EACCES`) unless the caller owns the file or has
+/// `CAP_LEASE`. Once it is held, an `open` for writing or a `truncate`
+/// of the inode by anyone waits until it is released (or for
+/// `/proc/sys/fs/lease-break-time` seconds, after which the kernel takes
+/// it away), and the holder is signalled. That signal is `SIGIO` unless
+/// `F_SETSIG` says otherwise, and `SIGIO`'s default action ends the
+/// process: `SIGURG`'s is to ignore it, and nothing in airlock uses
+/// out-of-band data. The break is observed by [`lease_kind`] instead.
+pub(crate) fn take_read_lease(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl(F_SETSIG) takes an int and changes only the signal
+    // this open file description raises; `fd` is borrowed, so open.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), F_SETSIG, libc::SIGURG) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fcntl(F_SETLEASE) takes an int and changes only the leases
+    // of this open file description; `fd` is borrowed, so open.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETLEASE, libc::F_RDLCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `fcntl(fd, F_GETLEASE)`: `F_RDLCK` while a read lease is held and no
+/// one has asked to write; `F_UNLCK` once a break is pending or the
+/// lease is gone.
+pub(crate) fn lease_kind(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<libc::c_int> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl(F_GETLEASE) only queries; `fd` is borrowed, so open.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETLEASE) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r)
+}
+
+/// `fcntl(fd, F_SETLEASE, F_UNLCK)`: releases this open file
+/// description's lease, letting a waiting writer go on.
+pub(crate) fn release_lease(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl(F_SETLEASE) takes an int and changes only the leases
+    // of this open file description; `fd` is borrowed, so open.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -61,7 +61,7 @@ impl World {
 
     fn input(&self, name: &str, bytes: &[u8], virtual_path: &str) -> StagedInput {
         std::fs::write(self.path(name), bytes).unwrap();
-        StagedInput { virtual_path: virtual_path.into(), file: File::open(self.path(name)).unwrap() }
+        StagedInput { virtual_path: virtual_path.into(), file: File::open(self.path(name)).unwrap(), held: false }
     }
 
     fn output(&self, name: &str, virtual_path: &str, max_bytes: u64) -> StagedOutput {

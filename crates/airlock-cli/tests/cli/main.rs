@@ -25,6 +25,7 @@ mod examples;
 mod exec_arguments;
 mod git;
 mod git_control;
+mod held_inputs;
 mod httpkit;
 mod interop;
 mod isolated;

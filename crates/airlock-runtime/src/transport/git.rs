@@ -173,7 +173,11 @@ impl Transport for Git<'_> {
             format!("{working_dir}/{ARCHIVE}"),
         ]);
         spec.working_dir = working_dir;
-        spec.inputs.push(StagedInput { virtual_path: ARCHIVE.into(), file: prepared.staged()?.open_file(ARCHIVE)? });
+        spec.inputs.push(StagedInput {
+            virtual_path: ARCHIVE.into(),
+            file: prepared.staged()?.open_file(ARCHIVE)?,
+            held: false,
+        });
         spec.image = DRIVER_IMAGE
             .iter()
             .filter(|p| rt.authority().lstat(std::path::Path::new(p)).is_ok())

@@ -43,7 +43,7 @@ fn main() {
         spec.limits.file_size = req.file_size;
     }
     for (virtual_path, host) in req.inputs {
-        spec.inputs.push(StagedInput { virtual_path, file: File::open(host).expect("open input") });
+        spec.inputs.push(StagedInput { virtual_path, file: File::open(host).expect("open input"), held: false });
     }
     if let Some((virtual_path, host, max_bytes)) = req.output {
         let file = OpenOptions::new().read(true).write(true).open(host).expect("open output");

@@ -44,7 +44,7 @@ impl Dir {
 
     /// An input staged from a file in this directory.
     pub fn input(&self, name: &str, virtual_path: &str) -> StagedInput {
-        StagedInput { virtual_path: virtual_path.into(), file: File::open(self.path(name)).unwrap() }
+        StagedInput { virtual_path: virtual_path.into(), file: File::open(self.path(name)).unwrap(), held: false }
     }
 
     /// An empty output staging file in this directory.

@@ -185,6 +185,7 @@ impl Runtime {
             }
         };
         let spec = airlock_policy::ToolSpec::from_manifest(&manifest);
-        Ok(PreparedCall::reloaded(record, store, spec, staged, ExecPayload { manifest, output }))
+        // A kept call never holds an input (its prepare copied every one).
+        Ok(PreparedCall::reloaded(record, store, spec, staged, ExecPayload { manifest, output, held: Vec::new() }))
     }
 }

@@ -29,7 +29,7 @@ use airlock_core::output::{parse_output, DEFAULT_MAX_OUTPUT_BYTES};
 use airlock_core::{Envelope, ReasonCode, Refusal};
 use airlock_hostfs::{HeldOutput, StagedFile};
 use airlock_sandbox::{
-    AnyTier, StagedInput, StagedOutput, Tier as _, Worker as _, WorkerLimits, WorkerOutcome, WorkerSpec,
+    AnyTier, HeldInput, StagedInput, StagedOutput, Tier as _, Worker as _, WorkerLimits, WorkerOutcome, WorkerSpec,
 };
 use parser::{run_parser, ParserPlace};
 use serde_json::json;
@@ -48,6 +48,9 @@ pub struct ExecPayload {
     manifest: Manifest,
     /// The held output parent, if the call creates a file.
     output: Option<HeldOutput>,
+    /// Per input (declaration order): the host file held unchanged in
+    /// place of a snapshot, if it is.
+    held: Vec<Option<HeldInput>>,
 }
 
 impl PreparedCall<ExecPayload> {
@@ -61,8 +64,12 @@ impl PreparedCall<ExecPayload> {
         self.payload().output.as_ref()
     }
 
-    /// Opens the snapshot of input `index` (declaration order), read-only.
+    /// Opens the snapshot of input `index` (declaration order), read-only:
+    /// the held host file itself where it is held.
     pub fn open_snapshot(&self, index: usize) -> Result<std::fs::File, Refusal> {
+        if let Some(Some(held)) = self.payload().held.get(index) {
+            return held.file().try_clone().map_err(|e| Refusal::new(ReasonCode::Internal, format!("dup: {e}")));
+        }
         let name = &self
             .record()
             .inputs
@@ -71,6 +78,25 @@ impl PreparedCall<ExecPayload> {
             .snapshot;
         let inputs = self.staged()?.open_subdir(crate::store::INPUTS_DIR)?;
         Ok(inputs.open_file(name)?)
+    }
+
+    /// `input.changed` unless every held input is still held with no
+    /// writer waiting or let through: asked once the worker has ended,
+    /// before its answer or its output is used.
+    pub(crate) fn held_inputs_unchanged(&self) -> Result<(), Refusal> {
+        for (held, rec) in self.payload().held.iter().zip(&self.record().inputs) {
+            if held.as_ref().is_some_and(|h| !h.unchanged()) {
+                return Err(Refusal::new(
+                    ReasonCode::InputChanged,
+                    format!(
+                        "input {:?} was opened for writing on the host while the tool ran (its read lease broke); \
+                         nothing of this run is used: try again",
+                        rec.path
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -129,6 +155,7 @@ impl Runtime {
         let max_file = fs.max_file_bytes;
         let timeout = manifest.tool.timeout_seconds;
         let content = evidence
+            .and_then(|()| prepared.held_inputs_unchanged())
             .and_then(|()| match fs.create.first().filter(|_| manifest.stdout_is_output()) {
                 Some(path) => {
                     // The stdout is the output file, not a stream to show.
@@ -200,7 +227,11 @@ impl Runtime {
     ) -> Result<(WorkerSpec, Option<StagedFile>), Refusal> {
         let mut inputs = Vec::with_capacity(prepared.record().inputs.len());
         for (index, rec) in prepared.record().inputs.iter().enumerate() {
-            inputs.push(StagedInput { virtual_path: rec.path.clone(), file: prepared.open_snapshot(index)? });
+            inputs.push(StagedInput {
+                virtual_path: rec.path.clone(),
+                file: prepared.open_snapshot(index)?,
+                held: rec.held,
+            });
         }
         let d = prepared.descriptor();
         let fs = &d.command_boundary.filesystem;

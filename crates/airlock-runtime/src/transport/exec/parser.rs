@@ -39,7 +39,11 @@ pub(super) fn run_parser(
         argv: vec![program.to_owned(), RAW_OUTPUT.to_owned()],
         env: Vec::new(),
         working_dir: working_dir.to_owned(),
-        inputs: vec![StagedInput { virtual_path: RAW_OUTPUT.to_owned(), file: staging.open_file(RAW_OUTPUT)? }],
+        inputs: vec![StagedInput {
+            virtual_path: RAW_OUTPUT.to_owned(),
+            file: staging.open_file(RAW_OUTPUT)?,
+            held: false,
+        }],
         output: None,
         image,
         limits: WorkerLimits::default(),

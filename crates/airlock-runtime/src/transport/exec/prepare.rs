@@ -8,6 +8,7 @@ use crate::store::{RecordedInput, RecordedOutput};
 use crate::{ceilings, Runtime};
 use airlock_core::{FilesystemBoundary, ReadGrant, ReasonCode, Refusal, RelPath};
 use airlock_hostfs::{HeldOutput, InputFile};
+use airlock_sandbox::HeldInput;
 use serde_json::json;
 
 /// What a caller asks for.
@@ -66,9 +67,13 @@ impl Runtime {
         // limits what it may read.
         let max_input_file_bytes = limits.input_file_bytes(plan.max_input_file_bytes)?;
 
+        // A large input of a call run now on the native tier is held
+        // unchanged where the kernel grants a read lease, not copied.
+        let may_hold = !start.keep && !start.session && tier == airlock_core::config::Tier::Native;
         // Open and check every input before reading any of them.
         let mut opened = Vec::with_capacity(plan.reads.len());
         let mut declared_bytes: u64 = 0;
+        let mut copied_bytes: u64 = 0;
         for path in &plan.reads {
             let (ceiling, rel) = self.ceiling_for(path)?;
             let rel = rel.ok_or_else(|| {
@@ -82,7 +87,11 @@ impl Runtime {
             if declared_bytes > limits.max_input_bytes {
                 return Err(input_bytes_refusal(declared_bytes, limits.max_input_bytes));
             }
-            opened.push((path.clone(), file));
+            let held = may_hold.then(|| HeldInput::hold(file.file())).flatten();
+            if held.is_none() {
+                copied_bytes += file.size();
+            }
+            opened.push((path.clone(), file, held));
         }
 
         let output = match &plan.create {
@@ -99,8 +108,9 @@ impl Runtime {
         let room = airlock_staging::Request {
             invocation_id: start.invocation_id.to_owned(),
             purpose: airlock_staging::Purpose::Call,
-            bytes: declared_bytes.saturating_add(if plan.create.is_some() { max_file_bytes } else { 0 }),
-            files: opened.len() as u64 + u64::from(plan.create.is_some()),
+            bytes: copied_bytes.saturating_add(if plan.create.is_some() { max_file_bytes } else { 0 }),
+            files: opened.iter().filter(|(_, _, held)| held.is_none()).count() as u64
+                + u64::from(plan.create.is_some()),
         };
         let lease = match start.expires_at {
             None => Some(self.pool().admit(&room)?),
@@ -116,15 +126,22 @@ impl Runtime {
         };
         let mut reads = Vec::with_capacity(opened.len());
         let mut recorded = Vec::with_capacity(opened.len());
+        let mut held_inputs = Vec::with_capacity(opened.len());
         let mut total: u64 = 0;
         // Large inputs take seconds to copy and hash: one phase for all of them.
         let mut meter = Meter::begin(start.progress, Phase::Snapshot, Some(declared_bytes));
-        for (index, (path, file)) in opened.into_iter().enumerate() {
+        for (index, (path, file, held)) in opened.into_iter().enumerate() {
             let name = index.to_string();
-            let inputs_dir =
-                inputs_dir.as_ref().ok_or_else(|| Refusal::new(ReasonCode::Internal, "no staging room"))?;
-            let dest = inputs_dir.create_file_rw(&name).map_err(Refusal::from)?;
-            let info = file.snapshot_to_file(&dest, max_input_file_bytes, &mut |n| meter.add(n))?;
+            // A held input is hashed in place, after its lease was taken:
+            // the hash is of the bytes the worker will read.
+            let info = if held.is_some() {
+                file.hash_held(max_input_file_bytes, &mut |n| meter.add(n))?
+            } else {
+                let inputs_dir =
+                    inputs_dir.as_ref().ok_or_else(|| Refusal::new(ReasonCode::Internal, "no staging room"))?;
+                let dest = inputs_dir.create_file_rw(&name).map_err(Refusal::from)?;
+                file.snapshot_to_file(&dest, max_input_file_bytes, &mut |n| meter.add(n))?
+            };
             total += info.bytes;
             if total > limits.max_input_bytes {
                 return Err(input_bytes_refusal(total, limits.max_input_bytes));
@@ -135,8 +152,10 @@ impl Runtime {
                 snapshot: name,
                 bytes: grant.bytes,
                 sha256: grant.sha256.clone(),
+                held: held.is_some(),
             });
             reads.push(grant);
+            held_inputs.push(held);
         }
         drop(meter);
 
@@ -163,7 +182,7 @@ impl Runtime {
             lease,
             journal,
             tier: self.config().tiers.descriptor_name(tier),
-            payload: ExecPayload { manifest, output },
+            payload: ExecPayload { manifest, output, held: held_inputs },
         })
     }
 

@@ -138,6 +138,7 @@ impl Runtime {
             Verdict::Failure(refusal, content) => fail(refusal, content),
             Verdict::Success(result) => {
                 match exited_cleanly(&outcome)
+                    .and_then(|()| prepared.held_inputs_unchanged())
                     .and_then(|()| {
                         judge(
                             &outcome,

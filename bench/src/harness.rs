@@ -26,6 +26,9 @@ pub enum Target {
     TimeRatioAtMost(f64),
     /// candidate and baseline p99 must both be under this.
     P99Under(Duration),
+    /// No target: the row is printed for scale (a peer, an unconfined
+    /// command), with neither MET nor MISSED.
+    ForScale,
 }
 
 /// One printed row.
@@ -58,6 +61,7 @@ impl Report {
         match self.target {
             Target::TimeRatioAtMost(max) => self.ratio() <= max,
             Target::P99Under(limit) => self.candidate.p99 < limit && self.baseline.p99 < limit,
+            Target::ForScale => true,
         }
     }
 }
@@ -71,17 +75,22 @@ impl fmt::Display for Report {
         let target = match self.target {
             Target::TimeRatioAtMost(max) => format!("target ratio <= {max:.3}"),
             Target::P99Under(limit) => format!("target p99 < {:.3} ms", ms(limit)),
+            Target::ForScale => "for scale, no target".into(),
+        };
+        let verdict = match self.target {
+            Target::ForScale => "",
+            _ if self.met() => " MET",
+            _ => " MISSED",
         };
         write!(
             f,
-            "{:<44} airlock p50 {:>8.3} ms p99 {:>8.3} ms | baseline p50 {:>8.3} ms p99 {:>8.3} ms | ratio {:.3} ({target}) {} [n={}]",
+            "{:<44} airlock p50 {:>8.3} ms p99 {:>8.3} ms | baseline p50 {:>8.3} ms p99 {:>8.3} ms | ratio {:.3} ({target}){verdict} [n={}]",
             self.name,
             ms(self.candidate.p50),
             ms(self.candidate.p99),
             ms(self.baseline.p50),
             ms(self.baseline.p99),
             self.ratio(),
-            if self.met() { "MET" } else { "MISSED" },
             self.samples,
         )?;
         for line in &self.extra {

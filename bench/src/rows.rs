@@ -17,6 +17,8 @@ pub struct Row {
 pub const ALL: &[Row] = &[
     Row { name: "snapshot+hash 32 MiB vs sha256sum", run: snapshot_vs_sha256sum },
     Row { name: "airlock run trivial tool vs bwrap", run: crate::run_rows::run_vs_bwrap },
+    Row { name: "airlock run trivial tool vs nsjail", run: crate::run_rows::run_vs_nsjail },
+    Row { name: "airlock run trivial tool vs runsc do", run: crate::run_rows::run_vs_runsc_do },
     Row { name: "airlock run trivial tool vs bare command", run: crate::run_rows::run_vs_bare },
     Row { name: "journal: 7 records (one run's worth) vs the run", run: crate::run_rows::journal_share },
     Row { name: "authorize: 100 Cedar policies vs 1", run: crate::policy_rows::authorization_latency },

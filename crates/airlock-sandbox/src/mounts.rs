@@ -237,14 +237,29 @@ pub(crate) fn build_root(spec: &InitSpec, staged: StagedFds) -> Result<BuiltRoot
             bind(&path, &path, false)?;
         } else {
             write_new_file(&path, 0o444, b"")?;
-            crate::placement::bind_into(&path, &input.placement, &file, mount)?;
-            let size = file.metadata().map_err(build_err(format!("fstat(input {:?})", input.virtual_path)))?.len();
-            if size != input.bytes {
-                return Err(SandboxError::StageInput {
-                    virtual_path: input.virtual_path.clone(),
-                    fd: input.fd,
-                    errno: OsErrno(libc::EIO),
-                });
+            match crate::placement::bind_into(&path, &input.placement, &file, mount) {
+                Ok(()) => {
+                    let what = format!("fstat(input {:?})", input.virtual_path);
+                    let size = file.metadata().map_err(build_err(what))?.len();
+                    if size != input.bytes {
+                        return Err(SandboxError::StageInput {
+                            virtual_path: input.virtual_path.clone(),
+                            fd: input.fd,
+                            errno: OsErrno(libc::EIO),
+                        });
+                    }
+                }
+                // The file could not be mounted as placed: a held host file
+                // renamed, replaced or removed on the host since (an
+                // unlinked file cannot be mounted, and its old path names
+                // another file or none). The descriptor is still that file,
+                // whose bytes are the hashed ones: they are copied instead.
+                Err(_) => {
+                    let _ = rustix::mount::unmount(path.as_str(), UnmountFlags::DETACH);
+                    std::fs::remove_file(&path).map_err(build_err(format!("unlink({path:?})")))?;
+                    copy_input(&path, file, input.bytes, &input.virtual_path, input.fd)?;
+                    bind(&path, &path, false)?;
+                }
             }
         }
         remount_bind(

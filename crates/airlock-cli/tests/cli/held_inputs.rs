@@ -13,7 +13,7 @@ use crate::runkit::{assert_staging_empty, sh_tool, Nobody};
 use crate::util::{Project, Run, COPY_TOOL};
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MIB: usize = 1 << 20;
@@ -64,12 +64,8 @@ fn a_large_input_is_held_in_place_and_read_by_the_tool() {
     assert!(leases["detail"].as_str().unwrap_or("").contains("held under a read lease"), "{leases:#}");
 }
 
-/// A host process opening the held input for writing while the tool runs
-/// waits until the call is over, and the call is void.
-#[test]
-fn a_host_writer_during_the_run_waits_and_voids_the_call() {
-    let p = project();
-    let before = big_input(&p, "data/big.bin");
+/// A tool that sleeps 2 s, then copies its input to its output.
+fn slow_tool(p: &Project) {
     p.write(
         "tools/slow.clad.toml",
         sh_tool(
@@ -80,17 +76,31 @@ fn a_host_writer_during_the_run_waits_and_voids_the_call() {
             "[filesystem]\nread = [\"{input}\"]\ncreate = [\"{output}\"]\nmax_file_bytes = 67108864\n",
         ),
     );
-    let mut call = p
-        .command(&["run", "slow", "data/big.bin", "results/out.bin"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+}
+
+/// Starts the slow tool on `input` and returns once its worker runs.
+fn start_slow(p: &Project, input: &str, output: &str) -> std::process::Child {
+    let before =
+        std::fs::read_to_string(p.path(".airlock/journal.jsonl")).map_or(0, |j| j.matches("WorkerStarted").count());
+    let call =
+        p.command(&["run", "slow", input, output]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     // The worker has started once its record is in the journal.
     let started = crate::runkit::wait_until(Duration::from_secs(20), || {
-        std::fs::read_to_string(p.path(".airlock/journal.jsonl")).is_ok_and(|j| j.contains("WorkerStarted"))
+        std::fs::read_to_string(p.path(".airlock/journal.jsonl"))
+            .is_ok_and(|j| j.matches("WorkerStarted").count() > before)
     });
     assert!(started, "the slow tool never started");
+    call
+}
+
+/// A host process opening the held input for writing while the tool runs
+/// waits until the call is over, and the call is void.
+#[test]
+fn a_host_writer_during_the_run_waits_and_voids_the_call() {
+    let p = project();
+    let before = big_input(&p, "data/big.bin");
+    slow_tool(&p);
+    let mut call = start_slow(&p, "data/big.bin", "results/out.bin");
     let opened = Instant::now();
     let mut writer = std::fs::OpenOptions::new().write(true).open(p.path("data/big.bin")).unwrap();
     let waited = opened.elapsed();
@@ -107,6 +117,41 @@ fn a_host_writer_during_the_run_waits_and_voids_the_call() {
     let now = std::fs::read(p.path("data/big.bin")).unwrap();
     assert_eq!(&now[..7], b"changed");
     assert_eq!(now[7..], before[7..]);
+    assert_staging_empty(&p);
+}
+
+/// Attack 11 against a held input: truncated by path during the run (the
+/// truncation waits and the call is void), or replaced by a rename (the
+/// worker still reads the held inode, whose hash the descriptor names).
+#[test]
+fn a_held_input_truncated_or_replaced_during_the_run() {
+    let p = project();
+    let bytes = big_input(&p, "data/big.bin");
+    slow_tool(&p);
+    let call = start_slow(&p, "data/big.bin", "results/cut.bin");
+    // truncate(2) by path (coreutils' truncate opens O_NONBLOCK and is
+    // refused at once, which breaks the lease all the same).
+    let truncated = Command::new("python3")
+        .args(["-c", "import os, sys; os.truncate(sys.argv[1], 0)"])
+        .arg(p.path("data/big.bin"))
+        .status()
+        .unwrap();
+    assert!(truncated.success());
+    let out = call.wait_with_output().unwrap();
+    let envelope: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(envelope["error"]["code"], "input.changed", "{envelope:#}");
+    assert!(!p.path("results/cut.bin").exists());
+    assert_eq!(std::fs::metadata(p.path("data/big.bin")).unwrap().len(), 0);
+
+    p.write("data/big.bin", &bytes);
+    let call = start_slow(&p, "data/big.bin", "results/kept.bin");
+    p.write("data/new.bin", b"a different file");
+    std::fs::rename(p.path("data/new.bin"), p.path("data/big.bin")).unwrap();
+    let out = call.wait_with_output().unwrap();
+    let envelope: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(envelope["status"], "ok", "{envelope:#}");
+    assert_eq!(std::fs::read(p.path("results/kept.bin")).unwrap(), bytes);
+    assert_eq!(envelope["created_files"][0]["sha256"], format!("sha256:{}", crate::util::sha256_hex(&bytes)));
     assert_staging_empty(&p);
 }
 

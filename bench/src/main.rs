@@ -43,11 +43,13 @@ fn main() {
         if !wanted.is_empty() && !wanted.iter().any(|w| row.name.contains(w.as_str())) {
             continue;
         }
-        match (row.run)(quick) {
-            Ok(report) => {
-                println!("{report}");
-                if !report.met() {
-                    misses += 1;
+        match row.run.reports(quick) {
+            Ok(reports) => {
+                for report in reports {
+                    println!("{report}");
+                    if !report.met() {
+                        misses += 1;
+                    }
                 }
             }
             Err(e) => {

@@ -10,47 +10,72 @@ pub struct Row {
     /// Name printed and matched by filters.
     pub name: &'static str,
     /// Runs it; `quick` uses fewer samples.
-    pub run: fn(bool) -> Result<Report, String>,
+    pub run: Run,
+}
+
+/// How a row runs: most print one report, some several (each with its own
+/// target).
+pub enum Run {
+    /// One report.
+    One(fn(bool) -> Result<Report, String>),
+    /// Several reports, printed in order.
+    Several(fn(bool) -> Result<Vec<Report>, String>),
+}
+
+impl Run {
+    /// The row's reports; `quick` uses fewer samples.
+    pub fn reports(&self, quick: bool) -> Result<Vec<Report>, String> {
+        match self {
+            Run::One(run) => run(quick).map(|report| vec![report]),
+            Run::Several(run) => run(quick),
+        }
+    }
 }
 
 /// Every row, in the order they are printed.
 pub const ALL: &[Row] = &[
-    Row { name: "snapshot+hash 32 MiB vs sha256sum", run: snapshot_vs_sha256sum },
-    Row { name: "airlock run trivial tool vs bwrap", run: crate::run_rows::run_vs_bwrap },
-    Row { name: "airlock run trivial tool vs nsjail", run: crate::run_rows::run_vs_nsjail },
-    Row { name: "airlock run trivial tool vs runsc do", run: crate::run_rows::run_vs_runsc_do },
-    Row { name: "airlock run trivial tool vs bare command", run: crate::run_rows::run_vs_bare },
-    Row { name: "journal: 7 records (one run's worth) vs the run", run: crate::run_rows::journal_share },
-    Row { name: "authorize: 100 Cedar policies vs 1", run: crate::policy_rows::authorization_latency },
+    Row { name: "snapshot+hash 32 MiB vs sha256sum", run: Run::One(snapshot_vs_sha256sum) },
+    Row { name: "airlock run trivial tool vs bwrap", run: Run::One(crate::run_rows::run_vs_bwrap) },
+    Row { name: "airlock run trivial tool vs nsjail", run: Run::One(crate::run_rows::run_vs_nsjail) },
+    Row { name: "airlock run trivial tool vs runsc do", run: Run::One(crate::run_rows::run_vs_runsc_do) },
+    Row { name: "airlock run trivial tool vs bare command", run: Run::One(crate::run_rows::run_vs_bare) },
+    Row { name: "journal: 7 records (one run's worth) vs the run", run: Run::One(crate::run_rows::journal_share) },
+    Row { name: "authorize: 100 Cedar policies vs 1", run: Run::One(crate::policy_rows::authorization_latency) },
     Row {
         name: "staging admission: 20 processes vs uncontended",
-        run: crate::staging_rows::admission_under_contention,
+        run: Run::One(crate::staging_rows::admission_under_contention),
     },
-    Row { name: "grep_files 8 MiB (in-process) vs rg -F --no-ignore", run: crate::source_rows::grep_vs_rg },
-    Row { name: "list_files (in-process) vs find -printf", run: crate::source_rows::list_vs_find },
-    Row { name: "git_status 5,000 files vs git status", run: crate::git_rows::git_status_vs_git },
-    Row { name: "mcp tools/call vs airlock run (same manifest)", run: crate::mcp_rows::mcp_vs_run },
-    Row { name: "mcp --http read_file (token) vs stdio", run: crate::mcp_http_rows::http_vs_stdio },
-    Row { name: "broker read/write/list vs in-process syscalls", run: crate::broker_rows::operations },
-    Row { name: "airlock isolated start-up vs airlock run", run: crate::broker_rows::startup },
-    Row { name: "airlock run copy 1 GiB vs openssl dgst + cp", run: crate::large_rows::one_gib_copy },
-    Row { name: "broker copy 64 MiB (64 KiB frames) vs cp", run: crate::stream_rows::broker_copy_vs_cp },
-    Row { name: "tier native: airlock run vs bare runsc run", run: crate::tier_rows::native_vs_runsc },
-    Row { name: "tier gvisor: airlock run vs bare runsc run", run: crate::tier_rows::gvisor_vs_runsc },
-    Row { name: "tier docker: airlock run vs docker run --rm", run: crate::tier_rows::docker_vs_docker_run },
+    Row { name: "grep_files 8 MiB (in-process) vs rg -F --no-ignore", run: Run::One(crate::source_rows::grep_vs_rg) },
+    Row { name: "list_files (in-process) vs find -printf", run: Run::One(crate::source_rows::list_vs_find) },
+    Row { name: "git_status 5,000 files vs git status", run: Run::One(crate::git_rows::git_status_vs_git) },
+    Row { name: "mcp tools/call vs airlock run (same manifest)", run: Run::One(crate::mcp_rows::mcp_vs_run) },
+    Row { name: "mcp --http read_file (token) vs stdio", run: Run::One(crate::mcp_http_rows::http_vs_stdio) },
+    Row { name: "broker read/write/list vs in-process syscalls", run: Run::One(crate::broker_rows::operations) },
+    Row { name: "airlock isolated start-up vs airlock run", run: Run::One(crate::broker_rows::startup) },
+    Row { name: "airlock run copy 1 GiB vs openssl dgst + cp", run: Run::One(crate::large_rows::one_gib_copy) },
+    Row {
+        name: "broker copy 64 MiB (64 KiB frames): read, write vs cp",
+        run: Run::Several(crate::stream_rows::broker_read_write_vs_cp),
+    },
+    Row { name: "tier native: airlock run vs bare runsc run", run: Run::One(crate::tier_rows::native_vs_runsc) },
+    Row { name: "tier gvisor: airlock run vs bare runsc run", run: Run::One(crate::tier_rows::gvisor_vs_runsc) },
+    Row { name: "tier docker: airlock run vs docker run --rm", run: Run::One(crate::tier_rows::docker_vs_docker_run) },
     Row {
         name: "tier docker+runsc: airlock run vs docker run --runtime runsc",
-        run: crate::tier_rows::docker_runsc_vs_docker_run,
+        run: Run::One(crate::tier_rows::docker_runsc_vs_docker_run),
     },
     Row {
         name: "session: one python3 interaction vs the REPL over a bare pty",
-        run: crate::session_rows::interaction_vs_bare_pty,
+        run: Run::One(crate::session_rows::interaction_vs_bare_pty),
     },
     Row {
         name: "session over MCP: one python3 interaction vs the REPL over a bare pty",
-        run: crate::session_rows::interaction_over_mcp_vs_bare_pty,
+        run: Run::One(crate::session_rows::interaction_over_mcp_vs_bare_pty),
     },
-    Row { name: "tier microvm: airlock run vs bare qemu boot", run: crate::microvm_rows::microvm_vs_bare_qemu },
+    Row {
+        name: "tier microvm: airlock run vs bare qemu boot",
+        run: Run::One(crate::microvm_rows::microvm_vs_bare_qemu),
+    },
 ];
 
 const SNAPSHOT_BYTES: u64 = 32 * 1024 * 1024;

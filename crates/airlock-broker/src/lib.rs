@@ -122,6 +122,10 @@ impl Write for Socket {
         Ok(rustix::io::write(self.0, buf)?)
     }
 
+    fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        Ok(rustix::io::writev(self.0, bufs)?)
+    }
+
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }

@@ -7,8 +7,8 @@ use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 
 use airlock_fsproto::{
-    check_path, check_stage_name, codes, decode_body, encode, encode_data, read_frame, write_frame, BrokerOp,
-    BrokerRequest, BrokerResponse, Rights, WriteIdentity, MAX_FRAME, MAX_IO_BYTES, MAX_LIST_NAMES,
+    check_path, check_stage_name, codes, decode_body, encode, frame_head, read_frame_into, write_frame, write_parts,
+    BrokerOp, BrokerRequest, BrokerResponse, Rights, WriteIdentity, MAX_FRAME, MAX_IO_BYTES, MAX_LIST_NAMES,
 };
 use airlock_hostfs::rooted::{self, PreparedWrite, RootedError};
 use airlock_hostfs::Resolver;
@@ -47,17 +47,17 @@ struct Root {
 }
 
 /// One answer: the response, and a read's bytes (sent after it as a data
-/// frame).
+/// frame), which lie in the broker's read buffer until the next request.
 #[derive(Debug)]
-pub struct Answer {
+pub struct Answer<'a> {
     /// The response (a read's is the data frame's header).
     pub response: BrokerResponse,
     /// A read's bytes.
-    pub data: Option<Vec<u8>>,
+    pub data: Option<&'a [u8]>,
 }
 
-impl From<BrokerResponse> for Answer {
-    fn from(response: BrokerResponse) -> Answer {
+impl From<BrokerResponse> for Answer<'_> {
+    fn from(response: BrokerResponse) -> Self {
         Answer { response, data: None }
     }
 }
@@ -76,6 +76,9 @@ pub struct Broker {
     prepared: BTreeMap<u64, Pending>,
     /// Permission bits of the files it writes (default `0600`).
     file_mode: u32,
+    /// The bytes of the last read, reused from frame to frame (a fresh
+    /// buffer per frame cost more in page faults than the read itself).
+    read_buf: Vec<u8>,
 }
 
 fn refused(id: u64, code: &str, message: impl Into<String>) -> BrokerResponse {
@@ -90,7 +93,7 @@ impl Broker {
     /// A broker over `roots` (root `i` is index `i` in requests).
     pub fn new(roots: Vec<(OwnedFd, Rights)>, resolver: Resolver) -> Broker {
         let roots = roots.into_iter().map(|(fd, rights)| Root { fd, rights }).collect();
-        Broker { roots, resolver, prepared: BTreeMap::new(), file_mode: 0o600 }
+        Broker { roots, resolver, prepared: BTreeMap::new(), file_mode: 0o600, read_buf: Vec::new() }
     }
 
     /// The files it writes get permission bits `mode` (less the umask)
@@ -101,14 +104,18 @@ impl Broker {
 
     /// Serves frames from `stream` until it ends (`Ok`) or a fatal error.
     /// A protocol error is answered (`broker.protocol`) before it is returned.
+    /// Each answer goes out in one vectored write: the frame's head, then a
+    /// read's bytes from where they were read.
     pub fn serve(&mut self, stream: &mut (impl Read + Write)) -> Result<(), Fatal> {
+        // One request buffer for every frame, like the read buffer.
+        let mut body = Vec::new();
         loop {
-            let body = match read_frame(stream, MAX_FRAME) {
-                Ok(Some(body)) => body,
-                Ok(None) => return Ok(()),
+            match read_frame_into(stream, MAX_FRAME, &mut body) {
+                Ok(true) => {}
+                Ok(false) => return Ok(()),
                 Err(airlock_fsproto::ProtoError::Io(e)) => return Err(Fatal::Io(e)),
                 Err(e) => return Err(self.protocol_failure(stream, 0, e.to_string())),
-            };
+            }
             let (request, data) = match decode_body::<BrokerRequest>(&body) {
                 Ok(r) => r,
                 Err(e) => return Err(self.protocol_failure(stream, 0, e.to_string())),
@@ -118,12 +125,9 @@ impl Broker {
                 Err(Fatal::Protocol(m)) => return Err(self.protocol_failure(stream, request.id, m)),
                 Err(e) => return Err(e),
             };
-            let body = match &answer.data {
-                // A read answers at most MAX_IO_BYTES (checked in `handle`).
-                Some(bytes) => encode_data(&answer.response, bytes).map_err(|e| Fatal::Protocol(e.to_string()))?,
-                None => encode(&answer.response),
-            };
-            write_frame(stream, &body).map_err(Fatal::Io)?;
+            // A read answers at most MAX_IO_BYTES (checked in `handle`).
+            let head = frame_head(&answer.response, answer.data).map_err(|e| Fatal::Protocol(e.to_string()))?;
+            write_parts(stream, &[&head, answer.data.unwrap_or_default()]).map_err(Fatal::Io)?;
         }
     }
 
@@ -136,11 +140,14 @@ impl Broker {
     /// for a message). A refusal (no such root or right, a rejected path,
     /// a limit, a file-system refusal) is a response; a request that
     /// cannot be answered at all is [`Fatal::Protocol`].
-    pub fn handle(&mut self, req: &BrokerRequest, data: Option<&[u8]>) -> Result<Answer, Fatal> {
+    pub fn handle(&mut self, req: &BrokerRequest, data: Option<&[u8]>) -> Result<Answer<'_>, Fatal> {
         req.validate(data).map_err(|e| Fatal::Protocol(e.to_string()))?;
         let id = req.id;
         match req.op {
             BrokerOp::Read => {
+                // Out of `self` while `checked` borrows it (a refusal just
+                // drops it: the next read grows a new one).
+                let mut buf = std::mem::take(&mut self.read_buf);
                 let (root, comps) = match self.checked(req, |r| r.read, false) {
                     Ok(ok) => ok,
                     Err(r) => return Ok(refused(id, r.code, r.message).into()),
@@ -151,10 +158,12 @@ impl Broker {
                     return Ok(refused(id, codes::LIMIT, message).into());
                 }
                 let offset = req.offset.unwrap_or(0);
-                Ok(match rooted::read_file(&self.resolver, &root.fd, &comps, offset, max) {
-                    Ok(read) => Answer {
-                        response: BrokerResponse { id, stamp: Some(read.stamp), ..Default::default() },
-                        data: Some(read.bytes),
+                let read = rooted::read_file_into(&self.resolver, &root.fd, &comps, offset, max, &mut buf);
+                self.read_buf = buf;
+                Ok(match read {
+                    Ok(stamp) => Answer {
+                        response: BrokerResponse { id, stamp: Some(stamp), ..Default::default() },
+                        data: Some(&self.read_buf),
                     },
                     Err(e) => from_rooted(id, e).into(),
                 })

@@ -40,6 +40,7 @@ the socket must take turns.
 
 import builtins
 import collections
+import io
 import json
 import os
 import socket
@@ -161,25 +162,50 @@ class _Connection:
             raise self.fail(_IO, "sending call {}: {}".format(ident, e)) from None
         return ident
 
-    def receive(self, ident):
+    def receive(self, ident, into=None):
         """The next answer, which must be to the call ``ident``: its fields
-        and its data frame's payload (``None`` for a message)."""
+        and its data frame's payload (``None`` for a message). With
+        ``into`` (a writable memoryview), a data frame's payload is received
+        straight into it and the payload returned is the part it filled;
+        a payload longer than ``into`` is a protocol failure."""
         sock = self.open()
         try:
             head = self._recv_exact(sock, 4)
             (length,) = struct.unpack(">I", head)
             if length > MAX_FRAME:
                 raise self.fail(_PROTOCOL, "frame of {} bytes exceeds the {}-byte limit".format(length, MAX_FRAME))
-            answer = self._recv_exact(sock, length)
+            if into is None or length < 3:
+                response, payload = self._decode(self._recv_exact(sock, length))
+            else:
+                response, payload = self._receive_data(sock, length, into)
         except OSError as e:
             raise self.fail(_IO, "exchanging call {}: {}".format(ident, e)) from None
-        response, payload = self._decode(answer)
         if response["id"] != ident:
             raise self.fail(_PROTOCOL, "answer to call {} arrived for call {}".format(response["id"], ident))
         error = response.get("error")
         if error is not None:
             raise FsError(error["code"], error["message"])
         return response, payload
+
+    def _receive_data(self, sock, length, into):
+        """A frame body of ``length`` bytes (at least 3): a message, or a
+        data frame whose payload is received into ``into``, checked as
+        ``_split`` checks it before anything is placed."""
+        start = self._recv_exact(sock, 3)
+        if start[0] != DATA_TAG:
+            return self._decode(start + self._recv_exact(sock, length - 3))
+        (size,) = struct.unpack_from(">H", start, 1)
+        if size > MAX_DATA_HEADER or size > length - 3:
+            raise self.fail(_PROTOCOL, "a data frame's header length of {} does not fit the frame".format(size))
+        header = self._recv_exact(sock, size)
+        n = length - 3 - size
+        if n > MAX_IO_BYTES:
+            raise self.fail(_PROTOCOL, "a data frame of {} bytes is over {}".format(n, MAX_IO_BYTES))
+        if n > len(into):
+            raise self.fail(_PROTOCOL, "{} bytes answered a read of at most {}".format(n, len(into)))
+        payload = into[:n]
+        self._recv_into(sock, payload)
+        return self._parse(header, payload), payload
 
     @staticmethod
     def _send_all(sock, parts):
@@ -194,14 +220,17 @@ class _Connection:
 
     def _recv_exact(self, sock, n):
         buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
+        self._recv_into(sock, memoryview(buf))
+        return buf
+
+    def _recv_into(self, sock, view):
+        """Fills ``view`` from the socket (usually in one ``recv``)."""
+        n, got = len(view), 0
         while got < n:
-            k = sock.recv_into(view[got:], n - got)
+            k = sock.recv_into(view[got:] if got else view, n - got, socket.MSG_WAITALL)
             if not k:
                 raise self.fail(_IO, "airlock closed the connection before answering")
             got += k
-        return buf
 
     def _split(self, body):
         """A frame body as its JSON bytes and the payload of a data frame
@@ -220,6 +249,11 @@ class _Connection:
 
     def _decode(self, body):
         header, payload = self._split(body)
+        return self._parse(header, payload), payload
+
+    def _parse(self, header, payload):
+        """The answer's fields, from its JSON (a data frame's header with
+        ``payload``), checked strictly."""
 
         def pairs(items):
             seen = {}
@@ -260,7 +294,7 @@ class _Connection:
             and isinstance(error["message"], str)
         ):
             raise self.fail(_PROTOCOL, "malformed error in the answer")
-        return response, payload
+        return response
 
 
 def _window(raw):
@@ -301,8 +335,8 @@ def _read_frame(conn, root, path, offset, maximum, version):
     return _take_frame(conn, conn.send(_read_request(root, path, offset, maximum, version)), maximum)
 
 
-def _take_frame(conn, ident, maximum):
-    r, data = conn.receive(ident)
+def _take_frame(conn, ident, maximum, into=None):
+    r, data = conn.receive(ident, into)
     ok = (
         data is not None
         and _is_u64(r.get("size"))
@@ -335,30 +369,37 @@ def read(root, path, maximum=None, offset=0):
         return bytes(data)
     if len(data) < want:
         raise conn.fail(_PROTOCOL, "a read of {} bytes got {} before the end".format(want, len(data)))
-    # The rest: [offset + len(data), end), up to the window in flight.
+    # The rest: [offset + len(data), end), up to the window in flight, each
+    # frame received straight into its place in one buffer of the whole.
     end = size if maximum is None else min(size, offset + maximum)
-    chunks = [data]
-    pos = nxt = offset + len(data)
+    # A bytes object of the final size, written through the BytesIO that
+    # owns it: getvalue() then returns that object itself, not a copy (a
+    # bytearray would be copied once more into the bytes returned).
+    whole = io.BytesIO(bytes(end - offset))
     pending = collections.deque()
     try:
-        while pos < end:
-            while len(pending) < conn.window and nxt < end:
-                want = min(end - nxt, MAX_IO_BYTES)
-                pending.append((conn.send(_read_request(root, path, nxt, want, version)), want))
-                nxt += want
-            ident, want = pending.popleft()
-            data, now, _, _ = _take_frame(conn, ident, want)
-            if now != size:
-                raise FsError(_CHANGED, "{}:{} was {} bytes, now {}".format(root, path, size, now))
-            if len(data) < want:
-                raise conn.fail(_PROTOCOL, "a read of {} bytes got {} before the end".format(want, len(data)))
-            chunks.append(data)
-            pos += want
+        with whole.getbuffer() as view:
+            view[: len(data)] = data
+            pos = nxt = offset + len(data)
+            while pos < end:
+                while len(pending) < conn.window and nxt < end:
+                    want = min(end - nxt, MAX_IO_BYTES)
+                    pending.append((conn.send(_read_request(root, path, nxt, want, version)), want))
+                    nxt += want
+                ident, want = pending.popleft()
+                at = pos - offset
+                got, now, _, _ = _take_frame(conn, ident, want, view[at : at + want])
+                if now != size:
+                    raise FsError(_CHANGED, "{}:{} was {} bytes, now {}".format(root, path, size, now))
+                if len(got) < want:
+                    raise conn.fail(_PROTOCOL, "a read of {} bytes got {} before the end".format(want, len(got)))
+                got.release()
+                pos += want
     finally:
         if pending:
             # Answers left unread: the connection is out of step.
             conn.broken = True
-    return b"".join(chunks)
+    return whole.getvalue()
 
 
 def write(root, path, data):

@@ -115,11 +115,22 @@ pub fn take_frame(buf: &mut Vec<u8>, max: usize) -> Result<Option<Vec<u8>>, Prot
 /// ends cleanly before a frame starts. The length is checked before any
 /// body byte is read or buffer allocated.
 pub fn read_frame(r: &mut impl Read, max: usize) -> Result<Option<Vec<u8>>, ProtoError> {
+    let mut body = Vec::new();
+    Ok(read_frame_into(r, max, &mut body)?.then_some(body))
+}
+
+/// Reads one frame of at most `max` body bytes into `body` (which then
+/// holds exactly the body): [`read_frame`] for a reader that reuses one
+/// buffer, so a stream of frames of one size neither allocates nor zeroes
+/// once the first is read. `Ok(false)` when the stream ends cleanly before
+/// a frame starts. The length is checked before any body byte is read or
+/// the buffer grown.
+pub fn read_frame_into(r: &mut impl Read, max: usize, body: &mut Vec<u8>) -> Result<bool, ProtoError> {
     let mut len = [0u8; 4];
     let mut got = 0;
     while got < 4 {
         match r.read(&mut len[got..]) {
-            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) if got == 0 => return Ok(false),
             Ok(0) => return Err(ProtoError::Truncated),
             Ok(n) => got += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -130,12 +141,12 @@ pub fn read_frame(r: &mut impl Read, max: usize) -> Result<Option<Vec<u8>>, Prot
     if len > max.min(MAX_FRAME) {
         return Err(ProtoError::TooLarge { len, max: max.min(MAX_FRAME) });
     }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).map_err(|e| match e.kind() {
+    body.resize(len, 0);
+    r.read_exact(body).map_err(|e| match e.kind() {
         io::ErrorKind::UnexpectedEof => ProtoError::Truncated,
         _ => ProtoError::Io(e),
     })?;
-    Ok(Some(body))
+    Ok(true)
 }
 
 /// Decodes one message strictly: UTF-8, nesting at most [`MAX_DEPTH`]
@@ -204,6 +215,29 @@ mod tests {
         assert!(matches!(read_frame(&mut &huge[..], usize::MAX), Err(ProtoError::TooLarge { .. })));
         assert!(matches!(read_frame(&mut &buf[..3], 1024), Err(ProtoError::Truncated)));
         assert!(matches!(read_frame(&mut &buf[..6], 1024), Err(ProtoError::Truncated)));
+    }
+
+    #[test]
+    fn frames_read_into_one_buffer_replace_its_contents() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, &[7u8; 300]).unwrap();
+        write_frame(&mut buf, b"{}").unwrap();
+        write_frame(&mut buf, &[9u8; 200]).unwrap();
+        let (mut r, mut body) = (&buf[..], vec![1u8; 1000]);
+        assert!(read_frame_into(&mut r, 1024, &mut body).unwrap());
+        assert_eq!(body, [7u8; 300]);
+        assert!(read_frame_into(&mut r, 1024, &mut body).unwrap());
+        assert_eq!(body, b"{}");
+        assert!(read_frame_into(&mut r, 1024, &mut body).unwrap());
+        assert_eq!(body, [9u8; 200], "no byte of an earlier frame is left");
+        assert!(!read_frame_into(&mut r, 1024, &mut body).unwrap());
+        let huge = u32::MAX.to_be_bytes();
+        let mut untouched = Vec::new();
+        assert!(matches!(
+            read_frame_into(&mut &huge[..], usize::MAX, &mut untouched),
+            Err(ProtoError::TooLarge { .. })
+        ));
+        assert!(untouched.capacity() == 0, "refused before the buffer grows");
     }
 
     #[test]

@@ -73,7 +73,9 @@ mod message;
 mod paths;
 
 pub use data::{decode_body, encode_body, encode_data, frame_head, split, Body, DATA_TAG, MAX_DATA_HEADER};
-pub use frame::{decode, encode, framed, read_frame, take_frame, write_frame, write_parts, ProtoError};
+pub use frame::{
+    decode, encode, framed, read_frame, read_frame_into, take_frame, write_frame, write_parts, ProtoError,
+};
 pub use grant::{check_root_name, Rights, RightsError};
 pub use handshake::{Handshake, BUILD_FINGERPRINT, HANDSHAKE_FLAG, MAX_HANDSHAKE, PROTOCOL_VERSION};
 pub use message::{

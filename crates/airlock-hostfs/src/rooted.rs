@@ -254,14 +254,7 @@ pub fn open_dir_beneath(resolver: &Resolver, root: impl AsFd, comps: &[&str]) ->
 
 /// Reads at most `max` bytes from `offset` of the regular file `comps`
 /// (fewer at its end, none past it) and returns them with the file's
-/// identity, size and change time.
-///
-/// The entry is opened `O_PATH | O_NOFOLLOW` first and must be a regular
-/// file with exactly one link; only then is it reopened `O_RDONLY |
-/// O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`, and the reopened inode must be the
-/// checked one (else [`RootedError::Io`] with `EAGAIN`). A file whose size
-/// or change time moved while the bytes were read, or that gave fewer bytes
-/// than its size promised, is [`RootedError::Changed`].
+/// identity, size and change time: [`read_file_into`] into a new buffer.
 pub fn read_file(
     resolver: &Resolver,
     root: impl AsFd,
@@ -269,7 +262,46 @@ pub fn read_file(
     offset: u64,
     max: u64,
 ) -> RootedResult<FileRead> {
-    let root = root.as_fd();
+    let mut bytes = Vec::new();
+    let stamp = read_file_into(resolver, root, comps, offset, max, &mut bytes)?;
+    Ok(FileRead { bytes, stamp })
+}
+
+/// Reads at most `max` bytes from `offset` of the regular file `comps`
+/// (fewer at its end, none past it) into `bytes`, which then holds exactly
+/// them, and returns the file's identity, size and change time. A caller
+/// that reuses `bytes` for frames of one size neither allocates nor zeroes.
+///
+/// The entry is opened `O_PATH | O_NOFOLLOW` first and must be a regular
+/// file with exactly one link; only then is it reopened `O_RDONLY |
+/// O_NOFOLLOW | O_NONBLOCK | O_NOCTTY`, and the reopened inode must be the
+/// checked one (else [`RootedError::Io`] with `EAGAIN`). A file whose size
+/// or change time moved while the bytes were read, or that gave fewer bytes
+/// than its size promised, is [`RootedError::Changed`]. On an error
+/// `bytes` holds nothing of the file's.
+pub fn read_file_into(
+    resolver: &Resolver,
+    root: impl AsFd,
+    comps: &[&str],
+    offset: u64,
+    max: u64,
+    bytes: &mut Vec<u8>,
+) -> RootedResult<airlock_fsproto::ReadStamp> {
+    let read = read_into(resolver, root.as_fd(), comps, offset, max, bytes);
+    if read.is_err() {
+        bytes.clear();
+    }
+    read
+}
+
+fn read_into(
+    resolver: &Resolver,
+    root: BorrowedFd<'_>,
+    comps: &[&str],
+    offset: u64,
+    max: u64,
+    bytes: &mut Vec<u8>,
+) -> RootedResult<airlock_fsproto::ReadStamp> {
     if comps.is_empty() {
         return Err(RootedError::NotRegular { path: display(comps), what: "it is a directory" });
     }
@@ -277,8 +309,9 @@ pub fn read_file(
     let (dev, ino) = file.dev_ino();
     let (size, (ctime, ctime_nsec)) = (file.size(), file.ctime());
     let want = max.min(size.saturating_sub(offset));
-    // `want` is at most `max`, which the callers bound to one frame.
-    let mut bytes = vec![0u8; usize::try_from(want).unwrap_or(0)];
+    // `want` is at most `max`, which the callers bound to one frame. Only
+    // what the buffer grows by is zeroed: it is overwritten below.
+    bytes.resize(usize::try_from(want).unwrap_or(0), 0);
     let file = file.into_file();
     let mut got = 0usize;
     while got < bytes.len() {
@@ -296,8 +329,7 @@ pub fn read_file(
     {
         return Err(RootedError::Changed { path: display(comps) });
     }
-    let stamp = airlock_fsproto::ReadStamp { dev, ino, size, ctime, ctime_nsec };
-    Ok(FileRead { bytes, stamp })
+    Ok(airlock_fsproto::ReadStamp { dev, ino, size, ctime, ctime_nsec })
 }
 
 /// Lists the directory `comps` (empty: the root): at most `max` names,

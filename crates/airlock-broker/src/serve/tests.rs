@@ -2,7 +2,7 @@
 //! has its own tests, which run the real binary).
 
 use super::*;
-use airlock_fsproto::{decode_body, DATA_TAG};
+use airlock_fsproto::{decode_body, encode_data, read_frame, DATA_TAG};
 use airlock_hostfs::ResolverKind;
 use std::fs;
 use std::io::Cursor;
@@ -72,7 +72,7 @@ fn ask(b: &mut Broker, call: &impl Call) -> Result<BrokerResponse, Fatal> {
 fn read_bytes(b: &mut Broker, r: &BrokerRequest) -> Vec<u8> {
     let answer = b.handle(r, None).unwrap();
     assert_eq!(code(&answer.response), "ok");
-    answer.data.expect("a read answers its bytes in a data frame")
+    answer.data.expect("a read answers its bytes in a data frame").to_vec()
 }
 
 fn fatal(b: &mut Broker, call: &impl Call) -> bool {
@@ -142,8 +142,8 @@ fn limits_are_checked_again_here() {
     let (t, mut b) = broker();
     fs::write(t.path().join("root3/big"), vec![b'b'; MAX_IO_BYTES as usize + 10]).unwrap();
     let full = b.handle(&read(1, 3, "big", MAX_IO_BYTES), None).unwrap();
-    assert_eq!(full.data.as_ref().unwrap().len(), MAX_IO_BYTES as usize);
-    let body = encode_data(&full.response, full.data.as_ref().unwrap()).unwrap();
+    assert_eq!(full.data.unwrap().len(), MAX_IO_BYTES as usize);
+    let body = encode_data(&full.response, full.data.unwrap()).unwrap();
     assert!(body.len() <= MAX_FRAME, "a full read fits in a frame");
     assert_eq!(code(&ask(&mut b, &read(2, 3, "big", MAX_IO_BYTES + 1)).unwrap()), codes::LIMIT);
     assert_eq!(code(&ask(&mut b, &list(3, 3, ".", MAX_LIST_NAMES + 1)).unwrap()), codes::LIMIT);

@@ -80,6 +80,7 @@
 
 mod approved;
 mod helpers;
+mod inbox;
 mod records;
 mod relay;
 mod roots;

@@ -56,14 +56,15 @@ use std::time::Instant;
 
 use airlock_core::broker::BrokerBudgets;
 use airlock_fsproto::{
-    check_path, codes, decode_body, frame_head, read_frame, take_frame, write_parts, BrokerOp, BrokerRequest,
-    BrokerResponse, Op, ReadStamp, Request, Response, WriteIdentity, MAX_FRAME, MAX_ID, MAX_IO_BYTES, MAX_LIST_NAMES,
-    MAX_OPEN_WRITES, STAGE_PREFIX, VERSION_LEN,
+    check_path, codes, decode_body, frame_head, read_frame_into, write_parts, BrokerOp, BrokerRequest, BrokerResponse,
+    Op, ReadStamp, Request, Response, WriteIdentity, MAX_FRAME, MAX_ID, MAX_IO_BYTES, MAX_LIST_NAMES, MAX_OPEN_WRITES,
+    STAGE_PREFIX, VERSION_LEN,
 };
 use rustix::event::{PollFd, PollFlags};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::inbox::Inbox;
 use super::records::{RecordBook, StageRecord};
 use super::roots::OpenRoot;
 
@@ -194,6 +195,8 @@ pub(crate) struct Relay<'a> {
     open_writes: std::collections::BTreeMap<u64, OpenWrite>,
     reading: Option<Reading>,
     inflight: VecDeque<InFlight>,
+    /// The buffer the broker's next answer is read into.
+    spare: Vec<u8>,
 }
 
 /// Why one request failed.
@@ -242,6 +245,7 @@ impl<'a> Relay<'a> {
             open_writes: std::collections::BTreeMap::new(),
             reading: None,
             inflight: VecDeque::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -251,20 +255,19 @@ impl<'a> Relay<'a> {
         if let Err(e) = self.worker.set_nonblocking(true) {
             return RelayEnd::BrokerLost(format!("worker socket: {e}"));
         }
-        let mut buf: Vec<u8> = Vec::new();
-        let mut queue: VecDeque<Vec<u8>> = VecDeque::new();
+        let mut inbox = Inbox::new(self.budgets.outstanding);
         let mut eof = false;
         loop {
             if !eof {
                 // Waits for the worker only when nothing else is pending.
-                let wait = queue.is_empty() && self.inflight.is_empty();
-                match self.fill(&mut buf, &mut queue, wait) {
+                let wait = inbox.queued() == 0 && self.inflight.is_empty();
+                match self.fill(&mut inbox, wait) {
                     Ok(Fill::Open) => {}
                     Ok(Fill::Eof) => eof = true,
                     Err(f) => return self.end_with(0, None, f),
                 }
             }
-            let outstanding = (queue.len() + self.inflight.len()) as u64;
+            let outstanding = (inbox.queued() + self.inflight.len()) as u64;
             self.usage.max_outstanding = self.usage.max_outstanding.max(outstanding);
             if outstanding > self.budgets.outstanding {
                 let f = fail(
@@ -273,8 +276,8 @@ impl<'a> Relay<'a> {
                 );
                 return self.end_with(0, None, f);
             }
-            let step = match queue.pop_front() {
-                Some(frame) => self.take(&frame),
+            let step = match inbox.pop() {
+                Some(body) => self.take(inbox.body(body)),
                 None if !self.inflight.is_empty() => self.complete_next(),
                 None if eof => return RelayEnd::Closed,
                 None if Instant::now() >= self.deadline => return RelayEnd::Deadline,
@@ -305,7 +308,11 @@ impl<'a> Relay<'a> {
             Err(failed) => Err(failed),
         };
         match result {
-            Ok((response, data)) => self.answer(&response, data.as_deref()),
+            Ok((response, data)) => {
+                let answered = self.answer(&response, data.as_deref());
+                self.recycle(data);
+                answered
+            }
             Err((id, req, f)) => {
                 self.drain()?;
                 ControlFlow::Break(self.finish(id, req, f))
@@ -330,8 +337,21 @@ impl<'a> Relay<'a> {
             _ => self.append_answered(&sent.req, response, data, sent.total).map(|r| (r, None)),
         });
         match result {
-            Ok((response, data)) => self.answer(&response, data.as_deref()),
+            Ok((response, data)) => {
+                let answered = self.answer(&response, data.as_deref());
+                self.recycle(data);
+                answered
+            }
             Err(f) => ControlFlow::Break(self.finish(sent.req.id, Some(sent.req), f)),
+        }
+    }
+
+    /// Keeps a payload's buffer for the broker's next answer, so a stream
+    /// of read frames reuses one buffer (a fresh one per frame cost more
+    /// in page faults than the bytes' copies).
+    fn recycle(&mut self, data: Option<Payload>) {
+        if let Some(payload) = data {
+            self.spare = payload.body;
         }
     }
 
@@ -373,22 +393,26 @@ impl<'a> Relay<'a> {
 
     /// Reads what the worker has sent into whole frames. Waits for data
     /// only when `wait` (nothing queued).
-    fn fill(&mut self, buf: &mut Vec<u8>, queue: &mut VecDeque<Vec<u8>>, wait: bool) -> Result<Fill, Fail> {
+    fn fill(&mut self, inbox: &mut Inbox, wait: bool) -> Result<Fill, Fail> {
         if wait
             && !wait_ready(&self.worker, PollFlags::IN, self.deadline).map_err(|e| fail(codes::IO, e.to_string()))?
         {
             return Ok(Fill::Open);
         }
         loop {
-            let mut chunk = [0u8; 64 * 1024];
-            match self.worker.read(&mut chunk) {
+            let room = inbox.room();
+            if room.is_empty() {
+                // Full of frames not handled yet: those go first.
+                return Ok(Fill::Open);
+            }
+            match self.worker.read(room) {
                 Ok(0) => {
-                    if !buf.is_empty() {
+                    if inbox.partial() {
                         return Err(fail(codes::PROTOCOL, "the stream ended inside a frame"));
                     }
                     return Ok(Fill::Eof);
                 }
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                Ok(n) => inbox.received(n),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(Fill::Open),
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == ErrorKind::ConnectionReset => return Ok(Fill::Eof),
@@ -398,13 +422,12 @@ impl<'a> Relay<'a> {
             // flight) is held: that ends the submission, so a flooding
             // worker never has more than that many frames read into
             // airlock (plus the bytes of one read not yet a whole frame).
-            while ((queue.len() + self.inflight.len()) as u64) <= self.budgets.outstanding {
-                match take_frame(buf, MAX_FRAME).map_err(|e| fail(codes::PROTOCOL, e.to_string()))? {
-                    Some(frame) => queue.push_back(frame),
-                    None => break,
+            while ((inbox.queued() + self.inflight.len()) as u64) <= self.budgets.outstanding {
+                if !inbox.take_frame().map_err(|e| fail(codes::PROTOCOL, e.to_string()))? {
+                    break;
                 }
             }
-            if (queue.len() + self.inflight.len()) as u64 > self.budgets.outstanding {
+            if (inbox.queued() + self.inflight.len()) as u64 > self.budgets.outstanding {
                 return Ok(Fill::Open);
             }
         }
@@ -605,9 +628,13 @@ impl<'a> Relay<'a> {
         let lost = |why: String| fail("broker.lost", why);
         let left = self.deadline.saturating_duration_since(Instant::now()).max(std::time::Duration::from_millis(1));
         let _ = self.broker.set_read_timeout(Some(left));
-        let body = read_frame(&mut self.broker, MAX_FRAME)
-            .map_err(|e| lost(format!("reading the broker: {e}")))?
-            .ok_or_else(|| lost("the broker exited".into()))?;
+        // The buffer of the last answer, back from `recycle`.
+        let mut body = std::mem::take(&mut self.spare);
+        match read_frame_into(&mut self.broker, MAX_FRAME, &mut body) {
+            Ok(true) => {}
+            Ok(false) => return Err(lost("the broker exited".into())),
+            Err(e) => return Err(lost(format!("reading the broker: {e}"))),
+        }
         let (response, start) = match decode_body::<BrokerResponse>(&body) {
             Ok((response, data)) => (response, data.map(|d| body.len() - d.len())),
             Err(e) => return Err(lost(format!("the broker answered badly: {e}"))),
@@ -618,7 +645,14 @@ impl<'a> Relay<'a> {
         if let Some(e) = response.error {
             return Err(Fail { code: e.code, message: e.message });
         }
-        Ok((response, start.map(|start| Payload { body, start })))
+        let payload = match start {
+            Some(start) => Some(Payload { body, start }),
+            None => {
+                self.spare = body;
+                None
+            }
+        };
+        Ok((response, payload))
     }
 
     fn broker_request(op: BrokerOp, root: u32) -> BrokerRequest {

@@ -68,9 +68,9 @@ MAX_DATA_HEADER = MAX_FRAME - MAX_IO_BYTES - 3
 _PROTOCOL = "broker.protocol"
 _IO = "broker.io"
 _CHANGED = "broker.changed"
-_READ_GROUP = ("size", "eof", "version")
-_LIST_GROUP = ("names", "kinds", "skipped", "truncated")
-_RESPONSE_FIELDS = frozenset(_READ_GROUP + _LIST_GROUP + ("id", "written", "stream", "aborted", "error"))
+_READ_GROUP = frozenset(("size", "eof", "version"))
+_LIST_GROUP = frozenset(("names", "kinds", "skipped", "truncated"))
+_RESPONSE_FIELDS = _READ_GROUP | _LIST_GROUP | frozenset(("id", "written", "stream", "aborted", "error"))
 _KINDS = frozenset(["file", "dir", "link", "other"])
 
 #: A listing: ``names`` (sorted by bytes), ``kinds`` (``file``, ``dir``,
@@ -145,7 +145,7 @@ class _Connection:
         message.update(request)
         # The same bytes serde_json writes: compact, keys in declaration
         # order, non-ASCII as UTF-8, control characters as lower-case \u00xx.
-        header = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        header = _ENCODER.encode(message).encode("utf-8")
         if data is None:
             size, parts = len(header), (struct.pack(">I", len(header)), header)
         else:
@@ -254,26 +254,18 @@ class _Connection:
     def _parse(self, header, payload):
         """The answer's fields, from its JSON (a data frame's header with
         ``payload``), checked strictly."""
-
-        def pairs(items):
-            seen = {}
-            for key, value in items:
-                if key in seen:
-                    raise ValueError("duplicate field {!r}".format(key))
-                seen[key] = value
-            return seen
-
         try:
-            response = json.loads(header.decode("utf-8"), object_pairs_hook=pairs)
+            response = _DECODER.decode(header.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as e:
             raise self.fail(_PROTOCOL, "malformed answer: {}".format(e)) from None
-        if not isinstance(response, dict) or not set(response) <= _RESPONSE_FIELDS:
+        if not isinstance(response, dict) or not response.keys() <= _RESPONSE_FIELDS:
             raise self.fail(_PROTOCOL, "malformed answer: unknown fields")
         if not _is_u64(response.get("id")):
             raise self.fail(_PROTOCOL, "malformed answer: no id")
+        keys = response.keys()
         error = response.get("error")
-        read_all = payload is not None and all(k in response for k in _READ_GROUP)
-        list_all = all(k in response for k in _LIST_GROUP)
+        read_all = payload is not None and keys >= _READ_GROUP
+        list_all = keys >= _LIST_GROUP
         groups = [
             read_all,
             "written" in response,
@@ -282,8 +274,8 @@ class _Connection:
             "aborted" in response,
             error is not None,
         ]
-        partial = (not read_all and (payload is not None or any(k in response for k in _READ_GROUP))) or (
-            not list_all and any(k in response for k in _LIST_GROUP)
+        partial = (not read_all and (payload is not None or not keys.isdisjoint(_READ_GROUP))) or (
+            not list_all and not keys.isdisjoint(_LIST_GROUP)
         )
         if sum(groups) != 1 or partial:
             raise self.fail(_PROTOCOL, "an answer must hold exactly one result or an error")
@@ -295,6 +287,21 @@ class _Connection:
         ):
             raise self.fail(_PROTOCOL, "malformed error in the answer")
         return response
+
+
+def _pairs(items):
+    """A JSON object's fields, refusing a field given twice."""
+    fields = dict(items)
+    if len(fields) != len(items):
+        seen = set()
+        twice = next(key for key, _ in items if key in seen or seen.add(key))
+        raise ValueError("duplicate field {!r}".format(twice))
+    return fields
+
+
+# Made once (json.dumps and json.loads with options make one per call).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_DECODER = json.JSONDecoder(object_pairs_hook=_pairs)
 
 
 def _window(raw):

@@ -516,6 +516,12 @@ impl PreparedWrite {
         rustix::fs::fsync(&self.file).map_err(|e| RootedError::io(format!("fsync(tmpfile for {:?})", self.path), e))
     }
 
+    /// The unnamed file holding the bytes (for a caller that starts its
+    /// writeback early; nothing may be written through it).
+    pub fn file(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+
     /// The target's directory handle (for [`remove_stage_entry`]).
     pub fn dir(&self) -> BorrowedFd<'_> {
         self.dir.as_fd()

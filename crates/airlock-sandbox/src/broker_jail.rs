@@ -87,6 +87,15 @@ pub(crate) fn landlock_access(rights: Rights, abi: ABI) -> BitFlags<AccessFs> {
     want & AccessFs::from_all(abi)
 }
 
+/// Starts writing back `len` bytes of `file` from `offset` without waiting
+/// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`, which the broker's filter
+/// allows): a chunked write's bytes start for the disk as they arrive, so
+/// the `fsync` at its commit, which alone makes them durable, waits on
+/// less.
+pub fn start_writeback(file: std::os::fd::BorrowedFd<'_>, offset: u64, len: u64) -> std::io::Result<()> {
+    crate::sys::start_writeback(file, offset, len)
+}
+
 /// Confines the calling process to `roots` (descriptor, rights), in the
 /// order described in the module documentation, and returns the roots as
 /// owned descriptors, in order. Call it first in `main`, before any thread

@@ -230,8 +230,8 @@ mod worker_exec;
 
 pub use any_tier::{AnyTier, AnyWorker};
 pub use broker_jail::{
-    confine_broker, spawn_broker, spawn_broker_with, BrokerOptions, BrokerProcess, BROKER_FIRST_ROOT_FD,
-    DEFAULT_MAX_FILE_BYTES,
+    confine_broker, spawn_broker, spawn_broker_with, start_writeback, BrokerOptions, BrokerProcess,
+    BROKER_FIRST_ROOT_FD, DEFAULT_MAX_FILE_BYTES,
 };
 pub use cancel::Cancel;
 pub use cgroup::{cgroup_delegation, cgroup_limits_available, CgroupDelegation, SharedCgroup};

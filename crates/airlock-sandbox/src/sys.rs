@@ -402,3 +402,21 @@ pub(crate) fn release_lease(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// `sync_file_range(fd, offset, len, SYNC_FILE_RANGE_WRITE)`: starts
+/// writing back the range's dirty pages without waiting for them (no
+/// durability on its own; a later `fsync` still decides it).
+pub(crate) fn start_writeback(fd: std::os::fd::BorrowedFd<'_>, offset: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (offset, len) = (
+        libc::off64_t::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+        libc::off64_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+    );
+    // SAFETY: integer arguments only, on a descriptor the caller borrows
+    // for the call; the result is checked.
+    let r = unsafe { libc::sync_file_range(fd.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

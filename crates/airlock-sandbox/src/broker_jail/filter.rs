@@ -34,6 +34,7 @@ fn unconditional() -> Vec<(i64, &'static str)> {
         (libc::SYS_unlinkat, "removing a staging entry after a failed rename"),
         (libc::SYS_fsync, "the staged file and its directory"),
         (libc::SYS_fdatasync, "std's sync_data"),
+        (libc::SYS_sync_file_range, "starting a chunked write's writeback before its commit's fsync"),
         (libc::SYS_brk, "allocator"),
         (libc::SYS_mmap, "allocator"),
         (libc::SYS_munmap, "allocator"),
@@ -103,6 +104,7 @@ mod tests {
             libc::SYS_linkat,
             libc::SYS_renameat2,
             libc::SYS_fsync,
+            libc::SYS_sync_file_range,
             libc::SYS_getdents64,
             libc::SYS_exit_group,
         ] {

@@ -25,7 +25,10 @@
 //! File bytes travel in data frames (`airlock_fsproto::split`): a write's
 //! or an append's payload goes to the broker as it came, after its own
 //! checks, and a read's payload back to the worker as the broker sent it;
-//! only the small JSON headers are decoded and rewritten here.
+//! only the small JSON headers are decoded and rewritten here. Neither is
+//! copied here: a worker frame is handled where it lies in the inbox
+//! ([`Inbox`]), a broker answer in the one buffer every answer is read
+//! into, and each goes out in one vectored write of its head and payload.
 //!
 //! The window (issue 17): a worker may send up to `outstanding` requests
 //! before it reads their answers. Read frames and appends are charged,
@@ -420,8 +423,8 @@ impl<'a> Relay<'a> {
             }
             // Whole frames, until one more than `outstanding` (with those in
             // flight) is held: that ends the submission, so a flooding
-            // worker never has more than that many frames read into
-            // airlock (plus the bytes of one read not yet a whole frame).
+            // worker never has more than that many frames taken by airlock
+            // (plus the rest of one read, bounded by the inbox's buffer).
             while ((inbox.queued() + self.inflight.len()) as u64) <= self.budgets.outstanding {
                 if !inbox.take_frame().map_err(|e| fail(codes::PROTOCOL, e.to_string()))? {
                     break;

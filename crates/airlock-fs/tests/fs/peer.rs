@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use airlock_fsproto::{
     decode_body, encode, encode_body, read_frame, write_frame, EntryKind, Op, Request, Response, DATA_TAG, MAX_FRAME,
-    VERSION_LEN,
+    MAX_IO_BYTES, VERSION_LEN,
 };
 
 /// Names a listing of any directory holds, before `max` cuts it.
@@ -120,6 +120,26 @@ fn serve(mut sock: UnixStream) -> Log {
                 let bytes = vec![b'g'; req.max.unwrap_or(0) as usize];
                 let end = req.offset.unwrap_or(0) + bytes.len() as u64;
                 data_frame(&Response { eof: Some(false), ..read_answer(&req, end + 1_000_000 + frames) }, &bytes)
+            }
+            // A 200,000-byte file whose first frame is right and whose
+            // later frames are not, as the root's name says.
+            late if late.starts_with("late") && req.offset.unwrap_or(0) > 0 => {
+                let want = req.max.unwrap_or(0) as usize;
+                let stream = Response { eof: Some(false), ..read_answer(&req, 200_000) };
+                match late {
+                    // One byte more than asked (the last frame: the others
+                    // are full, and a data frame holds at most 64 KiB).
+                    "latetoomuch" => data_frame(&stream, &vec![b'l'; (want + 1).min(MAX_IO_BYTES as usize)]),
+                    "lateshort" => data_frame(&stream, &vec![b'l'; want - 1]),
+                    "latebadframe" => [&[DATA_TAG, 0, 200][..], format!(r#"{{"id":{}}}"#, req.id).as_bytes()].concat(),
+                    "lategarbage" => format!(r#"{{"id":{},"size":0,"extra":1}}"#, req.id).into_bytes(),
+                    "latechanged" => encode(&Response::error(req.id, "broker.changed", "it changed")),
+                    _ => data_frame(&stream, &vec![b'l'; want]),
+                }
+            }
+            late if late.starts_with("late") => {
+                let stream = Response { eof: Some(false), ..read_answer(&req, 200_000) };
+                data_frame(&stream, &vec![b'l'; req.max.unwrap_or(0) as usize])
             }
             "denied" => {
                 encode(&Response::error(req.id, "broker.denied", format!("{} is not granted", req.op.as_str())))

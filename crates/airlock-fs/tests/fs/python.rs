@@ -145,6 +145,26 @@ fn bad_answers_are_protocol_or_io_errors() {
 }
 
 #[test]
+fn a_bad_answer_after_the_first_frame_fails_the_read() {
+    // The frames after the first are received straight into the result:
+    // each is checked before a byte of its payload is placed.
+    for (root, want) in [
+        ("latefine", "200000 True"),
+        ("latetoomuch", "broker.protocol"),
+        ("lateshort", "broker.protocol"),
+        ("latebadframe", "broker.protocol"),
+        ("lategarbage", "broker.protocol"),
+        ("latechanged", "broker.changed"),
+    ] {
+        let script = format!(
+            "try:\n    d = airlock_fs.read({root:?}, 'x')\n    print(len(d), d == b'l' * 200000)\nexcept airlock_fs.FsError as e:\n    print(e.code)\n"
+        );
+        let (o, _) = run_script(&script);
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), want, "{root}: {}", show(&o));
+    }
+}
+
+#[test]
 fn without_the_socket_the_module_raises() {
     let script = prelude()
         + "try:\n    airlock_fs.read('data', 'x')\nexcept airlock_fs.FsError as e:\n    print(e.code, e.message)\n";

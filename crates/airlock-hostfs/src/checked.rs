@@ -151,24 +151,40 @@ impl RegularFile {
     /// A file whose size or change time moved while it was read is refused
     /// (`input.changed`).
     pub fn read_range(&self, offset: u64, max: u64) -> Result<RangeRead> {
-        let want = max.min(self.size().saturating_sub(offset));
-        let mut bytes = vec![0u8; usize::try_from(want).unwrap_or(usize::MAX)];
+        let mut bytes = Vec::new();
+        let (got, digest) = self.read_range_into(offset, max, &mut bytes)?;
+        let got = got.len();
+        bytes.truncate(got);
+        Ok(RangeRead { bytes, sha256_hex: hex::encode(digest) })
+    }
+
+    /// [`RegularFile::read_range`] into the caller's buffer, which only
+    /// ever grows (a walk reuses one for every file): the bytes read and
+    /// their SHA-256, hashed chunk by chunk as they arrive.
+    pub fn read_range_into<'b>(&self, offset: u64, max: u64, buf: &'b mut Vec<u8>) -> Result<(&'b [u8], [u8; 32])> {
+        let want = usize::try_from(max.min(self.size().saturating_sub(offset))).unwrap_or(usize::MAX);
+        if buf.len() < want {
+            buf.resize(want, 0);
+        }
+        let mut hasher = Sha256::new();
         let mut got = 0usize;
-        while got < bytes.len() {
-            match rustix::io::pread(&self.file, &mut bytes[got..], offset + got as u64) {
+        while got < want {
+            let end = want.min(got + CHUNK as usize);
+            match rustix::io::pread(&self.file, &mut buf[got..end], offset + got as u64) {
                 Ok(0) => break,
-                Ok(n) => got += n,
+                Ok(n) => {
+                    hasher.update(&buf[got..got + n]);
+                    got += n;
+                }
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(e) => return Err(Error::syscall(ReasonCode::InputUnreadable, "pread", e)),
             }
         }
-        bytes.truncate(got);
-        if (got as u64) < want {
+        if got < want {
             return Err(Error::new(ReasonCode::InputChanged, "the file shrank while it was read; try again"));
         }
         self.unchanged()?;
-        let sha256_hex = hex::encode(Sha256::digest(&bytes));
-        Ok(RangeRead { bytes, sha256_hex })
+        Ok((&buf[..got], hasher.finalize().into()))
     }
 
     /// Copies exactly the size seen at open into the new, empty `dest`

@@ -23,6 +23,10 @@ const LEAD: usize = 128;
 /// the open files and the work done past a budget's end.
 const AHEAD: usize = 64;
 
+/// Files handed to a worker at once (on more than one thread): one
+/// hand-over, and one wake-up, for this many files.
+const BATCH: usize = 16;
+
 /// One match, found by a worker, not yet counted.
 struct Found {
     line: u64,
@@ -94,8 +98,11 @@ pub(crate) fn grep(
     let mut s = Search { finder: &finder, matches: Vec::new(), total: 0, files: 0, files_cut: 0, deadline };
     match tree.open_dir(root) {
         Ok(handle) => {
-            let work = |job: Job, buf: &mut Vec<u8>| job.search(&finder, deadline, buf);
-            with_pool(threads, &work, |pool| s.walk(tree, root, handle.as_ref(), pool, tally))?;
+            let work = |jobs: Vec<Job>, buf: &mut Vec<u8>| -> Vec<Searched> {
+                jobs.into_iter().map(|job| job.search(&finder, deadline, buf)).collect()
+            };
+            let batch = if threads > 1 { BATCH } else { 1 };
+            with_pool(threads, &work, |pool| s.walk(tree, root, handle.as_ref(), (pool, batch), tally))?;
         }
         Err(r) if r.code == ReasonCode::PathNotDirectory => {
             // The path names one file: search it alone.
@@ -206,10 +213,11 @@ impl Search<'_> {
         tree: &Tree<'_>,
         root: Option<&RelPath>,
         handle: Option<&Arc<Dir>>,
-        pool: &mut Pool<'_, Job, Searched>,
+        (pool, batch): (&mut Pool<'_, Vec<Job>, Vec<Searched>>, usize),
         tally: &mut Tally,
     ) -> Result<(), Refusal> {
         let mut notes = Tally::default();
+        let mut jobs = Vec::with_capacity(batch);
         let mut waiting: VecDeque<Waiting> = VecDeque::new();
         // Bytes the files in flight are listed to be searched in: no file
         // is handed out that the total budget would leave unread.
@@ -224,20 +232,30 @@ impl Search<'_> {
             let most = limits::MAX_GREP_TOTAL_BYTES.saturating_sub(self.total + ahead);
             ahead += listed;
             waiting.push_back(Waiting { path: path.clone(), notes: std::mem::take(notes), listed });
-            pool.submit(Job { entry: entry.clone(), dir: Arc::clone(dir), mount, most });
+            jobs.push(Job { entry: entry.clone(), dir: Arc::clone(dir), mount, most });
+            if jobs.len() == batch {
+                pool.submit(std::mem::replace(&mut jobs, Vec::with_capacity(batch)));
+            }
             loop {
-                let full = pool.in_flight() >= AHEAD || self.total + ahead >= limits::MAX_GREP_TOTAL_BYTES;
-                let Some(searched) = pool.next(full) else { break };
-                if self.apply(&mut waiting, &mut ahead, searched, tally) == Flow::Stop {
+                let full = pool.in_flight() * batch >= AHEAD || self.total + ahead >= limits::MAX_GREP_TOTAL_BYTES;
+                if full && !jobs.is_empty() {
+                    // Nothing waits on a file not yet handed out.
+                    pool.submit(std::mem::replace(&mut jobs, Vec::with_capacity(batch)));
+                }
+                let Some(done) = pool.next(full) else { break };
+                if self.apply_all(&mut waiting, &mut ahead, done, tally) == Flow::Stop {
                     stopped = true;
                     return Flow::Stop;
                 }
             }
             Flow::Go
         });
+        if !stopped && !jobs.is_empty() {
+            pool.submit(jobs);
+        }
         while !stopped {
-            let Some(searched) = pool.next(true) else { break };
-            stopped = self.apply(&mut waiting, &mut ahead, searched, tally) == Flow::Stop;
+            let Some(done) = pool.next(true) else { break };
+            stopped = self.apply_all(&mut waiting, &mut ahead, done, tally) == Flow::Stop;
         }
         if stopped {
             // Stopped at a file: what the walk noted or met after it, a
@@ -246,6 +264,22 @@ impl Search<'_> {
         }
         tally.absorb(notes);
         walked.map(drop)
+    }
+
+    /// Applies a batch's results, in order, until one says `Stop`.
+    fn apply_all(
+        &mut self,
+        waiting: &mut VecDeque<Waiting>,
+        ahead: &mut u64,
+        done: Vec<Searched>,
+        tally: &mut Tally,
+    ) -> Flow {
+        for searched in done {
+            if self.apply(waiting, ahead, searched, tally) == Flow::Stop {
+                return Flow::Stop;
+            }
+        }
+        Flow::Go
     }
 
     /// Applies the oldest file in flight: first the walk's notes before it.

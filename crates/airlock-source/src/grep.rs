@@ -13,6 +13,7 @@ use airlock_hostfs::{Dir, Entry, RegularFile};
 use memchr::memmem::Finder;
 use serde_json::{json, Map, Value};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -51,7 +52,8 @@ struct Scanned {
 enum Searched {
     /// It could not be opened by the checked-file rule.
     Skipped(Skip),
-    /// The deadline passed before it was opened.
+    /// The deadline passed (or the search had stopped, and the result is
+    /// never read) before it was opened.
     Abandoned,
     /// Opened and searched in its first bytes: `min(size, 1 MiB)`, or
     /// fewer if the job said so.
@@ -98,11 +100,25 @@ pub(crate) fn grep(
     let mut s = Search { finder: &finder, matches: Vec::new(), total: 0, files: 0, files_cut: 0, deadline };
     match tree.open_dir(root) {
         Ok(handle) => {
+            // Set once the walk is done: workers leave the rest of a batch.
+            let stopped = AtomicBool::new(false);
             let work = |jobs: Vec<Job>, buf: &mut Vec<u8>| -> Vec<Searched> {
-                jobs.into_iter().map(|job| job.search(&finder, deadline, buf)).collect()
+                let search = |job: Job| {
+                    if stopped.load(Ordering::Relaxed) {
+                        Searched::Abandoned
+                    } else {
+                        job.search(&finder, deadline, buf)
+                    }
+                };
+                jobs.into_iter().map(search).collect()
             };
             let batch = if threads > 1 { BATCH } else { 1 };
-            with_pool(threads, &work, |pool| s.walk(tree, root, handle.as_ref(), (pool, batch), tally))?;
+            with_pool(threads, &work, |pool| {
+                let walked = s.walk(tree, root, handle.as_ref(), (pool, batch), tally);
+                // Before the workers are joined: nothing after this is read.
+                stopped.store(true, Ordering::Relaxed);
+                walked
+            })?;
         }
         Err(r) if r.code == ReasonCode::PathNotDirectory => {
             // The path names one file: search it alone.

@@ -411,3 +411,16 @@ fn what_the_walk_meets_after_the_file_a_search_stops_at_is_not_counted() {
         assert_eq!(a.boundary.ranges.len(), 67, "{threads} threads");
     }
 }
+
+#[test]
+fn a_passed_deadline_stops_a_search_on_any_threads() {
+    let t = tempfile::tempdir().unwrap();
+    let roots = busy_tree(t.path());
+    let q = query(SourceOp::GrepFiles, &[("pattern", "HIT-")]);
+    for threads in [1, 2, 8] {
+        let a = run_on(&q, &roots, &resolver(), Some(std::time::Instant::now()), threads).unwrap();
+        assert_eq!(reasons(&a), ["deadline"], "{threads} threads");
+        assert_eq!(a.result["matches"].as_array().unwrap().len(), 0);
+        assert!(a.boundary.ranges.is_empty());
+    }
+}

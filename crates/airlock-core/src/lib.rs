@@ -28,6 +28,7 @@ pub mod config;
 pub mod descriptor;
 pub mod envelope;
 pub mod envelope_schema;
+pub mod jcs;
 pub mod limits;
 pub mod manifest;
 pub mod mcp_server;
@@ -49,6 +50,7 @@ pub use descriptor::{
 pub use envelope::{
     stream_tail, CreatedFile, Envelope, ErrorBody, Evidence, JournalEvidence, LimitsEvidence, RecordRange, TAIL_BYTES,
 };
+pub use jcs::canonical_value;
 pub use limits::{Limits, StagingLimits};
 pub use mcp_server::McpServerConfig;
 pub use path::{PathEntry, RelPath};

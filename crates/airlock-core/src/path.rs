@@ -100,6 +100,10 @@ pub fn fold_key(name: &str) -> String {
 
 /// Whether `name` is, or folds to, a control directory name ([`CONTROL_DIRS`]).
 pub fn is_control_name(name: &str) -> bool {
+    if name.is_ascii() {
+        // An ASCII name's key is the name lower-cased: no allocation.
+        return CONTROL_DIRS.iter().any(|d| name.eq_ignore_ascii_case(d));
+    }
     let key = fold_key(name);
     CONTROL_DIRS.contains(&key.as_str())
 }
@@ -205,9 +209,16 @@ impl RelPath {
         }
     }
 
-    /// `self` followed by `child`.
+    /// `self` followed by `child`. Both already pass the grammar, whose
+    /// every other check is by character or by component, so only the
+    /// length and the depth of the whole are checked again.
     pub fn join(&self, child: &RelPath) -> Result<RelPath, Refusal> {
-        RelPath::parse(&format!("{}/{}", self.0, child.0))
+        let mut path = String::with_capacity(self.0.len() + 1 + child.0.len());
+        path.push_str(&self.0);
+        path.push('/');
+        path.push_str(&child.0);
+        check_whole(&path)?;
+        Ok(RelPath(path))
     }
 }
 
@@ -244,10 +255,7 @@ fn check_path(path: &str) -> Result<(), Refusal> {
         ));
     }
     if path.len() > MAX_PATH_BYTES {
-        return Err(refuse(
-            ReasonCode::PathTooLong,
-            format!("the path is {} bytes, more than {MAX_PATH_BYTES}", path.len()),
-        ));
+        return Err(too_long(path));
     }
     if path.contains('\\') {
         return Err(refuse(ReasonCode::PathBackslash, "the path contains a backslash"));
@@ -258,6 +266,18 @@ fn check_path(path: &str) -> Result<(), Refusal> {
             "the path is rooted; paths are relative to the working directory",
         ));
     }
+    check_depth(path)?;
+    for component in path.split('/') {
+        check_component(component)?;
+    }
+    Ok(())
+}
+
+fn too_long(path: &str) -> Refusal {
+    refuse(ReasonCode::PathTooLong, format!("the path is {} bytes, more than {MAX_PATH_BYTES}", path.len()))
+}
+
+fn check_depth(path: &str) -> Result<(), Refusal> {
     let count = path.split('/').count();
     if count > MAX_COMPONENTS {
         return Err(refuse(
@@ -265,10 +285,16 @@ fn check_path(path: &str) -> Result<(), Refusal> {
             format!("the path has {count} components, more than {MAX_COMPONENTS}"),
         ));
     }
-    for component in path.split('/') {
-        check_component(component)?;
-    }
     Ok(())
+}
+
+/// The checks of the whole path that joining two valid paths can fail, in
+/// [`check_path`]'s order.
+fn check_whole(path: &str) -> Result<(), Refusal> {
+    if path.len() > MAX_PATH_BYTES {
+        return Err(too_long(path));
+    }
+    check_depth(path)
 }
 
 fn check_component(c: &str) -> Result<(), Refusal> {
@@ -314,8 +340,13 @@ fn check_component(c: &str) -> Result<(), Refusal> {
 /// `CON`, `nul.txt`, `Com1 .log`, `LPT1.tar.gz`, `CONıN$`: the stem before
 /// the first dot, with trailing spaces removed, compared by [`fold_key`].
 fn is_device_name(component: &str) -> bool {
-    let stem = fold_key(component.split('.').next().unwrap_or(component).trim_end_matches(' '));
-    DEVICE_NAMES.iter().any(|d| d.to_ascii_lowercase() == stem)
+    let stem = component.split('.').next().unwrap_or(component).trim_end_matches(' ');
+    if stem.is_ascii() {
+        // An ASCII stem's key is the stem lower-cased: no allocation.
+        return DEVICE_NAMES.iter().any(|d| stem.eq_ignore_ascii_case(d));
+    }
+    let key = fold_key(stem);
+    DEVICE_NAMES.iter().any(|d| key.eq_ignore_ascii_case(d))
 }
 
 /// One `[filesystem]` entry: a literal path or exactly one whole argument
@@ -542,6 +573,28 @@ mod proptests {
             parts.insert(at, bad.to_owned());
             let s = parts.join("/");
             prop_assert!(RelPath::parse(&s).is_err(), "{:?} was accepted", s);
+        }
+
+        /// Joining two accepted paths answers as parsing the joined text
+        /// does: the same path, or the same refusal (length, depth).
+        #[test]
+        fn join_is_parse_of_the_joined_text(
+            a in proptest::collection::vec("[a-z]{1,200}", 1..40),
+            b in proptest::collection::vec("[a-z]{1,200}", 1..40),
+        ) {
+            let (a, b) = (a.join("/"), b.join("/"));
+            if let (Ok(pa), Ok(pb)) = (RelPath::parse(&a), RelPath::parse(&b)) {
+                let joined = pa.join(&pb).map_err(|r| r.code);
+                prop_assert_eq!(joined, RelPath::parse(&format!("{a}/{b}")).map_err(|r| r.code));
+            }
+        }
+
+        /// Device and control names are found by the folded key, ASCII or not.
+        #[test]
+        fn device_and_control_names_match_their_folded_key(c in "[a-zA-Z0-9$. \u{131}\u{212A}\u{17F}\u{200C}]{1,9}") {
+            let stem = fold_key(c.split('.').next().unwrap_or(&c).trim_end_matches(' '));
+            prop_assert_eq!(is_device_name(&c), DEVICE_NAMES.iter().any(|d| d.to_ascii_lowercase() == stem));
+            prop_assert_eq!(is_control_name(&c), CONTROL_DIRS.contains(&fold_key(&c).as_str()));
         }
 
         /// A leading `/` is always refused.

@@ -7,7 +7,8 @@
 //! socket or device is never opened for reading:
 //!
 //! 1. open the entry `O_PATH | O_NOFOLLOW` (reads nothing, no side effect
-//!    on a FIFO or device) and `fstat` it;
+//!    on a FIFO or device) and `fstat` it (the walker: one `statx` that
+//!    also answers its mount id);
 //! 2. the caller's check of that probe (the walker compares it with the
 //!    listed entry's identity and its directory's mount);
 //! 3. it must be a regular file (a link is [`FaultKind::Symlink`], a
@@ -26,7 +27,7 @@
 
 use crate::dir::Dir;
 use crate::error::{Error, Result};
-use crate::fault::{fstat, not_regular, Fault, FaultKind};
+use crate::fault::{fstat, not_regular, status, Fault, FaultKind, Status};
 use crate::resolve::Resolver;
 use airlock_core::{ReasonCode, RelPath};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -55,18 +56,18 @@ pub struct RangeRead {
 }
 
 /// Step 3 of the rule.
-fn check(st: &Stat, max_bytes: u64) -> Result<(), Fault> {
-    if let Some(fault) = not_regular(st) {
+fn check(st: &Status, max_bytes: u64) -> Result<(), Fault> {
+    if let Some(fault) = not_regular(st.mode) {
         return Err(fault);
     }
-    if st.st_nlink != 1 {
+    if st.nlink != 1 {
         return Err(Fault::new(
-            FaultKind::Hardlink(st.st_nlink),
-            format!("it has {} hard links; only files with exactly one are read", st.st_nlink),
+            FaultKind::Hardlink(st.nlink),
+            format!("it has {} hard links; only files with exactly one are read", st.nlink),
         ));
     }
-    if st.st_size as u64 > max_bytes {
-        return Err(Fault::new(FaultKind::TooLarge, format!("it is {} bytes, more than {max_bytes}", st.st_size)));
+    if st.size > max_bytes {
+        return Err(Fault::new(FaultKind::TooLarge, format!("it is {} bytes, more than {max_bytes}", st.size)));
     }
     Ok(())
 }
@@ -75,23 +76,25 @@ impl RegularFile {
     /// Opens a file by the rule of this module: `open(flags)` reaches the
     /// entry (it is called with `O_PATH` first, then with `O_RDONLY |
     /// O_NONBLOCK | O_NOCTTY`; it adds `O_NOFOLLOW | O_CLOEXEC`), `probe`
-    /// is the caller's check of the `O_PATH` handle's `fstat`, and
+    /// is the caller's check of the `O_PATH` handle's status (`fstat`, or
+    /// with `mount` one `statx` that also gives its mount id), and
     /// `max_bytes` bounds the size (`u64::MAX`: no bound).
     pub(crate) fn open_checked(
         mut open: impl FnMut(OFlags) -> Result<OwnedFd, Fault>,
-        probe: impl FnOnce(&OwnedFd, &Stat) -> Result<(), Fault>,
+        probe: impl FnOnce(&Status) -> Result<(), Fault>,
         max_bytes: u64,
+        mount: bool,
     ) -> Result<RegularFile, Fault> {
         let path_fd = open(OFlags::PATH)?;
-        let st = fstat(&path_fd, "O_PATH probe")?;
-        probe(&path_fd, &st)?;
+        let st = status(path_fd.as_fd(), "O_PATH probe", mount)?;
+        probe(&st)?;
         check(&st, max_bytes)?;
         let fd = open(OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY)?;
         let again = fstat(&fd, "reopened file")?;
-        if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino) {
+        if (again.st_dev, again.st_ino) != st.dev_ino {
             return Err(Fault::new(FaultKind::Race, "the file was replaced while it was opened"));
         }
-        check(&again, max_bytes)?;
+        check(&Status::from(&again), max_bytes)?;
         Ok(RegularFile { file: File::from(fd), stat: again })
     }
 
@@ -151,24 +154,40 @@ impl RegularFile {
     /// A file whose size or change time moved while it was read is refused
     /// (`input.changed`).
     pub fn read_range(&self, offset: u64, max: u64) -> Result<RangeRead> {
-        let want = max.min(self.size().saturating_sub(offset));
-        let mut bytes = vec![0u8; usize::try_from(want).unwrap_or(usize::MAX)];
+        let mut bytes = Vec::new();
+        let (got, digest) = self.read_range_into(offset, max, &mut bytes)?;
+        let got = got.len();
+        bytes.truncate(got);
+        Ok(RangeRead { bytes, sha256_hex: hex::encode(digest) })
+    }
+
+    /// [`RegularFile::read_range`] into the caller's buffer, which only
+    /// ever grows (a walk reuses one for every file): the bytes read and
+    /// their SHA-256, hashed chunk by chunk as they arrive.
+    pub fn read_range_into<'b>(&self, offset: u64, max: u64, buf: &'b mut Vec<u8>) -> Result<(&'b [u8], [u8; 32])> {
+        let want = usize::try_from(max.min(self.size().saturating_sub(offset))).unwrap_or(usize::MAX);
+        if buf.len() < want {
+            buf.resize(want, 0);
+        }
+        let mut hasher = Sha256::new();
         let mut got = 0usize;
-        while got < bytes.len() {
-            match rustix::io::pread(&self.file, &mut bytes[got..], offset + got as u64) {
+        while got < want {
+            let end = want.min(got + CHUNK as usize);
+            match rustix::io::pread(&self.file, &mut buf[got..end], offset + got as u64) {
                 Ok(0) => break,
-                Ok(n) => got += n,
+                Ok(n) => {
+                    hasher.update(&buf[got..got + n]);
+                    got += n;
+                }
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(e) => return Err(Error::syscall(ReasonCode::InputUnreadable, "pread", e)),
             }
         }
-        bytes.truncate(got);
-        if (got as u64) < want {
+        if got < want {
             return Err(Error::new(ReasonCode::InputChanged, "the file shrank while it was read; try again"));
         }
         self.unchanged()?;
-        let sha256_hex = hex::encode(Sha256::digest(&bytes));
-        Ok(RangeRead { bytes, sha256_hex })
+        Ok((&buf[..got], hasher.finalize().into()))
     }
 
     /// Copies exactly the size seen at open into the new, empty `dest`
@@ -269,6 +288,6 @@ impl RegularFile {
         comps: &[&str],
         max_bytes: u64,
     ) -> Result<RegularFile, Fault> {
-        RegularFile::open_checked(|flags| resolver.open_components(root, comps, flags), |_, _| Ok(()), max_bytes)
+        RegularFile::open_checked(|flags| resolver.open_components(root, comps, flags), |_| Ok(()), max_bytes, false)
     }
 }

@@ -110,9 +110,55 @@ pub(crate) fn is_component(name: &[u8]) -> bool {
     !(name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0))
 }
 
-/// The kind a file check finds in `st` when it is not a regular file.
-pub(crate) fn not_regular(st: &Stat) -> Option<Fault> {
-    match FileType::from_raw_mode(st.st_mode) {
+/// What the checked-file rule reads of an entry's status.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Status {
+    pub(crate) mode: u32,
+    pub(crate) nlink: u64,
+    pub(crate) size: u64,
+    pub(crate) dev_ino: (u64, u64),
+    /// The mount id, when it was asked for.
+    pub(crate) mount: Option<u64>,
+}
+
+impl From<&Stat> for Status {
+    fn from(st: &Stat) -> Status {
+        Status {
+            mode: st.st_mode,
+            nlink: st.st_nlink,
+            size: st.st_size as u64,
+            dev_ino: (st.st_dev, st.st_ino),
+            mount: None,
+        }
+    }
+}
+
+/// `fstat(fd)`, or with `mount` one `statx` that also answers the mount id
+/// (`STATX_MNT_ID`), instead of an `fstat` and a [`mount_id`].
+pub(crate) fn status(fd: BorrowedFd<'_>, what: impl fmt::Display, mount: bool) -> Result<Status, Fault> {
+    if !mount {
+        return fstat(fd, what).map(|st| Status::from(&st));
+    }
+    let sx =
+        rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS | StatxFlags::MNT_ID).map_err(|e| {
+            Fault::syscall(
+                FaultKind::Io,
+                format_args!("statx({what}, \"\", AT_EMPTY_PATH, STATX_BASIC_STATS | STATX_MNT_ID)"),
+                e,
+            )
+        })?;
+    Ok(Status {
+        mode: u32::from(sx.stx_mode),
+        nlink: u64::from(sx.stx_nlink),
+        size: sx.stx_size,
+        dev_ino: (rustix::fs::makedev(sx.stx_dev_major, sx.stx_dev_minor), sx.stx_ino),
+        mount: Some(sx.stx_mnt_id),
+    })
+}
+
+/// The kind a file check finds in `mode` when it is not a regular file.
+pub(crate) fn not_regular(mode: u32) -> Option<Fault> {
+    match FileType::from_raw_mode(mode) {
         FileType::RegularFile => None,
         FileType::Symlink => Some(Fault::new(FaultKind::Symlink, "it is a symbolic link")),
         FileType::Directory => Some(Fault::new(FaultKind::Directory, "it is a directory")),

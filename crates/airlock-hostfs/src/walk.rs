@@ -224,11 +224,17 @@ impl Dir {
         let opened = child_name(entry).and_then(|name| {
             RegularFile::open_checked(
                 |flags| open_child(self, &name, flags),
-                |probe, st| {
-                    same_as_listed(st, entry)?;
-                    same_mount(probe, dir_mount)
+                |st| {
+                    if st.dev_ino != entry.dev_ino {
+                        return Err(Fault::new(FaultKind::Race, "it was replaced since it was listed"));
+                    }
+                    if st.mount != Some(dir_mount) {
+                        return Err(Fault::new(FaultKind::MountCrossing, "it is on another mount"));
+                    }
+                    Ok(())
                 },
                 u64::MAX,
+                true,
             )
         });
         Ok(opened.map_err(|f| f.context(entry.shown()))?)

@@ -18,6 +18,13 @@
 //! bytes, grep's bytes and matches, excerpts) is DESIGN.md §4; entries are
 //! yielded depth-first in byte order of names.
 //!
+//! `grep_files` opens, reads (hashing as it reads, into one reused buffer a
+//! thread) and searches files on every core (`ordered.rs`), at most 64
+//! files ahead, never handing out a file the byte budget would leave unread
+//! as listed; the results, and the walk's own notes between them, are
+//! applied in walk order, so every bound, skip count, partial reason, match
+//! and range is the one a search on one thread gives.
+//!
 //! ```no_run
 //! use airlock_core::{RelPath, ResolverChoice, SourceOp};
 //! use airlock_hostfs::{Dir, HostAuthority, Resolver};
@@ -40,6 +47,7 @@
 mod bundled;
 mod grep;
 mod list;
+mod ordered;
 mod outcome;
 mod query;
 mod read;
@@ -77,12 +85,23 @@ pub fn run(
     resolver: &Resolver,
     deadline: Option<Instant>,
 ) -> Result<Answer, Refusal> {
+    run_on(query, ceilings, resolver, deadline, ordered::default_threads())
+}
+
+/// [`run`] with a search on `threads` threads (1: all on the caller's).
+fn run_on(
+    query: &Query,
+    ceilings: &dyn Ceilings,
+    resolver: &Resolver,
+    deadline: Option<Instant>,
+    threads: usize,
+) -> Result<Answer, Refusal> {
     let tree = tree::Tree::new(ceilings, resolver);
     let mut tally = outcome::Tally::default();
     let body = match query.op {
         SourceOp::ReadFile => read::read(&tree, query, &mut tally)?,
         SourceOp::ListFiles => list::list(&tree, query, &mut tally, deadline)?,
-        SourceOp::GrepFiles => grep::grep(&tree, query, &mut tally, deadline)?,
+        SourceOp::GrepFiles => grep::grep(&tree, query, &mut tally, deadline, threads)?,
         op => {
             return Err(Refusal::new(
                 airlock_core::ReasonCode::ManifestUnsupported,

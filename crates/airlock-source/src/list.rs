@@ -1,5 +1,6 @@
 //! `list_files`: names and metadata below a directory; no content is read.
 
+use crate::outcome::into_map;
 use crate::outcome::Tally;
 use crate::query::Query;
 use crate::tree::{Flow, Tree, Visit, Walk};
@@ -37,5 +38,5 @@ pub(crate) fn list(
         "files": files,
         "dirs": dirs,
     });
-    Ok(body.as_object().cloned().unwrap_or_default())
+    Ok(into_map(body))
 }

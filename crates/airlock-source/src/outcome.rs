@@ -100,6 +100,17 @@ impl Tally {
         }
     }
 
+    /// Adds what `other` counted: its skips, reasons, ranges (after
+    /// these) and replacements.
+    pub fn absorb(&mut self, other: Tally) {
+        for (why, n) in other.skipped {
+            *self.skipped.entry(why).or_default() += n;
+        }
+        self.reasons.extend(other.reasons);
+        self.ranges.extend(other.ranges);
+        self.replaced |= other.replaced;
+    }
+
     /// Marks the result partial for `why`.
     pub fn cut(&mut self, why: &'static str) {
         self.reasons.insert(why);
@@ -135,9 +146,20 @@ impl Tally {
             self.skipped.iter().map(|(k, n)| (k.as_str().to_owned(), Value::from(*n))).collect();
         body.insert("skipped".into(), Value::Object(skipped));
         body.insert("replaced_invalid_utf8".into(), Value::Bool(self.replaced));
-        let digest = sha256_tagged(&airlock_core::canonical_json(&body));
-        body.insert("result_sha256".into(), Value::String(digest.clone()));
-        (Value::Object(body), digest)
+        let mut result = Value::Object(body);
+        let digest = sha256_tagged(&airlock_core::canonical_value(&result));
+        if let Value::Object(body) = &mut result {
+            body.insert("result_sha256".into(), Value::String(digest.clone()));
+        }
+        (result, digest)
+    }
+}
+
+/// The object `body` is (taken, not copied); any other value is empty.
+pub(crate) fn into_map(body: Value) -> Map<String, Value> {
+    match body {
+        Value::Object(map) => map,
+        _ => Map::new(),
     }
 }
 
@@ -146,5 +168,5 @@ impl Tally {
 pub fn verify_result(result: &Value) -> Option<bool> {
     let mut map = result.as_object()?.clone();
     let claimed = map.remove("result_sha256")?;
-    Some(claimed.as_str()? == sha256_tagged(&airlock_core::canonical_json(&map)))
+    Some(claimed.as_str()? == sha256_tagged(&airlock_core::canonical_value(&Value::Object(map))))
 }

@@ -1,5 +1,6 @@
 //! `read_file`: one bounded byte range of one regular file.
 
+use crate::outcome::into_map;
 use crate::outcome::{reason, Tally};
 use crate::query::Query;
 use crate::tree::{Place, Tree};
@@ -38,5 +39,5 @@ pub(crate) fn read(tree: &Tree<'_>, q: &Query, tally: &mut Tally) -> Result<Map<
         tally.cut(reason::READ_LIMIT);
         body["next_offset"] = json!(end);
     }
-    Ok(body.as_object().cloned().unwrap_or_default())
+    Ok(into_map(body))
 }

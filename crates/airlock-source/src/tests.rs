@@ -321,3 +321,106 @@ fn the_boundary_binds_operation_limits_and_the_broker() {
     assert!(b.partial);
     assert_eq!(a.result["content"], "ab");
 }
+
+/// The same query on one thread and on several: the same result, byte for
+/// byte, and the same ranges in the same order.
+fn same_on_any_threads(roots: &Roots, pairs: &[(&str, &str)]) -> Answer {
+    let q = query(SourceOp::GrepFiles, pairs);
+    let serial = run_on(&q, roots, &resolver(), None, 1).unwrap();
+    for threads in [2, 3, 8] {
+        for _ in 0..3 {
+            let parallel = run_on(&q, roots, &resolver(), None, threads).unwrap();
+            let seen = |a: &Answer| (a.result["skipped"].to_string(), reasons(a), a.result["bytes_searched"].clone());
+            assert_eq!(
+                parallel.result["result_sha256"],
+                serial.result["result_sha256"],
+                "{threads} threads, {pairs:?}: {:?} vs {:?}",
+                seen(&parallel),
+                seen(&serial)
+            );
+            assert_eq!(parallel.boundary.ranges, serial.boundary.ranges, "{threads} threads, {pairs:?}");
+        }
+    }
+    assert_eq!(verify_result(&serial.result), Some(true));
+    serial
+}
+
+/// A tree where every budget can end the search part way: 300 files in
+/// 10 directories, 3 matches in each (900 in all), 40 KiB each (12 MB in
+/// all), links, FIFOs and hard links after every file, a nested ceiling.
+fn busy_tree(t: &Path) -> Roots {
+    let base = t.join("base");
+    for d in 0..10 {
+        for f in 0..30 {
+            let mut body = vec![b'.'; 40 * 1024];
+            for (i, at) in [100usize, 20_000, 40_000].into_iter().enumerate() {
+                body[at - 1] = b'\n';
+                body[at..at + 7].copy_from_slice(format!("HIT-{d}{f:02}{i}").as_bytes().get(..7).unwrap());
+            }
+            write(&base, &format!("d{d}/f{f:02}.txt"), &body);
+            symlink("/etc/passwd", base.join(format!("d{d}/f{f:02}.z-link"))).unwrap();
+        }
+        std::fs::hard_link(base.join(format!("d{d}/f00.txt")), t.join(format!("hard{d}"))).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            base.join(format!("d{d}/fifo")),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
+            0,
+        )
+        .unwrap();
+    }
+    write(t, "nested/n.txt", "HIT-nested\n");
+    Roots(vec![(None, base), (Some(RelPath::parse("d5/sub").unwrap()), t.join("nested"))])
+}
+
+#[test]
+fn a_search_on_many_threads_answers_as_one_thread_does_wherever_it_stops() {
+    let t = tempfile::tempdir().unwrap();
+    let roots = busy_tree(t.path());
+    // Cut by matches (200 of 900), by total bytes (8 MiB of 12 MB), by
+    // neither (a needle found once), and on a path below the root.
+    let matches = same_on_any_threads(&roots, &[("pattern", "HIT-")]);
+    assert_eq!(reasons(&matches), ["max_matches", "skipped_entries"]);
+    let bytes = same_on_any_threads(&roots, &[("pattern", "absent")]);
+    assert_eq!(reasons(&bytes), ["max_total_bytes", "skipped_entries"]);
+    assert_eq!(bytes.result["bytes_searched"], 8 << 20);
+    let one = same_on_any_threads(&roots, &[("pattern", "HIT-nested")]);
+    assert_eq!(one.result["matches"][0]["path"], "d5/sub/n.txt");
+    same_on_any_threads(&roots, &[("pattern", "HIT-3"), ("path", "d3")]);
+}
+
+#[test]
+fn what_the_walk_meets_after_the_file_a_search_stops_at_is_not_counted() {
+    let t = tempfile::tempdir().unwrap();
+    let roots = busy_tree(t.path());
+    // Each directory's f00.txt has two links (skipped), so 29 files of 3
+    // matches a directory: the 200th match is the second of d2/f09.txt.
+    // The links after it, and the later directories' FIFOs, were never
+    // reached.
+    let q = query(SourceOp::GrepFiles, &[("pattern", "HIT-")]);
+    for threads in [1, 2, 8] {
+        let a = run_on(&q, &roots, &resolver(), None, threads).unwrap();
+        let m = a.result["matches"].as_array().unwrap();
+        assert_eq!((m.len(), m[199]["path"].as_str()), (200, Some("d2/f09.txt")), "{threads} threads");
+        let skipped = &a.result["skipped"];
+        let counts = ["symlink", "special", "hardlink"].map(|k| skipped[k].as_u64());
+        // d0 and d1 whole (30 links, a FIFO, a hard link each), then d2's
+        // hard link and its links f00 to f08.
+        assert_eq!(counts, [Some(69), Some(2), Some(3)], "{threads} threads");
+        assert_eq!(a.boundary.ranges.len(), 67, "{threads} threads");
+    }
+}
+
+#[test]
+fn a_passed_deadline_stops_a_search_on_any_threads() {
+    let t = tempfile::tempdir().unwrap();
+    let roots = busy_tree(t.path());
+    let q = query(SourceOp::GrepFiles, &[("pattern", "HIT-")]);
+    for threads in [1, 2, 8] {
+        let a = run_on(&q, &roots, &resolver(), Some(std::time::Instant::now()), threads).unwrap();
+        assert_eq!(reasons(&a), ["deadline"], "{threads} threads");
+        assert_eq!(a.result["matches"].as_array().unwrap().len(), 0);
+        assert!(a.boundary.ranges.is_empty());
+    }
+}

@@ -14,6 +14,7 @@ use airlock_core::source::limits;
 use airlock_core::{ReasonCode, Refusal, RelPath};
 use airlock_hostfs::{Dir, Entry, EntryKind, Resolver};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The configured ceilings, as the broker reaches them.
@@ -93,16 +94,16 @@ impl<'a> Tree<'a> {
     }
 
     /// The directory at `path`: a handle, or `None` for a virtual one.
-    pub(crate) fn open_dir(&self, path: Option<&RelPath>) -> Result<Option<Dir>, Refusal> {
+    pub(crate) fn open_dir(&self, path: Option<&RelPath>) -> Result<Option<Arc<Dir>>, Refusal> {
         match self.locate(path)? {
             Place::Virtual => Ok(None),
-            Place::Covered(dir, None) => Ok(Some(dir)),
+            Place::Covered(dir, None) => Ok(Some(Arc::new(dir))),
             Place::Covered(dir, Some(rest)) => {
                 let shown = path.map_or("", RelPath::as_str);
                 let d = dir
                     .open_dir_beneath(self.resolver, &rest)
                     .map_err(|e| Refusal::new(e.code(), format!("{shown:?}: {}", e.message())))?;
-                Ok(Some(d))
+                Ok(Some(Arc::new(d)))
             }
         }
     }
@@ -112,9 +113,10 @@ impl<'a> Tree<'a> {
 pub(crate) enum Visit<'a> {
     /// A directory that will be entered (or was cut by depth).
     Dir(&'a RelPath),
-    /// A regular file with one link, the directory holding it and that
-    /// directory's mount id.
-    File(&'a RelPath, &'a Entry, &'a Dir, u64),
+    /// A regular file with one link, the directory holding it (shared, so
+    /// a search may open the file on another thread) and that directory's
+    /// mount id.
+    File(&'a RelPath, &'a Entry, &'a Arc<Dir>, u64),
 }
 
 /// Whether to go on.
@@ -154,7 +156,7 @@ impl<'t, 'a> Walk<'t, 'a> {
     pub(crate) fn walk(
         &mut self,
         at: Option<&RelPath>,
-        handle: Option<&Dir>,
+        handle: Option<&Arc<Dir>>,
         depth: usize,
         tally: &mut Tally,
         visit: &mut dyn FnMut(Visit<'_>, &mut Tally) -> Flow,
@@ -179,17 +181,15 @@ impl<'t, 'a> Walk<'t, 'a> {
         let mount = handle.and_then(|d| d.mount_id().ok());
         // Names in order: real entries not hidden by a ceiling, then the
         // ceilings' own names, merged.
-        let mut names: BTreeMap<Vec<u8>, Option<&Entry>> = BTreeMap::new();
-        for e in &real {
-            let hidden = std::str::from_utf8(&e.name).is_ok_and(|n| mounts.contains_key(n));
-            if !hidden {
-                names.insert(e.name.clone(), Some(e));
-            }
-        }
-        for name in mounts.keys() {
-            names.insert(name.as_bytes().to_vec(), None);
-        }
-        for (name, entry) in &names {
+        let mut names: Vec<(&[u8], Option<&Entry>)> = real
+            .iter()
+            .filter(|e| !std::str::from_utf8(&e.name).is_ok_and(|n| mounts.contains_key(n)))
+            .map(|e| (e.name.as_slice(), Some(e)))
+            .chain(mounts.keys().map(|name| (name.as_bytes(), None)))
+            .collect();
+        // Unique names (a hidden entry gave way to its ceiling's).
+        names.sort_by(|a, b| a.0.cmp(b.0));
+        for &(name, entry) in &names {
             if entry.is_some() {
                 self.entries += 1;
             }
@@ -198,7 +198,7 @@ impl<'t, 'a> Walk<'t, 'a> {
                 Some(e) => self.visit_entry(&child, e, (handle, mount), depth, tally, visit)?,
                 None => {
                     let exact = std::str::from_utf8(name).ok().and_then(|n| mounts.get(n)).copied().unwrap_or(false);
-                    let own = real.iter().find(|e| e.name == *name);
+                    let own = real.iter().find(|e| e.name == name);
                     self.enter_mount(&child, exact, handle.zip(own), depth, tally, visit)?
                 }
             };
@@ -217,7 +217,7 @@ impl<'t, 'a> Walk<'t, 'a> {
         &mut self,
         child: &RelPath,
         e: &Entry,
-        (handle, mount): (Option<&Dir>, Option<u64>),
+        (handle, mount): (Option<&Arc<Dir>>, Option<u64>),
         depth: usize,
         tally: &mut Tally,
         visit: &mut dyn FnMut(Visit<'_>, &mut Tally) -> Flow,
@@ -258,7 +258,7 @@ impl<'t, 'a> Walk<'t, 'a> {
                     return Ok(Flow::Go);
                 }
                 match dir.open_child_dir(e) {
-                    Ok(sub) => return self.walk(Some(child), Some(&sub), depth + 1, tally, visit),
+                    Ok(sub) => return self.walk(Some(child), Some(&Arc::new(sub)), depth + 1, tally, visit),
                     Err(err) if err.code() == ReasonCode::PathMountCrossing => tally.skip(Skip::Mount),
                     Err(err) if err.code() == ReasonCode::PathRace => tally.skip(Skip::Changed),
                     Err(_) => tally.skip(Skip::Unreadable),
@@ -275,7 +275,7 @@ impl<'t, 'a> Walk<'t, 'a> {
         &mut self,
         child: &RelPath,
         exact: bool,
-        own: Option<(&Dir, &Entry)>,
+        own: Option<(&Arc<Dir>, &Entry)>,
         depth: usize,
         tally: &mut Tally,
         visit: &mut dyn FnMut(Visit<'_>, &mut Tally) -> Flow,
@@ -294,7 +294,7 @@ impl<'t, 'a> Walk<'t, 'a> {
             // A create-only ceiling is never listed: its name shows, its
             // content does not, and the result is partial.
             _ if exact => match self.tree.ceilings.open(Some(child)) {
-                Ok(d) => Some(d),
+                Ok(d) => Some(Arc::new(d)),
                 Err(r) if r.code == ReasonCode::GrantCreateOnly => {
                     tally.skip(Skip::Unreadable);
                     return Ok(Flow::Go);
@@ -304,7 +304,7 @@ impl<'t, 'a> Walk<'t, 'a> {
             // The parent's own directory of that name, when it has one,
             // with the deeper ceilings laid over it.
             Some((parent, e)) if e.kind == EntryKind::Directory => match parent.open_child_dir(e) {
-                Ok(d) => Some(d),
+                Ok(d) => Some(Arc::new(d)),
                 Err(_) => {
                     tally.skip(Skip::Changed);
                     None

@@ -190,7 +190,7 @@ pub fn operations(quick: bool) -> Result<Report, String> {
         name: "broker read/write/list vs in-process syscalls",
         candidate: sums[0].0,
         baseline: sums[0].1,
-        target: Target::TimeRatioAtMost(f64::INFINITY),
+        target: Target::ForScale,
         bytes: None,
         samples: rounds * OPS_PER_SUBMISSION,
         extra: vec![
@@ -213,7 +213,7 @@ pub fn startup(quick: bool) -> Result<Report, String> {
         name: "airlock isolated start-up vs airlock run",
         candidate,
         baseline,
-        target: Target::TimeRatioAtMost(f64::INFINITY),
+        target: Target::ForScale,
         bytes: None,
         samples,
         extra: Vec::new(),

@@ -69,7 +69,7 @@ fn report(
         name,
         candidate,
         baseline,
-        target: Target::TimeRatioAtMost(target),
+        target: if target.is_finite() { Target::TimeRatioAtMost(target) } else { Target::ForScale },
         bytes: None,
         samples,
         extra: Vec::new(),

@@ -34,7 +34,7 @@ use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{OFlags, Stat};
 use sha2::{Digest, Sha256};
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 
 /// Size of one read while copying.
 const CHUNK: u64 = 256 * 1024;
@@ -214,10 +214,32 @@ impl RegularFile {
     /// open: one that grows, shrinks or whose change time moves while it
     /// is read is `input.changed`. `read` hears of each step's bytes.
     pub(crate) fn hash_in_place(&self, read: &mut dyn FnMut(u64)) -> Result<String> {
+        let mut hasher = Sha256::new();
+        self.each_chunk(|chunk| {
+            hasher.update(chunk);
+            read(chunk.len() as u64);
+            Ok(())
+        })?;
+        Ok(hex::encode(hasher.finalize()))
+    }
+
+    /// Copies exactly the size seen at open into `dest` and returns it. A
+    /// file that grows, shrinks or whose change time moves while it is
+    /// read is `input.changed` (the caller discards what reached `dest`).
+    pub fn copy_into(self, dest: &mut impl Write) -> Result<u64> {
+        self.each_chunk(|chunk| {
+            dest.write_all(chunk).map_err(|e| Error::new(ReasonCode::Internal, format!("write: {e}")))
+        })
+    }
+
+    /// Reads exactly the size seen at open, from offset 0 with `pread`,
+    /// handing each chunk to `take`; returns the size. A file that grows,
+    /// shrinks or whose change time moves while it is read is
+    /// `input.changed`.
+    fn each_chunk(&self, mut take: impl FnMut(&[u8]) -> Result<()>) -> Result<u64> {
         let want = self.size();
         // One byte more than the file, so growth is seen.
         let mut buf = vec![0u8; (want + 1).min(4 * CHUNK) as usize];
-        let mut hasher = Sha256::new();
         let mut total = 0u64;
         loop {
             let room = (want + 1 - total).min(buf.len() as u64) as usize;
@@ -231,37 +253,7 @@ impl RegularFile {
             if total > want {
                 return Err(Error::new(ReasonCode::InputChanged, "the file grew while it was read; try again"));
             }
-            hasher.update(&buf[..n]);
-            read(n as u64);
-        }
-        if total != want {
-            return Err(Error::new(ReasonCode::InputChanged, "the file shrank while it was read; try again"));
-        }
-        self.unchanged()?;
-        Ok(hex::encode(hasher.finalize()))
-    }
-
-    /// Copies exactly the size seen at open into `dest` and returns it. A
-    /// file that grows, shrinks or whose change time moves while it is
-    /// read is `input.changed` (the caller discards what reached `dest`).
-    pub fn copy_into(mut self, dest: &mut impl Write) -> Result<u64> {
-        let want = self.size();
-        // One byte more than the file, so growth is seen.
-        let mut buf = vec![0u8; (want + 1).min(CHUNK) as usize];
-        let mut total = 0u64;
-        loop {
-            let room = (want + 1 - total).min(buf.len() as u64) as usize;
-            let n = match self.file.read(&mut buf[..room]) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Error::new(ReasonCode::InputUnreadable, format!("read: {e}"))),
-            };
-            total += n as u64;
-            if total > want {
-                return Err(Error::new(ReasonCode::InputChanged, "the file grew while it was read; try again"));
-            }
-            dest.write_all(&buf[..n]).map_err(|e| Error::new(ReasonCode::Internal, format!("write: {e}")))?;
+            take(&buf[..n])?;
         }
         if total != want {
             return Err(Error::new(ReasonCode::InputChanged, "the file shrank while it was read; try again"));

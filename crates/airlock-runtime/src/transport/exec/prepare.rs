@@ -73,7 +73,6 @@ impl Runtime {
         // Open and check every input before reading any of them.
         let mut opened = Vec::with_capacity(plan.reads.len());
         let mut declared_bytes: u64 = 0;
-        let mut copied_bytes: u64 = 0;
         for path in &plan.reads {
             let (ceiling, rel) = self.ceiling_for(path)?;
             let rel = rel.ok_or_else(|| {
@@ -88,9 +87,6 @@ impl Runtime {
                 return Err(input_bytes_refusal(declared_bytes, limits.max_input_bytes));
             }
             let held = may_hold.then(|| HeldInput::hold(file.file())).flatten();
-            if held.is_none() {
-                copied_bytes += file.size();
-            }
             opened.push((path.clone(), file, held));
         }
 
@@ -105,12 +101,13 @@ impl Runtime {
         // A call kept for a later dispatch is charged to its principal's
         // pending budget instead, and expires; if it stages nothing it
         // holds no room at all until it is dispatched.
+        // A held input takes no room: only the copies are staged.
+        let copied = || opened.iter().filter(|(_, _, held)| held.is_none()).map(|(_, file, _)| file.size());
         let room = airlock_staging::Request {
             invocation_id: start.invocation_id.to_owned(),
             purpose: airlock_staging::Purpose::Call,
-            bytes: copied_bytes.saturating_add(if plan.create.is_some() { max_file_bytes } else { 0 }),
-            files: opened.iter().filter(|(_, _, held)| held.is_none()).count() as u64
-                + u64::from(plan.create.is_some()),
+            bytes: copied().sum::<u64>().saturating_add(if plan.create.is_some() { max_file_bytes } else { 0 }),
+            files: copied().count() as u64 + u64::from(plan.create.is_some()),
         };
         let lease = match start.expires_at {
             None => Some(self.pool().admit(&room)?),

@@ -566,6 +566,40 @@ for i in range(95):
     assert!(stage_entries(p.root()).is_empty());
 }
 
+/// The CI failure this pins: every write landed, then a host process swapped
+/// the writes' directory for a symlink just as the submission closed, and
+/// the close, reopening that directory by path to look for staging entries,
+/// answered `broker.cleanup_failed` for a submission that had finished.
+#[test]
+fn a_symlink_over_a_written_directory_at_close_fails_nothing_that_landed() {
+    let p = Project::new();
+    p.mkdir("results/d");
+    p.mkdir("signal");
+    let r = [root(&p, "out", "results", "w"), root(&p, "signal", "signal", "rl")];
+    let script = "for i in 1 2 3; do printf w | airlock-fs write out d/f$i || exit 9; done; \
+                  printf 1 | airlock-fs write out ready && \
+                  i=0; until airlock-fs list signal . --max 4 | grep -q '\tgo$'; do i=$((i+1)); [ $i -gt 80 ] && exit 7; sleep 0.1; done";
+    let mut args: Vec<String> = vec!["isolated".into()];
+    for x in &r {
+        args.extend(["--root".into(), x.clone()]);
+    }
+    args.extend(["--".into(), "sh".into(), "-c".into(), script.into()]);
+    let child = p.command(&args.iter().map(String::as_str).collect::<Vec<_>>()).spawn().unwrap();
+    assert!(wait_until(Duration::from_secs(20), || p.path("results/ready").exists()), "the worker never wrote");
+    std::fs::rename(p.path("results/d"), p.path("results/d-real")).unwrap();
+    std::os::unix::fs::symlink(p.path("outside"), p.path("results/d")).unwrap();
+    p.write("signal/go", "");
+    let out = child.wait_with_output().unwrap();
+    let envelope: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(envelope["status"], "ok", "{envelope:#}");
+    for i in 1..=3 {
+        assert_eq!(std::fs::read_to_string(p.path(&format!("results/d-real/f{i}"))).unwrap(), "w");
+    }
+    let outside: Vec<_> = std::fs::read_dir(p.path("outside")).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(outside.len(), 1, "only the canary is outside: {outside:?}");
+    assert!(stage_entries(p.root()).is_empty());
+}
+
 #[test]
 fn sigkill_during_writes_then_recover_leaves_old_or_new_and_no_staging() {
     let p = Project::new();

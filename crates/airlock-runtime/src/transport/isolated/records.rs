@@ -6,6 +6,13 @@
 //! `airlock isolated recover` after a crash) removes every staging entry
 //! whose `(dev, ino)` equals its record's, and nothing else: a file already
 //! renamed over its target is kept, an unrelated entry is left alone.
+//!
+//! A live submission's close does not look on the host for the entry of a
+//! write whose commit the broker answered: that rename is done, its staging
+//! name gone. Looking would reopen the target's directory by path, which a
+//! host process may have swapped for a symlink that instant; the write's
+//! outcome is already known, so that swap cannot fail a finished
+//! submission. Only a write whose commit never answered is looked for.
 
 use std::os::fd::AsFd;
 
@@ -43,7 +50,13 @@ pub(crate) struct StageRecord {
 pub(crate) struct RecordBook {
     dir: PrivateDir,
     next: std::sync::atomic::AtomicU64,
+    /// Records whose write the broker committed (renamed over its target).
+    landed: std::sync::Mutex<std::collections::HashSet<String>>,
 }
+
+/// The name a saved record has in its submission's directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RecordName(String);
 
 impl RecordBook {
     /// Creates `STATE/isolated/ID/` with this process as owner, synced.
@@ -55,16 +68,23 @@ impl RecordBook {
         dir.write_new_file(OWNER, me.encode().as_bytes())?;
         dir.sync()?;
         all.sync()?;
-        Ok(RecordBook { dir, next: std::sync::atomic::AtomicU64::new(0) })
+        Ok(RecordBook { dir, next: std::sync::atomic::AtomicU64::new(0), landed: Default::default() })
     }
 
     /// Saves `record` durably (file and directory synced).
-    pub fn save(&self, record: &StageRecord) -> Result<(), Refusal> {
+    pub fn save(&self, record: &StageRecord) -> Result<RecordName, Refusal> {
         let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let body = serde_json::to_vec(record).map_err(|e| Refusal::new(ReasonCode::Internal, e.to_string()))?;
-        self.dir.write_new_file(&format!("w-{n}.json"), &body)?;
+        let name = format!("w-{n}.json");
+        self.dir.write_new_file(&name, &body)?;
         self.dir.sync()?;
-        Ok(())
+        Ok(RecordName(name))
+    }
+
+    /// Notes that the broker answered `name`'s commit: its staging entry
+    /// was renamed over the target, so closing need not look for it.
+    pub fn landed(&self, name: RecordName) {
+        self.landed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(name.0);
     }
 
     /// Removes every leftover staging entry the records name, then the
@@ -76,7 +96,8 @@ impl RecordBook {
         id: &str,
         roots: &[OpenRoot],
     ) -> Result<CleanupReport, Refusal> {
-        let report = clean_records(resolver, &self.dir, roots)?;
+        let landed = self.landed.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let report = clean_records(resolver, &self.dir, roots, &landed)?;
         drop(self.dir);
         finish(state, id, report)
     }
@@ -91,6 +112,8 @@ pub(crate) struct CleanupReport {
     pub removed: u64,
     /// Records whose entry was gone (renamed into place, or never linked).
     pub absent: u64,
+    /// Records of writes the broker answered as committed: not looked for.
+    pub landed: u64,
     /// Problems that kept the records.
     pub problems: Vec<String>,
 }
@@ -112,13 +135,25 @@ fn finish(state: &PrivateDir, id: &str, report: CleanupReport) -> Result<Cleanup
     Ok(report)
 }
 
-fn clean_records(resolver: &Resolver, dir: &PrivateDir, roots: &[OpenRoot]) -> Result<CleanupReport, Refusal> {
+/// Removes the leftover staging entries `dir`'s records name, except the
+/// records in `landed`, whose writes are known to have been renamed into
+/// place.
+fn clean_records(
+    resolver: &Resolver,
+    dir: &PrivateDir,
+    roots: &[OpenRoot],
+    landed: &std::collections::HashSet<String>,
+) -> Result<CleanupReport, Refusal> {
     let mut report = CleanupReport::default();
     for name in dir.entries()? {
         if !name.starts_with("w-") {
             continue;
         }
         report.records += 1;
+        if landed.contains(&name) {
+            report.landed += 1;
+            continue;
+        }
         let record: StageRecord = match read_record(dir, &name) {
             Ok(r) => r,
             Err(why) => {
@@ -225,7 +260,7 @@ pub(crate) fn recover(
     }
     let mut done = Vec::new();
     for (id, sub) in dead {
-        let report = clean_records(resolver, &sub, roots)?;
+        let report = clean_records(resolver, &sub, roots, &Default::default())?;
         drop(sub);
         let report = finish(state, &id, report)?;
         done.push(Recovered { invocation_id: id, report });

@@ -896,17 +896,23 @@ impl<'a> Relay<'a> {
             stage: stage.clone(),
             target,
         };
-        if let Err(r) = self.records.save(&record) {
-            let _ = self
-                .call(BrokerRequest { prepared: Some(prepare_id), ..Self::broker_request(BrokerOp::WriteAbort, root) });
-            return Err(fail(codes::IO, format!("the recovery record could not be saved: {}", r.message)));
-        }
+        let saved = match self.records.save(&record) {
+            Ok(name) => name,
+            Err(r) => {
+                let _ = self.call(BrokerRequest {
+                    prepared: Some(prepare_id),
+                    ..Self::broker_request(BrokerOp::WriteAbort, root)
+                });
+                return Err(fail(codes::IO, format!("the recovery record could not be saved: {}", r.message)));
+            }
+        };
         crate::ledger::crash_point("broker_after_record");
         let committed = self.call(BrokerRequest {
             prepared: Some(prepare_id),
             stage: Some(stage.clone()),
             ..Self::broker_request(BrokerOp::WriteCommit, root)
         })?;
+        self.records.landed(saved);
         let written = committed.written.ok_or_else(|| fail("broker.lost", "a commit answer without a size"))?;
         if written != identity.bytes {
             return Err(fail("broker.lost", "the broker committed a different number of bytes"));

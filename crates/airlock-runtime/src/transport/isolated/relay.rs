@@ -67,6 +67,7 @@ use rustix::event::{PollFd, PollFlags};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::hasher::{HasherLost, StreamHasher, StreamId};
 use super::inbox::Inbox;
 use super::records::{RecordBook, StageRecord};
 use super::roots::OpenRoot;
@@ -142,9 +143,10 @@ struct OpenWrite {
     identity: WriteIdentity,
     /// Bytes the broker confirmed.
     bytes: u64,
-    /// Bytes forwarded (confirmed or in flight); `hash` is over these.
+    /// Bytes forwarded (confirmed or in flight); the hasher's `stream`
+    /// is fed these.
     sent: u64,
-    hash: Sha256,
+    stream: StreamId,
 }
 
 /// A read frame or an append forwarded to the broker whose answer has not
@@ -178,8 +180,16 @@ struct Reading {
     path: String,
     version: String,
     next: u64,
-    hash: Sha256,
+    hash: ReadHash,
     log: usize,
+}
+
+/// Where a streamed read's SHA-256 is kept: a read whose first frame is
+/// the whole file is hashed here (no thread for a small file), any other
+/// on the hashing thread, its digest logged when the relay ends.
+enum ReadHash {
+    Here(Sha256),
+    Thread(StreamId),
 }
 
 pub(crate) struct Relay<'a> {
@@ -200,6 +210,11 @@ pub(crate) struct Relay<'a> {
     inflight: VecDeque<InFlight>,
     /// The buffer the broker's next answer is read into.
     spare: Vec<u8>,
+    /// The hashing thread, started by the first stream that needs it.
+    hasher: Option<StreamHasher>,
+    next_stream: StreamId,
+    /// Reads hashed on the thread: their log entries and streams.
+    threaded_reads: Vec<(usize, StreamId)>,
 }
 
 /// Why one request failed.
@@ -214,6 +229,10 @@ type Failed = (u64, Option<Request>, Fail);
 
 fn fail(code: &str, message: impl Into<String>) -> Fail {
     Fail { code: code.to_owned(), message: message.into() }
+}
+
+fn lost_hasher(_: HasherLost) -> Fail {
+    fail("broker.lost", "the relay's hashing thread was lost")
 }
 
 enum Fill {
@@ -249,12 +268,48 @@ impl<'a> Relay<'a> {
             reading: None,
             inflight: VecDeque::new(),
             spare: Vec::new(),
+            hasher: None,
+            next_stream: 0,
+            threaded_reads: Vec::new(),
         }
     }
 
     /// Serves the worker until it closes its socket, an operation fails,
-    /// the broker is lost or the deadline passes.
+    /// the broker is lost or the deadline passes; then logs the digests of
+    /// the reads hashed on the thread.
     pub fn run(&mut self) -> RelayEnd {
+        let end = self.serve();
+        match self.log_threaded_reads() {
+            Ok(()) => end,
+            Err(HasherLost) => RelayEnd::BrokerLost("the relay's hashing thread was lost".into()),
+        }
+    }
+
+    fn log_threaded_reads(&mut self) -> Result<(), HasherLost> {
+        for (log, stream) in std::mem::take(&mut self.threaded_reads) {
+            let digest = self.hasher.as_ref().ok_or(HasherLost)?.finish(stream)?;
+            self.log[log].sha256 = Some(format!("sha256:{}", hex::encode(digest)));
+        }
+        Ok(())
+    }
+
+    /// A new stream on the hashing thread, started on first use.
+    fn new_stream(&mut self) -> Result<StreamId, Fail> {
+        if self.hasher.is_none() {
+            let started = StreamHasher::start()
+                .map_err(|e| fail(codes::IO, format!("the relay's hashing thread could not start: {e}")))?;
+            self.hasher = Some(started);
+        }
+        self.next_stream += 1;
+        Ok(self.next_stream)
+    }
+
+    /// The hashing thread a stream was made on.
+    fn hasher(&self) -> Result<&StreamHasher, Fail> {
+        self.hasher.as_ref().ok_or_else(|| fail(codes::IO, "the relay's hashing thread is not running"))
+    }
+
+    fn serve(&mut self) -> RelayEnd {
         if let Err(e) = self.worker.set_nonblocking(true) {
             return RelayEnd::BrokerLost(format!("worker socket: {e}"));
         }
@@ -342,6 +397,15 @@ impl<'a> Relay<'a> {
         match result {
             Ok((response, data)) => {
                 let answered = self.answer(&response, data.as_deref());
+                // Hashed once the worker has the frame (logged whether or
+                // not it was delivered).
+                let data = match data {
+                    Some(bytes) if sent.req.op == Op::Read => match self.hash_read(bytes) {
+                        Ok(left) => left,
+                        Err(f) => return ControlFlow::Break(self.finish(sent.req.id, Some(sent.req), f)),
+                    },
+                    other => other,
+                };
                 self.recycle(data);
                 answered
             }
@@ -350,11 +414,14 @@ impl<'a> Relay<'a> {
     }
 
     /// Keeps a payload's buffer for the broker's next answer, so a stream
-    /// of read frames reuses one buffer (a fresh one per frame cost more
-    /// in page faults than the bytes' copies).
+    /// of read frames reuses its buffers (a fresh one per frame cost more
+    /// in page faults than the bytes' copies); a payload the hashing thread
+    /// took is replaced by one it gave back.
     fn recycle(&mut self, data: Option<Payload>) {
-        if let Some(payload) = data {
-            self.spare = payload.body;
+        match (data, &self.hasher) {
+            (Some(payload), _) => self.spare = payload.body,
+            (None, Some(hasher)) if self.spare.capacity() == 0 => self.spare = hasher.buffer(),
+            (None, _) => {}
         }
     }
 
@@ -502,7 +569,6 @@ impl<'a> Relay<'a> {
         } else {
             let open = self.stream_mut(req, root)?;
             open.sent += data.len() as u64;
-            open.hash.update(data);
             let (prepared, total) = (open.prepared, open.sent);
             (
                 BrokerRequest { prepared: Some(prepared), ..Self::broker_request(BrokerOp::WriteAppend, root) },
@@ -512,6 +578,11 @@ impl<'a> Relay<'a> {
         };
         let broker_id = self.broker_send(request, data)?;
         self.inflight.push_back(InFlight { broker_id, req: req.clone(), total });
+        // Hashed on the thread while the broker writes it.
+        if let Some(bytes) = data {
+            let stream = self.stream_mut(req, root)?.stream;
+            self.hasher()?.feed_copy(stream, bytes).map_err(lost_hasher)?;
+        }
         Ok(())
     }
 
@@ -687,8 +758,8 @@ impl<'a> Relay<'a> {
                 ),
             ));
         }
-        self.log_read(req, offset, &version, &bytes);
         let eof = offset.saturating_add(bytes.len() as u64) >= stamp.size;
+        self.log_read(req, offset, &version, bytes.len() as u64, eof)?;
         let response = Response {
             id: req.id,
             size: Some(stamp.size),
@@ -699,26 +770,50 @@ impl<'a> Relay<'a> {
         Ok((response, bytes))
     }
 
-    /// Logs a read frame: one entry for the frames of one streamed read
-    /// (same file and version, each starting where the last ended), with
-    /// the SHA-256 of all its bytes.
-    fn log_read(&mut self, req: &Request, offset: u64, version: &str, bytes: &[u8]) {
+    /// Logs a read frame of `amount` bytes: one entry for the frames of one
+    /// streamed read (same file and version, each starting where the last
+    /// ended), whose SHA-256 of all its bytes [`Self::hash_read`] keeps. A
+    /// stream whose first frame is the whole file (`eof`) is hashed here.
+    fn log_read(&mut self, req: &Request, offset: u64, version: &str, amount: u64, eof: bool) -> Result<(), Fail> {
         let continues = self.reading.as_ref().is_some_and(|r| {
             r.root == req.root && r.path == req.path && r.version == version && r.next == offset && offset > 0
         });
         if !continues {
             self.logged(req, 0, None);
             let log = self.log.len() - 1;
+            let hash = if eof {
+                ReadHash::Here(Sha256::new())
+            } else {
+                let stream = self.new_stream()?;
+                self.threaded_reads.push((log, stream));
+                ReadHash::Thread(stream)
+            };
             let (root, path) = (req.root.clone(), req.path.clone());
-            self.reading =
-                Some(Reading { root, path, version: version.to_owned(), next: offset, hash: Sha256::new(), log });
+            self.reading = Some(Reading { root, path, version: version.to_owned(), next: offset, hash, log });
         }
         if let Some(r) = self.reading.as_mut() {
-            r.hash.update(bytes);
-            r.next += bytes.len() as u64;
-            let entry = &mut self.log[r.log];
-            entry.amount += bytes.len() as u64;
-            entry.sha256 = Some(format!("sha256:{}", hex::encode(r.hash.clone().finalize())));
+            r.next += amount;
+            self.log[r.log].amount += amount;
+        }
+        Ok(())
+    }
+
+    /// Adds a logged read frame's bytes to its entry's SHA-256: here, or
+    /// handed to the hashing thread (which then owns the buffer: `None`
+    /// comes back).
+    fn hash_read(&mut self, bytes: Payload) -> Result<Option<Payload>, Fail> {
+        let Some(r) = self.reading.as_mut() else { return Ok(Some(bytes)) };
+        match &mut r.hash {
+            ReadHash::Here(hash) => {
+                hash.update(&*bytes);
+                self.log[r.log].sha256 = Some(format!("sha256:{}", hex::encode(hash.clone().finalize())));
+                Ok(Some(bytes))
+            }
+            ReadHash::Thread(stream) => {
+                let stream = *stream;
+                self.hasher()?.feed(stream, bytes.body, bytes.start).map_err(lost_hasher)?;
+                Ok(None)
+            }
         }
     }
 
@@ -787,8 +882,8 @@ impl<'a> Relay<'a> {
             .call(BrokerRequest { path: Some(req.path.clone()), ..Self::broker_request(BrokerOp::WriteOpen, root) })?;
         let identity = opened.identity.ok_or_else(|| fail("broker.lost", "an open answer without identity"))?;
         let (root_name, path) = (req.root.clone(), req.path.clone());
-        let open =
-            OpenWrite { root, root_name, path, prepared: opened.id, identity, bytes: 0, sent: 0, hash: Sha256::new() };
+        let stream = self.new_stream()?;
+        let open = OpenWrite { root, root_name, path, prepared: opened.id, identity, bytes: 0, sent: 0, stream };
         self.open_writes.insert(req.id, open);
         self.logged(req, 0, None);
         Ok(Response { id: req.id, stream: Some(req.id), ..Response::default() })
@@ -849,7 +944,8 @@ impl<'a> Relay<'a> {
 
     fn write_commit(&mut self, req: &Request, root: u32) -> Result<Response, Fail> {
         let open = self.take_stream(req, root)?;
-        let sha256 = format!("sha256:{}", hex::encode(open.hash.finalize()));
+        let digest = self.hasher()?.finish(open.stream).map_err(lost_hasher)?;
+        let sha256 = format!("sha256:{}", hex::encode(digest));
         let identity = WriteIdentity { bytes: open.bytes, ..open.identity };
         let written = self.land(&req.root, &req.path, root, open.prepared, identity, sha256.clone())?;
         self.logged(req, written, Some(sha256));
@@ -858,6 +954,7 @@ impl<'a> Relay<'a> {
 
     fn write_abort(&mut self, req: &Request, root: u32) -> Result<Response, Fail> {
         let open = self.take_stream(req, root)?;
+        self.hasher()?.forget(open.stream).map_err(lost_hasher)?;
         self.call(BrokerRequest { prepared: Some(open.prepared), ..Self::broker_request(BrokerOp::WriteAbort, root) })?;
         self.logged(req, open.bytes, None);
         Ok(Response { id: req.id, aborted: Some(true), ..Response::default() })

@@ -30,9 +30,9 @@ pub struct BrokerBudgets {
 }
 
 impl Default for BrokerBudgets {
-    /// 100 calls, 4 outstanding, 4 MiB read, 4 MiB write, 4,096 entries.
+    /// 100 calls, 8 outstanding, 4 MiB read, 4 MiB write, 4,096 entries.
     fn default() -> Self {
-        BrokerBudgets { calls: 100, outstanding: 4, read_bytes: 4 << 20, write_bytes: 4 << 20, entries: 4096 }
+        BrokerBudgets { calls: 100, outstanding: 8, read_bytes: 4 << 20, write_bytes: 4 << 20, entries: 4096 }
     }
 }
 
@@ -43,7 +43,7 @@ impl Default for BrokerBudgets {
 pub struct BudgetOverrides {
     /// `calls` (1 … 1,000,000).
     pub calls: Option<u64>,
-    /// `outstanding` (1 … 4: the broker holds at most this many frames at once).
+    /// `outstanding` (1 … 8: the broker holds at most this many frames at once).
     pub outstanding: Option<u64>,
     /// `read_bytes` (1 … 16 GiB).
     pub read_bytes: Option<u64>,
@@ -54,12 +54,12 @@ pub struct BudgetOverrides {
 }
 
 impl BrokerBudgets {
-    /// The most any configuration may allow: 1,000,000 calls, 4
+    /// The most any configuration may allow: 1,000,000 calls, 8
     /// outstanding (not raisable), 16 GiB read, 16 GiB written (the hard cap
     /// of a call's inputs), 1,000,000 entries.
     pub const HARD_CAPS: BrokerBudgets = BrokerBudgets {
         calls: 1_000_000,
-        outstanding: 4,
+        outstanding: 8,
         read_bytes: 16 << 30,
         write_bytes: 16 << 30,
         entries: 1_000_000,

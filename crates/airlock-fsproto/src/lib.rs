@@ -49,7 +49,7 @@
 //! # The window
 //!
 //! A worker may have up to its window of requests sent and not yet answered
-//! ([`ENV_WINDOW`], airlock's `outstanding` budget: 1 … 4; [`window`]
+//! ([`ENV_WINDOW`], airlock's `outstanding` budget: 1 … 8; [`window`]
 //! parses it); more is `broker.budget` and ends the submission. Answers come
 //! strictly in request order. airlock forwards read frames and appends to
 //! the broker as they arrive (the broker, too, answers in order), and holds

@@ -388,7 +388,7 @@ fn protocol_violations_end_the_submission() {
         (r#"[b'{"id":1,"op":"unlink","root":"data","path":"a.txt"}']"#.into(), "broker.protocol"),
         (r#"[b'[[[[[[1]]]]]]']"#.into(), "broker.protocol"),
         (r#"[b'not json']"#.into(), "broker.protocol"),
-        (format!("[{}]*5", read(1)).replace("]*5", "] + [b'{\"id\":%d,\"op\":\"read\",\"root\":\"data\",\"path\":\"a.txt\",\"max\":1}' % i for i in range(2, 6)]"), "broker.budget"),
+        (format!("[{}]*5", read(1)).replace("]*5", "] + [b'{\"id\":%d,\"op\":\"read\",\"root\":\"data\",\"path\":\"a.txt\",\"max\":1}' % i for i in range(2, 10)]"), "broker.budget"),
     ] {
         let run = isolated_argv(&p, &[root(&p, "data", "data", "r")], &["python3", "-c", &raw_client(&frames)]);
         assert_op_failed(&run, code);

@@ -1035,7 +1035,7 @@ impl<'a> Relay<'a> {
 }
 
 /// The send buffer each end of the worker's and the broker's sockets asks
-/// for: room for more than the largest window (4 frames of at most
+/// for: room for more than the largest window (8 frames of at most
 /// [`MAX_FRAME`] bytes each way), so that with a window in flight no side
 /// blocks writing while its peer blocks writing the other way. The kernel
 /// caps it at `net.core.wmem_max`; a smaller buffer only costs speed.

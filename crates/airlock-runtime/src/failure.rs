@@ -27,6 +27,7 @@ fn sandbox_code(kind: SandboxErrorKind) -> ReasonCode {
         SandboxErrorKind::BrokerUnavailable => ReasonCode::BrokerUnavailable,
         SandboxErrorKind::BootTimeout => ReasonCode::SandboxBootTimeout,
         SandboxErrorKind::GuestMismatch => ReasonCode::SandboxGuestMismatch,
+        SandboxErrorKind::HelperMismatch => ReasonCode::HelperMismatch,
         // A malformed spec is the runtime's own bug, found before anything ran.
         SandboxErrorKind::InvalidSpec | SandboxErrorKind::SetupFailed => ReasonCode::SandboxSetup,
     }
@@ -74,9 +75,9 @@ mod tests {
         }
         // sandbox.unavailable, sandbox.limits_unavailable, sandbox.setup_failed,
         // broker.digest_mismatch, broker.unavailable, sandbox.boot_timeout,
-        // sandbox.guest_mismatch; journal.key_unsafe, journal.io,
-        // journal.corrupt, journal.not_exported.
-        assert_eq!(same, 11);
+        // sandbox.guest_mismatch, helper.mismatch; journal.key_unsafe,
+        // journal.io, journal.corrupt, journal.not_exported.
+        assert_eq!(same, 12);
     }
 
     #[test]

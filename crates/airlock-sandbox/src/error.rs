@@ -71,6 +71,18 @@ pub enum SandboxError {
         /// The OS error.
         errno: OsErrno,
     },
+    /// The sandbox init is from another build than the airlock that
+    /// started it (an `airlock-sandbox-init` left from another install).
+    #[error(
+        "the sandbox init is from another airlock build (airlock is build {expected}, the init build {found}): \
+         install the airlock-sandbox-init built with this airlock beside it, or remove it (airlock is then its own init)"
+    )]
+    InitMismatch {
+        /// The build of the airlock that sent the spec.
+        expected: String,
+        /// The init's build.
+        found: String,
+    },
     /// Spawning the sandbox init failed.
     #[error("spawn({program:?}, [\"__airlock_sandbox_init\"]): {errno}")]
     SpawnInit {
@@ -336,6 +348,8 @@ pub enum SandboxErrorKind {
     BootTimeout,
     /// `sandbox.guest_mismatch`: a microVM's guest is another version or build.
     GuestMismatch,
+    /// `helper.mismatch`: the sandbox init is from another build.
+    HelperMismatch,
     /// `sandbox.setup_failed`: any other step of starting, confining,
     /// waiting for or cleaning up a worker.
     SetupFailed,
@@ -353,6 +367,7 @@ impl SandboxErrorKind {
         SandboxErrorKind::SetupFailed,
         SandboxErrorKind::BootTimeout,
         SandboxErrorKind::GuestMismatch,
+        SandboxErrorKind::HelperMismatch,
     ];
 
     /// The stable dotted code, e.g. `sandbox.unavailable`.
@@ -367,6 +382,7 @@ impl SandboxErrorKind {
             SandboxErrorKind::SetupFailed => "sandbox.setup_failed",
             SandboxErrorKind::BootTimeout => "sandbox.boot_timeout",
             SandboxErrorKind::GuestMismatch => "sandbox.guest_mismatch",
+            SandboxErrorKind::HelperMismatch => "helper.mismatch",
         }
     }
 }
@@ -395,6 +411,7 @@ impl SandboxError {
             SandboxError::DigestMismatch { .. } => K::DigestMismatch,
             SandboxError::BootTimeout { .. } => K::BootTimeout,
             SandboxError::GuestMismatch { .. } => K::GuestMismatch,
+            SandboxError::InitMismatch { .. } => K::HelperMismatch,
             SandboxError::Sealed { .. } | SandboxError::Broker { .. } => K::BrokerUnavailable,
             SandboxError::Descriptor { .. }
             | SandboxError::SpawnInit { .. }
@@ -483,6 +500,7 @@ mod tests {
             "sandbox.setup_failed",
             "sandbox.boot_timeout",
             "sandbox.guest_mismatch",
+            "helper.mismatch",
         ];
         assert_eq!(codes, known);
         for kind in SandboxErrorKind::ALL {

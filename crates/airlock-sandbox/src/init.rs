@@ -1,6 +1,8 @@
-//! The sandbox init: the caller's own executable re-executed with a hidden
-//! marker, so every privileged step runs in a fresh, single-threaded process
-//! and the (possibly multi-threaded) caller never forks without exec.
+//! The sandbox init: a program executed with a hidden marker (airlock's
+//! small `airlock-sandbox-init`, or the caller's own executable), so every
+//! privileged step runs in a fresh, single-threaded process and the
+//! (possibly multi-threaded) caller never forks without exec. The init
+//! refuses a spec sent by another build ([`SandboxError::InitMismatch`]).
 //!
 //! Call [`maybe_run_init`] first thing in `main()` of any binary that is
 //! passed to [`NativeTier::new`](crate::native::NativeTier::new).
@@ -61,6 +63,12 @@ fn run_init() -> ! {
 }
 
 fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
+    if spec.build != airlock_fsproto::BUILD_FINGERPRINT {
+        return Err(SandboxError::InitMismatch {
+            expected: spec.build.clone(),
+            found: airlock_fsproto::BUILD_FINGERPRINT.to_owned(),
+        });
+    }
     spec.check()?;
     // Only the descriptors the spec names survive.
     crate::sys::close_fds_except(&spec.inherited_fds())
@@ -277,5 +285,30 @@ fn unshare_with_mapper(
             }
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spec_from_another_build_is_refused_before_anything_is_touched() {
+        let spec: InitSpec = serde_json::from_value(serde_json::json!({
+            "build": "0123456789abcdef0123456789abcdef",
+            "argv": ["true"], "env": [], "working_dir": "/workspace", "inputs": [], "output": null,
+            "image": [], "limits": crate::WorkerLimits::default(), "timeout_ms": 1000,
+            "status_fd": -1,
+        }))
+        .unwrap();
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        let status = StatusWriter::new(w).unwrap();
+        // No descriptor was closed and no namespace made: this process goes
+        // on as before (the refusal comes before `close_fds_except`).
+        let err = init(&spec, &status).unwrap_err();
+        assert!(matches!(err, SandboxError::InitMismatch { .. }), "{err}");
+        assert_eq!(err.kind(), crate::SandboxErrorKind::HelperMismatch);
+        assert!(err.to_string().contains("airlock-sandbox-init"), "{err}");
+        drop((r, status));
     }
 }

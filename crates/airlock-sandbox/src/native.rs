@@ -387,6 +387,7 @@ impl NativeTier {
             Stdio::Captured => (None, None),
         };
         let init_spec = InitSpec {
+            build: airlock_fsproto::BUILD_FINGERPRINT.to_owned(),
             argv: spec.argv.clone(),
             env: spec.env.clone(),
             working_dir: spec.working_dir.clone(),

@@ -55,6 +55,10 @@ pub(crate) struct InitProvided {
 /// The spec as sent to the init.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct InitSpec {
+    /// The build fingerprint of the airlock that sent it
+    /// ([`airlock_fsproto::BUILD_FINGERPRINT`]): an init of another build
+    /// refuses the spec.
+    pub build: String,
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub working_dir: String,

@@ -85,12 +85,12 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
     }
     let answer = match cli.command {
         Command::Run(call) => {
-            runtime.set_init_program(this_executable()?, true);
+            runtime.set_init_program(init_executable()?, true);
             crate::signals::cancel_on_signal(runtime.canceller())?;
             run::run(&runtime, call)?.into()
         }
         Command::Dispatch { id } => {
-            runtime.set_init_program(this_executable()?, true);
+            runtime.set_init_program(init_executable()?, true);
             if runtime.kept_session_start(&id) {
                 session::dispatch(&runtime, &id, cli.config.as_deref(), principal.as_deref())?
             } else {
@@ -99,11 +99,11 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
             }
         }
         Command::Mcp { action: Some(crate::cli::McpCommand::Pin { tool }), .. } => {
-            runtime.set_init_program(this_executable()?, true);
+            runtime.set_init_program(init_executable()?, true);
             Envelope { content: Some(runtime.mcp_pin(&tool)?), ..Envelope::ok() }.into()
         }
         Command::Mcp { action: None, http, token_file, unix } => {
-            runtime.set_init_program(this_executable()?, true);
+            runtime.set_init_program(init_executable()?, true);
             mcp::run(runtime, mcp::Front::choose(http, token_file, unix)?)?;
             Answer::Text(String::new())
         }
@@ -113,19 +113,19 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         Command::Approvals(cmd) => approvals::run(&runtime, cmd)?,
         Command::Prepare(call) => prepare::run(&runtime, call)?.into(),
         Command::Query(args) => {
-            runtime.set_init_program(this_executable()?, true);
+            runtime.set_init_program(init_executable()?, true);
             crate::signals::cancel_on_signal(runtime.canceller())?;
             query::run(&runtime, args)?.into()
         }
         Command::Isolated(args) => {
-            runtime.set_init_program(this_executable()?, true);
+            runtime.set_init_program(init_executable()?, true);
             crate::signals::cancel_on_signal(runtime.canceller())?;
             isolated::run(&runtime, args)?.into()
         }
         Command::Tools(cmd) => tools::run(&runtime, cmd)?,
         Command::Staging(cmd) => staging::run(&runtime, cmd)?,
         Command::Session(crate::cli::SessionCommand::Serve) => {
-            runtime.set_init_program(this_executable()?, true);
+            runtime.set_init_program(init_executable()?, true);
             session_holder::serve(&runtime)?;
             Answer::Text(String::new())
         }
@@ -159,6 +159,18 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
 }
 
 /// The running executable, re-executed as the native tier's sandbox init.
+/// The native tier's init: `airlock-sandbox-init` beside this executable
+/// (it links only the init, so a call execs a few MiB instead of all of
+/// airlock), else this executable, which can be the init too.
+fn init_executable() -> Result<std::path::PathBuf, Refusal> {
+    let exe = this_executable()?;
+    let small = exe.with_file_name(INIT_BIN);
+    Ok(if small.is_file() { small } else { exe })
+}
+
+/// The file name of the native tier's own init binary.
+const INIT_BIN: &str = "airlock-sandbox-init";
+
 fn this_executable() -> Result<std::path::PathBuf, Refusal> {
     std::env::current_exe().map_err(|e| {
         Refusal::new(airlock_core::ReasonCode::SandboxUnavailable, format!("cannot find this executable: {e}"))

@@ -27,6 +27,7 @@ mod git;
 mod git_control;
 mod held_inputs;
 mod httpkit;
+mod init_program;
 mod interop;
 mod isolated;
 mod journal;

@@ -157,9 +157,11 @@ impl Transport for Git<'_> {
         let (mut prepared, decision) = call.into_parts();
         let id = prepared.invocation_id().to_owned();
         let GitPayload { op, request, stats, tier } = prepared.payload();
-        // The driver runs on the archive alone.
+        // The driver runs on the archive alone. It is airlock itself (which
+        // links the Git reader), not the tier's init, which may be the small
+        // `airlock-sandbox-init`.
         let mut tier = tier.clone();
-        let program = rt.authority().open_read(tier.init_program()).map_err(|e| {
+        let program = std::env::current_exe().and_then(|exe| rt.authority().open_read(&exe)).map_err(|e| {
             Refusal::new(ReasonCode::SandboxUnavailable, format!("opening the airlock executable for the driver: {e}"))
         })?;
         tier.bind_program(Arc::new(program));

@@ -1,0 +1,70 @@
+//! Which program airlock starts as the sandbox init: `airlock-sandbox-init`
+//! beside the `airlock` that runs, else `airlock` itself (issue 22: a call
+//! then execs a small init instead of all of airlock). On the shipping
+//! binaries, run from a directory that holds links to them.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::runkit::*;
+use crate::util::{Project, AIRLOCK};
+
+const INIT: &str = env!("CARGO_BIN_EXE_airlock-sandbox-init");
+
+fn link_or_copy(from: &Path, to: &Path) {
+    if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to).unwrap_or_else(|e| panic!("{} -> {}: {e}", from.display(), to.display()));
+    }
+}
+
+/// `airlock run shcopy data/in.txt OUT` with the `airlock` in `bin`.
+fn copy_with(p: &Project, bin: &Path, out: &str) -> crate::util::Run {
+    let args = ["run", "shcopy", "data/in.txt", out];
+    let mut cmd = Command::new(bin.join("airlock"));
+    cmd.args(args)
+        .current_dir(p.root())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Ok(r) = std::env::var("AIRLOCK_RESOLVER") {
+        cmd.env("AIRLOCK_RESOLVER", r);
+    }
+    p.run_command(cmd, &args)
+}
+
+#[test]
+fn the_init_beside_airlock_is_the_one_started_and_without_one_airlock_is_its_own() {
+    let p = Project::new();
+    p.write("data/in.txt", "one line\n");
+    p.tool("shcopy", &sh_tool("shcopy", "", IO_ARGS, r#"cat "$1" > "$2""#, IO_FS));
+    let bin = tempfile::tempdir().unwrap();
+    link_or_copy(Path::new(AIRLOCK), &bin.path().join("airlock"));
+
+    // Nothing beside it: airlock is its own init.
+    copy_with(&p, bin.path(), "results/alone.txt").assert_ok();
+    assert_eq!(std::fs::read_to_string(p.path("results/alone.txt")).unwrap(), "one line\n");
+
+    // A program beside it that is no init is the one started: the call
+    // fails before any tool runs and publishes nothing.
+    let impostor = bin.path().join("airlock-sandbox-init");
+    link_or_copy(Path::new("/bin/false"), &impostor);
+    let run = copy_with(&p, bin.path(), "results/impostor.txt");
+    assert_eq!(run.reason(), "sandbox.setup_failed", "{run:#?}");
+    assert!(run.envelope["error"]["message"].as_str().unwrap().contains("without starting PID 1"), "{run:#?}");
+    assert!(!p.path("results/impostor.txt").exists(), "{}", p.tree());
+
+    // The init of this build beside it: the call runs through it.
+    std::fs::remove_file(&impostor).unwrap();
+    link_or_copy(Path::new(INIT), &impostor);
+    copy_with(&p, bin.path(), "results/small.txt").assert_ok();
+    assert_eq!(std::fs::read_to_string(p.path("results/small.txt")).unwrap(), "one line\n");
+}
+
+#[test]
+fn the_init_binary_alone_is_not_a_command() {
+    let out = Command::new(INIT).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a command"), "{out:?}");
+}

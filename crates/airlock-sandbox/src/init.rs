@@ -111,17 +111,25 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
     // have armed (`NativeTier::die_with_caller`); remember it to re-arm.
     let death_signal = rustix::process::parent_process_death_signal().ok().flatten();
     let caller = rustix::process::getppid();
+    // Taken out (and closed at the end of this step) whatever the path, so
+    // the caller never waits on a socket PID 1 still holds.
+    let maps = spec.maps_fd.map(adopt).transpose()?;
     if privileged_caller() {
         // Root outside must not be the worker's identity: drop root's
-        // supplementary groups while we still may, then have a helper left in
-        // the initial user namespace map 65534 inside to 65534 outside.
+        // supplementary groups while we still may, then have the caller,
+        // root in the initial user namespace, map 65534 inside to 65534
+        // outside.
         rustix::thread::set_thread_groups(&[])
             .map_err(|e| SandboxError::ProcessAttr { call: "setgroups(0, [])".into(), errno: errno(e) })?;
-        unshare_with_mapper(unshare, ROOT_CALLER_HOST_ID, ROOT_CALLER_HOST_ID)?;
+        let maps = maps.ok_or_else(|| {
+            SandboxError::Protocol("a root caller sent no socket to map the worker's ids through".into())
+        })?;
+        crate::id_maps::unshare_mapped_by_caller(unshare, maps)?;
     } else {
+        drop(maps);
         let (uid, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
         unshare()?;
-        write_id_maps("self", uid, gid)?;
+        crate::id_maps::write_id_maps("self", uid, gid)?;
     }
     // Become the one mapped id (a no-op for an unprivileged caller; for a
     // root caller this leaves host uid 0, which is unmapped inside, so the
@@ -205,87 +213,6 @@ pub(crate) fn privileged_caller() -> bool {
         && rustix::thread::capabilities(None)
             .map(|c| c.effective.contains(CapabilitySet::SETUID | CapabilitySet::SETGID))
             .unwrap_or(false)
-}
-
-/// Maps uid/gid 65534 inside to `uid`/`gid` outside for process `pid`
-/// (`self` or a number), one line each, after denying `setgroups` (required
-/// for an unprivileged gid map; the worker has no use for supplementary groups).
-fn write_id_maps(pid: &str, uid: u32, gid: u32) -> Result<(), SandboxError> {
-    let id = crate::worker_exec::WORKER_ID;
-    let write = |file: String, line: String| {
-        std::fs::write(&file, line.as_bytes()).map_err(|e| SandboxError::UidMap { file, line, errno: errno(e) })
-    };
-    write(format!("/proc/{pid}/setgroups"), "deny".into())?;
-    write(format!("/proc/{pid}/uid_map"), format!("{id} {uid} 1"))?;
-    write(format!("/proc/{pid}/gid_map"), format!("{id} {gid} 1"))
-}
-
-/// Unshares with a mapper: a child forked *before* the unshare stays in
-/// the initial user namespace, where it holds `CAP_SETUID`/`CAP_SETGID`, and
-/// writes this process's maps once told the namespace exists. This lets a
-/// root caller map the worker to an unprivileged host id (a process can only
-/// map its *own* id from inside).
-fn unshare_with_mapper(
-    unshare: impl FnOnce() -> Result<(), SandboxError>,
-    uid: u32,
-    gid: u32,
-) -> Result<(), SandboxError> {
-    let pipe = || {
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| SandboxError::ProcessAttr { call: "pipe2(O_CLOEXEC)".into(), errno: errno(e) })
-    };
-    let (go_r, go_w) = pipe()?;
-    let (res_r, res_w) = pipe()?;
-    let me = rustix::process::getpid().as_raw_nonzero().get().to_string();
-    match crate::sys::fork_single_threaded()
-        .map_err(|e| SandboxError::Fork { role: "id mapper".into(), errno: errno(e) })?
-    {
-        Forked::Child => {
-            drop(go_w);
-            drop(res_r);
-            let mut b = [0u8; 1];
-            let code = match rustix::io::read(&go_r, &mut b) {
-                Ok(1) => match write_id_maps(&me, uid, gid) {
-                    Ok(()) => 0,
-                    Err(e) => {
-                        let _ = rustix::io::write(&res_w, &serde_json::to_vec(&e).unwrap_or_default());
-                        1
-                    }
-                },
-                _ => 2, // the init died or failed to unshare
-            };
-            std::process::exit(code)
-        }
-        Forked::Parent(mapper) => {
-            drop(go_r);
-            drop(res_w);
-            let unshared = unshare();
-            if unshared.is_ok() {
-                let _ = rustix::io::write(&go_w, b"1");
-            }
-            drop(go_w);
-            let mut report = Vec::new();
-            let _ = std::fs::File::from(res_r).read_to_end(&mut report);
-            let pid = Pid::from_raw(mapper).ok_or_else(|| SandboxError::Protocol("fork returned pid 0".into()))?;
-            let status = loop {
-                match rustix::process::waitpid(Some(pid), WaitOptions::empty()) {
-                    Ok(Some((_, st))) => break st,
-                    Ok(None) | Err(rustix::io::Errno::INTR) => continue,
-                    Err(e) => {
-                        return Err(SandboxError::Wait { call: format!("waitpid({mapper}, 0)"), errno: errno(e) })
-                    }
-                }
-            };
-            unshared?;
-            if let Ok(e) = serde_json::from_slice::<SandboxError>(&report) {
-                return Err(e);
-            }
-            if status.exit_status() != Some(0) {
-                return Err(SandboxError::Protocol(format!("the id mapper ended with {status:?}")));
-            }
-            Ok(())
-        }
-    }
 }
 
 #[cfg(test)]

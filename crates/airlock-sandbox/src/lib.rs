@@ -205,6 +205,7 @@ pub mod docker;
 mod error;
 pub mod gvisor;
 mod held;
+mod id_maps;
 pub mod init;
 mod ipc;
 mod landlock;

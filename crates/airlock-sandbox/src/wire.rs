@@ -88,6 +88,10 @@ pub(crate) struct InitSpec {
     /// [`FS_SOCKET_FD`](crate::spec::FS_SOCKET_FD), inherited by the init.
     #[serde(default)]
     pub fs_socket_fd: Option<i32>,
+    /// A root caller's end of the id-map exchange ([`crate::id_maps`]),
+    /// inherited by the init and closed once it is mapped.
+    #[serde(default)]
+    pub maps_fd: Option<i32>,
 }
 
 impl InitSpec {
@@ -154,6 +158,7 @@ impl InitSpec {
         fds.extend(self.program_fd);
         fds.extend(self.provided.iter().map(|p| p.fd));
         fds.extend(self.fs_socket_fd);
+        fds.extend(self.maps_fd);
         fds
     }
 }

@@ -4,7 +4,7 @@
 //! binaries, run from a directory that holds links to them.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::runkit::*;
 use crate::util::{Project, AIRLOCK};
@@ -20,18 +20,7 @@ fn link_or_copy(from: &Path, to: &Path) {
 /// `airlock run shcopy data/in.txt OUT` with the `airlock` in `bin`.
 fn copy_with(p: &Project, bin: &Path, out: &str) -> crate::util::Run {
     let args = ["run", "shcopy", "data/in.txt", out];
-    let mut cmd = Command::new(bin.join("airlock"));
-    cmd.args(args)
-        .current_dir(p.root())
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if let Ok(r) = std::env::var("AIRLOCK_RESOLVER") {
-        cmd.env("AIRLOCK_RESOLVER", r);
-    }
-    p.run_command(cmd, &args)
+    p.run_command(p.command_of(&bin.join("airlock"), &args), &args)
 }
 
 #[test]

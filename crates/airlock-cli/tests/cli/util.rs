@@ -140,7 +140,13 @@ roots = ["./data:data:ro", "./results:results:rw"]
     }
 
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(AIRLOCK);
+        self.command_of(Path::new(AIRLOCK), args)
+    }
+
+    /// [`Project::command`] of the `airlock` at `program` (a link to the
+    /// shipping binary elsewhere, with other binaries beside it).
+    pub fn command_of(&self, program: &Path, args: &[&str]) -> Command {
+        let mut cmd = Command::new(program);
         cmd.args(args)
             .current_dir(self.root())
             .env_clear()

@@ -90,6 +90,7 @@ pub fn run(config: &Config, config_report: Value) -> Envelope {
                 "openat2 is unavailable; the emulated O_NOFOLLOW resolver is used"
             }),
             "cgroup_delegation": cgroups,
+            "sandbox_init": init_report(),
             "input_leases": match airlock_sandbox::lease_support() {
                 Ok(secs) => check(true, format!(
                     "an input over 8 MiB of a native call is held under a read lease, not copied; a host writer \
@@ -143,6 +144,24 @@ pub fn run(config: &Config, config_report: Value) -> Envelope {
                 ))
             },
         },
+    }
+}
+
+/// Which program a native call starts as its sandbox init.
+fn init_report() -> Value {
+    match super::init_executable() {
+        Ok(path) if path.file_name().is_some_and(|n| n == super::INIT_BIN) => {
+            check(true, format!("{} starts each native call", path.display()))
+        }
+        Ok(path) => check(
+            false,
+            format!(
+                "no {} beside {}: airlock is its own sandbox init, so each native call execs all of airlock                  (about 1 ms more a call); install it from the same build",
+                super::INIT_BIN,
+                path.display()
+            ),
+        ),
+        Err(refusal) => check(false, refusal.message),
     }
 }
 

@@ -162,14 +162,14 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
 /// The native tier's init: `airlock-sandbox-init` beside this executable
 /// (it links only the init, so a call execs a few MiB instead of all of
 /// airlock), else this executable, which can be the init too.
-fn init_executable() -> Result<std::path::PathBuf, Refusal> {
+pub(crate) fn init_executable() -> Result<std::path::PathBuf, Refusal> {
     let exe = this_executable()?;
     let small = exe.with_file_name(INIT_BIN);
     Ok(if small.is_file() { small } else { exe })
 }
 
 /// The file name of the native tier's own init binary.
-const INIT_BIN: &str = "airlock-sandbox-init";
+pub(crate) const INIT_BIN: &str = "airlock-sandbox-init";
 
 fn this_executable() -> Result<std::path::PathBuf, Refusal> {
     std::env::current_exe().map_err(|e| {

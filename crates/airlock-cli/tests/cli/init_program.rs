@@ -31,7 +31,14 @@ fn the_init_beside_airlock_is_the_one_started_and_without_one_airlock_is_its_own
     let bin = tempfile::tempdir().unwrap();
     link_or_copy(Path::new(AIRLOCK), &bin.path().join("airlock"));
 
-    // Nothing beside it: airlock is its own init.
+    // Nothing beside it: airlock is its own init, and `doctor` says so.
+    let doctor = |bin: &Path| {
+        let run = p.run_command(p.command_of(&bin.join("airlock"), &["doctor"]), &["doctor"]);
+        run.envelope["content"]["host"]["sandbox_init"].clone()
+    };
+    let report = doctor(bin.path());
+    assert_eq!(report["ok"], false, "{report}");
+    assert!(report["detail"].as_str().unwrap().contains("its own sandbox init"), "{report}");
     copy_with(&p, bin.path(), "results/alone.txt").assert_ok();
     assert_eq!(std::fs::read_to_string(p.path("results/alone.txt")).unwrap(), "one line\n");
 
@@ -48,6 +55,9 @@ fn the_init_beside_airlock_is_the_one_started_and_without_one_airlock_is_its_own
     std::fs::remove_file(&impostor).unwrap();
     link_or_copy(Path::new(INIT), &impostor);
     copy_with(&p, bin.path(), "results/small.txt").assert_ok();
+    let report = doctor(bin.path());
+    assert_eq!(report["ok"], true, "{report}");
+    assert!(report["detail"].as_str().unwrap().contains("airlock-sandbox-init starts each native call"), "{report}");
     assert_eq!(std::fs::read_to_string(p.path("results/small.txt")).unwrap(), "one line\n");
 }
 

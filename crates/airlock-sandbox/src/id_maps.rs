@@ -15,7 +15,6 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
 
 use crate::error::{errno, SandboxError};
@@ -98,22 +97,11 @@ pub(crate) fn unshare_mapped_by_caller(
 /// 65534 inside to `uid`/`gid` outside and answers. The init ending first
 /// (end of file) is not an error here: its status says why it ended.
 pub(crate) fn map_for_init(maps: &OwnedFd, pid: u32, uid: u32, gid: u32) -> Result<(), SandboxError> {
-    let deadline = Instant::now() + UNSHARE_TIMEOUT;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(SandboxError::Protocol(format!(
-                "the sandbox init did not create its namespaces within {} s",
-                UNSHARE_TIMEOUT.as_secs()
-            )));
-        }
-        let ts = rustix::time::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: left.subsec_nanos() as i64 };
-        let mut fds = [PollFd::new(maps, PollFlags::IN)];
-        match rustix::event::poll(&mut fds, Some(&ts)) {
-            Ok(0) | Err(Errno::INTR) => continue,
-            Ok(_) => break,
-            Err(e) => return Err(SandboxError::Wait { call: "poll(id map socket)".into(), errno: errno(e) }),
-        }
+    if !crate::parent::readable_by(maps, Instant::now() + UNSHARE_TIMEOUT) {
+        return Err(SandboxError::Protocol(format!(
+            "the sandbox init did not say it had created its namespaces within {} s",
+            UNSHARE_TIMEOUT.as_secs()
+        )));
     }
     let io = |call: &str, e: Errno| SandboxError::Descriptor { call: call.into(), errno: errno(e) };
     match read_byte(maps).map_err(|e| io("read(id map socket)", e))? {

@@ -386,15 +386,16 @@ impl NativeTier {
             }
             Stdio::Captured => (None, None),
         };
-        // A root caller writes the init's id maps itself (`id_maps`).
+        // A root caller writes the init's id maps itself (`id_maps`): our
+        // end of the exchange, the init's descriptor number and the host id.
         let maps = match worker_id {
-            Some(_) => {
+            Some(id) => {
                 let (ours, theirs) = crate::id_maps::socket_pair()?;
                 let fd = dup_for_init(&theirs)?;
                 drop(theirs);
                 let raw = fd.as_raw_fd();
                 inherited.push(fd);
-                Some((ours, raw))
+                Some((ours, raw, id))
             }
             None => None,
         };
@@ -414,7 +415,7 @@ impl NativeTier {
             tty,
             provided,
             fs_socket_fd,
-            maps_fd: maps.as_ref().map(|(_, raw)| *raw),
+            maps_fd: maps.as_ref().map(|(_, raw, _)| *raw),
         };
         let spec_bytes =
             serde_json::to_vec(&init_spec).map_err(|e| SandboxError::Protocol(format!("encode spec: {e}")))?;
@@ -555,9 +556,9 @@ impl NativeTier {
         // A dead init shows up as a protocol error in wait(), not here.
         let _ = spec_w.write_all(&spec_bytes);
         drop(spec_w);
-        if let (Some((ours, _)), Some(id)) = (&maps, worker_id) {
+        if let Some((ours, _, id)) = &maps {
             // On failure the worker is dropped, which kills and reaps the init.
-            crate::id_maps::map_for_init(ours, pid.as_raw_nonzero().get() as u32, id, id)?;
+            crate::id_maps::map_for_init(ours, pid.as_raw_nonzero().get() as u32, *id, *id)?;
         }
         Ok((worker, live_stdio))
     }

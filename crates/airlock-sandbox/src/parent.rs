@@ -204,9 +204,15 @@ pub(crate) fn drain(streams: &mut [Stream], deadline: Instant) -> Result<bool, S
 
 /// Polls a pidfd until it is readable (the process has exited) or `until`.
 pub(crate) fn exited_by(pidfd: &impl AsFd, until: Instant) -> bool {
+    readable_by(pidfd, until)
+}
+
+/// Polls `fd` until it is readable (data, end of file or, for a pidfd, an
+/// exit) or `until`; `false` at the deadline or on a poll error.
+pub(crate) fn readable_by(fd: &impl AsFd, until: Instant) -> bool {
     loop {
         let left = until.saturating_duration_since(Instant::now());
-        let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
+        let mut fds = [PollFd::new(fd, PollFlags::IN)];
         match rustix::event::poll(&mut fds, Some(&timespec(left))) {
             Ok(n) if n > 0 => return true,
             Ok(_) => return false,

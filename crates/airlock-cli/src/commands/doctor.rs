@@ -156,7 +156,8 @@ fn init_report() -> Value {
         Ok(path) => check(
             false,
             format!(
-                "no {} beside {}: airlock is its own sandbox init, so each native call execs all of airlock                  (about 1 ms more a call); install it from the same build",
+                "no {} beside {}: airlock is its own sandbox init, so each native call execs all of airlock \
+                 (about 1 ms more a call); install it from the same build",
                 super::INIT_BIN,
                 path.display()
             ),

@@ -158,7 +158,6 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
     Ok(answer)
 }
 
-/// The running executable, re-executed as the native tier's sandbox init.
 /// The native tier's init: `airlock-sandbox-init` beside this executable
 /// (it links only the init, so a call execs a few MiB instead of all of
 /// airlock), else this executable, which can be the init too.
@@ -171,6 +170,7 @@ pub(crate) fn init_executable() -> Result<std::path::PathBuf, Refusal> {
 /// The file name of the native tier's own init binary.
 pub(crate) const INIT_BIN: &str = "airlock-sandbox-init";
 
+/// The running executable.
 fn this_executable() -> Result<std::path::PathBuf, Refusal> {
     std::env::current_exe().map_err(|e| {
         Refusal::new(airlock_core::ReasonCode::SandboxUnavailable, format!("cannot find this executable: {e}"))

@@ -124,6 +124,19 @@ pub enum Command {
         #[arg(long, value_name = "PATH")]
         unix: Option<PathBuf>,
     },
+    /// Serve calls of a NATS cluster on a tier of this host (`[cluster]`
+    /// gives the defaults): pull each call of the tier and pool, verify the
+    /// edge's signature and every blob, run it, answer with a signed
+    /// receipt. SIGTERM drains: the call in hand finishes, no more are
+    /// taken.
+    Worker(WorkerArgs),
+    /// Set up a NATS cluster for airlock: its streams and buckets, and the
+    /// keys it trusts.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+    /// The cluster's workers, as each last reported.
+    #[command(subcommand)]
+    Workers(WorkersCommand),
     /// Report what this host supports (user namespaces, Landlock, seccomp,
     /// openat2, cgroup delegation), which tiers can run here, and which
     /// configuration file is in use and why.
@@ -142,6 +155,59 @@ pub enum Command {
     Man {
         /// A subcommand (its page is airlock-SUBCOMMAND(1)).
         subcommand: Option<String>,
+    },
+}
+
+/// `airlock worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The cluster's NATS URL(s), comma-separated (default: `[cluster] nats`).
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
+    /// The tier of this host calls run on (default: `[sandbox] tier`).
+    #[arg(long, value_name = "TIER", value_parser = parse_tier)]
+    pub tier: Option<airlock_core::config::Tier>,
+    /// The pool served (default: `[cluster] pool`, else `default`).
+    #[arg(long, value_name = "NAME")]
+    pub pool: Option<String>,
+}
+
+/// `airlock cluster …`.
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Create the streams and buckets (`[cluster] replicas` copies each) and
+    /// pin this airlock's key (its `journal.pub`) as an edge's.
+    Init {
+        /// The cluster's NATS URL(s) (default: `[cluster] nats`).
+        #[arg(long, value_name = "URL")]
+        nats: Option<String>,
+    },
+    /// Pin a public key (`ed25519:<hex>`, from a `journal.pub` or the line
+    /// `airlock worker` prints) as an edge's or a worker's.
+    Trust {
+        /// `edge` (signs calls) or `worker` (signs receipts).
+        #[arg(value_parser = ["edge", "worker"])]
+        role: String,
+        /// The key.
+        key: String,
+        /// The cluster's NATS URL(s) (default: `[cluster] nats`).
+        #[arg(long, value_name = "URL")]
+        nats: Option<String>,
+    },
+}
+
+/// `airlock workers …`.
+#[derive(Debug, Subcommand)]
+pub enum WorkersCommand {
+    /// Each worker's key, tier, pool, host, state, calls served and when it
+    /// last reported.
+    List {
+        /// The cluster's NATS URL(s) (default: `[cluster] nats`).
+        #[arg(long, value_name = "URL")]
+        nats: Option<String>,
+        /// Print the JSON envelope even on a terminal (the default when stdout is not a terminal).
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -262,15 +328,16 @@ pub struct CallArgs {
     /// Use this invocation id instead of a fresh one (1-64 of A-Z a-z 0-9 . _ -).
     #[arg(long, value_name = "ID")]
     pub invocation_id: Option<String>,
-    /// Run the worker on this tier (native, gvisor, docker); it must be in
-    /// `[sandbox] tiers` and agree with the manifest's `[tool.sandbox] tier`.
+    /// Run the worker on this tier (native, gvisor, docker, microvm, or
+    /// cluster: a worker of `[cluster]`); it must be in `[sandbox] tiers`
+    /// and agree with the manifest's `[tool.sandbox] tier`.
     #[arg(long, value_name = "TIER", value_parser = parse_tier)]
     pub tier: Option<airlock_core::config::Tier>,
 }
 
 fn parse_tier(name: &str) -> Result<airlock_core::config::Tier, String> {
     airlock_core::config::Tier::parse(name)
-        .ok_or_else(|| format!("{name:?} is not a tier (native, gvisor, docker, microvm)"))
+        .ok_or_else(|| format!("{name:?} is not a tier (native, gvisor, docker, microvm, cluster)"))
 }
 
 /// A source operation and its arguments.

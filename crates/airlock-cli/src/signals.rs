@@ -25,6 +25,27 @@ static RECEIVED: AtomicI32 = AtomicI32::new(0);
 /// Cancels `cancel` on the first SIGINT or SIGTERM (see the module
 /// documentation).
 pub fn cancel_on_signal(cancel: Cancel) -> Result<(), Refusal> {
+    on_first_signal(move |name| {
+        eprintln!("airlock: {name}: cancelling the call (send it again to exit at once)");
+        cancel.cancel();
+    })
+}
+
+/// Sets `stop` on the first SIGINT or SIGTERM (`airlock worker` drains:
+/// it finishes the call in hand and takes no more); a second one exits at
+/// once.
+pub fn drain_on_signal(stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Result<(), Refusal> {
+    on_first_signal(move |name| {
+        eprintln!(
+            "airlock: {name}: draining: the call in hand finishes, no more are taken (send it again to exit at once)"
+        );
+        stop.store(true, Ordering::SeqCst);
+    })
+}
+
+/// Runs `first` on the first SIGINT or SIGTERM; exits 128 + the signal's
+/// number on the next.
+fn on_first_signal(first: impl Fn(&str) + Send + 'static) -> Result<(), Refusal> {
     let failed = |e: std::io::Error| Refusal::new(ReasonCode::Internal, format!("installing signal handlers: {e}"));
     let rt = tokio::runtime::Builder::new_current_thread().enable_io().build().map_err(failed)?;
     let (mut interrupt, mut terminate) = {
@@ -42,8 +63,7 @@ pub fn cancel_on_signal(cancel: Cancel) -> Result<(), Refusal> {
                     eprintln!("airlock: {name} again: exiting now");
                     std::process::exit(128 + signo);
                 }
-                eprintln!("airlock: {name}: cancelling the call (send it again to exit at once)");
-                cancel.cancel();
+                first(name);
             }
         })
     };

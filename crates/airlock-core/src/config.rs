@@ -146,6 +146,7 @@ struct RawConfig {
     journal: JournalSettings,
     #[serde(default)]
     state: crate::state::RawState,
+    cluster: Option<crate::cluster::RawCluster>,
 }
 
 /// The journal's segments (`[journal]`).
@@ -288,6 +289,9 @@ pub struct Config {
     pub journal: JournalSettings,
     /// What the state directory keeps of settled calls (`[state]`).
     pub state: crate::state::StateSettings,
+    /// Where calls of the `cluster` tier go (`[cluster]`); `None`: that
+    /// tier is not configured.
+    pub cluster: Option<crate::cluster::ClusterConfig>,
 }
 
 impl Config {
@@ -323,9 +327,15 @@ impl Config {
         }
         let limits = Limits::configured(&raw.limits)?;
         let tier = raw.sandbox.tier.unwrap_or(Tier::Native);
-        let tiers =
-            crate::tier_settings::TierSettings::check(tier, raw.sandbox.tiers, raw.sandbox.gvisor, raw.sandbox.docker)?
-                .with_microvm(raw.sandbox.microvm)?;
+        let cluster = raw.cluster.map(crate::cluster::RawCluster::check).transpose()?;
+        let tiers = crate::tier_settings::TierSettings::check(
+            tier,
+            raw.sandbox.tiers,
+            cluster.is_some(),
+            raw.sandbox.gvisor,
+            raw.sandbox.docker,
+        )?
+        .with_microvm(raw.sandbox.microvm)?;
         raw.staging.check()?;
         raw.journal.check()?;
         Ok(Config {
@@ -355,6 +365,7 @@ impl Config {
             approval: raw.approval.check()?,
             journal: raw.journal,
             state: raw.state.check()?,
+            cluster,
         })
     }
 

@@ -24,6 +24,7 @@
 
 pub mod approval;
 pub mod broker;
+pub mod cluster;
 pub mod config;
 pub mod descriptor;
 pub mod envelope;

@@ -470,6 +470,19 @@ reason_codes! {
     /// A microVM's guest speaks another protocol version or is another
     /// airlock build than the host; rebuild it with scripts/microvm-build.sh.
     SandboxGuestMismatch => "sandbox.guest_mismatch", Refused, CONFIG;
+    // ---- cluster (issue 23) ----
+    /// The edge could not reach the NATS cluster (connect, publish, or a blob upload failed); nothing was published on the host: try again.
+    ClusterUnavailable => "cluster.unavailable", Error, TEMP_FAIL;
+    /// No worker answered the call within the tool's timeout plus `[cluster] queue_seconds`; nothing was published on the host: try again, or start workers of its tier and pool.
+    ClusterTimeout => "cluster.timeout", Error, TEMP_FAIL;
+    /// A signed order or receipt does not verify under a key pinned in the cluster's key bucket, or names a key that is not pinned; nothing of it is used.
+    ClusterUntrusted => "cluster.untrusted", Refused, NO_PERM;
+    /// A blob's bytes do not hash to the name the signed order or receipt gives them, or exceed its size; nothing of it is used.
+    ClusterBlobMismatch => "cluster.blob_mismatch", Refused, DATA;
+    /// A worker refused the call (its reason is in the message: an expired order, a tier it does not run, a blob it could not fetch); nothing ran.
+    ClusterRefused => "cluster.refused", Refused, NO_PERM;
+    /// A message on the cluster's subjects is not a well-formed order or receipt of this protocol version.
+    ClusterProtocol => "cluster.protocol", Error, SOFTWARE;
 }
 
 impl fmt::Display for ReasonCode {

@@ -20,12 +20,16 @@ pub enum Tier {
     Docker,
     /// A micro virtual machine.
     Microvm,
+    /// A worker on another host, reached through the NATS cluster of
+    /// `[cluster]`.
+    Cluster,
 }
 
 /// The tiers, their settings and the allow-list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TierSettings {
-    /// Tiers a call may run on (`[sandbox] tiers`; default: every tier).
+    /// Tiers a call may run on (`[sandbox] tiers`; default: every local
+    /// tier, and `cluster` when `[cluster]` is configured).
     pub allowed: Vec<Tier>,
     /// `[sandbox.gvisor]`.
     pub gvisor: GvisorConfig,
@@ -177,7 +181,7 @@ pub(crate) struct RawDocker {
     runtime: Option<String>,
 }
 
-/// Every tier, in the order `doctor` reports them.
+/// Every tier of this host, in the order `doctor` reports them.
 pub const ALL_TIERS: [Tier; 4] = [Tier::Native, Tier::Gvisor, Tier::Docker, Tier::Microvm];
 
 impl TierSettings {
@@ -186,11 +190,21 @@ impl TierSettings {
     pub(crate) fn check(
         default: Tier,
         allowed: Option<Vec<Tier>>,
+        cluster: bool,
         gvisor: RawGvisor,
         docker: RawDocker,
     ) -> Result<TierSettings, Refusal> {
         let bad = |msg: String| Refusal::new(ReasonCode::ConfigInvalid, msg);
-        let allowed = allowed.unwrap_or_else(|| ALL_TIERS.to_vec());
+        let allowed = allowed.unwrap_or_else(|| {
+            let mut every = ALL_TIERS.to_vec();
+            if cluster {
+                every.push(Tier::Cluster);
+            }
+            every
+        });
+        if allowed.contains(&Tier::Cluster) && !cluster {
+            return Err(bad("[sandbox] tiers names \"cluster\", but there is no [cluster] section".into()));
+        }
         if allowed.is_empty() {
             return Err(bad("[sandbox] tiers is empty: allow at least the default tier".into()));
         }
@@ -311,12 +325,13 @@ impl Tier {
             Tier::Gvisor => "gvisor",
             Tier::Docker => "docker",
             Tier::Microvm => "microvm",
+            Tier::Cluster => "cluster",
         }
     }
 
     /// Parses a configured name.
     pub fn parse(name: &str) -> Option<Tier> {
-        ALL_TIERS.into_iter().find(|t| t.as_str() == name)
+        ALL_TIERS.into_iter().chain([Tier::Cluster]).find(|t| t.as_str() == name)
     }
 }
 
@@ -326,16 +341,21 @@ mod tests {
 
     #[test]
     fn the_default_tier_must_be_allowed() {
-        let err =
-            TierSettings::check(Tier::Gvisor, Some(vec![Tier::Native]), RawGvisor::default(), RawDocker::default())
-                .unwrap_err();
+        let err = TierSettings::check(
+            Tier::Gvisor,
+            Some(vec![Tier::Native]),
+            false,
+            RawGvisor::default(),
+            RawDocker::default(),
+        )
+        .unwrap_err();
         assert!(err.message.contains("not in [sandbox] tiers"), "{}", err.message);
     }
 
     #[test]
     fn docker_with_runsc_is_named_for_policy() {
         let docker = RawDocker { image: Some("airlock-base:test".into()), runtime: Some("runsc".into()), socket: None };
-        let s = TierSettings::check(Tier::Native, None, RawGvisor::default(), docker).unwrap();
+        let s = TierSettings::check(Tier::Native, None, false, RawGvisor::default(), docker).unwrap();
         assert_eq!(s.descriptor_name(Tier::Docker), "docker+runsc");
         assert_eq!(s.descriptor_name(Tier::Gvisor), "gvisor");
     }
@@ -359,8 +379,8 @@ mod tests {
     #[test]
     fn relative_paths_and_odd_names_are_refused() {
         let g = RawGvisor { runsc: Some("bin/runsc".into()), platform: GvisorPlatformChoice::Auto };
-        assert!(TierSettings::check(Tier::Native, None, g, RawDocker::default()).is_err());
+        assert!(TierSettings::check(Tier::Native, None, false, g, RawDocker::default()).is_err());
         let d = RawDocker { image: Some("img;rm -rf".into()), ..RawDocker::default() };
-        assert!(TierSettings::check(Tier::Native, None, RawGvisor::default(), d).is_err());
+        assert!(TierSettings::check(Tier::Native, None, false, RawGvisor::default(), d).is_err());
     }
 }

@@ -31,6 +31,7 @@ mod caller;
 mod cancel;
 pub mod catalog;
 mod ceilings;
+pub mod cluster;
 pub mod control;
 pub mod engine;
 mod evidence;

@@ -14,9 +14,13 @@ pub(crate) const NO_WORKER: &str = "none";
 /// Tiers every worker-running shape can use.
 pub(crate) const NATIVE_ONLY: &[Tier] = &[Tier::Native];
 
-/// Tiers a tool's own program (`[command]`, or a `[session]` one on a
-/// terminal) can run on in this build: every tier.
+/// Tiers a `[session]` tool's program (on a terminal of this host) can run
+/// on in this build: every local tier.
 pub(crate) const EVERY_TIER: &[Tier] = &[Tier::Native, Tier::Gvisor, Tier::Docker, Tier::Microvm];
+
+/// Tiers a `[command]` tool can run on: every local tier, and a worker of
+/// the cluster.
+pub(crate) const COMMAND_TIERS: &[Tier] = &[Tier::Native, Tier::Gvisor, Tier::Docker, Tier::Microvm, Tier::Cluster];
 
 /// Chooses the tier of one call of a shape that runs on `supported`.
 pub(crate) fn choose(

@@ -118,6 +118,7 @@ pub fn tier_reports(config: &Config, host: &airlock_sandbox::HostSupport) -> Vec
                 Ok(settings) => microvm::probe(&settings),
                 Err(why) => TierReport::not_ready("microvm", why),
             },
+            Tier::Cluster => TierReport::not_ready("cluster", "not a tier of this host"),
         })
         .collect()
 }
@@ -164,13 +165,17 @@ impl Runtime {
                 t.cancel_with(self.cancel.clone());
                 Ok(AnyTier::Microvm(t))
             }
+            Tier::Cluster => Err(Refusal::new(
+                ReasonCode::SandboxTierUnsupported,
+                "this call's shape runs on a tier of this host, not on the cluster",
+            )),
         }
     }
 
     /// The configured tier a descriptor's tier name stands for.
     fn tier_named(&self, name: &str) -> Result<Tier, Refusal> {
         let tiers = &self.config().tiers;
-        ALL_TIERS.into_iter().find(|t| tiers.descriptor_name(*t) == name).ok_or_else(|| {
+        ALL_TIERS.into_iter().chain([Tier::Cluster]).find(|t| tiers.descriptor_name(*t) == name).ok_or_else(|| {
             Refusal::new(
                 ReasonCode::SandboxUnavailable,
                 format!(
@@ -220,7 +225,7 @@ impl Runtime {
             Tier::Gvisor => gvisor_settings(self.config()).calls_dir(),
             Tier::Docker => tier_dir(self.config(), Tier::Docker),
             Tier::Microvm => tier_dir(self.config(), Tier::Microvm).join("calls"),
-            Tier::Native => return false,
+            Tier::Native | Tier::Cluster => return false,
         };
         let names: Vec<String> = match std::fs::read_dir(&root) {
             Ok(entries) => entries
@@ -275,7 +280,7 @@ impl Runtime {
                     out.push(ReapedLeftover { tier: "microvm", leftover: l, error });
                 }
             }
-            Tier::Native => {}
+            Tier::Native | Tier::Cluster => {}
         }
         Ok(out)
     }

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 mod approvals;
+mod cluster;
 mod doctor;
 mod generate;
 mod init;
@@ -145,6 +146,14 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
             journal::inspection(runtime.recover(&id, discard)?).into()
         }
         Command::Attest { id } => journal::attest(&runtime, &id)?,
+        Command::Worker(args) => {
+            runtime.set_init_program(init_executable()?, true);
+            cluster::worker(&runtime, args)?
+        }
+        Command::Cluster(cmd) => cluster::run(&runtime, cmd)?,
+        Command::Workers(crate::cli::WorkersCommand::List { nats, json }) => {
+            cluster::list(&runtime, nats.as_deref(), json)?
+        }
         Command::Init
         | Command::Doctor { .. }
         | Command::Policy(_)

@@ -10,6 +10,8 @@ mod broker_streaming;
 mod broker_window;
 mod call_shapes;
 mod cli_ux;
+mod cluster;
+mod clusterkit;
 mod concurrency;
 mod conformance;
 mod control_plane;

@@ -43,7 +43,17 @@ impl Runtime {
 impl WorkerStep<'_> {
     /// Journals `WorkerFinished`: the one body for `outcome`.
     pub(crate) fn finished(self, outcome: Result<&WorkerOutcome, &Refusal>) -> Result<(), Refusal> {
-        let body = match outcome {
+        self.finished_with(outcome, None)
+    }
+
+    /// [`WorkerStep::finished`], with what the worker's host signed about
+    /// the run (a cluster call's order digest and receipt) as `remote`.
+    pub(crate) fn finished_with(
+        self,
+        outcome: Result<&WorkerOutcome, &Refusal>,
+        remote: Option<Value>,
+    ) -> Result<(), Refusal> {
+        let mut body = match outcome {
             Ok(o) => json!({
                 "exit_code": exit_number(o.exit),
                 "timed_out": o.timed_out,
@@ -52,6 +62,9 @@ impl WorkerStep<'_> {
             }),
             Err(r) => json!({ "error": r.code.as_str(), "message": r.message }),
         };
+        if let Some(remote) = remote {
+            body["cluster"] = remote;
+        }
         let duration_ms = super::elapsed_ms(self.began);
         match outcome {
             Ok(o) => tracing::debug!(

@@ -15,6 +15,7 @@ mod dispatch;
 pub(crate) use dispatch::KeptCall;
 mod parser;
 mod prepare;
+mod remote;
 mod stdout_file;
 
 pub use prepare::CallRequest;
@@ -26,7 +27,7 @@ use crate::failure::sandbox_refusal;
 use crate::Runtime;
 use airlock_core::manifest::Manifest;
 use airlock_core::output::{parse_output, DEFAULT_MAX_OUTPUT_BYTES};
-use airlock_core::{Envelope, ReasonCode, Refusal};
+use airlock_core::{Envelope, ReasonCode, Refusal, Tier};
 use airlock_hostfs::{HeldOutput, StagedFile};
 use airlock_sandbox::{
     AnyTier, HeldInput, StagedInput, StagedOutput, Tier as _, Worker as _, WorkerLimits, WorkerOutcome, WorkerSpec,
@@ -131,7 +132,11 @@ impl Transport for Exec<'_> {
 impl Runtime {
     fn execute_command(&self, call: AuthorizedCall<ExecPayload>) -> Result<Envelope, Refusal> {
         let (mut prepared, decision) = call.into_parts();
-        let tier = self.worker_tier(&prepared.descriptor().tier)?;
+        let remote = prepared.descriptor().tier == Tier::Cluster.as_str();
+        // A cluster call's tool runs elsewhere; its custom parser, if any,
+        // runs here on the native tier.
+        let tier =
+            if remote { AnyTier::Native(self.native_tier()?) } else { self.worker_tier(&prepared.descriptor().tier)? };
         let manifest = prepared.manifest();
         let parser = manifest.output.as_ref().and_then(|o| o.custom_parser()).map(str::to_owned);
         if let Some(p) = &parser {
@@ -145,8 +150,9 @@ impl Runtime {
         let (spec, staged_output) = self.worker_spec(&prepared)?;
         let d = prepared.descriptor();
         let step = self.worker_started(prepared.invocation_id(), &d.argv, json!({ "tier": d.tier }))?;
-        let outcome = run_worker(&tier, spec, "the tool");
-        step.finished(outcome.as_ref())?;
+        let (outcome, evidence) =
+            if remote { self.run_remote(&prepared, spec) } else { (run_worker(&tier, spec, "the tool"), None) };
+        step.finished_with(outcome.as_ref(), evidence)?;
         let outcome = outcome?;
         let evidence = self.capture_evidence(manifest, prepared.invocation_id(), &outcome);
 

@@ -50,7 +50,7 @@ impl Runtime {
         let (supported, shape) = match manifest.mcp_spec()? {
             Some(_) => (crate::tier_choice::NATIVE_ONLY, "an [mcp] tool"),
             None if manifest.session_spec().is_some() => (crate::tier_choice::EVERY_TIER, "a [session] tool"),
-            None => (crate::tier_choice::EVERY_TIER, "a [command] tool"),
+            None => (crate::tier_choice::COMMAND_TIERS, "a [command] tool"),
         };
         let pinned = manifest.tool.sandbox.and_then(|s| s.tier);
         let tier = crate::tier_choice::choose(self.config(), start.tier, pinned, supported, shape)?;

@@ -1,0 +1,263 @@
+//! Issue 23: calls of the `cluster` tier run on `airlock worker` processes
+//! reached through a real NATS JetStream server, while the edge keeps file
+//! authority: it alone reads inputs and publishes outputs, and it uses only
+//! receipts signed by pinned worker keys and blobs that hash to what they
+//! say. Every case is the shipping binary on real files, real processes
+//! and real signals.
+
+use crate::clusterkit::{edge, nats, worker_finished, Worker};
+use crate::util::{sha256_hex, Project};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// A tool that waits `secs` seconds, then copies its input to its output.
+fn slow_copy(p: &Project, secs: u32) {
+    p.write(
+        "tools/slowcopy.clad.toml",
+        format!(
+            r#"
+[tool]
+name = "slowcopy"
+version = "1.0.0"
+binary = "sh"
+description = "Wait, then copy one file to a new one"
+timeout_seconds = 30
+
+[args.input]
+position = 1
+required = true
+type = "path"
+description = "file to read"
+
+[args.output]
+position = 2
+required = true
+type = "path"
+description = "file to create"
+
+[command]
+exec = ["sh", "-c", "sleep {secs}; cp \"$1\" \"$2\"", "slowcopy", "{{input}}", "{{output}}"]
+
+[output]
+format = "text"
+
+[filesystem]
+read = ["{{input}}"]
+create = ["{{output}}"]
+"#
+        ),
+    );
+}
+
+/// The payload of a DSSE envelope verified by OpenSSL (a third-party
+/// Ed25519) under the key in `public_key_file`.
+fn openssl_verified(dir: &Path, envelope: &serde_json::Value, public_key_file: &Path) -> serde_json::Value {
+    let file = dir.join("receipt.json");
+    std::fs::write(&file, serde_json::to_vec(envelope).unwrap()).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/verify-attestation.sh");
+    let out = Command::new("bash").arg(&script).arg(&file).arg(public_key_file).output().unwrap();
+    assert!(out.status.success(), "openssl refused the receipt: {out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_cluster_call_runs_on_a_worker_and_is_published_once_at_the_edge_with_a_signed_receipt() {
+    let Some(n) = nats() else { return };
+    let p = edge(&n.url, "");
+    p.write("data/in.txt", "across hosts\n");
+    let w = Worker::start(&n.url, Some(&p));
+    for (i, id) in ["cl-1", "cl-2", "cl-3"].iter().enumerate() {
+        let out = format!("results/out-{i}.txt");
+        let run = p.run(&["run", "copy", "data/in.txt", &out, "--tier", "cluster", "--invocation-id", id]);
+        run.assert_ok();
+        assert_eq!(std::fs::read(p.path(&out)).unwrap(), b"across hosts\n");
+        assert_eq!(run.envelope["created_files"][0]["sha256"], format!("sha256:{}", sha256_hex(b"across hosts\n")));
+        let finished = worker_finished(&p, id);
+        let cluster = &finished["body"]["cluster"];
+        assert_eq!(cluster["worker_key_id"], cluster["receipt"]["signatures"][0]["keyid"], "{finished}");
+        assert_eq!(cluster["tier"], "native");
+        // The same input again is not uploaded again.
+        assert_eq!(cluster["inputs_uploaded"], if i == 0 { 1 } else { 0 }, "{finished}");
+        let receipt = openssl_verified(p.root(), &cluster["receipt"], &w.public_key_file());
+        assert_eq!(receipt["invocation_id"], *id);
+        assert_eq!(receipt["order_sha256"], cluster["order_sha256"]);
+        let ran = &receipt["verdict"]["ran"];
+        assert_eq!(ran["exit"], serde_json::json!({ "Exited": 0 }), "{receipt}");
+        assert_eq!(ran["output"]["sha256"], run.envelope["created_files"][0]["sha256"]);
+        // The worker's receipt is not anyone's: the edge's own key does
+        // not verify it.
+        let file = p.root().join("receipt.json");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/verify-attestation.sh");
+        let wrong = Command::new("bash").arg(&script).arg(&file).arg(p.path(".airlock/journal.pub")).output().unwrap();
+        assert!(!wrong.status.success(), "the edge's key verified the worker's receipt");
+    }
+    // An id is used once, whatever the tier.
+    p.run(&["run", "copy", "data/in.txt", "results/again.txt", "--tier", "cluster", "--invocation-id", "cl-1"])
+        .assert_refused("invocation.duplicate", 77);
+    assert!(!p.path("results/again.txt").exists());
+    p.run(&["journal", "verify"]).assert_ok();
+    let list = p.run(&["workers", "list", "--json"]);
+    list.assert_ok();
+    let workers = list.envelope["content"]["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 1, "{list:#?}");
+    assert_eq!(workers[0]["key_id"], worker_finished(&p, "cl-1")["body"]["cluster"]["worker_key_id"]);
+    assert_eq!(workers[0]["served"]["ran"], 3, "{list:#?}");
+}
+
+#[test]
+fn a_worker_killed_mid_call_is_replaced_and_the_output_is_published_once() {
+    let Some(n) = nats() else { return };
+    let p = edge(&n.url, "queue_seconds = 30\n");
+    slow_copy(&p, 2);
+    p.write("data/in.txt", "survives a dead worker\n");
+    let mut first = Worker::start(&n.url, Some(&p));
+    let call = p
+        .command(&["run", "slowcopy", "data/in.txt", "results/out.txt", "--tier", "cluster", "--invocation-id", "k-1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    first.wait_for("took k-1", Duration::from_secs(10));
+    first.kill();
+    assert!(!p.path("results/out.txt").exists());
+    // Unacknowledged for the ack wait (2 s), the call goes to a new worker.
+    let second = Worker::start(&n.url, Some(&p));
+    let out = call.wait_with_output().unwrap();
+    let envelope: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(envelope["status"], "ok", "{envelope}\nfirst: {}\nsecond: {}", first.log(), second.log());
+    assert_eq!(std::fs::read(p.path("results/out.txt")).unwrap(), b"survives a dead worker\n");
+    second.wait_for("answered k-1: ran", Duration::from_secs(5));
+    let finished = worker_finished(&p, "k-1");
+    let second_key = std::fs::read_to_string(second.dir().join(".airlock/journal.pub")).unwrap();
+    let receipt = openssl_verified(p.root(), &finished["body"]["cluster"]["receipt"], &second.public_key_file());
+    assert_eq!(receipt["worker"]["key_id"], finished["body"]["cluster"]["worker_key_id"], "{second_key}");
+    // Published once: one PublishCommitted-or-equivalent finish, one file.
+    let finishes = p.journal_kinds("k-1").iter().filter(|k| *k == "InvocationFinished").count();
+    assert_eq!(finishes, 1);
+    p.run(&["journal", "verify"]).assert_ok();
+}
+
+#[test]
+fn an_edge_cut_from_the_cluster_refuses_with_a_retryable_code_and_publishes_nothing() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let p = Project::with_config(&format!(
+        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n\
+         [cluster]\nnats = \"nats://127.0.0.1:{port}\"\n"
+    ));
+    p.write("data/in.txt", "x\n");
+    let run = p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster"]);
+    assert_eq!((run.status(), run.reason(), run.code), ("error", "cluster.unavailable", 75), "{run:#?}");
+    assert!(!p.path("results/out.txt").exists());
+    let staged = p.run(&["staging", "status", "--json"]);
+    assert_eq!(staged.envelope["content"]["reserved_snapshots"], 0, "{staged:#?}");
+    // A tier the configuration lacks is refused before anything is read.
+    let local = Project::new();
+    local.write("data/in.txt", "x\n");
+    let run = local.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster"]);
+    assert_eq!(run.reason(), "sandbox.tier_not_allowed", "{run:#?}");
+}
+
+#[test]
+fn with_no_worker_the_call_times_out_and_a_late_worker_refuses_the_expired_order() {
+    let Some(n) = nats() else { return };
+    let p = edge(&n.url, "queue_seconds = 1\n");
+    copy_within(&p, 1);
+    p.write("data/in.txt", "x\n");
+    let run = p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster", "--invocation-id", "late"]);
+    assert_eq!((run.status(), run.reason(), run.code), ("error", "cluster.timeout", 75), "{run:#?}");
+    assert!(!p.path("results/out.txt").exists());
+    let w = Worker::start(&n.url, Some(&p));
+    w.wait_for("answered late: cluster.timeout", Duration::from_secs(10));
+    assert!(!p.path("results/out.txt").exists());
+}
+
+/// The copy tool with a timeout of `secs`: what an edge waits for a
+/// worker is the tool's timeout plus `queue_seconds`.
+fn copy_within(p: &Project, secs: u32) {
+    p.write(
+        "tools/copy.clad.toml",
+        crate::util::COPY_TOOL.replace("[tool]\n", &format!("[tool]\ntimeout_seconds = {secs}\n")),
+    );
+}
+
+#[test]
+fn results_of_an_unpinned_worker_and_orders_of_an_unpinned_edge_are_never_used() {
+    let Some(n) = nats() else { return };
+    let p = edge(&n.url, "queue_seconds = 2\n");
+    copy_within(&p, 2);
+    p.write("data/in.txt", "x\n");
+    // A worker nobody pinned takes the call and answers it: its receipt is
+    // signed, but not by a key the edge trusts.
+    let rogue = Worker::start(&n.url, None);
+    let run = p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster", "--invocation-id", "r-1"]);
+    assert_eq!(run.reason(), "cluster.timeout", "{run:#?}\n{}", rogue.log());
+    assert!(run.envelope["error"]["message"].as_str().unwrap().contains("1 unverifiable results ignored"), "{run:#?}");
+    assert!(!p.path("results/out.txt").exists());
+    drop(rogue);
+    // An edge whose key is not pinned: a pinned worker drops its order.
+    let w = Worker::start(&n.url, Some(&p));
+    let stranger = Project::with_config(&format!(
+        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n\
+         [cluster]\nnats = \"{}\"\nqueue_seconds = 1\n",
+        n.url
+    ));
+    copy_within(&stranger, 2);
+    stranger.write("data/in.txt", "x\n");
+    let run = stranger.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster"]);
+    assert_eq!(run.reason(), "cluster.timeout", "{run:#?}");
+    w.wait_for("dropped a message", Duration::from_secs(5));
+    assert!(w.log().contains("no edge key"), "{}", w.log());
+    assert!(!stranger.path("results/out.txt").exists());
+}
+
+#[test]
+fn a_tampered_input_blob_is_refused_by_the_worker_and_nothing_is_published() {
+    let Some(n) = nats() else { return };
+    let p = edge(&n.url, "");
+    let real = b"the real input\n";
+    p.write("data/in.txt", real);
+    // Someone with access to the store plants other bytes of the same
+    // length under the input's name: the edge finds the name and does not
+    // upload, the worker checks the bytes against the signed order.
+    let fake = b"a forged input\n";
+    assert_eq!(real.len(), fake.len());
+    let name = format!("sha256-{}", sha256_hex(real));
+    let url = n.url.clone();
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async move {
+        let client = async_nats::connect(url).await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        let store = js.get_object_store("airlock_blobs").await.unwrap();
+        store.put(name.as_str(), &mut &fake[..]).await.unwrap();
+    });
+    let w = Worker::start(&n.url, Some(&p));
+    let run = p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster", "--invocation-id", "t-1"]);
+    assert_eq!((run.status(), run.reason()), ("refused", "cluster.refused"), "{run:#?}");
+    assert!(run.envelope["error"]["message"].as_str().unwrap().contains("cluster.blob_mismatch"), "{run:#?}");
+    assert!(!p.path("results/out.txt").exists());
+    w.wait_for("answered t-1: cluster.blob_mismatch", Duration::from_secs(5));
+}
+
+#[test]
+fn a_worker_drains_on_sigterm_and_says_what_it_served() {
+    let Some(n) = nats() else { return };
+    let p = edge(&n.url, "queue_seconds = 30\n");
+    slow_copy(&p, 1);
+    p.write("data/in.txt", "drained\n");
+    let mut w = Worker::start(&n.url, Some(&p));
+    let call = p
+        .command(&["run", "slowcopy", "data/in.txt", "results/out.txt", "--tier", "cluster", "--invocation-id", "d-1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    w.wait_for("took d-1", Duration::from_secs(10));
+    // SIGTERM mid-call: the call in hand finishes and is answered.
+    let status = w.terminate();
+    assert!(status.success(), "{status:?}: {}", w.log());
+    assert!(w.log().contains("answered d-1: ran"), "{}", w.log());
+    let out = call.wait_with_output().unwrap();
+    let envelope: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(envelope["status"], "ok", "{envelope}");
+    assert_eq!(std::fs::read(p.path("results/out.txt")).unwrap(), b"drained\n");
+    let list = p.run(&["workers", "list", "--json"]);
+    assert_eq!(list.envelope["content"]["workers"][0]["state"], "stopped", "{list:#?}");
+}

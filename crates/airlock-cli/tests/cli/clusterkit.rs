@@ -1,0 +1,168 @@
+//! A cluster for tests: a real `nats-server` with JetStream on a free
+//! loopback port, and `airlock worker` processes of the shipping binary,
+//! each with a state directory (and so a key) of its own.
+
+use crate::runkit::wait_until;
+use crate::util::{Project, AIRLOCK};
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A `nats-server -js` that is killed when dropped.
+pub struct Nats {
+    child: Child,
+    /// `nats://127.0.0.1:PORT`.
+    pub url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running NATS server, or `None` (said loudly) where `nats-server` is
+/// not installed and `AIRLOCK_TEST_NATS_REQUIRED` is not set (CI sets it).
+pub fn nats() -> Option<Nats> {
+    let found = Command::new("nats-server").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("AIRLOCK_TEST_NATS_REQUIRED").is_none(),
+            "nats-server is required here (AIRLOCK_TEST_NATS_REQUIRED) and not installed"
+        );
+        eprintln!("SKIPPED: nats-server is not installed (apt-get install nats-server)");
+        return None;
+    }
+    let dir = tempfile::Builder::new().prefix("airlock-nats-").tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = Command::new("nats-server")
+        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start nats-server");
+    let up = wait_until(Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    assert!(up, "nats-server did not listen on {port}");
+    Some(Nats { child, url: format!("nats://127.0.0.1:{port}"), _dir: dir })
+}
+
+/// An edge project: the usual project with `[cluster]` pointing at `url`,
+/// the cluster initialized with its key as an edge's.
+pub fn edge(url: &str, extra: &str) -> Project {
+    let p = Project::with_config(&format!(
+        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n\
+         [cluster]\nnats = \"{url}\"\nack_wait_seconds = 2\n{extra}"
+    ));
+    p.run(&["cluster", "init"]).assert_ok();
+    p
+}
+
+/// An `airlock worker` process (killed when dropped) with its own state
+/// directory; its stderr is kept in a file.
+pub struct Worker {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl Worker {
+    /// Starts a worker of `url` and waits until it serves. With `pin`, its
+    /// key is pinned through `edge` first (its key exists once it has run
+    /// once, so it is made by `airlock journal show`).
+    pub fn start(url: &str, edge: Option<&Project>) -> Worker {
+        let dir = tempfile::Builder::new().prefix("airlock-worker-").tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("airlock.toml"),
+            format!("state_dir = \".airlock\"\n[cluster]\nnats = \"{url}\"\nack_wait_seconds = 2\n"),
+        )
+        .unwrap();
+        let mut w = Worker { child: None, dir };
+        // The state directory and its key, before the worker serves.
+        let made = w.command(&["journal", "show", "--json"]).output().unwrap();
+        assert!(made.status.success(), "{made:?}");
+        if let Some(edge) = edge {
+            edge.run(&["cluster", "trust", "worker", &w.public_key()]).assert_ok();
+        }
+        let log = std::fs::File::create(w.log_path()).unwrap();
+        w.child = Some(w.command(&["worker"]).stdout(Stdio::null()).stderr(log).spawn().unwrap());
+        assert!(
+            wait_until(Duration::from_secs(10), || w.log().contains("serving")),
+            "worker did not serve: {}",
+            w.log()
+        );
+        w
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(AIRLOCK);
+        c.args(args).current_dir(self.dir.path()).env_remove("AIRLOCK_CONFIG").stdin(Stdio::null());
+        c
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("worker.log")
+    }
+
+    /// Its key's text (`ed25519:<hex>`).
+    pub fn public_key(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join(".airlock/journal.pub")).unwrap().trim().to_owned()
+    }
+
+    /// Its public key file.
+    pub fn public_key_file(&self) -> PathBuf {
+        self.dir.path().join(".airlock/journal.pub")
+    }
+
+    /// What it has written on stderr so far.
+    pub fn log(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(self.log_path()) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    /// Waits until its stderr holds `needle`.
+    #[track_caller]
+    pub fn wait_for(&self, needle: &str, bound: Duration) {
+        assert!(wait_until(bound, || self.log().contains(needle)), "worker never said {needle:?}: {}", self.log());
+    }
+
+    /// SIGKILLs it (and so its sandbox, which dies with its parent).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends SIGTERM and waits for it to exit; its exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("running");
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(c.id() as i32).unwrap(),
+            rustix::process::Signal::TERM,
+        )
+        .unwrap();
+        c.wait().unwrap()
+    }
+
+    /// Its directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// The `WorkerFinished` record of invocation `id` at the edge.
+pub fn worker_finished(edge: &Project, id: &str) -> serde_json::Value {
+    edge.journal_records(id).into_iter().find(|r| r["kind"] == "WorkerFinished").expect("WorkerFinished")
+}

@@ -1,0 +1,41 @@
+//! What an operator does to a cluster from the command line: create its
+//! streams and buckets, pin keys, see the workers. Each call connects,
+//! does one thing and disconnects.
+
+use crate::bus::Bus;
+use crate::error::ClusterError;
+use crate::subjects::Role;
+use airlock_journal::PublicKey;
+use std::future::Future;
+
+fn block_on<T>(f: impl Future<Output = Result<T, ClusterError>>) -> Result<T, ClusterError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClusterError::Io(format!("starting the NATS client's runtime: {e}")))?
+        .block_on(f)
+}
+
+/// Creates the streams and buckets (with `replicas` copies each) and pins
+/// `edge` as an edge key.
+pub fn init(url: &str, replicas: usize, edge: &PublicKey) -> Result<(), ClusterError> {
+    block_on(async {
+        let bus = Bus::connect(url, "airlock-admin").await?;
+        bus.ensure(replicas).await?;
+        bus.pin_key(Role::Edge, edge).await
+    })
+}
+
+/// Pins `key` for `role`.
+pub fn trust(url: &str, role: Role, key: &PublicKey) -> Result<(), ClusterError> {
+    block_on(async { Bus::connect(url, "airlock-admin").await?.pin_key(role, key).await })
+}
+
+/// What every worker last reported (JSON objects), newest first.
+pub fn workers(url: &str) -> Result<Vec<serde_json::Value>, ClusterError> {
+    let entries = block_on(async { Bus::connect(url, "airlock-admin").await?.workers().await })?;
+    let mut out: Vec<serde_json::Value> =
+        entries.into_iter().filter_map(|(_, bytes)| serde_json::from_slice(&bytes).ok()).collect();
+    out.sort_by_key(|w| std::cmp::Reverse(w["updated_at_ms"].as_u64().unwrap_or(0)));
+    Ok(out)
+}

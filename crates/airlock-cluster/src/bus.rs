@@ -1,0 +1,263 @@
+//! The cluster as airlock uses it: one NATS connection with JetStream, the
+//! streams and buckets of [`crate::subjects`], blobs moved by hash, and
+//! keys pinned by role.
+
+use crate::error::{unavailable, ClusterError};
+use crate::order::Blob;
+use crate::subjects::{self, Role};
+use airlock_journal::PublicKey;
+use async_nats::jetstream::{self, kv, object_store, stream};
+use sha2::{Digest, Sha256};
+use std::io::{Seek, Write};
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+
+/// How long a call message may wait in the queue at most; an order's own
+/// expiry is shorter.
+const CALLS_MAX_AGE: Duration = Duration::from_secs(3600);
+/// How long receipts are kept.
+const RESULTS_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+/// How long blobs are kept: inputs are uploaded again if gone.
+const BLOBS_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+/// Window in which a second publication of the same invocation id is
+/// dropped by the server.
+const DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
+/// Connecting gives up after this.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection to the cluster.
+#[derive(Clone)]
+pub struct Bus {
+    client: async_nats::Client,
+    js: jetstream::Context,
+}
+
+impl Bus {
+    /// Connects to `url` (a NATS URL, or several separated by commas),
+    /// naming the connection `name` (shown by the server's monitoring).
+    pub async fn connect(url: &str, name: &str) -> Result<Bus, ClusterError> {
+        let client = async_nats::ConnectOptions::new()
+            .name(name)
+            .connection_timeout(CONNECT_TIMEOUT)
+            .connect(url.split(',').map(str::trim).collect::<Vec<_>>())
+            .await
+            .map_err(|e| unavailable(&format!("connecting to {url}"), e))?;
+        let js = jetstream::new(client.clone());
+        Ok(Bus { client, js })
+    }
+
+    /// The core client (subscriptions, plain publications).
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
+    /// The JetStream context.
+    pub fn jetstream(&self) -> &jetstream::Context {
+        &self.js
+    }
+
+    /// Creates what airlock needs on the cluster, each with `replicas`
+    /// copies (3 on a cluster of three: a blob held once stalls workers
+    /// when its node dies), keeping what exists.
+    pub async fn ensure(&self, replicas: usize) -> Result<(), ClusterError> {
+        let replicas = replicas.max(1);
+        let make = |name: &str, subject: &str| stream::Config {
+            name: name.to_owned(),
+            subjects: vec![subject.to_owned()],
+            num_replicas: replicas,
+            ..Default::default()
+        };
+        self.js
+            .get_or_create_stream(stream::Config {
+                retention: stream::RetentionPolicy::WorkQueue,
+                duplicate_window: DUPLICATE_WINDOW,
+                max_age: CALLS_MAX_AGE,
+                ..make(subjects::CALLS_STREAM, "airlock.calls.>")
+            })
+            .await
+            .map_err(|e| unavailable("creating the calls stream", e))?;
+        self.js
+            .get_or_create_stream(stream::Config {
+                max_age: RESULTS_MAX_AGE,
+                duplicate_window: DUPLICATE_WINDOW,
+                ..make(subjects::RESULTS_STREAM, "airlock.results.>")
+            })
+            .await
+            .map_err(|e| unavailable("creating the results stream", e))?;
+        if self.js.get_object_store(subjects::BLOB_BUCKET).await.is_err() {
+            self.js
+                .create_object_store(object_store::Config {
+                    bucket: subjects::BLOB_BUCKET.to_owned(),
+                    max_age: BLOBS_MAX_AGE,
+                    num_replicas: replicas,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| unavailable("creating the blob store", e))?;
+        }
+        for bucket in [subjects::KEY_BUCKET, subjects::WORKER_BUCKET] {
+            self.ensure_kv(bucket, replicas).await?;
+        }
+        Ok(())
+    }
+
+    /// A key-value bucket made as its stream directly: the client's own
+    /// `create_key_value` cannot read the answer of a 2.9 server (Debian
+    /// 12's), so the stream is declared with the settings a KV bucket has.
+    async fn ensure_kv(&self, bucket: &str, replicas: usize) -> Result<(), ClusterError> {
+        self.js
+            .get_or_create_stream(stream::Config {
+                name: format!("KV_{bucket}"),
+                subjects: vec![format!("$KV.{bucket}.>")],
+                max_messages_per_subject: 1,
+                allow_rollup: true,
+                deny_delete: true,
+                allow_direct: true,
+                discard: stream::DiscardPolicy::New,
+                num_replicas: replicas,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| unavailable(&format!("creating the {bucket} bucket"), e))?;
+        Ok(())
+    }
+
+    async fn kv(&self, bucket: &str) -> Result<kv::Store, ClusterError> {
+        self.js
+            .get_key_value(bucket)
+            .await
+            .map_err(|e| unavailable(&format!("opening the {bucket} bucket (has `airlock cluster init` been run?)"), e))
+    }
+
+    async fn blobs(&self) -> Result<object_store::ObjectStore, ClusterError> {
+        self.js
+            .get_object_store(subjects::BLOB_BUCKET)
+            .await
+            .map_err(|e| unavailable("opening the blob store (has `airlock cluster init` been run?)", e))
+    }
+
+    /// Pins `key` for `role`.
+    pub async fn pin_key(&self, role: Role, key: &PublicKey) -> Result<(), ClusterError> {
+        let entry = role.entry(&key.key_id())?;
+        self.kv(subjects::KEY_BUCKET)
+            .await?
+            .put(entry, key.to_text().into())
+            .await
+            .map_err(|e| unavailable("pinning a key", e))?;
+        Ok(())
+    }
+
+    /// The key pinned for `role` under `key_id`; `cluster.untrusted` if none
+    /// is, or the entry's key has another id.
+    pub async fn pinned_key(&self, role: Role, key_id: &str) -> Result<PublicKey, ClusterError> {
+        let entry = role.entry(key_id)?;
+        let value = self
+            .kv(subjects::KEY_BUCKET)
+            .await?
+            .get(&entry)
+            .await
+            .map_err(|e| unavailable("reading the key bucket", e))?
+            .ok_or_else(|| ClusterError::Untrusted(format!("no {} key {key_id} is pinned", role.as_str())))?;
+        let text = std::str::from_utf8(&value).unwrap_or_default();
+        let key = PublicKey::parse(text)
+            .map_err(|e| ClusterError::Untrusted(format!("the pinned {} key {key_id}: {e}", role.as_str())))?;
+        if key.key_id() != key_id {
+            return Err(ClusterError::Untrusted(format!("the key pinned as {entry} has another id")));
+        }
+        Ok(key)
+    }
+
+    /// Uploads `file`'s bytes (read from its start) as `blob` unless a blob
+    /// of that name is stored already; whether it uploaded.
+    pub async fn put_blob(&self, blob: &Blob, file: &std::fs::File) -> Result<bool, ClusterError> {
+        let store = self.blobs().await?;
+        let name = subjects::blob_name(&blob.sha256);
+        if store.info(&name).await.is_ok_and(|info| info.size as u64 == blob.bytes) {
+            return Ok(false);
+        }
+        let mut copy = file.try_clone().map_err(|e| ClusterError::Io(format!("dup: {e}")))?;
+        copy.rewind().map_err(|e| ClusterError::Io(format!("seek: {e}")))?;
+        let mut reader = tokio::fs::File::from_std(copy);
+        store.put(name.as_str(), &mut reader).await.map_err(|e| unavailable("uploading a blob", e))?;
+        Ok(true)
+    }
+
+    /// Uploads `bytes` as a blob; returns its name and size.
+    pub async fn put_bytes(&self, bytes: &[u8]) -> Result<Blob, ClusterError> {
+        let blob = Blob { sha256: airlock_core::sha256_tagged(bytes), bytes: bytes.len() as u64 };
+        let store = self.blobs().await?;
+        let name = subjects::blob_name(&blob.sha256);
+        if !store.info(&name).await.is_ok_and(|info| info.size as u64 == blob.bytes) {
+            store.put(name.as_str(), &mut &*bytes).await.map_err(|e| unavailable("uploading a blob", e))?;
+        }
+        Ok(blob)
+    }
+
+    /// Writes `blob`'s bytes into `out` (at its current offset), refusing
+    /// (`cluster.blob_mismatch`) bytes past its size or that do not hash to
+    /// its name; what was written before a refusal is not to be used.
+    pub async fn fetch_blob(&self, blob: &Blob, out: &mut impl Write) -> Result<(), ClusterError> {
+        let store = self.blobs().await?;
+        let name = subjects::blob_name(&blob.sha256);
+        let mut object = store.get(&name).await.map_err(|e| match e.kind() {
+            object_store::GetErrorKind::NotFound => {
+                ClusterError::BlobMismatch(format!("blob {} is not in the store", blob.sha256))
+            }
+            _ => unavailable("fetching a blob", e),
+        })?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 128 << 10];
+        let mut total = 0u64;
+        loop {
+            let n = object.read(&mut buf).await.map_err(|e| unavailable("fetching a blob", e))?;
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+            if total > blob.bytes {
+                return Err(ClusterError::BlobMismatch(format!(
+                    "blob {} holds more than its {} bytes",
+                    blob.sha256, blob.bytes
+                )));
+            }
+            hasher.update(&buf[..n]);
+            out.write_all(&buf[..n]).map_err(|e| ClusterError::Io(format!("writing a fetched blob: {e}")))?;
+        }
+        let got = format!("sha256:{}", hex::encode(hasher.finalize()));
+        if total != blob.bytes || got != blob.sha256 {
+            return Err(ClusterError::BlobMismatch(format!(
+                "blob {} holds {total} bytes hashing to {got}, not its {} bytes",
+                blob.sha256, blob.bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Sets `entry` of the worker bucket to `value`.
+    pub async fn report_worker(&self, entry: &str, value: Vec<u8>) -> Result<(), ClusterError> {
+        self.kv(subjects::WORKER_BUCKET)
+            .await?
+            .put(entry, value.into())
+            .await
+            .map_err(|e| unavailable("reporting to the worker bucket", e))?;
+        Ok(())
+    }
+
+    /// Every entry of the worker bucket.
+    pub async fn workers(&self) -> Result<Vec<(String, Vec<u8>)>, ClusterError> {
+        use futures_util::StreamExt as _;
+        let store = self.kv(subjects::WORKER_BUCKET).await?;
+        let mut keys = store.keys().await.map_err(|e| unavailable("listing workers", e))?;
+        let mut names = Vec::new();
+        while let Some(k) = keys.next().await {
+            names.push(k.map_err(|e| unavailable("listing workers", e))?);
+        }
+        let mut out = Vec::new();
+        for name in names {
+            if let Some(v) = store.get(&name).await.map_err(|e| unavailable("reading a worker", e))? {
+                out.push((name, v.to_vec()));
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,232 @@
+//! The edge's half of a call across hosts: upload the inputs by hash,
+//! publish the signed order once, wait for a receipt signed by a pinned
+//! worker key, and take the worker's streams and output only as blobs that
+//! hash to what the receipt says. The caller (airlock's runtime) then
+//! judges and publishes the output exactly as for a local run.
+
+use crate::bus::Bus;
+use crate::error::{unavailable, ClusterError};
+use crate::order::{now_ms, Blob, Order, ORDER_TYPE};
+use crate::receipt::{Ran, Receipt, Verdict, RECEIPT_TYPE, RECEIPT_VERSION};
+use crate::signed::{seal, Unverified};
+use crate::subjects::{self, Role};
+use airlock_journal::{DsseEnvelope, JournalKey};
+use airlock_sandbox::WorkerOutcome;
+use futures_util::StreamExt as _;
+use std::fs::File;
+use std::time::{Duration, Instant};
+
+/// Where an edge sends calls, and how long it waits.
+#[derive(Debug, Clone)]
+pub struct EdgeSettings {
+    /// The cluster's NATS URL(s).
+    pub url: String,
+    /// The worker tier calls are for.
+    pub tier: String,
+    /// The pool of workers calls are for.
+    pub pool: String,
+    /// How long a call may wait for a free worker, on top of its own
+    /// timeout.
+    pub queue: Duration,
+}
+
+/// One call to send: its order (without its times, which are set when it
+/// is signed) and the edge's files.
+pub struct RemoteCall<'a> {
+    /// The order; `issued_at_ms` and `expires_at_ms` are set here.
+    pub order: Order,
+    /// The inputs' snapshots, in the order's input order.
+    pub inputs: Vec<File>,
+    /// Where a file output's bytes go (an empty staged file).
+    pub output: Option<&'a File>,
+    /// Where a stdout output's bytes go (an empty staged file).
+    pub stdout_sink: Option<&'a File>,
+}
+
+/// What came back.
+#[derive(Debug)]
+pub struct RemoteOutcome {
+    /// The run as a local run would report it.
+    pub outcome: WorkerOutcome,
+    /// The worker's receipt, verified.
+    pub receipt: Receipt,
+    /// The receipt's envelope, for the journal.
+    pub envelope: DsseEnvelope,
+    /// The order's envelope, for the journal.
+    pub order: DsseEnvelope,
+    /// Inputs uploaded, and inputs the store held already.
+    pub uploaded: usize,
+    /// Inputs the store held already.
+    pub reused: usize,
+    /// Results on the call's subject that did not verify and were ignored.
+    pub ignored: usize,
+    /// From the first byte sent to the verified outcome.
+    pub elapsed: Duration,
+}
+
+/// Sends `call` to the cluster and waits for its verified outcome.
+pub fn run(settings: &EdgeSettings, key: &JournalKey, call: RemoteCall<'_>) -> Result<RemoteOutcome, ClusterError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClusterError::Io(format!("starting the NATS client's runtime: {e}")))?;
+    rt.block_on(run_async(settings, key, call))
+}
+
+async fn run_async(
+    settings: &EdgeSettings,
+    key: &JournalKey,
+    call: RemoteCall<'_>,
+) -> Result<RemoteOutcome, ClusterError> {
+    let began = Instant::now();
+    let RemoteCall { mut order, inputs, output, stdout_sink } = call;
+    subjects::check_token("tier", &settings.tier)?;
+    subjects::check_token("pool", &settings.pool)?;
+    let bus = Bus::connect(&settings.url, "airlock-edge").await?;
+    let (mut uploaded, mut reused) = (0, 0);
+    for (input, file) in order.run.inputs.iter().zip(&inputs) {
+        if bus.put_blob(&input.blob, file).await? {
+            uploaded += 1;
+        } else {
+            reused += 1;
+        }
+    }
+    let wait = Duration::from_millis(order.run.timeout_ms) + settings.queue;
+    order.tier.clone_from(&settings.tier);
+    order.pool.clone_from(&settings.pool);
+    order.issued_at_ms = now_ms();
+    order.expires_at_ms =
+        order.issued_at_ms.saturating_add(u64::try_from(settings.queue.as_millis()).unwrap_or(u64::MAX));
+    order.check()?;
+    let (envelope, order_sha256) = seal(key, ORDER_TYPE, &order);
+    let body = serde_json::to_vec(&envelope).map_err(|e| ClusterError::Protocol(e.to_string()))?;
+
+    // Subscribed before the order goes out, so no receipt can be missed.
+    let results = subjects::results_subject(&order.invocation_id);
+    let mut replies = bus.client().subscribe(results).await.map_err(|e| unavailable("subscribing to results", e))?;
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert("Nats-Msg-Id", order.invocation_id.as_str());
+    bus.jetstream()
+        .publish_with_headers(subjects::calls_subject(&order.tier, &order.pool), headers, body.into())
+        .await
+        .map_err(|e| unavailable("publishing the call", e))?
+        .await
+        .map_err(|e| unavailable("publishing the call (no acknowledgement)", e))?;
+
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut ignored = 0;
+    loop {
+        let message = match tokio::time::timeout_at(deadline, replies.next()).await {
+            Ok(Some(m)) => m,
+            Ok(None) => return Err(ClusterError::Unavailable("the connection closed while waiting".into())),
+            Err(_) => {
+                return Err(ClusterError::Timeout(format!(
+                    "no worker of tier {:?} in pool {:?} answered within {} s{}",
+                    order.tier,
+                    order.pool,
+                    wait.as_secs(),
+                    if ignored > 0 { format!(" ({ignored} unverifiable results ignored)") } else { String::new() }
+                )))
+            }
+        };
+        match verify_receipt(&bus, &message.payload, &order, &order_sha256).await {
+            Ok((receipt, receipt_envelope)) => {
+                let outcome = match &receipt.verdict {
+                    Verdict::Refused(r) => {
+                        return Err(ClusterError::Refused { code: r.code.clone(), message: r.message.clone() })
+                    }
+                    Verdict::Ran(ran) => take_outcome(&bus, ran, &order, output, stdout_sink).await?,
+                };
+                return Ok(RemoteOutcome {
+                    outcome,
+                    receipt,
+                    envelope: receipt_envelope,
+                    order: envelope,
+                    uploaded,
+                    reused,
+                    ignored,
+                    elapsed: began.elapsed(),
+                });
+            }
+            // A result that does not verify is never used; the real one may
+            // still come.
+            Err(e) => {
+                tracing::warn!(invocation_id = %order.invocation_id, error = %e, "ignored a result that does not verify");
+                ignored += 1;
+            }
+        }
+    }
+}
+
+/// The receipt in `bytes`, if a pinned worker key signed it and it answers
+/// this very order.
+async fn verify_receipt(
+    bus: &Bus,
+    bytes: &[u8],
+    order: &Order,
+    order_sha256: &str,
+) -> Result<(Receipt, DsseEnvelope), ClusterError> {
+    let unverified = Unverified::parse(bytes)?;
+    let key = bus.pinned_key(Role::Worker, unverified.key_id()?).await?;
+    let (receipt, _, envelope): (Receipt, _, _) = unverified.open(&key, RECEIPT_TYPE)?;
+    if receipt.version != RECEIPT_VERSION
+        || receipt.invocation_id != order.invocation_id
+        || receipt.order_sha256 != order_sha256
+        || receipt.descriptor_sha256 != order.descriptor_sha256
+        || receipt.worker.key_id != key.key_id()
+    {
+        return Err(ClusterError::Untrusted(format!(
+            "a receipt signed by {} does not answer order {order_sha256}",
+            key.key_id()
+        )));
+    }
+    Ok((receipt, envelope))
+}
+
+/// The worker's run as a local [`WorkerOutcome`], with its output's bytes
+/// in `output` (or `stdout_sink`), each blob checked against the receipt
+/// and the order's bounds.
+async fn take_outcome(
+    bus: &Bus,
+    ran: &Ran,
+    order: &Order,
+    output: Option<&File>,
+    stdout_sink: Option<&File>,
+) -> Result<WorkerOutcome, ClusterError> {
+    let within = |blob: &Blob, limit: u64, what: &str| {
+        if blob.bytes > limit {
+            Err(ClusterError::BlobMismatch(format!("the receipt's {what} is {} bytes, over its {limit}", blob.bytes)))
+        } else {
+            Ok(())
+        }
+    };
+    within(&ran.stdout, order.run.stdout_limit.max(airlock_sandbox::STDOUT_TAIL as u64), "stdout")?;
+    within(&ran.stderr, order.run.stderr_limit, "stderr")?;
+    let mut stdout = Vec::new();
+    bus.fetch_blob(&ran.stdout, &mut stdout).await?;
+    let mut stderr = Vec::new();
+    bus.fetch_blob(&ran.stderr, &mut stderr).await?;
+    match (&order.run.output, &ran.output) {
+        (_, None) => {}
+        (Some(o), Some(blob)) => {
+            // One byte over the bound is how a local export reports it.
+            within(blob, o.max_bytes, "output")?;
+            let target = if o.from_stdout { stdout_sink } else { output };
+            let mut file = target.ok_or_else(|| ClusterError::Protocol("no staged file for the output".into()))?;
+            bus.fetch_blob(blob, &mut file).await?;
+        }
+        (None, Some(_)) => return Err(ClusterError::Protocol("a receipt with an output the order has none of".into())),
+    }
+    Ok(WorkerOutcome {
+        exit: ran.exit,
+        timed_out: ran.timed_out,
+        stdout,
+        stdout_truncated: ran.stdout_truncated,
+        stderr,
+        stderr_truncated: ran.stderr_truncated,
+        output: ran.output_export.clone(),
+        cleanup_confirmed: ran.cleanup_confirmed,
+        cgroup_limits_applied: ran.limits.cgroup_limits_applied,
+        limits: ran.limits.clone(),
+    })
+}

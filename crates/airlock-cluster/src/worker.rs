@@ -1,0 +1,473 @@
+//! `airlock worker`: pulls calls of one tier and pool from the shared work
+//! queue, verifies each, runs it on the local tier exactly as a local call,
+//! and answers with a signed receipt. A worker holds no ceiling and opens no
+//! host file of the edge: what it runs is what the order's blobs hold, and
+//! what it returns is only blobs and a receipt the edge checks.
+
+use crate::bus::Bus;
+use crate::error::{unavailable, ClusterError};
+use crate::order::{now_ms, Blob, Order, ORDER_TYPE};
+use crate::receipt::{Ran, Receipt, Refused, Timings, Verdict, WorkerIdentity, RECEIPT_TYPE, RECEIPT_VERSION};
+use crate::signed::{seal, Unverified};
+use crate::subjects::{self, Role};
+use airlock_core::HasReason;
+use airlock_journal::JournalKey;
+use airlock_sandbox::{
+    AnyTier, ImageMount, SandboxError, StagedInput, StagedOutput, Tier as _, Worker as _, WorkerOutcome, WorkerSpec,
+};
+use async_nats::jetstream::{self, consumer::pull, AckKind};
+use futures_util::StreamExt as _;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::runtime::Runtime;
+
+/// How long one pull waits for a call before the worker looks at its stop
+/// flag and reports again.
+const PULL_WAIT: Duration = Duration::from_secs(1);
+/// How often an idle worker reports its state.
+const REPORT_EVERY: Duration = Duration::from_secs(5);
+/// How often a running call tells the server it is still in progress.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// What a worker serves, and where it keeps a call's files.
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    /// The cluster's NATS URL(s).
+    pub url: String,
+    /// The tier it runs (its `[sandbox]` tier's name).
+    pub tier: String,
+    /// The pool it serves.
+    pub pool: String,
+    /// Unacknowledged this long (the worker died), a call goes to another
+    /// worker; a running call keeps it from expiring.
+    pub ack_wait: Duration,
+    /// Its host name, for receipts and `airlock workers list`.
+    pub host: String,
+    /// A private directory for each call's inputs and output while it runs.
+    pub scratch: PathBuf,
+    /// The image its workers see.
+    pub image: Vec<ImageMount>,
+}
+
+/// What a worker reports as it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Connected and pulling.
+    Serving {
+        /// Its key id.
+        key_id: String,
+    },
+    /// Took a call.
+    Took {
+        /// The call.
+        invocation_id: String,
+    },
+    /// Answered a call (`ran`, or a refusal's code), after `ms`.
+    Answered {
+        /// The call.
+        invocation_id: String,
+        /// `ran` or the refusal's code.
+        verdict: String,
+        /// From taking it to its receipt.
+        ms: u64,
+    },
+    /// A message that is not a verifiable order was dropped.
+    Dropped {
+        /// Why.
+        reason: String,
+    },
+    /// The stop flag was seen: no more pulls.
+    Draining,
+}
+
+/// Totals of one [`serve`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Served {
+    /// Calls that ran.
+    pub ran: u64,
+    /// Calls refused with a signed receipt.
+    pub refused: u64,
+    /// Messages dropped unanswered (not verifiable orders).
+    pub dropped: u64,
+}
+
+/// The state a worker reports in the worker bucket.
+#[derive(Debug, Serialize)]
+struct Report<'a> {
+    key_id: &'a str,
+    tier: &'a str,
+    pool: &'a str,
+    host: &'a str,
+    pid: u32,
+    state: &'a str,
+    served: Served,
+    updated_at_ms: u64,
+}
+
+/// Serves calls until `stop` is set (then finishes the call it holds and
+/// returns), signing receipts with `key` and running calls on `tier`.
+pub fn serve(
+    settings: &WorkerSettings,
+    key: &JournalKey,
+    tier: &AnyTier,
+    stop: &AtomicBool,
+    on_event: &mut dyn FnMut(&Event),
+) -> Result<Served, ClusterError> {
+    subjects::check_token("tier", &settings.tier)?;
+    subjects::check_token("pool", &settings.pool)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClusterError::Io(format!("starting the NATS client's runtime: {e}")))?;
+    remove_dead_calls(&settings.scratch);
+    let bus = rt.block_on(Bus::connect(&settings.url, &format!("airlock-worker {}", settings.host)))?;
+    let consumer = rt.block_on(consumer(&bus, settings))?;
+    let server = Server { settings, key, tier, bus, rt };
+    on_event(&Event::Serving { key_id: key.key_id() });
+    let mut served = Served::default();
+    let mut reported = None::<Instant>;
+    while !stop.load(Ordering::SeqCst) {
+        if reported.is_none_or(|t| t.elapsed() >= REPORT_EVERY) {
+            server.report("idle", served);
+            reported = Some(Instant::now());
+        }
+        let batch = server.rt.block_on(async {
+            let mut batch = consumer
+                .fetch()
+                .max_messages(1)
+                .expires(PULL_WAIT)
+                .messages()
+                .await
+                .map_err(|e| unavailable("pulling a call", e))?;
+            let mut got = Vec::new();
+            while let Some(m) = batch.next().await {
+                got.push(m.map_err(|e| unavailable("pulling a call", e))?);
+            }
+            Ok::<_, ClusterError>(got)
+        });
+        let batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                // The cluster may be electing a leader: try again shortly.
+                tracing::warn!(error = %e, "pull failed");
+                std::thread::sleep(PULL_WAIT);
+                continue;
+            }
+        };
+        for message in batch {
+            server.report("busy", served);
+            server.handle(message, &mut served, on_event);
+            server.report("idle", served);
+            reported = Some(Instant::now());
+        }
+    }
+    on_event(&Event::Draining);
+    server.report("stopped", served);
+    Ok(served)
+}
+
+async fn consumer(bus: &Bus, settings: &WorkerSettings) -> Result<jetstream::consumer::PullConsumer, ClusterError> {
+    let stream = bus
+        .jetstream()
+        .get_stream(subjects::CALLS_STREAM)
+        .await
+        .map_err(|e| unavailable("opening the calls stream (has `airlock cluster init` been run?)", e))?;
+    let name = subjects::consumer_name(&settings.tier, &settings.pool);
+    stream
+        .get_or_create_consumer(
+            &name,
+            pull::Config {
+                durable_name: Some(name.clone()),
+                filter_subject: subjects::calls_subject(&settings.tier, &settings.pool),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ack_wait: settings.ack_wait,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| unavailable("creating the workers' consumer", e))
+}
+
+struct Server<'a> {
+    settings: &'a WorkerSettings,
+    key: &'a JournalKey,
+    tier: &'a AnyTier,
+    bus: Bus,
+    rt: Runtime,
+}
+
+impl Server<'_> {
+    fn report(&self, state: &str, served: Served) {
+        let key_id = self.key.key_id();
+        let report = Report {
+            key_id: &key_id,
+            tier: &self.settings.tier,
+            pool: &self.settings.pool,
+            host: &self.settings.host,
+            pid: std::process::id(),
+            state,
+            served,
+            updated_at_ms: now_ms(),
+        };
+        let entry = key_id.trim_start_matches("sha256:").to_owned();
+        let value = serde_json::to_vec(&report).unwrap_or_default();
+        if let Err(e) = self.rt.block_on(self.bus.report_worker(&entry, value)) {
+            tracing::warn!(error = %e, "could not report the worker's state");
+        }
+    }
+
+    /// Verifies, runs and answers one message; acknowledges it once its
+    /// receipt is stored (or drops it if it is no verifiable order).
+    fn handle(&self, message: jetstream::Message, served: &mut Served, on_event: &mut dyn FnMut(&Event)) {
+        let taken = Instant::now();
+        let started_at_ms = now_ms();
+        let (order, order_sha256) = match self.rt.block_on(self.verify(&message.payload)) {
+            Ok(v) => v,
+            Err(e) => {
+                // Nobody can be answered for a message that is not a
+                // verifiable order: it is removed, never redelivered.
+                served.dropped += 1;
+                on_event(&Event::Dropped { reason: e.to_string() });
+                let _ = self.rt.block_on(message.ack_with(AckKind::Term));
+                return;
+            }
+        };
+        on_event(&Event::Took { invocation_id: order.invocation_id.clone() });
+        let verdict = match self.run(&order, &message) {
+            Ok(ran) => {
+                served.ran += 1;
+                Verdict::Ran(Box::new(ran))
+            }
+            Err(e) => {
+                served.refused += 1;
+                Verdict::Refused(Refused { code: e.reason().as_str().to_owned(), message: e.to_string() })
+            }
+        };
+        let answered = match &verdict {
+            Verdict::Ran(_) => "ran".to_owned(),
+            Verdict::Refused(r) => r.code.clone(),
+        };
+        let receipt = Receipt {
+            version: RECEIPT_VERSION,
+            invocation_id: order.invocation_id.clone(),
+            order_sha256,
+            descriptor_sha256: order.descriptor_sha256.clone(),
+            worker: WorkerIdentity {
+                key_id: self.key.key_id(),
+                tier: self.settings.tier.clone(),
+                pool: self.settings.pool.clone(),
+                host: self.settings.host.clone(),
+            },
+            started_at_ms,
+            finished_at_ms: now_ms(),
+            verdict,
+        };
+        let (envelope, _) = seal(self.key, RECEIPT_TYPE, &receipt);
+        let published = self.rt.block_on(async {
+            let body = serde_json::to_vec(&envelope).map_err(|e| ClusterError::Protocol(e.to_string()))?;
+            self.bus
+                .jetstream()
+                .publish(subjects::results_subject(&order.invocation_id), body.into())
+                .await
+                .map_err(|e| unavailable("publishing a receipt", e))?
+                .await
+                .map_err(|e| unavailable("publishing a receipt (no acknowledgement)", e))?;
+            message.double_ack().await.map_err(|e| unavailable("acknowledging a call", e))
+        });
+        if let Err(e) = published {
+            // Not acknowledged: the call goes to a worker again after the
+            // ack wait; the edge takes the first receipt it can verify.
+            tracing::warn!(invocation_id = %order.invocation_id, error = %e, "receipt not delivered");
+        }
+        let ms = u64::try_from(taken.elapsed().as_millis()).unwrap_or(u64::MAX);
+        on_event(&Event::Answered { invocation_id: order.invocation_id, verdict: answered, ms });
+    }
+
+    /// The order in `bytes`, if a pinned edge key signed it, it is well
+    /// formed, for this worker's tier and pool, and not expired.
+    async fn verify(&self, bytes: &[u8]) -> Result<(Order, String), ClusterError> {
+        let unverified = Unverified::parse(bytes)?;
+        let key = self.bus.pinned_key(Role::Edge, unverified.key_id()?).await?;
+        let (order, digest, _): (Order, _, _) = unverified.open(&key, ORDER_TYPE)?;
+        order.check()?;
+        Ok((order, digest))
+    }
+
+    /// Runs a verified order: fetches its inputs, runs it on the tier while
+    /// telling the server it is in progress, and uploads what came of it.
+    fn run(&self, order: &Order, message: &jetstream::Message) -> Result<Ran, ClusterError> {
+        if order.tier != self.settings.tier || order.pool != self.settings.pool {
+            return Err(ClusterError::Refused {
+                code: "cluster.refused".into(),
+                message: format!(
+                    "the order is for {}/{}, this worker serves {}/{}",
+                    order.tier, order.pool, self.settings.tier, self.settings.pool
+                ),
+            });
+        }
+        if now_ms() > order.expires_at_ms {
+            return Err(ClusterError::Timeout(format!(
+                "the order expired {} ms ago: its edge has stopped waiting",
+                now_ms() - order.expires_at_ms
+            )));
+        }
+        let fetch = Instant::now();
+        let call_dir = tempfile::Builder::new()
+            .prefix(&format!("call-{}-", std::process::id()))
+            .tempdir_in(&self.settings.scratch)
+            .map_err(|e| ClusterError::Io(format!("a call directory in {}: {e}", self.settings.scratch.display())))?;
+        let mut inputs = Vec::with_capacity(order.run.inputs.len());
+        for (i, input) in order.run.inputs.iter().enumerate() {
+            let path = call_dir.path().join(format!("input-{i}"));
+            let mut file = create(&path)?;
+            self.rt.block_on(self.bus.fetch_blob(&input.blob, &mut file))?;
+            let file = File::open(&path).map_err(|e| ClusterError::Io(format!("reopening an input: {e}")))?;
+            inputs.push(StagedInput { virtual_path: input.virtual_path.clone(), file, held: false });
+        }
+        let out_path = call_dir.path().join("output");
+        let (output, stdout_sink, out_file) = match &order.run.output {
+            None => (None, None, None),
+            Some(o) => {
+                let file = create(&out_path)?;
+                let dup = file.try_clone().map_err(|e| ClusterError::Io(format!("dup: {e}")))?;
+                if o.from_stdout {
+                    (None, Some(dup), Some(file))
+                } else {
+                    let staged =
+                        StagedOutput { virtual_path: o.virtual_path.clone(), file: dup, max_bytes: o.max_bytes };
+                    (Some(staged), None, Some(file))
+                }
+            }
+        };
+        let spec = WorkerSpec {
+            argv: order.run.argv.clone(),
+            env: order.run.env.clone(),
+            working_dir: order.run.working_dir.clone(),
+            inputs,
+            output,
+            image: self.settings.image.clone(),
+            limits: order.run.limits.clone(),
+            timeout: Duration::from_millis(order.run.timeout_ms),
+            stdout_limit: usize::try_from(order.run.stdout_limit).unwrap_or(usize::MAX),
+            stdout_sink,
+            stderr_limit: usize::try_from(order.run.stderr_limit).unwrap_or(usize::MAX),
+            fs_socket: None,
+            provided: Vec::new(),
+            call_id: Some(order.invocation_id.clone()),
+        };
+        let fetch_ms = elapsed_ms(fetch);
+        let run = Instant::now();
+        let outcome = self.run_with_progress(spec, message).map_err(|e| ClusterError::Refused {
+            code: airlock_sandbox_code(&e),
+            message: format!("the worker's sandbox: {e}"),
+        })?;
+        let run_ms = elapsed_ms(run);
+        let upload = Instant::now();
+        let stdout = self.rt.block_on(self.bus.put_bytes(&outcome.stdout))?;
+        let stderr = self.rt.block_on(self.bus.put_bytes(&outcome.stderr))?;
+        let exported = match (&order.run.output, &outcome.output) {
+            (Some(o), _) if o.from_stdout => true,
+            (Some(_), Some(export)) => export.exported(),
+            _ => false,
+        };
+        let output = match out_file.filter(|_| exported) {
+            Some(file) => {
+                let blob = hash_file(&file)?;
+                self.rt.block_on(self.bus.put_blob(&blob, &file))?;
+                Some(blob)
+            }
+            None => None,
+        };
+        Ok(Ran {
+            exit: outcome.exit,
+            timed_out: outcome.timed_out,
+            stdout,
+            stdout_truncated: outcome.stdout_truncated,
+            stderr,
+            stderr_truncated: outcome.stderr_truncated,
+            output_export: outcome.output,
+            output,
+            cleanup_confirmed: outcome.cleanup_confirmed,
+            limits: outcome.limits,
+            timings: Timings { fetch_ms, run_ms, upload_ms: elapsed_ms(upload) },
+        })
+    }
+
+    /// Runs `spec` on the tier on a thread of its own while this one tells
+    /// the server, a few times a second, that the call is in progress (so a
+    /// long call is not given to another worker, and a dead worker's is).
+    fn run_with_progress(&self, spec: WorkerSpec, message: &jetstream::Message) -> Result<WorkerOutcome, SandboxError> {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            let runner = s.spawn(move || {
+                let outcome = self.tier.start(spec).and_then(|w| w.wait());
+                let _ = done.send(());
+                outcome
+            });
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(PROGRESS_EVERY) {
+                let _ = self.rt.block_on(message.ack_with(AckKind::Progress));
+            }
+            runner.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
+    }
+}
+
+/// Removes the call directories (`call-PID-…`) of workers that are gone
+/// (killed mid-call): best effort, logged.
+fn remove_dead_calls(scratch: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(scratch) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = name.to_str().and_then(|n| n.strip_prefix("call-")).and_then(|n| n.split('-').next());
+        let alive = pid.is_some_and(|pid| std::path::Path::new("/proc").join(pid).exists());
+        if pid.is_some() && !alive {
+            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                tracing::warn!(dir = %entry.path().display(), error = %e, "could not remove a dead call's directory");
+            }
+        }
+    }
+}
+
+/// The reason code of a sandbox failure, as text for a receipt.
+fn airlock_sandbox_code(e: &SandboxError) -> String {
+    e.kind().as_str().to_owned()
+}
+
+fn elapsed_ms(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A new private file (`0600`, never an existing one).
+fn create(path: &std::path::Path) -> Result<File, ClusterError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| ClusterError::Io(format!("creating {}: {e}", path.display())))
+}
+
+/// `file`'s SHA-256 and length, read from its start.
+fn hash_file(file: &File) -> Result<Blob, ClusterError> {
+    let mut f = file.try_clone().map_err(|e| ClusterError::Io(format!("dup: {e}")))?;
+    f.rewind().map_err(|e| ClusterError::Io(format!("seek: {e}")))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 128 << 10];
+    let mut bytes = 0u64;
+    loop {
+        let n = f.read(&mut buf).map_err(|e| ClusterError::Io(format!("reading the output: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        bytes += n as u64;
+        hasher.update(&buf[..n]);
+    }
+    Ok(Blob { sha256: format!("sha256:{}", hex::encode(hasher.finalize())), bytes })
+}

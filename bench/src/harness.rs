@@ -29,6 +29,9 @@ pub enum Target {
     /// airlock's p50 must be at most this (an absolute goal, such as issue
     /// 22's 0.1 ms for a broker read); the baseline is printed for scale.
     P50AtMost(Duration),
+    /// airlock's p50 may exceed the baseline's by at most this (issue 23:
+    /// what the cluster adds to a local call).
+    P50AddsAtMost(Duration),
     /// No target: the row is printed for scale (a peer, an unconfined
     /// command), with neither MET nor MISSED.
     ForScale,
@@ -65,6 +68,7 @@ impl Report {
             Target::TimeRatioAtMost(max) => self.ratio() <= max,
             Target::P99Under(limit) => self.candidate.p99 < limit && self.baseline.p99 < limit,
             Target::P50AtMost(limit) => self.candidate.p50 <= limit,
+            Target::P50AddsAtMost(limit) => self.candidate.p50.saturating_sub(self.baseline.p50) <= limit,
             Target::ForScale => true,
         }
     }
@@ -80,6 +84,11 @@ impl fmt::Display for Report {
             Target::TimeRatioAtMost(max) => format!("target ratio <= {max:.3}"),
             Target::P99Under(limit) => format!("target p99 < {:.3} ms", ms(limit)),
             Target::P50AtMost(limit) => format!("target airlock p50 <= {:.3} ms", ms(limit)),
+            Target::P50AddsAtMost(limit) => format!(
+                "adds {:.3} ms, target adds <= {:.3} ms",
+                ms(self.candidate.p50.saturating_sub(self.baseline.p50)),
+                ms(limit)
+            ),
             Target::ForScale => "for scale, no target".into(),
         };
         let verdict = match self.target {

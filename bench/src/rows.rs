@@ -73,6 +73,10 @@ pub const ALL: &[Row] = &[
         run: Run::One(crate::session_rows::interaction_over_mcp_vs_bare_pty),
     },
     Row {
+        name: "cluster: airlock run via NATS + worker vs local",
+        run: Run::One(crate::cluster_rows::cluster_vs_local),
+    },
+    Row {
         name: "tier microvm: airlock run vs bare qemu boot",
         run: Run::One(crate::microvm_rows::microvm_vs_bare_qemu),
     },

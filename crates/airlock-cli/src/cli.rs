@@ -426,6 +426,21 @@ pub enum JournalCommand {
         /// default: every segment in the state dir, as one chain.
         #[arg(long, value_name = "FILE")]
         journal: Option<PathBuf>,
+        /// Also compare every kept record with the cluster's journal stream
+        /// (`[cluster]`): a record the stream holds that is missing here or
+        /// differs is `journal.stream_mismatch`.
+        #[arg(long, conflicts_with = "journal")]
+        against_stream: bool,
+        /// The cluster's NATS URL(s) for --against-stream (default: `[cluster] nats`).
+        #[arg(long, value_name = "URL", requires = "against_stream")]
+        nats: Option<String>,
+    },
+    /// Append the records the cluster's journal stream lacks (each call does
+    /// this when `[cluster] journal` is not "off").
+    Push {
+        /// The cluster's NATS URL(s) (default: `[cluster] nats`).
+        #[arg(long, value_name = "URL")]
+        nats: Option<String>,
     },
     /// Print the journal, one record a line on a terminal (else one envelope holding every record).
     Show {

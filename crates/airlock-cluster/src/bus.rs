@@ -36,9 +36,14 @@ impl Bus {
     /// Connects to `url` (a NATS URL, or several separated by commas),
     /// naming the connection `name` (shown by the server's monitoring).
     pub async fn connect(url: &str, name: &str) -> Result<Bus, ClusterError> {
+        Bus::connect_within(url, name, CONNECT_TIMEOUT).await
+    }
+
+    /// [`Bus::connect`], giving up after `timeout`.
+    pub async fn connect_within(url: &str, name: &str, timeout: Duration) -> Result<Bus, ClusterError> {
         let client = async_nats::ConnectOptions::new()
             .name(name)
-            .connection_timeout(CONNECT_TIMEOUT)
+            .connection_timeout(timeout)
             .connect(url.split(',').map(str::trim).collect::<Vec<_>>())
             .await
             .map_err(|e| unavailable(&format!("connecting to {url}"), e))?;
@@ -95,6 +100,10 @@ impl Bus {
                 .await
                 .map_err(|e| unavailable("creating the blob store", e))?;
         }
+        self.js
+            .get_or_create_stream(crate::journal_stream::stream_config(replicas))
+            .await
+            .map_err(|e| unavailable("creating the journal stream", e))?;
         for bucket in [subjects::KEY_BUCKET, subjects::WORKER_BUCKET] {
             self.ensure_kv(bucket, replicas).await?;
         }

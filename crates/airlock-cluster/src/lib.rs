@@ -20,6 +20,7 @@ pub mod admin;
 pub mod bus;
 pub mod edge;
 pub mod error;
+pub mod journal_stream;
 pub mod order;
 pub mod receipt;
 pub mod signed;

@@ -23,6 +23,22 @@ pub struct ClusterConfig {
     /// Copies of each stream and bucket `airlock cluster init` makes
     /// (default 1; 3 on a cluster of three).
     pub replicas: usize,
+    /// What of this airlock's journal goes to the cluster's journal stream
+    /// after each call (default: each record's hash).
+    pub journal: JournalMirror,
+}
+
+/// `[cluster] journal`: what of the journal leaves the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JournalMirror {
+    /// Each record's line hash, seq and kind.
+    #[default]
+    Hashes,
+    /// Each whole record line.
+    Records,
+    /// Nothing.
+    Off,
 }
 
 #[derive(Deserialize)]
@@ -34,6 +50,8 @@ pub(crate) struct RawCluster {
     queue_seconds: Option<u64>,
     ack_wait_seconds: Option<u64>,
     replicas: Option<usize>,
+    #[serde(default)]
+    journal: JournalMirror,
 }
 
 /// Longest tier or pool name.
@@ -74,6 +92,7 @@ impl RawCluster {
             queue_seconds,
             ack_wait_seconds,
             replicas,
+            journal: self.journal,
         })
     }
 }

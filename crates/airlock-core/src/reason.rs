@@ -483,6 +483,8 @@ reason_codes! {
     ClusterRefused => "cluster.refused", Refused, NO_PERM;
     /// A message on the cluster's subjects is not a well-formed order or receipt of this protocol version.
     ClusterProtocol => "cluster.protocol", Error, SOFTWARE;
+    /// The local journal disagrees with the cluster's journal stream: a record the stream holds is missing here (the journal was cut) or differs (it was rewritten).
+    JournalStreamMismatch => "journal.stream_mismatch", Failed, TOOL_FAILED;
 }
 
 impl fmt::Display for ReasonCode {

@@ -4,9 +4,12 @@
 //! exec shape's run step (`transport/exec/remote.rs`).
 
 use crate::Runtime;
+use airlock_cluster::journal_stream::JournalEntry;
 use airlock_cluster::worker::{Event, Served, WorkerSettings};
 use airlock_cluster::Role;
+use airlock_core::cluster::JournalMirror;
 use airlock_core::{ReasonCode, Refusal, Tier};
+use airlock_hostfs::PrivateDir;
 use airlock_journal::PublicKey;
 use std::os::unix::fs::DirBuilderExt as _;
 use std::sync::atomic::AtomicBool;
@@ -102,4 +105,131 @@ impl Runtime {
         let url = self.cluster_url(nats)?;
         Ok(airlock_cluster::admin::workers(&url)?)
     }
+}
+
+/// One local journal line: its seq, hash and kind (and the line).
+struct LocalLine {
+    seq: u64,
+    hash: String,
+    kind: String,
+    line: String,
+}
+
+/// What `journal verify --against-stream` found.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct StreamCheck {
+    /// Entries the stream holds for this edge.
+    pub entries: u64,
+    /// Of those, entries whose record is here with the same hash.
+    pub matched: u64,
+    /// Entries for records pruned here (before the first kept record).
+    pub pruned_here: u64,
+    /// Local records the stream does not hold yet (appended since the
+    /// last push).
+    pub not_pushed: u64,
+    /// The first disagreement: a record the stream holds that is missing
+    /// here (the journal was cut) or has another hash (it was rewritten),
+    /// or two entries for one seq.
+    pub mismatch: Option<String>,
+}
+
+impl Runtime {
+    /// After each call, when `[cluster] journal` is not `off`: this
+    /// airlock's new journal records go to the cluster's journal stream.
+    /// Best effort: a failure is logged, and a later push catches up.
+    pub(crate) fn mirror_journal(&self) {
+        let Some(cluster) = self.config().cluster.as_ref() else { return };
+        if cluster.journal == JournalMirror::Off {
+            return;
+        }
+        if let Err(e) = self.push_journal(None) {
+            tracing::warn!(code = e.code.as_str(), error = %e.message, "the journal could not be mirrored to the cluster");
+        }
+    }
+
+    /// Appends to the cluster's journal stream every local record after
+    /// the last one it holds for this airlock's key; the seqs sent.
+    pub fn push_journal(&self, nats: Option<&str>) -> Result<Option<(u64, u64)>, Refusal> {
+        let url = self.cluster_url(nats)?;
+        let whole = self.config().cluster.as_ref().is_some_and(|c| c.journal == JournalMirror::Records);
+        let key_id = self.journal().key().key_id();
+        let pushed = airlock_cluster::journal_stream::push(&url, &key_id, |last| {
+            let lines = self.local_lines().map_err(|r| airlock_cluster::ClusterError::Io(r.message))?;
+            Ok(lines
+                .into_iter()
+                .filter(|l| l.seq > last)
+                .map(|l| JournalEntry { seq: l.seq, hash: l.hash, kind: l.kind, line: whole.then_some(l.line) })
+                .collect())
+        })?;
+        Ok(pushed)
+    }
+
+    fn local_lines(&self) -> Result<Vec<LocalLine>, Refusal> {
+        local_lines(self.state())
+    }
+}
+
+/// Compares the journal in `state` with what the cluster at `url` holds
+/// for the edge whose key is `key` (`journal verify --against-stream`).
+pub fn check_against_stream(url: &str, key: &PublicKey, state: &PrivateDir) -> Result<StreamCheck, Refusal> {
+    let remote = airlock_cluster::journal_stream::entries(url, &key.key_id())?;
+    Ok(compare_with_stream(&local_lines(state)?, &remote))
+}
+
+/// Every kept journal line in `state`, in order.
+fn local_lines(state: &PrivateDir) -> Result<Vec<LocalLine>, Refusal> {
+    let mut lines = Vec::new();
+    airlock_journal::JournalReader::new(state)
+        .and_then(|reader| {
+            reader.for_each_segment(|segment| {
+                for raw in segment.bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                    let record: serde_json::Value = serde_json::from_slice(raw).unwrap_or_default();
+                    lines.push(LocalLine {
+                        seq: record["seq"].as_u64().unwrap_or(0),
+                        hash: airlock_core::sha256_tagged(raw),
+                        kind: record["kind"].as_str().unwrap_or_default().to_owned(),
+                        line: String::from_utf8_lossy(raw).into_owned(),
+                    });
+                }
+                Ok(true)
+            })
+        })
+        .map_err(crate::failure::journal_refusal)?;
+    Ok(lines)
+}
+
+/// The stream's entries against the local lines (see [`StreamCheck`]).
+fn compare_with_stream(local: &[LocalLine], remote: &[JournalEntry]) -> StreamCheck {
+    let mut check = StreamCheck { entries: remote.len() as u64, ..StreamCheck::default() };
+    let first_local = local.first().map_or(u64::MAX, |l| l.seq);
+    let by_seq: std::collections::HashMap<u64, &LocalLine> = local.iter().map(|l| (l.seq, l)).collect();
+    let mut seen = std::collections::HashMap::new();
+    for entry in remote {
+        if let Some(earlier) = seen.insert(entry.seq, &entry.hash) {
+            if earlier != &entry.hash && check.mismatch.is_none() {
+                check.mismatch = Some(format!("the stream holds two hashes for record {}", entry.seq));
+            }
+            continue;
+        }
+        match by_seq.get(&entry.seq) {
+            Some(line) if line.hash == entry.hash => check.matched += 1,
+            Some(_) if check.mismatch.is_none() => {
+                check.mismatch = Some(format!(
+                    "record {} here is not the record the stream holds ({}): the journal was rewritten",
+                    entry.seq, entry.hash
+                ))
+            }
+            None if entry.seq < first_local => check.pruned_here += 1,
+            None if check.mismatch.is_none() => {
+                check.mismatch = Some(format!(
+                    "record {} ({}) is in the stream but not here: the journal was cut",
+                    entry.seq, entry.kind
+                ))
+            }
+            _ => {}
+        }
+    }
+    let last_remote = remote.iter().map(|e| e.seq).max().unwrap_or(0);
+    check.not_pushed = local.iter().filter(|l| l.seq > last_remote).count() as u64;
+    check
 }

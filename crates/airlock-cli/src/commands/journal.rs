@@ -25,7 +25,12 @@ fn read_bounded(file: impl Read, what: &str) -> Result<Vec<u8>, Refusal> {
 /// Verifies a journal from its bytes and a public key only: `public_key`,
 /// else `journal.pub` beside `journal`, else the state dir's `journal.pub`.
 /// The state dir is never created here.
-pub fn verify(config: &Config, public_key: Option<&Path>, journal: Option<&Path>) -> Result<Envelope, Refusal> {
+pub fn verify(
+    config: &Config,
+    public_key: Option<&Path>,
+    journal: Option<&Path>,
+    stream: Option<Option<&str>>,
+) -> Result<Envelope, Refusal> {
     let authority = HostAuthority::ambient();
     let state_exists = std::fs::symlink_metadata(&config.state_dir).is_ok();
     let state = || {
@@ -65,7 +70,16 @@ pub fn verify(config: &Config, public_key: Option<&Path>, journal: Option<&Path>
             .and_then(|reader| reader.verify_chain(&key))
             .map_err(airlock_runtime::failure::journal_refusal)?,
     };
-    let content = json!({
+    let stream_check = match stream {
+        None => None,
+        Some(nats) => {
+            let url = nats.map(str::to_owned).or_else(|| config.cluster.as_ref().map(|c| c.nats.clone())).ok_or_else(
+                || Refusal::new(ReasonCode::ConfigInvalid, "--against-stream needs --nats URL or a [cluster] section"),
+            )?;
+            Some(airlock_runtime::cluster::check_against_stream(&url, &key, &state()?)?)
+        }
+    };
+    let mut content = json!({
         "records": report.records,
         "segments": report.segments,
         "head": report.head,
@@ -75,6 +89,15 @@ pub fn verify(config: &Config, public_key: Option<&Path>, journal: Option<&Path>
         "public_key_file": key_file.display().to_string(),
         "first_bad": report.first_bad.as_ref().map(|b| json!({ "segment": b.segment, "line": b.line, "seq": b.seq, "reason": b.reason })),
     });
+    if let Some(check) = &stream_check {
+        content["stream"] = serde_json::to_value(check).unwrap_or_default();
+    }
+    if let (None, Some(mismatch)) = (&report.first_bad, stream_check.as_ref().and_then(|c| c.mismatch.as_ref())) {
+        return Ok(Envelope {
+            content: Some(content),
+            ..Envelope::from_refusal(&Refusal::new(ReasonCode::JournalStreamMismatch, mismatch.clone()))
+        });
+    }
     Ok(match &report.first_bad {
         None => Envelope { content: Some(content), ..Envelope::ok() },
         Some(bad) => Envelope {
@@ -167,4 +190,14 @@ pub fn inspection(found: Inspection) -> Envelope {
 pub fn attest(runtime: &Runtime, id: &str) -> Result<Answer, Refusal> {
     let envelope = runtime.attest(id)?;
     Ok(Answer::Text(format!("{}\n", serde_json::to_string(&envelope).unwrap_or_default())))
+}
+
+/// `airlock journal push`: the records the cluster's journal stream lacks.
+pub fn push(runtime: &Runtime, nats: Option<&str>) -> Result<Envelope, Refusal> {
+    let pushed = runtime.push_journal(nats)?;
+    let content = match pushed {
+        Some((from, to)) => json!({ "pushed": { "from": from, "to": to } }),
+        None => json!({ "pushed": null }),
+    };
+    Ok(Envelope { content: Some(content), ..Envelope::ok() })
 }

@@ -69,8 +69,11 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
     if let Command::Approver(crate::cli::ApproverCommand::Init { key, id }) = &cli.command {
         return approvals::init(&config, key.as_deref(), id.as_deref()).map(Answer::from);
     }
-    if let Command::Journal(crate::cli::JournalCommand::Verify { public_key, journal }) = &cli.command {
-        return journal::verify(&config, public_key.as_deref(), journal.as_deref()).map(Answer::from);
+    if let Command::Journal(crate::cli::JournalCommand::Verify { public_key, journal, against_stream, nats }) =
+        &cli.command
+    {
+        let stream = against_stream.then_some(nats.as_deref());
+        return journal::verify(&config, public_key.as_deref(), journal.as_deref(), stream).map(Answer::from);
     }
     if let Command::Policy(crate::cli::PolicyCommand::ShowDefault) = cli.command {
         return Ok(Answer::Text(airlock_policy::PolicySet::default_policies().to_owned()));
@@ -139,6 +142,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
             journal::prune(&runtime, before, allow_unexported)?.into()
         }
         Command::Journal(crate::cli::JournalCommand::Verify { .. }) => unreachable!("handled above"),
+        Command::Journal(crate::cli::JournalCommand::Push { nats }) => journal::push(&runtime, nats.as_deref())?.into(),
         Command::Invocation(crate::cli::InvocationCommand::Inspect { id }) => {
             journal::inspection(runtime.inspect(&id)?).into()
         }

@@ -261,3 +261,31 @@ fn a_worker_drains_on_sigterm_and_says_what_it_served() {
     let list = p.run(&["workers", "list", "--json"]);
     assert_eq!(list.envelope["content"]["workers"][0]["state"], "stopped", "{list:#?}");
 }
+
+#[test]
+fn a_journal_cut_at_a_record_boundary_verifies_alone_and_fails_against_the_stream() {
+    let Some(n) = nats() else { return };
+    let p = edge(&n.url, "");
+    p.write("data/in.txt", "x\n");
+    // Local calls too: every record goes to the stream after each call.
+    p.run(&["run", "copy", "data/in.txt", "results/a.txt"]).assert_ok();
+    p.run(&["run", "copy", "data/in.txt", "results/b.txt"]).assert_ok();
+    let checked = p.run(&["journal", "verify", "--against-stream"]);
+    checked.assert_ok();
+    let stream = &checked.envelope["content"]["stream"];
+    assert_eq!(stream["matched"], checked.envelope["content"]["records"], "{checked:#?}");
+    assert_eq!(stream["not_pushed"], 0, "{checked:#?}");
+    assert_eq!(p.run(&["journal", "push"]).envelope["content"]["pushed"], serde_json::Value::Null);
+    // Cut the journal after the first call's records: still a valid chain
+    // on its own, but the stream holds what was removed.
+    let file = p.path(".airlock/journal.jsonl");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let keep = lines.iter().position(|l| l.contains("results/b.txt")).expect("the second call's records");
+    assert!(keep > 0 && keep < lines.len());
+    std::fs::write(&file, lines[..keep].iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    p.run(&["journal", "verify"]).assert_ok();
+    let cut = p.run(&["journal", "verify", "--against-stream"]);
+    assert_eq!((cut.status(), cut.reason()), ("failed", "journal.stream_mismatch"), "{cut:#?}");
+    assert!(cut.envelope["error"]["message"].as_str().unwrap().contains("cut"), "{cut:#?}");
+}

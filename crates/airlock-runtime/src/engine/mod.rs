@@ -381,6 +381,10 @@ impl Runtime {
             tool: tool.map(str::to_owned),
             ..Envelope::from_refusal(&refusal)
         });
+        // Before the answer, so a caller that reads it finds its records
+        // off the host too (best effort: a cluster that cannot be reached
+        // gets them after a later call, or `airlock journal push`).
+        self.mirror_journal();
         let journal = airlock_core::JournalEvidence { key_id: self.journal().key().key_id() };
         answer::sealed(envelope, principal, journal, caller.records(), started)
     }

@@ -210,7 +210,8 @@ mod tests {
     #[test]
     fn an_order_is_the_descriptors_call_or_nothing() {
         order().check().unwrap();
-        let changes: [(&str, fn(&mut Order)); 8] = [
+        type Change = (&'static str, fn(&mut Order));
+        let changes: [Change; 8] = [
             ("argv", |o| o.run.argv.push("-v".into())),
             ("working dir", |o| o.run.working_dir = "/tmp".into()),
             ("input hash", |o| o.run.inputs[0].blob.sha256 = format!("sha256:{}", "b".repeat(64))),

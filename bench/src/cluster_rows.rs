@@ -3,7 +3,8 @@
 //! tier) beside the same call run locally, alternately. Target: the cluster
 //! adds at most 15 ms to the local p50. Printed under it: calls/s of four
 //! concurrent callers with one worker and with two (both compete with the
-//! callers, the server and the edge for this host's cores).
+//! callers, the server and the edge for this host's cores), and what the
+//! journal's mirror to the cluster adds to a local call.
 
 use crate::harness::{compare, throughput, Report, Target};
 use crate::run_rows::{check, setup_with, Setup};
@@ -77,7 +78,9 @@ fn worker(s: &Setup, url: &str, n: usize) -> Result<Killed, String> {
 pub fn cluster_vs_local(quick: bool) -> Result<Report, String> {
     let js = tempfile::tempdir().map_err(|e| e.to_string())?;
     let (_server, url) = nats_server(js.path())?;
-    let s = setup_with(&format!("[cluster]\nnats = \"{url}\"\n"))?;
+    // The dispatch alone: the journal's mirror (below, for information)
+    // would add the same to both sides.
+    let s = setup_with(&format!("[cluster]\nnats = \"{url}\"\njournal = \"off\"\n"))?;
     check(Command::new(&s.airlock).args(["cluster", "init"]).current_dir(&s.root).output(), "airlock cluster init")?;
     let first = worker(&s, &url, 1)?;
     let samples = if quick { 10 } else { 60 };
@@ -89,6 +92,8 @@ pub fn cluster_vs_local(quick: bool) -> Result<Report, String> {
     let two = throughput(4, calls, |_| remote())?;
     let local = throughput(4, calls, |_| s.airlock_once())?;
     drop((first, second));
+    let mirrored = setup_with(&format!("[cluster]\nnats = \"{url}\"\n"))?;
+    let (with_mirror, without) = compare(samples, || mirrored.airlock_once(), || s.airlock_once())?;
     Ok(Report {
         name: "cluster: airlock run via NATS + worker vs local",
         candidate,
@@ -96,9 +101,16 @@ pub fn cluster_vs_local(quick: bool) -> Result<Report, String> {
         target: Target::P50AddsAtMost(Duration::from_millis(15)),
         bytes: None,
         samples,
-        extra: vec![format!(
-            "4 concurrent callers: 1 worker {one:.1} calls/s, 2 workers {two:.1} calls/s, local {local:.1} calls/s \
-             (2 cores shared by callers, edge, server and workers)"
-        )],
+        extra: vec![
+            format!(
+                "4 concurrent callers: 1 worker {one:.1} calls/s, 2 workers {two:.1} calls/s, local {local:.1} calls/s \
+                 (2 cores shared by callers, edge, server and workers)"
+            ),
+            format!(
+                "journal mirror ([cluster] journal = \"hashes\"): a local call p50 {:.3} ms with it, {:.3} ms without",
+                with_mirror.p50.as_secs_f64() * 1e3,
+                without.p50.as_secs_f64() * 1e3
+            ),
+        ],
     })
 }

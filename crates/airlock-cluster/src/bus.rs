@@ -3,7 +3,7 @@
 //! keys pinned by role.
 
 use crate::error::{unavailable, ClusterError};
-use crate::order::Blob;
+use crate::order::{Blob, Inline};
 use crate::subjects::{self, Role};
 use airlock_journal::PublicKey;
 use async_nats::jetstream::{self, kv, object_store, stream};
@@ -25,11 +25,20 @@ const DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
 /// Connecting gives up after this.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A connection to the cluster.
+/// A connection to the cluster, with the buckets it has opened (each
+/// opening costs a round trip to the server).
 #[derive(Clone)]
 pub struct Bus {
     client: async_nats::Client,
     js: jetstream::Context,
+    opened: std::sync::Arc<Opened>,
+}
+
+#[derive(Default)]
+struct Opened {
+    blobs: tokio::sync::OnceCell<object_store::ObjectStore>,
+    keys: tokio::sync::OnceCell<kv::Store>,
+    workers: tokio::sync::OnceCell<kv::Store>,
 }
 
 impl Bus {
@@ -48,7 +57,7 @@ impl Bus {
             .await
             .map_err(|e| unavailable(&format!("connecting to {url}"), e))?;
         let js = jetstream::new(client.clone());
-        Ok(Bus { client, js })
+        Ok(Bus { client, js, opened: Default::default() })
     }
 
     /// The core client (subscriptions, plain publications).
@@ -131,18 +140,26 @@ impl Bus {
         Ok(())
     }
 
-    async fn kv(&self, bucket: &str) -> Result<kv::Store, ClusterError> {
-        self.js
-            .get_key_value(bucket)
-            .await
-            .map_err(|e| unavailable(&format!("opening the {bucket} bucket (has `airlock cluster init` been run?)"), e))
+    async fn kv(&self, bucket: &str) -> Result<&kv::Store, ClusterError> {
+        let cell = if bucket == subjects::KEY_BUCKET { &self.opened.keys } else { &self.opened.workers };
+        cell.get_or_try_init(|| async {
+            self.js.get_key_value(bucket).await.map_err(|e| {
+                unavailable(&format!("opening the {bucket} bucket (has `airlock cluster init` been run?)"), e)
+            })
+        })
+        .await
     }
 
-    async fn blobs(&self) -> Result<object_store::ObjectStore, ClusterError> {
-        self.js
-            .get_object_store(subjects::BLOB_BUCKET)
+    async fn blobs(&self) -> Result<&object_store::ObjectStore, ClusterError> {
+        self.opened
+            .blobs
+            .get_or_try_init(|| async {
+                self.js
+                    .get_object_store(subjects::BLOB_BUCKET)
+                    .await
+                    .map_err(|e| unavailable("opening the blob store (has `airlock cluster init` been run?)", e))
+            })
             .await
-            .map_err(|e| unavailable("opening the blob store (has `airlock cluster init` been run?)", e))
     }
 
     /// Pins `key` for `role`.
@@ -200,6 +217,16 @@ impl Bus {
             store.put(name.as_str(), &mut &*bytes).await.map_err(|e| unavailable("uploading a blob", e))?;
         }
         Ok(blob)
+    }
+
+    /// [`Bus::fetch_blob`], taking the bytes from `inline` when they are
+    /// there (checked the same way).
+    pub async fn fetch(&self, blob: &Blob, inline: &[Inline], out: &mut impl Write) -> Result<(), ClusterError> {
+        let Some(carried) = inline.iter().find(|i| i.sha256 == blob.sha256) else {
+            return self.fetch_blob(blob, out).await;
+        };
+        let bytes = carried.bytes_of(blob)?;
+        out.write_all(&bytes).map_err(|e| ClusterError::Io(format!("writing an inline blob: {e}")))
     }
 
     /// Writes `blob`'s bytes into `out` (at its current offset), refusing

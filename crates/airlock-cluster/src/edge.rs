@@ -6,7 +6,7 @@
 
 use crate::bus::Bus;
 use crate::error::{unavailable, ClusterError};
-use crate::order::{now_ms, Blob, Order, ORDER_TYPE};
+use crate::order::{now_ms, Blob, InlineSet, Order, INLINE_MAX_EACH, ORDER_TYPE};
 use crate::receipt::{Ran, Receipt, Verdict, RECEIPT_TYPE, RECEIPT_VERSION};
 use crate::signed::{seal, Unverified};
 use crate::subjects::{self, Role};
@@ -54,10 +54,12 @@ pub struct RemoteOutcome {
     pub envelope: DsseEnvelope,
     /// The order's envelope, for the journal.
     pub order: DsseEnvelope,
-    /// Inputs uploaded, and inputs the store held already.
+    /// Inputs uploaded to the store.
     pub uploaded: usize,
     /// Inputs the store held already.
     pub reused: usize,
+    /// Inputs small enough to travel in the order itself.
+    pub inlined: usize,
     /// Results on the call's subject that did not verify and were ignored.
     pub ignored: usize,
     /// From the first byte sent to the verified outcome.
@@ -83,14 +85,18 @@ async fn run_async(
     subjects::check_token("tier", &settings.tier)?;
     subjects::check_token("pool", &settings.pool)?;
     let bus = Bus::connect(&settings.url, "airlock-edge").await?;
-    let (mut uploaded, mut reused) = (0, 0);
+    let (mut uploaded, mut reused, mut inlined) = (0, 0, 0);
+    let mut inline = InlineSet::default();
     for (input, file) in order.run.inputs.iter().zip(&inputs) {
-        if bus.put_blob(&input.blob, file).await? {
+        if input.blob.bytes <= INLINE_MAX_EACH && inline.offer(&read_small(file, input.blob.bytes)?) {
+            inlined += 1;
+        } else if bus.put_blob(&input.blob, file).await? {
             uploaded += 1;
         } else {
             reused += 1;
         }
     }
+    order.inline = inline.into_vec();
     let wait = Duration::from_millis(order.run.timeout_ms) + settings.queue;
     order.tier.clone_from(&settings.tier);
     order.pool.clone_from(&settings.pool);
@@ -144,6 +150,7 @@ async fn run_async(
                     order: envelope,
                     uploaded,
                     reused,
+                    inlined,
                     ignored,
                     elapsed: began.elapsed(),
                 });
@@ -203,9 +210,9 @@ async fn take_outcome(
     within(&ran.stdout, order.run.stdout_limit.max(airlock_sandbox::STDOUT_TAIL as u64), "stdout")?;
     within(&ran.stderr, order.run.stderr_limit, "stderr")?;
     let mut stdout = Vec::new();
-    bus.fetch_blob(&ran.stdout, &mut stdout).await?;
+    bus.fetch(&ran.stdout, &ran.inline, &mut stdout).await?;
     let mut stderr = Vec::new();
-    bus.fetch_blob(&ran.stderr, &mut stderr).await?;
+    bus.fetch(&ran.stderr, &ran.inline, &mut stderr).await?;
     match (&order.run.output, &ran.output) {
         (_, None) => {}
         (Some(o), Some(blob)) => {
@@ -213,7 +220,7 @@ async fn take_outcome(
             within(blob, o.max_bytes, "output")?;
             let target = if o.from_stdout { stdout_sink } else { output };
             let mut file = target.ok_or_else(|| ClusterError::Protocol("no staged file for the output".into()))?;
-            bus.fetch_blob(blob, &mut file).await?;
+            bus.fetch(blob, &ran.inline, &mut file).await?;
         }
         (None, Some(_)) => return Err(ClusterError::Protocol("a receipt with an output the order has none of".into())),
     }
@@ -229,4 +236,17 @@ async fn take_outcome(
         cgroup_limits_applied: ran.limits.cgroup_limits_applied,
         limits: ran.limits.clone(),
     })
+}
+
+/// The `bytes` bytes of a small snapshot, read from its start (the file is
+/// the call's own staged copy or held input: it does not change).
+fn read_small(file: &File, bytes: u64) -> Result<Vec<u8>, ClusterError> {
+    use std::io::{Read as _, Seek as _};
+    let mut f = file.try_clone().map_err(|e| ClusterError::Io(format!("dup: {e}")))?;
+    f.rewind().map_err(|e| ClusterError::Io(format!("seek: {e}")))?;
+    let mut out = Vec::with_capacity(usize::try_from(bytes).unwrap_or(0));
+    f.take(bytes.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(|e| ClusterError::Io(format!("reading an input: {e}")))?;
+    Ok(out)
 }

@@ -23,6 +23,72 @@ pub struct Blob {
     pub bytes: u64,
 }
 
+/// A small blob carried in the signed message itself instead of the
+/// store (it saves an upload and a fetch; it is checked like a fetched one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Inline {
+    /// `sha256:` of the bytes.
+    pub sha256: String,
+    /// The bytes, base64 (standard).
+    pub base64: String,
+}
+
+impl Inline {
+    /// The bytes, if they are exactly `blob` (its size and hash);
+    /// `cluster.blob_mismatch` otherwise.
+    pub fn bytes_of(&self, blob: &Blob) -> Result<Vec<u8>, ClusterError> {
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(&self.base64)
+            .map_err(|e| ClusterError::Protocol(format!("an inline blob that is not base64: {e}")))?;
+        let got = airlock_core::sha256_tagged(&bytes);
+        if bytes.len() as u64 != blob.bytes || got != blob.sha256 {
+            return Err(ClusterError::BlobMismatch(format!(
+                "inline blob {} holds {} bytes hashing to {got}, not its {} bytes",
+                blob.sha256,
+                bytes.len(),
+                blob.bytes
+            )));
+        }
+        Ok(bytes)
+    }
+}
+
+/// Largest blob carried inline.
+pub const INLINE_MAX_EACH: u64 = 64 << 10;
+/// Most bytes carried inline in one message (before base64).
+pub const INLINE_MAX_TOTAL: u64 = 256 << 10;
+
+/// Blobs a message carries inline, within [`INLINE_MAX_TOTAL`].
+#[derive(Debug, Default)]
+pub struct InlineSet {
+    blobs: Vec<Inline>,
+    total: u64,
+}
+
+impl InlineSet {
+    /// Carries `bytes` inline if it fits; whether it did.
+    pub fn offer(&mut self, bytes: &[u8]) -> bool {
+        let n = bytes.len() as u64;
+        if n > INLINE_MAX_EACH || self.total + n > INLINE_MAX_TOTAL {
+            return false;
+        }
+        use base64::Engine as _;
+        self.total += n;
+        let sha256 = airlock_core::sha256_tagged(bytes);
+        if !self.blobs.iter().any(|b| b.sha256 == sha256) {
+            self.blobs.push(Inline { sha256, base64: base64::engine::general_purpose::STANDARD.encode(bytes) });
+        }
+        true
+    }
+
+    /// The blobs, for the message.
+    pub fn into_vec(self) -> Vec<Inline> {
+        self.blobs
+    }
+}
+
 /// One input: where the worker shows it, and its bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -95,6 +161,9 @@ pub struct Order {
     pub descriptor_sha256: String,
     /// How to run it.
     pub run: RunSpec,
+    /// Small inputs, carried here instead of the store.
+    #[serde(default)]
+    pub inline: Vec<Inline>,
 }
 
 impl Order {
@@ -203,8 +272,28 @@ mod tests {
                 stdout_limit: 1024,
                 stderr_limit: 1024,
             },
+            inline: Vec::new(),
             descriptor,
         }
+    }
+
+    #[test]
+    fn inline_blobs_are_bounded_and_checked_like_fetched_ones() {
+        let mut set = InlineSet::default();
+        assert!(set.offer(b"small"));
+        assert!(!set.offer(&vec![0u8; INLINE_MAX_EACH as usize + 1]));
+        for _ in 0..3 {
+            assert!(set.offer(&vec![1u8; INLINE_MAX_EACH as usize]));
+        }
+        assert!(!set.offer(&vec![2u8; INLINE_MAX_EACH as usize]), "over the total");
+        let blobs = set.into_vec();
+        let small = Blob { sha256: airlock_core::sha256_tagged(b"small"), bytes: 5 };
+        assert_eq!(blobs[0].bytes_of(&small).unwrap(), b"small");
+        let mut forged = blobs[0].clone();
+        forged.base64 = "c21hbGw=".replace('w', "x");
+        assert!(matches!(forged.bytes_of(&small), Err(ClusterError::BlobMismatch(_) | ClusterError::Protocol(_))));
+        let longer = Blob { bytes: 6, ..small.clone() };
+        assert!(matches!(blobs[0].bytes_of(&longer), Err(ClusterError::BlobMismatch(_))));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use crate::bus::Bus;
 use crate::error::{unavailable, ClusterError};
-use crate::order::{now_ms, Blob, Order, ORDER_TYPE};
+use crate::order::{now_ms, Blob, InlineSet, Order, INLINE_MAX_EACH, ORDER_TYPE};
 use crate::receipt::{Ran, Receipt, Refused, Timings, Verdict, WorkerIdentity, RECEIPT_TYPE, RECEIPT_VERSION};
 use crate::signed::{seal, Unverified};
 use crate::subjects::{self, Role};
@@ -325,7 +325,7 @@ impl Server<'_> {
         for (i, input) in order.run.inputs.iter().enumerate() {
             let path = call_dir.path().join(format!("input-{i}"));
             let mut file = create(&path)?;
-            self.rt.block_on(self.bus.fetch_blob(&input.blob, &mut file))?;
+            self.rt.block_on(self.bus.fetch(&input.blob, &order.inline, &mut file))?;
             let file = File::open(&path).map_err(|e| ClusterError::Io(format!("reopening an input: {e}")))?;
             inputs.push(StagedInput { virtual_path: input.virtual_path.clone(), file, held: false });
         }
@@ -368,8 +368,9 @@ impl Server<'_> {
         })?;
         let run_ms = elapsed_ms(run);
         let upload = Instant::now();
-        let stdout = self.rt.block_on(self.bus.put_bytes(&outcome.stdout))?;
-        let stderr = self.rt.block_on(self.bus.put_bytes(&outcome.stderr))?;
+        let mut inline = InlineSet::default();
+        let stdout = self.store(&outcome.stdout, &mut inline)?;
+        let stderr = self.store(&outcome.stderr, &mut inline)?;
         let exported = match (&order.run.output, &outcome.output) {
             (Some(o), _) if o.from_stdout => true,
             (Some(_), Some(export)) => export.exported(),
@@ -378,7 +379,9 @@ impl Server<'_> {
         let output = match out_file.filter(|_| exported) {
             Some(file) => {
                 let blob = hash_file(&file)?;
-                self.rt.block_on(self.bus.put_blob(&blob, &file))?;
+                if blob.bytes > INLINE_MAX_EACH || !inline.offer(&read_all(&file)?) {
+                    self.rt.block_on(self.bus.put_blob(&blob, &file))?;
+                }
                 Some(blob)
             }
             None => None,
@@ -395,7 +398,16 @@ impl Server<'_> {
             cleanup_confirmed: outcome.cleanup_confirmed,
             limits: outcome.limits,
             timings: Timings { fetch_ms, run_ms, upload_ms: elapsed_ms(upload) },
+            inline: inline.into_vec(),
         })
+    }
+
+    /// `bytes` as a blob: inline if it fits, else uploaded.
+    fn store(&self, bytes: &[u8], inline: &mut InlineSet) -> Result<Blob, ClusterError> {
+        if inline.offer(bytes) {
+            return Ok(Blob { sha256: airlock_core::sha256_tagged(bytes), bytes: bytes.len() as u64 });
+        }
+        self.rt.block_on(self.bus.put_bytes(bytes))
     }
 
     /// Runs `spec` on the tier on a thread of its own while this one tells
@@ -470,4 +482,13 @@ fn hash_file(file: &File) -> Result<Blob, ClusterError> {
         hasher.update(&buf[..n]);
     }
     Ok(Blob { sha256: format!("sha256:{}", hex::encode(hasher.finalize())), bytes })
+}
+
+/// A small output's bytes, read from its start.
+fn read_all(file: &File) -> Result<Vec<u8>, ClusterError> {
+    let mut f = file.try_clone().map_err(|e| ClusterError::Io(format!("dup: {e}")))?;
+    f.rewind().map_err(|e| ClusterError::Io(format!("seek: {e}")))?;
+    let mut out = Vec::new();
+    f.read_to_end(&mut out).map_err(|e| ClusterError::Io(format!("reading the output: {e}")))?;
+    Ok(out)
 }

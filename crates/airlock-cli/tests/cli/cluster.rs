@@ -77,8 +77,8 @@ fn a_cluster_call_runs_on_a_worker_and_is_published_once_at_the_edge_with_a_sign
         let cluster = &finished["body"]["cluster"];
         assert_eq!(cluster["worker_key_id"], cluster["receipt"]["signatures"][0]["keyid"], "{finished}");
         assert_eq!(cluster["tier"], "native");
-        // The same input again is not uploaded again.
-        assert_eq!(cluster["inputs_uploaded"], if i == 0 { 1 } else { 0 }, "{finished}");
+        // A small input travels in the signed order itself.
+        assert_eq!((&cluster["inputs_inlined"], &cluster["inputs_uploaded"]), (&1.into(), &0.into()), "{finished}");
         let receipt = openssl_verified(p.root(), &cluster["receipt"], &w.public_key_file());
         assert_eq!(receipt["invocation_id"], *id);
         assert_eq!(receipt["order_sha256"], cluster["order_sha256"]);
@@ -92,6 +92,17 @@ fn a_cluster_call_runs_on_a_worker_and_is_published_once_at_the_edge_with_a_sign
         let wrong = Command::new("bash").arg(&script).arg(&file).arg(p.path(".airlock/journal.pub")).output().unwrap();
         assert!(!wrong.status.success(), "the edge's key verified the worker's receipt");
     }
+    // A larger input goes to the store once; the same bytes again are
+    // found there.
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    p.write("data/big.bin", &big);
+    for (id, uploaded, reused) in [("big-1", 1, 0), ("big-2", 0, 1)] {
+        let out = format!("results/{id}.bin");
+        p.run(&["run", "copy", "data/big.bin", &out, "--tier", "cluster", "--invocation-id", id]).assert_ok();
+        assert_eq!(std::fs::read(p.path(&out)).unwrap(), big);
+        let cluster = &worker_finished(&p, id)["body"]["cluster"];
+        assert_eq!((&cluster["inputs_uploaded"], &cluster["inputs_reused"]), (&uploaded.into(), &reused.into()));
+    }
     // An id is used once, whatever the tier.
     p.run(&["run", "copy", "data/in.txt", "results/again.txt", "--tier", "cluster", "--invocation-id", "cl-1"])
         .assert_refused("invocation.duplicate", 77);
@@ -102,7 +113,7 @@ fn a_cluster_call_runs_on_a_worker_and_is_published_once_at_the_edge_with_a_sign
     let workers = list.envelope["content"]["workers"].as_array().unwrap();
     assert_eq!(workers.len(), 1, "{list:#?}");
     assert_eq!(workers[0]["key_id"], worker_finished(&p, "cl-1")["body"]["cluster"]["worker_key_id"]);
-    assert_eq!(workers[0]["served"]["ran"], 3, "{list:#?}");
+    assert_eq!(workers[0]["served"]["ran"], 5, "{list:#?}");
 }
 
 #[test]
@@ -214,20 +225,21 @@ fn results_of_an_unpinned_worker_and_orders_of_an_unpinned_edge_are_never_used()
 fn a_tampered_input_blob_is_refused_by_the_worker_and_nothing_is_published() {
     let Some(n) = nats() else { return };
     let p = edge(&n.url, "");
-    let real = b"the real input\n";
-    p.write("data/in.txt", real);
+    // Over the inline bound, so the input goes through the store.
+    let real: Vec<u8> = b"the real input\n".repeat(10_000);
+    p.write("data/in.txt", &real);
     // Someone with access to the store plants other bytes of the same
     // length under the input's name: the edge finds the name and does not
     // upload, the worker checks the bytes against the signed order.
-    let fake = b"a forged input\n";
+    let fake: Vec<u8> = b"a forged input\n".repeat(10_000);
     assert_eq!(real.len(), fake.len());
-    let name = format!("sha256-{}", sha256_hex(real));
+    let name = format!("sha256-{}", sha256_hex(&real));
     let url = n.url.clone();
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async move {
         let client = async_nats::connect(url).await.unwrap();
         let js = async_nats::jetstream::new(client);
         let store = js.get_object_store("airlock_blobs").await.unwrap();
-        store.put(name.as_str(), &mut &fake[..]).await.unwrap();
+        store.put(name.as_str(), &mut fake.as_slice()).await.unwrap();
     });
     let w = Worker::start(&n.url, Some(&p));
     let run = p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster", "--invocation-id", "t-1"]);

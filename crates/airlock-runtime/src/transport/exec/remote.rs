@@ -63,6 +63,7 @@ impl Runtime {
                 stdout_limit: spec.stdout_limit as u64,
                 stderr_limit: spec.stderr_limit as u64,
             },
+            inline: Vec::new(),
         };
         let settings = EdgeSettings {
             url: cluster.nats.clone(),
@@ -96,6 +97,7 @@ impl Runtime {
                     "receipt": remote.envelope,
                     "inputs_uploaded": remote.uploaded,
                     "inputs_reused": remote.reused,
+                    "inputs_inlined": remote.inlined,
                     "results_ignored": remote.ignored,
                 });
                 (Ok(remote.outcome), Some(evidence))

@@ -22,6 +22,8 @@ const BLOBS_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 /// Window in which a second publication of the same invocation id is
 /// dropped by the server.
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
+/// A blob fetch that moves no byte for this long is given up on.
+const FETCH_STALL: Duration = Duration::from_secs(3);
 /// Connecting gives up after this.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -233,6 +235,14 @@ impl Bus {
     /// (`cluster.blob_mismatch`) bytes past its size or that do not hash to
     /// its name; what was written before a refusal is not to be used.
     pub async fn fetch_blob(&self, blob: &Blob, out: &mut impl Write) -> Result<(), ClusterError> {
+        // A fetch that stalls (its consumer was on a node that died) is
+        // given up on, so the caller can try again on a fresh one.
+        tokio::time::timeout(FETCH_STALL, self.fetch_blob_once(blob, out))
+            .await
+            .unwrap_or_else(|_| Err(ClusterError::Unavailable(format!("fetching blob {} stalled", blob.sha256))))
+    }
+
+    async fn fetch_blob_once(&self, blob: &Blob, out: &mut impl Write) -> Result<(), ClusterError> {
         let store = self.blobs().await?;
         let name = subjects::blob_name(&blob.sha256);
         let mut object = store.get(&name).await.map_err(|e| match e.kind() {

@@ -6,15 +6,19 @@
 
 use crate::bus::Bus;
 use crate::error::{unavailable, ClusterError};
+use crate::order::Inline;
 use crate::order::{now_ms, Blob, InlineSet, Order, INLINE_MAX_EACH, ORDER_TYPE};
 use crate::receipt::{Ran, Receipt, Verdict, RECEIPT_TYPE, RECEIPT_VERSION};
-use crate::signed::{seal, Unverified};
+use crate::signed::{seal, wire, Unverified};
 use crate::subjects::{self, Role};
 use airlock_journal::{DsseEnvelope, JournalKey};
 use airlock_sandbox::WorkerOutcome;
 use futures_util::StreamExt as _;
 use std::fs::File;
 use std::time::{Duration, Instant};
+
+/// How long a receipt's key lookup is retried while the cluster recovers.
+const KEY_RETRY: Duration = Duration::from_secs(5);
 
 /// Where an edge sends calls, and how long it waits.
 #[derive(Debug, Clone)]
@@ -85,18 +89,20 @@ async fn run_async(
     subjects::check_token("tier", &settings.tier)?;
     subjects::check_token("pool", &settings.pool)?;
     let bus = Bus::connect(&settings.url, "airlock-edge").await?;
+    // While a cluster elects a leader (a node died), publications fail for
+    // a few seconds: they are retried until the call's queue time is spent.
+    let give_up = tokio::time::Instant::now() + settings.queue;
     let (mut uploaded, mut reused, mut inlined) = (0, 0, 0);
     let mut inline = InlineSet::default();
     for (input, file) in order.run.inputs.iter().zip(&inputs) {
         if input.blob.bytes <= INLINE_MAX_EACH && inline.offer(&read_small(file, input.blob.bytes)?) {
             inlined += 1;
-        } else if bus.put_blob(&input.blob, file).await? {
+        } else if retried(give_up, || bus.put_blob(&input.blob, file)).await? {
             uploaded += 1;
         } else {
             reused += 1;
         }
     }
-    order.inline = inline.into_vec();
     let wait = Duration::from_millis(order.run.timeout_ms) + settings.queue;
     order.tier.clone_from(&settings.tier);
     order.pool.clone_from(&settings.pool);
@@ -105,19 +111,24 @@ async fn run_async(
         order.issued_at_ms.saturating_add(u64::try_from(settings.queue.as_millis()).unwrap_or(u64::MAX));
     order.check()?;
     let (envelope, order_sha256) = seal(key, ORDER_TYPE, &order);
-    let body = serde_json::to_vec(&envelope).map_err(|e| ClusterError::Protocol(e.to_string()))?;
+    let body = wire(&envelope, inline.into_vec())?;
 
     // Subscribed before the order goes out, so no receipt can be missed.
     let results = subjects::results_subject(&order.invocation_id);
     let mut replies = bus.client().subscribe(results).await.map_err(|e| unavailable("subscribing to results", e))?;
-    let mut headers = async_nats::HeaderMap::new();
-    headers.insert("Nats-Msg-Id", order.invocation_id.as_str());
-    bus.jetstream()
-        .publish_with_headers(subjects::calls_subject(&order.tier, &order.pool), headers, body.into())
-        .await
-        .map_err(|e| unavailable("publishing the call", e))?
-        .await
-        .map_err(|e| unavailable("publishing the call (no acknowledgement)", e))?;
+    // The invocation id as the message id: a retry of a publication that
+    // did land is dropped by the server.
+    retried(give_up, || async {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", order.invocation_id.as_str());
+        bus.jetstream()
+            .publish_with_headers(subjects::calls_subject(&order.tier, &order.pool), headers, body.clone().into())
+            .await
+            .map_err(|e| unavailable("publishing the call", e))?
+            .await
+            .map_err(|e| unavailable("publishing the call (no acknowledgement)", e))
+    })
+    .await?;
 
     let deadline = tokio::time::Instant::now() + wait;
     let mut ignored = 0;
@@ -136,12 +147,23 @@ async fn run_async(
             }
         };
         match verify_receipt(&bus, &message.payload, &order, &order_sha256).await {
-            Ok((receipt, receipt_envelope)) => {
+            Ok((receipt, receipt_envelope, carried)) => {
                 let outcome = match &receipt.verdict {
                     Verdict::Refused(r) => {
                         return Err(ClusterError::Refused { code: r.code.clone(), message: r.message.clone() })
                     }
-                    Verdict::Ran(ran) => take_outcome(&bus, ran, &order, output, stdout_sink).await?,
+                    Verdict::Ran(ran) => {
+                        take_outcome(
+                            &bus,
+                            ran,
+                            &carried,
+                            &order,
+                            output,
+                            stdout_sink,
+                            tokio::time::Instant::now() + settings.queue,
+                        )
+                        .await?
+                    }
                 };
                 return Ok(RemoteOutcome {
                     outcome,
@@ -172,10 +194,15 @@ async fn verify_receipt(
     bytes: &[u8],
     order: &Order,
     order_sha256: &str,
-) -> Result<(Receipt, DsseEnvelope), ClusterError> {
+) -> Result<(Receipt, DsseEnvelope, Vec<Inline>), ClusterError> {
     let unverified = Unverified::parse(bytes)?;
-    let key = bus.pinned_key(Role::Worker, unverified.key_id()?).await?;
-    let (receipt, _, envelope): (Receipt, _, _) = unverified.open(&key, RECEIPT_TYPE)?;
+    // A key bucket the cluster cannot serve for a moment is asked again: a
+    // genuine receipt must not be taken for a forged one.
+    let key_id = unverified.key_id()?;
+    let give_up = tokio::time::Instant::now() + KEY_RETRY;
+    let key = retried(give_up, || bus.pinned_key(Role::Worker, key_id)).await?;
+    let opened = unverified.open::<Receipt>(&key, RECEIPT_TYPE)?;
+    let receipt = opened.value;
     if receipt.version != RECEIPT_VERSION
         || receipt.invocation_id != order.invocation_id
         || receipt.order_sha256 != order_sha256
@@ -187,7 +214,7 @@ async fn verify_receipt(
             key.key_id()
         )));
     }
-    Ok((receipt, envelope))
+    Ok((receipt, opened.envelope, opened.inline))
 }
 
 /// The worker's run as a local [`WorkerOutcome`], with its output's bytes
@@ -196,9 +223,11 @@ async fn verify_receipt(
 async fn take_outcome(
     bus: &Bus,
     ran: &Ran,
+    inline: &[Inline],
     order: &Order,
     output: Option<&File>,
     stdout_sink: Option<&File>,
+    give_up: tokio::time::Instant,
 ) -> Result<WorkerOutcome, ClusterError> {
     let within = |blob: &Blob, limit: u64, what: &str| {
         if blob.bytes > limit {
@@ -209,18 +238,35 @@ async fn take_outcome(
     };
     within(&ran.stdout, order.run.stdout_limit.max(airlock_sandbox::STDOUT_TAIL as u64), "stdout")?;
     within(&ran.stderr, order.run.stderr_limit, "stderr")?;
-    let mut stdout = Vec::new();
-    bus.fetch(&ran.stdout, &ran.inline, &mut stdout).await?;
-    let mut stderr = Vec::new();
-    bus.fetch(&ran.stderr, &ran.inline, &mut stderr).await?;
+    // Each fetch is retried from the start while the cluster recovers.
+    let fetch_all = |blob: &Blob| {
+        let blob = blob.clone();
+        retried(give_up, move || {
+            let blob = blob.clone();
+            async move {
+                let mut bytes = Vec::new();
+                bus.fetch(&blob, inline, &mut bytes).await.map(|()| bytes)
+            }
+        })
+    };
+    let stdout = fetch_all(&ran.stdout).await?;
+    let stderr = fetch_all(&ran.stderr).await?;
     match (&order.run.output, &ran.output) {
         (_, None) => {}
         (Some(o), Some(blob)) => {
             // One byte over the bound is how a local export reports it.
             within(blob, o.max_bytes, "output")?;
             let target = if o.from_stdout { stdout_sink } else { output };
-            let mut file = target.ok_or_else(|| ClusterError::Protocol("no staged file for the output".into()))?;
-            bus.fetch(blob, &ran.inline, &mut file).await?;
+            let file = target.ok_or_else(|| ClusterError::Protocol("no staged file for the output".into()))?;
+            retried(give_up, || async {
+                // A retry writes the file from its start again.
+                let mut f = file;
+                f.set_len(0)
+                    .and_then(|()| std::io::Seek::rewind(&mut f))
+                    .map_err(|e| ClusterError::Io(e.to_string()))?;
+                bus.fetch(blob, inline, &mut f).await
+            })
+            .await?;
         }
         (None, Some(_)) => return Err(ClusterError::Protocol("a receipt with an output the order has none of".into())),
     }
@@ -249,4 +295,24 @@ fn read_small(file: &File, bytes: u64) -> Result<Vec<u8>, ClusterError> {
         .read_to_end(&mut out)
         .map_err(|e| ClusterError::Io(format!("reading an input: {e}")))?;
     Ok(out)
+}
+
+/// Runs `attempt` until it succeeds, fails with anything but
+/// `cluster.unavailable`, or `give_up` passes (then its last error), with
+/// a growing pause between attempts.
+pub(crate) async fn retried<T, F: std::future::Future<Output = Result<T, ClusterError>>>(
+    give_up: tokio::time::Instant,
+    mut attempt: impl FnMut() -> F,
+) -> Result<T, ClusterError> {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match attempt().await {
+            Err(ClusterError::Unavailable(why)) if tokio::time::Instant::now() + pause < give_up => {
+                tracing::debug!(error = %why, pause_ms = pause.as_millis() as u64, "the cluster did not take it: retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            other => return other,
+        }
+    }
 }

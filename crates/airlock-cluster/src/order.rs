@@ -23,8 +23,8 @@ pub struct Blob {
     pub bytes: u64,
 }
 
-/// A small blob carried in the signed message itself instead of the
-/// store (it saves an upload and a fetch; it is checked like a fetched one).
+/// A small blob carried beside a signed message instead of in the store
+/// (it saves an upload and a fetch; it is checked like a fetched one).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Inline {
@@ -161,9 +161,6 @@ pub struct Order {
     pub descriptor_sha256: String,
     /// How to run it.
     pub run: RunSpec,
-    /// Small inputs, carried here instead of the store.
-    #[serde(default)]
-    pub inline: Vec<Inline>,
 }
 
 impl Order {
@@ -272,7 +269,6 @@ mod tests {
                 stdout_limit: 1024,
                 stderr_limit: 1024,
             },
-            inline: Vec::new(),
             descriptor,
         }
     }

@@ -2,7 +2,7 @@
 //! came of it (exit, bounds, the blobs of its streams and output), or why
 //! it was refused.
 
-use crate::order::{Blob, Inline};
+use crate::order::Blob;
 use airlock_sandbox::{AppliedLimits, ExitStatusKind, OutputExport};
 use serde::{Deserialize, Serialize};
 
@@ -63,10 +63,6 @@ pub struct Ran {
     pub limits: AppliedLimits,
     /// Where the time went.
     pub timings: Timings,
-    /// Small blobs (streams, a small output), carried here instead of the
-    /// store.
-    #[serde(default)]
-    pub inline: Vec<Inline>,
 }
 
 /// A run refused before it started.

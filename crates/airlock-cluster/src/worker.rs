@@ -6,9 +6,10 @@
 
 use crate::bus::Bus;
 use crate::error::{unavailable, ClusterError};
+use crate::order::Inline;
 use crate::order::{now_ms, Blob, InlineSet, Order, INLINE_MAX_EACH, ORDER_TYPE};
 use crate::receipt::{Ran, Receipt, Refused, Timings, Verdict, WorkerIdentity, RECEIPT_TYPE, RECEIPT_VERSION};
-use crate::signed::{seal, Unverified};
+use crate::signed::{seal, wire, Unverified};
 use crate::subjects::{self, Role};
 use airlock_core::HasReason;
 use airlock_journal::JournalKey;
@@ -31,6 +32,12 @@ use tokio::runtime::Runtime;
 const PULL_WAIT: Duration = Duration::from_secs(1);
 /// How often an idle worker reports its state.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
+/// How long a call given back to the queue waits before it is delivered
+/// again.
+const RETURN_DELAY: Duration = Duration::from_millis(500);
+/// How long a worker retries a blob the cluster does not serve (a node
+/// died and its streams elect a leader) before it gives the call back.
+const BLOB_RETRY: Duration = Duration::from_secs(5);
 /// How often a running call tells the server it is still in progress.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
@@ -75,6 +82,14 @@ pub enum Event {
         verdict: String,
         /// From taking it to its receipt.
         ms: u64,
+    },
+    /// A call given back to the queue: the cluster failed this worker
+    /// while it fetched or uploaded.
+    Returned {
+        /// The call.
+        invocation_id: String,
+        /// Why.
+        reason: String,
     },
     /// A message that is not a verifiable order was dropped.
     Dropped {
@@ -226,8 +241,15 @@ impl Server<'_> {
     fn handle(&self, message: jetstream::Message, served: &mut Served, on_event: &mut dyn FnMut(&Event)) {
         let taken = Instant::now();
         let started_at_ms = now_ms();
-        let (order, order_sha256) = match self.rt.block_on(self.verify(&message.payload)) {
+        let (order, order_sha256, carried) = match self.rt.block_on(self.verify(&message.payload)) {
             Ok(v) => v,
+            // The key bucket could not be read: nothing is known about the
+            // message yet, so it goes back to the queue.
+            Err(e @ ClusterError::Unavailable(_)) => {
+                on_event(&Event::Returned { invocation_id: "(unverified)".into(), reason: e.to_string() });
+                let _ = self.rt.block_on(message.ack_with(AckKind::Nak(Some(RETURN_DELAY))));
+                return;
+            }
             Err(e) => {
                 // Nobody can be answered for a message that is not a
                 // verifiable order: it is removed, never redelivered.
@@ -238,10 +260,20 @@ impl Server<'_> {
             }
         };
         on_event(&Event::Took { invocation_id: order.invocation_id.clone() });
-        let verdict = match self.run(&order, &message) {
-            Ok(ran) => {
+        let mut inline = Vec::new();
+        let verdict = match self.run(&order, &carried, &message) {
+            Ok((ran, small)) => {
                 served.ran += 1;
+                inline = small;
                 Verdict::Ran(Box::new(ran))
+            }
+            // The cluster failed this worker, not the call: the call goes
+            // back to the queue (to this worker or another) while its order
+            // is still valid, and nobody is told it was refused.
+            Err(e @ ClusterError::Unavailable(_)) => {
+                on_event(&Event::Returned { invocation_id: order.invocation_id.clone(), reason: e.to_string() });
+                let _ = self.rt.block_on(message.ack_with(AckKind::Nak(Some(RETURN_DELAY))));
+                return;
             }
             Err(e) => {
                 served.refused += 1;
@@ -269,14 +301,20 @@ impl Server<'_> {
         };
         let (envelope, _) = seal(self.key, RECEIPT_TYPE, &receipt);
         let published = self.rt.block_on(async {
-            let body = serde_json::to_vec(&envelope).map_err(|e| ClusterError::Protocol(e.to_string()))?;
-            self.bus
-                .jetstream()
-                .publish(subjects::results_subject(&order.invocation_id), body.into())
-                .await
-                .map_err(|e| unavailable("publishing a receipt", e))?
-                .await
-                .map_err(|e| unavailable("publishing a receipt (no acknowledgement)", e))?;
+            let body = wire(&envelope, inline)?;
+            // Retried while the cluster elects a leader, within the ack
+            // wait (past it, the call goes to another worker anyway).
+            let give_up = tokio::time::Instant::now() + self.settings.ack_wait;
+            crate::edge::retried(give_up, || async {
+                self.bus
+                    .jetstream()
+                    .publish(subjects::results_subject(&order.invocation_id), body.clone().into())
+                    .await
+                    .map_err(|e| unavailable("publishing a receipt", e))?
+                    .await
+                    .map_err(|e| unavailable("publishing a receipt (no acknowledgement)", e))
+            })
+            .await?;
             message.double_ack().await.map_err(|e| unavailable("acknowledging a call", e))
         });
         if let Err(e) = published {
@@ -290,17 +328,22 @@ impl Server<'_> {
 
     /// The order in `bytes`, if a pinned edge key signed it, it is well
     /// formed, for this worker's tier and pool, and not expired.
-    async fn verify(&self, bytes: &[u8]) -> Result<(Order, String), ClusterError> {
+    async fn verify(&self, bytes: &[u8]) -> Result<(Order, String, Vec<Inline>), ClusterError> {
         let unverified = Unverified::parse(bytes)?;
         let key = self.bus.pinned_key(Role::Edge, unverified.key_id()?).await?;
-        let (order, digest, _): (Order, _, _) = unverified.open(&key, ORDER_TYPE)?;
-        order.check()?;
-        Ok((order, digest))
+        let opened = unverified.open::<Order>(&key, ORDER_TYPE)?;
+        opened.value.check()?;
+        Ok((opened.value, opened.digest, opened.inline))
     }
 
     /// Runs a verified order: fetches its inputs, runs it on the tier while
     /// telling the server it is in progress, and uploads what came of it.
-    fn run(&self, order: &Order, message: &jetstream::Message) -> Result<Ran, ClusterError> {
+    fn run(
+        &self,
+        order: &Order,
+        carried: &[Inline],
+        message: &jetstream::Message,
+    ) -> Result<(Ran, Vec<Inline>), ClusterError> {
         if order.tier != self.settings.tier || order.pool != self.settings.pool {
             return Err(ClusterError::Refused {
                 code: "cluster.refused".into(),
@@ -325,7 +368,17 @@ impl Server<'_> {
         for (i, input) in order.run.inputs.iter().enumerate() {
             let path = call_dir.path().join(format!("input-{i}"));
             let mut file = create(&path)?;
-            self.rt.block_on(self.bus.fetch(&input.blob, &order.inline, &mut file))?;
+            let give_up = Instant::now() + BLOB_RETRY;
+            loop {
+                match self.rt.block_on(self.bus.fetch(&input.blob, carried, &mut file)) {
+                    Err(ClusterError::Unavailable(_)) if Instant::now() < give_up => {
+                        std::thread::sleep(RETURN_DELAY);
+                        // A retry starts the file again.
+                        file.set_len(0).and_then(|()| file.rewind()).map_err(|e| ClusterError::Io(e.to_string()))?;
+                    }
+                    other => break other,
+                }
+            }?;
             let file = File::open(&path).map_err(|e| ClusterError::Io(format!("reopening an input: {e}")))?;
             inputs.push(StagedInput { virtual_path: input.virtual_path.clone(), file, held: false });
         }
@@ -386,7 +439,7 @@ impl Server<'_> {
             }
             None => None,
         };
-        Ok(Ran {
+        let ran = Ran {
             exit: outcome.exit,
             timed_out: outcome.timed_out,
             stdout,
@@ -398,8 +451,8 @@ impl Server<'_> {
             cleanup_confirmed: outcome.cleanup_confirmed,
             limits: outcome.limits,
             timings: Timings { fetch_ms, run_ms, upload_ms: elapsed_ms(upload) },
-            inline: inline.into_vec(),
-        })
+        };
+        Ok((ran, inline.into_vec()))
     }
 
     /// `bytes` as a blob: inline if it fits, else uploaded.

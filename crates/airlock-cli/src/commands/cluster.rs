@@ -28,6 +28,9 @@ pub fn worker(runtime: &Runtime, args: WorkerArgs) -> Result<Answer, Refusal> {
         Event::Answered { invocation_id, verdict, ms } => {
             eprintln!("airlock worker: answered {invocation_id}: {verdict} in {ms} ms")
         }
+        Event::Returned { invocation_id, reason } => {
+            eprintln!("airlock worker: gave {invocation_id} back to the queue: {reason}")
+        }
         Event::Dropped { reason } => eprintln!("airlock worker: dropped a message: {reason}"),
         Event::Draining => eprintln!("airlock worker: drained"),
     };

@@ -5,7 +5,7 @@
 //! say. Every case is the shipping binary on real files, real processes
 //! and real signals.
 
-use crate::clusterkit::{edge, nats, worker_finished, Worker};
+use crate::clusterkit::{edge, nats, nats3, worker_finished, Worker};
 use crate::util::{sha256_hex, Project};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -300,4 +300,83 @@ fn a_journal_cut_at_a_record_boundary_verifies_alone_and_fails_against_the_strea
     let cut = p.run(&["journal", "verify", "--against-stream"]);
     assert_eq!((cut.status(), cut.reason()), ("failed", "journal.stream_mismatch"), "{cut:#?}");
     assert!(cut.envelope["error"]["message"].as_str().unwrap().contains("cut"), "{cut:#?}");
+}
+
+#[test]
+fn the_stream_leader_killed_mid_run_loses_no_call_and_publishes_none_twice() {
+    let Some(mut nodes) = nats3() else { return };
+    let p = Project::with_config(&format!(
+        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n\
+         [cluster]\nnats = \"{}\"\nreplicas = 3\nack_wait_seconds = 2\nqueue_seconds = 8\n",
+        nodes.urls
+    ));
+    // What the edge waits at most (timeout + queue, then the fetches'
+    // retries) stays under the harness's 30 s bound.
+    copy_within(&p, 5);
+    // Right after the election the cluster may still refuse a stream of
+    // three replicas: init is retried.
+    let mut last = None;
+    let initialized = crate::runkit::wait_until(Duration::from_secs(45), || {
+        let run = p.run(&["cluster", "init"]);
+        let ok = run.code == 0;
+        last = Some(run);
+        ok
+    });
+    assert!(initialized, "cluster init never succeeded: {last:#?}");
+    p.write("data/in.txt", "replicated\n");
+    let big: Vec<u8> = (0..150_000u32).map(|i| (i % 241) as u8).collect();
+    p.write("data/big.bin", &big);
+    let _a = Worker::start(&nodes.urls, Some(&p));
+    let _b = Worker::start(&nodes.urls, Some(&p));
+    let mut killed = None;
+    let mut retries = 0;
+    for i in 0..12 {
+        if i == 4 {
+            let leader = nodes.leader_of("AIRLOCK_CALLS").expect("a leader of the calls stream");
+            nodes.kill(leader);
+            killed = Some(leader);
+        }
+        // Half the calls move an input through the (replicated) store.
+        let (input, expected) =
+            if i % 2 == 0 { ("data/in.txt", b"replicated\n".to_vec()) } else { ("data/big.bin", big.clone()) };
+        let out = format!("results/out-{i}");
+        // A call the cluster could not take during the election answers a
+        // retryable code and published nothing: the caller tries again.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let id = format!("lead-{i}-{attempts}");
+            let run = p.run(&["run", "copy", input, &out, "--tier", "cluster", "--invocation-id", &id]);
+            if run.code == 0 {
+                break;
+            }
+            retries += 1;
+            eprintln!(
+                "call {i} attempt {attempts}: {} after {} ms: {}",
+                run.reason(),
+                run.envelope["duration_ms"],
+                run.envelope["error"]["message"]
+            );
+            assert!(
+                ["cluster.unavailable", "cluster.timeout"].contains(&run.reason()) && attempts < 5,
+                "call {i} attempt {attempts}: {run:#?}"
+            );
+            assert!(!p.path(&out).exists(), "a failed attempt published: {run:#?}");
+        }
+        assert_eq!(std::fs::read(p.path(&out)).unwrap(), expected, "call {i}");
+    }
+    eprintln!("stream leader n{} killed before call 4; {retries} attempts were retried", killed.unwrap_or(9));
+    assert!(killed.is_some());
+    // Every output once: twelve files, twelve published finishes.
+    let files = std::fs::read_dir(p.path("results")).unwrap().count();
+    assert_eq!(files, 12);
+    let records = p.run(&["journal", "show", "--json"]).envelope["content"]["records"].clone();
+    let published = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["kind"] == "InvocationFinished" && r["body"]["status"] == "ok")
+        .count();
+    assert_eq!(published, 12);
+    p.run(&["journal", "verify"]).assert_ok();
 }

@@ -166,3 +166,99 @@ impl Worker {
 pub fn worker_finished(edge: &Project, id: &str) -> serde_json::Value {
     edge.journal_records(id).into_iter().find(|r| r["kind"] == "WorkerFinished").expect("WorkerFinished")
 }
+
+/// Three `nats-server` nodes in one JetStream cluster on loopback (each
+/// killed when dropped), each with a monitoring port.
+pub struct Nats3 {
+    nodes: Vec<Option<Child>>,
+    monitors: Vec<u16>,
+    /// The three client URLs, comma-separated.
+    pub urls: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Nats3 {
+    fn drop(&mut self) {
+        for child in self.nodes.iter_mut().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A running three-node cluster, or `None` as [`nats`] says.
+pub fn nats3() -> Option<Nats3> {
+    drop(nats()?);
+    let dir = tempfile::Builder::new().prefix("airlock-nats3-").tempdir().unwrap();
+    let (clients, routes, monitors): (Vec<u16>, Vec<u16>, Vec<u16>) = (
+        (0..3).map(|_| free_port()).collect(),
+        (0..3).map(|_| free_port()).collect(),
+        (0..3).map(|_| free_port()).collect(),
+    );
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        let others: Vec<String> =
+            (0..3).filter(|j| *j != i).map(|j| format!("\"nats://127.0.0.1:{}\"", routes[j])).collect();
+        let config = format!(
+            "server_name: n{i}\nlisten: 127.0.0.1:{}\nhttp: 127.0.0.1:{}\n\
+             jetstream {{ store_dir: \"{}\" }}\n\
+             cluster {{ name: airlock, listen: 127.0.0.1:{}, routes: [{}] }}\n",
+            clients[i],
+            monitors[i],
+            dir.path().join(format!("n{i}")).display(),
+            routes[i],
+            others.join(", ")
+        );
+        let file = dir.path().join(format!("n{i}.conf"));
+        std::fs::write(&file, config).unwrap();
+        let child =
+            Command::new("nats-server").arg("-c").arg(&file).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
+        nodes.push(Some(child.expect("start nats-server")));
+    }
+    let urls = clients.iter().map(|p| format!("nats://127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
+    let cluster = Nats3 { nodes, monitors, urls, _dir: dir };
+    // JetStream answers once the nodes have elected a meta leader.
+    let ready = wait_until(Duration::from_secs(30), || {
+        (0..3).all(|i| cluster.monitor(i, "/jsz").is_some_and(|j| j["meta_cluster"]["leader"].is_string()))
+    });
+    assert!(ready, "the three nodes elected no JetStream leader");
+    Some(cluster)
+}
+
+impl Nats3 {
+    /// `GET path` on node `i`'s monitoring port, as JSON.
+    pub fn monitor(&self, i: usize, path: &str) -> Option<serde_json::Value> {
+        use std::io::Write as _;
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.monitors[i])).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).ok()?;
+        serde_json::from_str(answer.split_once("\r\n\r\n")?.1).ok()
+    }
+
+    /// The node (0, 1 or 2) leading `stream`, as a live node reports it.
+    pub fn leader_of(&self, stream: &str) -> Option<usize> {
+        (0..3).filter(|i| self.nodes[*i].is_some()).find_map(|i| {
+            let jsz = self.monitor(i, "/jsz?streams=true")?;
+            let accounts = jsz["account_details"].as_array()?;
+            let name =
+                accounts.iter().flat_map(|a| a["stream_detail"].as_array().into_iter().flatten()).find_map(|s| {
+                    (s["name"] == stream).then(|| s["cluster"]["leader"].as_str().map(str::to_owned)).flatten()
+                })?;
+            name.strip_prefix('n')?.parse().ok()
+        })
+    }
+
+    /// SIGKILLs node `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.nodes[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

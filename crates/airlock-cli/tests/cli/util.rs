@@ -171,21 +171,34 @@ roots = ["./data:data:ro", "./results:results:rw"]
     /// changed (another directory, more environment); `args` are for messages.
     pub fn run_command(&self, mut command: Command, args: &[&str]) -> Run {
         let mut child = command.spawn().expect("spawn airlock");
+        // Both streams are drained while the child runs: an answer larger
+        // than a pipe's buffer must not block it.
+        let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                if let Some(mut p) = pipe {
+                    let _ = p.read_to_end(&mut bytes);
+                }
+                bytes
+            })
+        };
+        let out_reader = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
+        let err_reader = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
         let start = Instant::now();
-        loop {
-            if child.try_wait().unwrap().is_some() {
-                break;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
             }
             if start.elapsed() > Duration::from_secs(30) {
                 let _ = child.kill();
-                let out = child.wait_with_output().unwrap();
-                panic!("airlock {args:?} blocked for 30 s; stderr: {}", String::from_utf8_lossy(&out.stderr));
+                let _ = child.wait();
+                let stderr = err_reader.join().unwrap_or_default();
+                panic!("airlock {args:?} blocked for 30 s; stderr: {}", String::from_utf8_lossy(&stderr));
             }
             std::thread::sleep(Duration::from_millis(2));
-        }
-        let out = child.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        };
+        let stdout = String::from_utf8_lossy(&out_reader.join().unwrap_or_default()).into_owned();
+        let stderr = String::from_utf8_lossy(&err_reader.join().unwrap_or_default()).into_owned();
         let envelope: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
             panic!(
                 "stdout of airlock {args:?} is not one JSON object ({e}):\n{stdout}\nstderr:\n{stderr}\ntree:\n{}",
@@ -194,7 +207,7 @@ roots = ["./data:data:ro", "./results:results:rw"]
         });
         Run {
             args: args.iter().map(|s| s.to_string()).collect(),
-            code: out.status.code().unwrap_or(-1),
+            code: status.code().unwrap_or(-1),
             stdout,
             stderr,
             envelope,

@@ -63,7 +63,6 @@ impl Runtime {
                 stdout_limit: spec.stdout_limit as u64,
                 stderr_limit: spec.stderr_limit as u64,
             },
-            inline: Vec::new(),
         };
         let settings = EdgeSettings {
             url: cluster.nats.clone(),

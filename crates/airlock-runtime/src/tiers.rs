@@ -95,8 +95,10 @@ fn tier_dir(config: &Config, tier: Tier) -> PathBuf {
 /// each configured container tier); the native tier from `host`, the probe
 /// the caller already made.
 pub fn tier_reports(config: &Config, host: &airlock_sandbox::HostSupport) -> Vec<TierReport> {
+    let cluster = config.cluster.is_some().then_some(Tier::Cluster);
     ALL_TIERS
         .into_iter()
+        .chain(cluster)
         .map(|tier| match tier {
             Tier::Native => match host.native_ready() {
                 Ok(()) => TierReport {
@@ -118,9 +120,37 @@ pub fn tier_reports(config: &Config, host: &airlock_sandbox::HostSupport) -> Vec
                 Ok(settings) => microvm::probe(&settings),
                 Err(why) => TierReport::not_ready("microvm", why),
             },
-            Tier::Cluster => TierReport::not_ready("cluster", "not a tier of this host"),
+            Tier::Cluster => cluster_report(config),
         })
         .collect()
+}
+
+/// The cluster tier as `doctor` sees it: the cluster answers, and a worker
+/// of `[cluster]`'s tier and pool reported in the last 15 s.
+fn cluster_report(config: &Config) -> TierReport {
+    let Some(c) = config.cluster.as_ref() else {
+        return TierReport::not_ready("cluster", "there is no [cluster] section");
+    };
+    let workers = match airlock_cluster::admin::workers(&c.nats) {
+        Ok(w) => w,
+        Err(e) => return TierReport::not_ready("cluster", format!("{e} (is `airlock cluster init` done?)")),
+    };
+    let now = airlock_cluster::order::now_ms();
+    let live = workers
+        .iter()
+        .filter(|w| w["tier"] == c.tier.as_str() && w["pool"] == c.pool.as_str() && w["state"] != "stopped")
+        .filter(|w| now.saturating_sub(w["updated_at_ms"].as_u64().unwrap_or(0)) < 15_000)
+        .count();
+    let platform = Some(format!("{} worker(s) of {}/{} at {}", live, c.tier, c.pool, c.nats));
+    if live == 0 {
+        let why = format!(
+            "the cluster at {} answers, but no worker of tier {:?} in pool {:?} reported in the last 15 s: start \
+             `airlock worker --tier {} --pool {}` on a worker host",
+            c.nats, c.tier, c.pool, c.tier, c.pool
+        );
+        return TierReport { found: true, platform, ..TierReport::not_ready("cluster", why) };
+    }
+    TierReport { tier: "cluster".into(), found: true, version: None, platform, ready: true, why: None }
 }
 
 /// One leftover `staging gc` removed (or could not).

@@ -63,6 +63,7 @@ pub fn run(config: &Config, config_report: Value) -> Envelope {
         let detail = match (&r.why, r.tier.as_str()) {
             (Some(why), _) => why.clone(),
             (None, "native") => "namespaces, Landlock and seccomp are available".to_owned(),
+            (None, "cluster") => r.platform.clone().unwrap_or_default(),
             (None, _) => format!(
                 "a trivial worker ran here ({})",
                 [r.version.as_deref(), r.platform.as_deref()].into_iter().flatten().collect::<Vec<_>>().join("; ")

@@ -175,7 +175,6 @@ pub fn serve(
             }
         };
         for message in batch {
-            server.report("busy", served);
             server.handle(message, &mut served, on_event);
             server.report("idle", served);
             reported = Some(Instant::now());
@@ -261,7 +260,7 @@ impl Server<'_> {
         };
         on_event(&Event::Took { invocation_id: order.invocation_id.clone() });
         let mut inline = Vec::new();
-        let verdict = match self.run(&order, &carried, &message) {
+        let verdict = match self.run(&order, &carried, &message, *served) {
             Ok((ran, small)) => {
                 served.ran += 1;
                 inline = small;
@@ -343,6 +342,7 @@ impl Server<'_> {
         order: &Order,
         carried: &[Inline],
         message: &jetstream::Message,
+        served: Served,
     ) -> Result<(Ran, Vec<Inline>), ClusterError> {
         if order.tier != self.settings.tier || order.pool != self.settings.pool {
             return Err(ClusterError::Refused {
@@ -415,7 +415,7 @@ impl Server<'_> {
         };
         let fetch_ms = elapsed_ms(fetch);
         let run = Instant::now();
-        let outcome = self.run_with_progress(spec, message).map_err(|e| ClusterError::Refused {
+        let outcome = self.run_with_progress(spec, message, served).map_err(|e| ClusterError::Refused {
             code: airlock_sandbox_code(&e),
             message: format!("the worker's sandbox: {e}"),
         })?;
@@ -466,7 +466,14 @@ impl Server<'_> {
     /// Runs `spec` on the tier on a thread of its own while this one tells
     /// the server, a few times a second, that the call is in progress (so a
     /// long call is not given to another worker, and a dead worker's is).
-    fn run_with_progress(&self, spec: WorkerSpec, message: &jetstream::Message) -> Result<WorkerOutcome, SandboxError> {
+    /// A call still running at the first report says so in the worker
+    /// bucket (a short call is not held up by a report).
+    fn run_with_progress(
+        &self,
+        spec: WorkerSpec,
+        message: &jetstream::Message,
+        served: Served,
+    ) -> Result<WorkerOutcome, SandboxError> {
         let (done, finished) = std::sync::mpsc::channel();
         std::thread::scope(|s| {
             let runner = s.spawn(move || {
@@ -474,8 +481,12 @@ impl Server<'_> {
                 let _ = done.send(());
                 outcome
             });
+            let mut reported = false;
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(PROGRESS_EVERY) {
                 let _ = self.rt.block_on(message.ack_with(AckKind::Progress));
+                if !std::mem::replace(&mut reported, true) {
+                    self.report("busy", served);
+                }
             }
             runner.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
         })

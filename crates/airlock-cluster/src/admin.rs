@@ -22,6 +22,7 @@ pub fn init(url: &str, replicas: usize, edge: &PublicKey) -> Result<(), ClusterE
     block_on(async {
         let bus = Bus::connect(url, "airlock-admin").await?;
         bus.ensure(replicas).await?;
+        crate::journal_stream::ensure(&bus, replicas.max(1)).await?;
         bus.pin_key(Role::Edge, edge).await
     })
 }

@@ -111,10 +111,6 @@ impl Bus {
                 .await
                 .map_err(|e| unavailable("creating the blob store", e))?;
         }
-        self.js
-            .get_or_create_stream(crate::journal_stream::stream_config(replicas))
-            .await
-            .map_err(|e| unavailable("creating the journal stream", e))?;
         for bucket in [subjects::KEY_BUCKET, subjects::WORKER_BUCKET] {
             self.ensure_kv(bucket, replicas).await?;
         }

@@ -43,8 +43,17 @@ pub fn journal_subject(key_id: &str) -> String {
     format!("airlock.journal.{}", key_id.trim_start_matches("sha256:"))
 }
 
-/// The stream's settings: kept forever, no deletes, no purges.
-pub(crate) fn stream_config(replicas: usize) -> stream::Config {
+/// Creates the stream (with `replicas` copies) unless it exists: kept
+/// forever, no deletes, no purges.
+pub(crate) async fn ensure(bus: &Bus, replicas: usize) -> Result<(), ClusterError> {
+    bus.jetstream()
+        .get_or_create_stream(stream_config(replicas))
+        .await
+        .map_err(|e| unavailable("creating the journal stream", e))?;
+    Ok(())
+}
+
+fn stream_config(replicas: usize) -> stream::Config {
     stream::Config {
         name: JOURNAL_STREAM.to_owned(),
         subjects: vec!["airlock.journal.>".to_owned()],

@@ -11,43 +11,33 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// A tool that waits `secs` seconds, then copies its input to its output.
+/// A tool that waits `secs` seconds, then copies its input to its output
+/// (the copy tool, renamed, its command behind a `sleep`).
 fn slow_copy(p: &Project, secs: u32) {
-    p.write(
-        "tools/slowcopy.clad.toml",
-        format!(
-            r#"
-[tool]
-name = "slowcopy"
-version = "1.0.0"
-binary = "sh"
-description = "Wait, then copy one file to a new one"
-timeout_seconds = 30
+    let manifest = crate::util::COPY_TOOL
+        .replace("name = \"copy\"", "name = \"slowcopy\"\ntimeout_seconds = 30")
+        .replace("binary = \"cp\"", "binary = \"sh\"")
+        .replace(
+            r#"exec = ["cp", "{input}", "{output}"]"#,
+            &format!(r#"exec = ["sh", "-c", "sleep {secs}; cp \"$1\" \"$2\"", "slowcopy", "{{input}}", "{{output}}"]"#),
+        );
+    assert!(manifest.contains("sleep"), "the copy tool changed: {manifest}");
+    p.write("tools/slowcopy.clad.toml", manifest);
+}
 
-[args.input]
-position = 1
-required = true
-type = "path"
-description = "file to read"
+/// `slowcopy` of data/in.txt to results/out.txt on the cluster as `id`,
+/// started (its answer is taken by [`answer_of`]).
+fn start_slow_call(p: &Project, id: &str) -> std::process::Child {
+    p.command(&["run", "slowcopy", "data/in.txt", "results/out.txt", "--tier", "cluster", "--invocation-id", id])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
 
-[args.output]
-position = 2
-required = true
-type = "path"
-description = "file to create"
-
-[command]
-exec = ["sh", "-c", "sleep {secs}; cp \"$1\" \"$2\"", "slowcopy", "{{input}}", "{{output}}"]
-
-[output]
-format = "text"
-
-[filesystem]
-read = ["{{input}}"]
-create = ["{{output}}"]
-"#
-        ),
-    );
+/// The envelope a started call answered with.
+fn answer_of(call: std::process::Child) -> serde_json::Value {
+    let out = call.wait_with_output().unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// The payload of a DSSE envelope verified by OpenSSL (a third-party
@@ -123,18 +113,13 @@ fn a_worker_killed_mid_call_is_replaced_and_the_output_is_published_once() {
     slow_copy(&p, 2);
     p.write("data/in.txt", "survives a dead worker\n");
     let mut first = Worker::start(&n.url, Some(&p));
-    let call = p
-        .command(&["run", "slowcopy", "data/in.txt", "results/out.txt", "--tier", "cluster", "--invocation-id", "k-1"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let call = start_slow_call(&p, "k-1");
     first.wait_for("took k-1", Duration::from_secs(10));
     first.kill();
     assert!(!p.path("results/out.txt").exists());
     // Unacknowledged for the ack wait (2 s), the call goes to a new worker.
     let second = Worker::start(&n.url, Some(&p));
-    let out = call.wait_with_output().unwrap();
-    let envelope: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let envelope = answer_of(call);
     assert_eq!(envelope["status"], "ok", "{envelope}\nfirst: {}\nsecond: {}", first.log(), second.log());
     assert_eq!(std::fs::read(p.path("results/out.txt")).unwrap(), b"survives a dead worker\n");
     second.wait_for("answered k-1: ran", Duration::from_secs(5));
@@ -256,18 +241,13 @@ fn a_worker_drains_on_sigterm_and_says_what_it_served() {
     slow_copy(&p, 1);
     p.write("data/in.txt", "drained\n");
     let mut w = Worker::start(&n.url, Some(&p));
-    let call = p
-        .command(&["run", "slowcopy", "data/in.txt", "results/out.txt", "--tier", "cluster", "--invocation-id", "d-1"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let call = start_slow_call(&p, "d-1");
     w.wait_for("took d-1", Duration::from_secs(10));
     // SIGTERM mid-call: the call in hand finishes and is answered.
     let status = w.terminate();
     assert!(status.success(), "{status:?}: {}", w.log());
     assert!(w.log().contains("answered d-1: ran"), "{}", w.log());
-    let out = call.wait_with_output().unwrap();
-    let envelope: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let envelope = answer_of(call);
     assert_eq!(envelope["status"], "ok", "{envelope}");
     assert_eq!(std::fs::read(p.path("results/out.txt")).unwrap(), b"drained\n");
     let list = p.run(&["workers", "list", "--json"]);

@@ -92,32 +92,87 @@ async fn run_async(
     // While a cluster elects a leader (a node died), publications fail for
     // a few seconds: they are retried until the call's queue time is spent.
     let give_up = tokio::time::Instant::now() + settings.queue;
-    let (mut uploaded, mut reused, mut inlined) = (0, 0, 0);
+    let (inline, placed) = place_inputs(&bus, &order, &inputs, give_up).await?;
+    stamp(&mut order, settings)?;
+    let (envelope, order_sha256) = seal(key, ORDER_TYPE, &order);
+    let body = wire(&envelope, inline)?;
+    // Subscribed before the order goes out, so no receipt can be missed.
+    let results = subjects::results_subject(&order.invocation_id);
+    let replies = bus.client().subscribe(results).await.map_err(|e| unavailable("subscribing to results", e))?;
+    publish_order(&bus, &order, body, give_up).await?;
+    let wait = Duration::from_millis(order.run.timeout_ms) + settings.queue;
+    let (receipt, receipt_envelope, carried, ignored) =
+        await_receipt(&bus, replies, &order, &order_sha256, wait).await?;
+    let outcome = match &receipt.verdict {
+        Verdict::Refused(r) => return Err(ClusterError::Refused { code: r.code.clone(), message: r.message.clone() }),
+        Verdict::Ran(ran) => {
+            let fetch_until = tokio::time::Instant::now() + settings.queue;
+            take_outcome(&bus, ran, &carried, &order, output, stdout_sink, fetch_until).await?
+        }
+    };
+    Ok(RemoteOutcome {
+        outcome,
+        receipt,
+        envelope: receipt_envelope,
+        order: envelope,
+        uploaded: placed.uploaded,
+        reused: placed.reused,
+        inlined: placed.inlined,
+        ignored,
+        elapsed: began.elapsed(),
+    })
+}
+
+/// Where the inputs went.
+#[derive(Default)]
+struct Placed {
+    uploaded: usize,
+    reused: usize,
+    inlined: usize,
+}
+
+/// Each input beside the order when small, else in the store (unless a
+/// blob of its name and size is there already).
+async fn place_inputs(
+    bus: &Bus,
+    order: &Order,
+    inputs: &[File],
+    give_up: tokio::time::Instant,
+) -> Result<(Vec<Inline>, Placed), ClusterError> {
+    let mut placed = Placed::default();
     let mut inline = InlineSet::default();
-    for (input, file) in order.run.inputs.iter().zip(&inputs) {
+    for (input, file) in order.run.inputs.iter().zip(inputs) {
         if input.blob.bytes <= INLINE_MAX_EACH && inline.offer(&read_small(file, input.blob.bytes)?) {
-            inlined += 1;
+            placed.inlined += 1;
         } else if retried(give_up, || bus.put_blob(&input.blob, file)).await? {
-            uploaded += 1;
+            placed.uploaded += 1;
         } else {
-            reused += 1;
+            placed.reused += 1;
         }
     }
-    let wait = Duration::from_millis(order.run.timeout_ms) + settings.queue;
+    Ok((inline.into_vec(), placed))
+}
+
+/// Addresses and dates the order (it expires when the edge stops waiting
+/// for a worker), then checks it as a worker will.
+fn stamp(order: &mut Order, settings: &EdgeSettings) -> Result<(), ClusterError> {
     order.tier.clone_from(&settings.tier);
     order.pool.clone_from(&settings.pool);
     order.issued_at_ms = now_ms();
-    order.expires_at_ms =
-        order.issued_at_ms.saturating_add(u64::try_from(settings.queue.as_millis()).unwrap_or(u64::MAX));
-    order.check()?;
-    let (envelope, order_sha256) = seal(key, ORDER_TYPE, &order);
-    let body = wire(&envelope, inline.into_vec())?;
+    let queue_ms = u64::try_from(settings.queue.as_millis()).unwrap_or(u64::MAX);
+    order.expires_at_ms = order.issued_at_ms.saturating_add(queue_ms);
+    order.check()
+}
 
-    // Subscribed before the order goes out, so no receipt can be missed.
-    let results = subjects::results_subject(&order.invocation_id);
-    let mut replies = bus.client().subscribe(results).await.map_err(|e| unavailable("subscribing to results", e))?;
-    // The invocation id as the message id: a retry of a publication that
-    // did land is dropped by the server.
+/// Publishes the order on its tier and pool's subject, once: the
+/// invocation id is the message id, so a retry of a publication that did
+/// land is dropped by the server.
+async fn publish_order(
+    bus: &Bus,
+    order: &Order,
+    body: Vec<u8>,
+    give_up: tokio::time::Instant,
+) -> Result<(), ClusterError> {
     retried(give_up, || async {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("Nats-Msg-Id", order.invocation_id.as_str());
@@ -129,7 +184,18 @@ async fn run_async(
             .map_err(|e| unavailable("publishing the call (no acknowledgement)", e))
     })
     .await?;
+    Ok(())
+}
 
+/// The first result on the call's subject that verifies, within `wait`;
+/// and how many did not (never used: the real one may still come).
+async fn await_receipt(
+    bus: &Bus,
+    mut replies: async_nats::Subscriber,
+    order: &Order,
+    order_sha256: &str,
+    wait: Duration,
+) -> Result<(Receipt, DsseEnvelope, Vec<Inline>, usize), ClusterError> {
     let deadline = tokio::time::Instant::now() + wait;
     let mut ignored = 0;
     loop {
@@ -137,48 +203,18 @@ async fn run_async(
             Ok(Some(m)) => m,
             Ok(None) => return Err(ClusterError::Unavailable("the connection closed while waiting".into())),
             Err(_) => {
+                let unverifiable =
+                    if ignored > 0 { format!(" ({ignored} unverifiable results ignored)") } else { String::new() };
                 return Err(ClusterError::Timeout(format!(
-                    "no worker of tier {:?} in pool {:?} answered within {} s{}",
+                    "no worker of tier {:?} in pool {:?} answered within {} s{unverifiable}",
                     order.tier,
                     order.pool,
-                    wait.as_secs(),
-                    if ignored > 0 { format!(" ({ignored} unverifiable results ignored)") } else { String::new() }
-                )))
+                    wait.as_secs()
+                )));
             }
         };
-        match verify_receipt(&bus, &message.payload, &order, &order_sha256).await {
-            Ok((receipt, receipt_envelope, carried)) => {
-                let outcome = match &receipt.verdict {
-                    Verdict::Refused(r) => {
-                        return Err(ClusterError::Refused { code: r.code.clone(), message: r.message.clone() })
-                    }
-                    Verdict::Ran(ran) => {
-                        take_outcome(
-                            &bus,
-                            ran,
-                            &carried,
-                            &order,
-                            output,
-                            stdout_sink,
-                            tokio::time::Instant::now() + settings.queue,
-                        )
-                        .await?
-                    }
-                };
-                return Ok(RemoteOutcome {
-                    outcome,
-                    receipt,
-                    envelope: receipt_envelope,
-                    order: envelope,
-                    uploaded,
-                    reused,
-                    inlined,
-                    ignored,
-                    elapsed: began.elapsed(),
-                });
-            }
-            // A result that does not verify is never used; the real one may
-            // still come.
+        match verify_receipt(bus, &message.payload, order, order_sha256).await {
+            Ok((receipt, envelope, carried)) => return Ok((receipt, envelope, carried, ignored)),
             Err(e) => {
                 tracing::warn!(invocation_id = %order.invocation_id, error = %e, "ignored a result that does not verify");
                 ignored += 1;

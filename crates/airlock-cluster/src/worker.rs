@@ -336,7 +336,9 @@ impl Server<'_> {
     }
 
     /// Runs a verified order: fetches its inputs, runs it on the tier while
-    /// telling the server it is in progress, and uploads what came of it.
+    /// telling the server it is in progress, and keeps or uploads what came
+    /// of it; the receipt's account of the run, and the small blobs that go
+    /// beside it.
     fn run(
         &self,
         order: &Order,
@@ -344,6 +346,57 @@ impl Server<'_> {
         message: &jetstream::Message,
         served: Served,
     ) -> Result<(Ran, Vec<Inline>), ClusterError> {
+        self.admit(order)?;
+        let fetch = Instant::now();
+        let call_dir = tempfile::Builder::new()
+            .prefix(&format!("call-{}-", std::process::id()))
+            .tempdir_in(&self.settings.scratch)
+            .map_err(|e| ClusterError::Io(format!("a call directory in {}: {e}", self.settings.scratch.display())))?;
+        let mut inputs = Vec::with_capacity(order.run.inputs.len());
+        for (i, input) in order.run.inputs.iter().enumerate() {
+            let file = self.fetch_input(&input.blob, carried, &call_dir.path().join(format!("input-{i}")))?;
+            inputs.push(StagedInput { virtual_path: input.virtual_path.clone(), file, held: false });
+        }
+        let (spec, out_file) = self.spec_of(order, inputs, &call_dir.path().join("output"))?;
+        let fetch_ms = elapsed_ms(fetch);
+        let run = Instant::now();
+        let outcome = self.run_with_progress(spec, message, served).map_err(|e| ClusterError::Refused {
+            code: e.kind().as_str().to_owned(),
+            message: format!("the worker's sandbox: {e}"),
+        })?;
+        let run_ms = elapsed_ms(run);
+        let upload = Instant::now();
+        let mut inline = InlineSet::default();
+        let stdout = self.store(&outcome.stdout, &mut inline)?;
+        let stderr = self.store(&outcome.stderr, &mut inline)?;
+        let exported = match (&order.run.output, &outcome.output) {
+            (Some(o), _) if o.from_stdout => true,
+            (Some(_), Some(export)) => export.exported(),
+            _ => false,
+        };
+        let output = match out_file.filter(|_| exported) {
+            Some(file) => Some(self.store_file(&file, &mut inline)?),
+            None => None,
+        };
+        let ran = Ran {
+            exit: outcome.exit,
+            timed_out: outcome.timed_out,
+            stdout,
+            stdout_truncated: outcome.stdout_truncated,
+            stderr,
+            stderr_truncated: outcome.stderr_truncated,
+            output_export: outcome.output,
+            output,
+            cleanup_confirmed: outcome.cleanup_confirmed,
+            limits: outcome.limits,
+            timings: Timings { fetch_ms, run_ms, upload_ms: elapsed_ms(upload) },
+        };
+        Ok((ran, inline.into_vec()))
+    }
+
+    /// Refuses an order for another tier or pool, or one whose edge has
+    /// stopped waiting.
+    fn admit(&self, order: &Order) -> Result<(), ClusterError> {
         if order.tier != self.settings.tier || order.pool != self.settings.pool {
             return Err(ClusterError::Refused {
                 code: "cluster.refused".into(),
@@ -359,34 +412,42 @@ impl Server<'_> {
                 now_ms() - order.expires_at_ms
             )));
         }
-        let fetch = Instant::now();
-        let call_dir = tempfile::Builder::new()
-            .prefix(&format!("call-{}-", std::process::id()))
-            .tempdir_in(&self.settings.scratch)
-            .map_err(|e| ClusterError::Io(format!("a call directory in {}: {e}", self.settings.scratch.display())))?;
-        let mut inputs = Vec::with_capacity(order.run.inputs.len());
-        for (i, input) in order.run.inputs.iter().enumerate() {
-            let path = call_dir.path().join(format!("input-{i}"));
-            let mut file = create(&path)?;
-            let give_up = Instant::now() + BLOB_RETRY;
-            loop {
-                match self.rt.block_on(self.bus.fetch(&input.blob, carried, &mut file)) {
-                    Err(ClusterError::Unavailable(_)) if Instant::now() < give_up => {
-                        std::thread::sleep(RETURN_DELAY);
-                        // A retry starts the file again.
-                        file.set_len(0).and_then(|()| file.rewind()).map_err(|e| ClusterError::Io(e.to_string()))?;
-                    }
-                    other => break other,
+        Ok(())
+    }
+
+    /// `blob` (beside the order, or from the store, retried while the
+    /// cluster recovers) in a new private file at `path`, reopened
+    /// read-only for the sandbox.
+    fn fetch_input(&self, blob: &Blob, carried: &[Inline], path: &std::path::Path) -> Result<File, ClusterError> {
+        let mut file = create(path)?;
+        let give_up = Instant::now() + BLOB_RETRY;
+        loop {
+            match self.rt.block_on(self.bus.fetch(blob, carried, &mut file)) {
+                Err(ClusterError::Unavailable(_)) if Instant::now() < give_up => {
+                    std::thread::sleep(RETURN_DELAY);
+                    // A retry starts the file again.
+                    file.set_len(0).and_then(|()| file.rewind()).map_err(|e| ClusterError::Io(e.to_string()))?;
                 }
-            }?;
-            let file = File::open(&path).map_err(|e| ClusterError::Io(format!("reopening an input: {e}")))?;
-            inputs.push(StagedInput { virtual_path: input.virtual_path.clone(), file, held: false });
-        }
-        let out_path = call_dir.path().join("output");
+                other => break other,
+            }
+        }?;
+        File::open(path).map_err(|e| ClusterError::Io(format!("reopening an input: {e}")))
+    }
+
+    /// The sandbox's spec for `order` with `inputs`, the call's own parts
+    /// from the order and the host's (image) from the settings; and the
+    /// output's file at `out_path`, if the call has one (written by the
+    /// tool, or its stdout).
+    fn spec_of(
+        &self,
+        order: &Order,
+        inputs: Vec<StagedInput>,
+        out_path: &std::path::Path,
+    ) -> Result<(WorkerSpec, Option<File>), ClusterError> {
         let (output, stdout_sink, out_file) = match &order.run.output {
             None => (None, None, None),
             Some(o) => {
-                let file = create(&out_path)?;
+                let file = create(out_path)?;
                 let dup = file.try_clone().map_err(|e| ClusterError::Io(format!("dup: {e}")))?;
                 if o.from_stdout {
                     (None, Some(dup), Some(file))
@@ -413,46 +474,17 @@ impl Server<'_> {
             provided: Vec::new(),
             call_id: Some(order.invocation_id.clone()),
         };
-        let fetch_ms = elapsed_ms(fetch);
-        let run = Instant::now();
-        let outcome = self.run_with_progress(spec, message, served).map_err(|e| ClusterError::Refused {
-            code: airlock_sandbox_code(&e),
-            message: format!("the worker's sandbox: {e}"),
-        })?;
-        let run_ms = elapsed_ms(run);
-        let upload = Instant::now();
-        let mut inline = InlineSet::default();
-        let stdout = self.store(&outcome.stdout, &mut inline)?;
-        let stderr = self.store(&outcome.stderr, &mut inline)?;
-        let exported = match (&order.run.output, &outcome.output) {
-            (Some(o), _) if o.from_stdout => true,
-            (Some(_), Some(export)) => export.exported(),
-            _ => false,
-        };
-        let output = match out_file.filter(|_| exported) {
-            Some(file) => {
-                let blob = hash_file(&file)?;
-                if blob.bytes > INLINE_MAX_EACH || !inline.offer(&read_all(&file)?) {
-                    self.rt.block_on(self.bus.put_blob(&blob, &file))?;
-                }
-                Some(blob)
-            }
-            None => None,
-        };
-        let ran = Ran {
-            exit: outcome.exit,
-            timed_out: outcome.timed_out,
-            stdout,
-            stdout_truncated: outcome.stdout_truncated,
-            stderr,
-            stderr_truncated: outcome.stderr_truncated,
-            output_export: outcome.output,
-            output,
-            cleanup_confirmed: outcome.cleanup_confirmed,
-            limits: outcome.limits,
-            timings: Timings { fetch_ms, run_ms, upload_ms: elapsed_ms(upload) },
-        };
-        Ok((ran, inline.into_vec()))
+        Ok((spec, out_file))
+    }
+
+    /// The output's file as a blob: beside the receipt if it fits, else
+    /// uploaded.
+    fn store_file(&self, file: &File, inline: &mut InlineSet) -> Result<Blob, ClusterError> {
+        let blob = hash_file(file)?;
+        if blob.bytes > INLINE_MAX_EACH || !inline.offer(&read_all(file)?) {
+            self.rt.block_on(self.bus.put_blob(&blob, file))?;
+        }
+        Ok(blob)
     }
 
     /// `bytes` as a blob: inline if it fits, else uploaded.
@@ -507,11 +539,6 @@ fn remove_dead_calls(scratch: &std::path::Path) {
             }
         }
     }
-}
-
-/// The reason code of a sandbox failure, as text for a receipt.
-fn airlock_sandbox_code(e: &SandboxError) -> String {
-    e.kind().as_str().to_owned()
 }
 
 fn elapsed_ms(since: Instant) -> u64 {

@@ -5,7 +5,7 @@
 //! say. Every case is the shipping binary on real files, real processes
 //! and real signals.
 
-use crate::clusterkit::{edge, nats, nats3, worker_finished, Worker};
+use crate::clusterkit::{edge, nats, nats3, nats_with, worker_finished, Worker};
 use crate::util::{sha256_hex, Project};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -359,4 +359,78 @@ fn the_stream_leader_killed_mid_run_loses_no_call_and_publishes_none_twice() {
         .count();
     assert_eq!(published, 12);
     p.run(&["journal", "verify"]).assert_ok();
+}
+
+/// Users of the test server: airlock's processes connect without
+/// credentials (`no_auth_user`) and may do everything; `rogue` may not
+/// publish receipts or pin keys.
+const ROGUE_DENIED: &str = r#"
+no_auth_user: airlock
+authorization {
+  users = [
+    { user: airlock, password: "airlock-test" }
+    { user: rogue, password: "rogue-test",
+      permissions: { publish: { deny: ["airlock.results.>", "$KV.airlock_keys.>"] } } }
+  ]
+}
+"#;
+
+#[test]
+fn a_client_without_the_right_can_neither_forge_a_receipt_nor_pin_a_key() {
+    let Some(n) = nats_with(ROGUE_DENIED) else { return };
+    let p = edge(&n.url, "queue_seconds = 5\n");
+    p.write("data/in.txt", "only the genuine worker\n");
+    // The rogue tries, before the call and while it waits, to pin a key of
+    // its own and to answer the call with bytes of its own.
+    let rogue_url = n.url.clone();
+    let entry = format!("$KV.airlock_keys.worker.{}", "ab".repeat(32));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let until = std::sync::Arc::clone(&stop);
+    let forge = move |url: String, entry: String| {
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async move {
+                let client = async_nats::ConnectOptions::with_user_and_password("rogue".into(), "rogue-test".into())
+                    .connect(url)
+                    .await
+                    .unwrap();
+                // Until the call has answered: every moment of it is tried.
+                while !until.load(std::sync::atomic::Ordering::SeqCst) {
+                    let _ = client.publish(entry.clone(), "ed25519:00".into()).await;
+                    let _ = client.publish("airlock.results.g-1", "{\"envelope\":{}}".into()).await;
+                    let _ = client.flush().await;
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+            })
+        })
+    };
+    let rogue = forge(rogue_url, entry.clone());
+    let w = Worker::start(&n.url, Some(&p));
+    let run = p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster", "--invocation-id", "g-1"]);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    rogue.join().unwrap();
+    run.assert_ok();
+    assert_eq!(std::fs::read(p.path("results/out.txt")).unwrap(), b"only the genuine worker\n");
+    // The edge saw no forged result: the server never delivered one.
+    assert_eq!(worker_finished(&p, "g-1")["body"]["cluster"]["results_ignored"], 0);
+    w.wait_for("answered g-1: ran", Duration::from_secs(5));
+    // Neither the stream of results nor the key bucket holds the rogue's.
+    let url = n.url.clone();
+    let (results, pinned) =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async move {
+            let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
+            let mut results = js.get_stream("AIRLOCK_RESULTS").await.unwrap();
+            let count = results.info().await.unwrap().state.messages;
+            let keys = js.get_key_value("airlock_keys").await.unwrap();
+            (count, keys.get(format!("worker.{}", "ab".repeat(32))).await.unwrap())
+        });
+    assert_eq!(results, 1, "only the genuine receipt is stored");
+    assert_eq!(pinned, None, "the rogue pinned a key");
+    // The same publication by a client with the right does land: the
+    // denial above is the server's, not a malformed request.
+    let url = n.url.clone();
+    let landed = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async move {
+        let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
+        js.publish("airlock.results.g-1", "{}".into()).await.unwrap().await.is_ok()
+    });
+    assert!(landed);
 }

@@ -27,6 +27,12 @@ impl Drop for Nats {
 /// A running NATS server, or `None` (said loudly) where `nats-server` is
 /// not installed and `AIRLOCK_TEST_NATS_REQUIRED` is not set (CI sets it).
 pub fn nats() -> Option<Nats> {
+    nats_with("")
+}
+
+/// [`nats`] with `config` (a nats-server configuration's text, e.g. an
+/// `authorization` block) added.
+pub fn nats_with(config: &str) -> Option<Nats> {
     let found = Command::new("nats-server").arg("--version").output().is_ok_and(|o| o.status.success());
     if !found {
         assert!(
@@ -38,8 +44,12 @@ pub fn nats() -> Option<Nats> {
     }
     let dir = tempfile::Builder::new().prefix("airlock-nats-").tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let file = dir.path().join("nats.conf");
+    std::fs::write(&file, config).unwrap();
     let child = Command::new("nats-server")
-        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-c"])
+        .arg(&file)
+        .arg("-sd")
         .arg(dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -2,7 +2,7 @@
 //! streams and buckets, pin keys, see the workers. Each call connects,
 //! does one thing and disconnects.
 
-use crate::bus::Bus;
+use crate::bus::{Bus, Endpoint};
 use crate::error::ClusterError;
 use crate::subjects::Role;
 use airlock_journal::PublicKey;
@@ -18,9 +18,9 @@ fn block_on<T>(f: impl Future<Output = Result<T, ClusterError>>) -> Result<T, Cl
 
 /// Creates the streams and buckets (with `replicas` copies each) and pins
 /// `edge` as an edge key.
-pub fn init(url: &str, replicas: usize, edge: &PublicKey) -> Result<(), ClusterError> {
+pub fn init(at: &Endpoint, replicas: usize, edge: &PublicKey) -> Result<(), ClusterError> {
     block_on(async {
-        let bus = Bus::connect(url, "airlock-admin").await?;
+        let bus = Bus::connect(at, "airlock-admin").await?;
         bus.ensure(replicas).await?;
         crate::journal_stream::ensure(&bus, replicas.max(1)).await?;
         bus.pin_key(Role::Edge, edge).await
@@ -28,13 +28,13 @@ pub fn init(url: &str, replicas: usize, edge: &PublicKey) -> Result<(), ClusterE
 }
 
 /// Pins `key` for `role`.
-pub fn trust(url: &str, role: Role, key: &PublicKey) -> Result<(), ClusterError> {
-    block_on(async { Bus::connect(url, "airlock-admin").await?.pin_key(role, key).await })
+pub fn trust(at: &Endpoint, role: Role, key: &PublicKey) -> Result<(), ClusterError> {
+    block_on(async { Bus::connect(at, "airlock-admin").await?.pin_key(role, key).await })
 }
 
 /// What every worker last reported (JSON objects), newest first.
-pub fn workers(url: &str) -> Result<Vec<serde_json::Value>, ClusterError> {
-    let entries = block_on(async { Bus::connect(url, "airlock-admin").await?.workers().await })?;
+pub fn workers(at: &Endpoint) -> Result<Vec<serde_json::Value>, ClusterError> {
+    let entries = block_on(async { Bus::connect(at, "airlock-admin").await?.workers().await })?;
     let mut out: Vec<serde_json::Value> =
         entries.into_iter().filter_map(|(_, bytes)| serde_json::from_slice(&bytes).ok()).collect();
     out.sort_by_key(|w| std::cmp::Reverse(w["updated_at_ms"].as_u64().unwrap_or(0)));

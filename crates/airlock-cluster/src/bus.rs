@@ -27,6 +27,29 @@ const FETCH_STALL: Duration = Duration::from_secs(3);
 /// Connecting gives up after this.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Where the cluster is and who this process is on it.
+#[derive(Clone)]
+pub struct Endpoint {
+    /// The NATS URL(s), comma-separated.
+    pub url: String,
+    /// A user and its password, when the server wants them.
+    pub user: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The password is never printed.
+        f.debug_struct("Endpoint").field("url", &self.url).field("user", &self.user.as_ref().map(|(u, _)| u)).finish()
+    }
+}
+
+impl Endpoint {
+    /// `url` with no credentials.
+    pub fn anonymous(url: &str) -> Endpoint {
+        Endpoint { url: url.to_owned(), user: None }
+    }
+}
+
 /// A connection to the cluster, with the buckets it has opened (each
 /// opening costs a round trip to the server).
 #[derive(Clone)]
@@ -46,13 +69,20 @@ struct Opened {
 impl Bus {
     /// Connects to `url` (a NATS URL, or several separated by commas),
     /// naming the connection `name` (shown by the server's monitoring).
-    pub async fn connect(url: &str, name: &str) -> Result<Bus, ClusterError> {
-        Bus::connect_within(url, name, CONNECT_TIMEOUT).await
+    pub async fn connect(at: &Endpoint, name: &str) -> Result<Bus, ClusterError> {
+        Bus::connect_within(at, name, CONNECT_TIMEOUT).await
     }
 
     /// [`Bus::connect`], giving up after `timeout`.
-    pub async fn connect_within(url: &str, name: &str, timeout: Duration) -> Result<Bus, ClusterError> {
-        let client = async_nats::ConnectOptions::new()
+    pub async fn connect_within(at: &Endpoint, name: &str, timeout: Duration) -> Result<Bus, ClusterError> {
+        let options = match &at.user {
+            Some((user, password)) => {
+                async_nats::ConnectOptions::with_user_and_password(user.clone(), password.clone())
+            }
+            None => async_nats::ConnectOptions::new(),
+        };
+        let url = &at.url;
+        let client = options
             .name(name)
             .connection_timeout(timeout)
             .connect(url.split(',').map(str::trim).collect::<Vec<_>>())

@@ -23,8 +23,8 @@ const KEY_RETRY: Duration = Duration::from_secs(5);
 /// Where an edge sends calls, and how long it waits.
 #[derive(Debug, Clone)]
 pub struct EdgeSettings {
-    /// The cluster's NATS URL(s).
-    pub url: String,
+    /// The cluster, and who this edge is on it.
+    pub endpoint: crate::bus::Endpoint,
     /// The worker tier calls are for.
     pub tier: String,
     /// The pool of workers calls are for.
@@ -88,7 +88,7 @@ async fn run_async(
     let RemoteCall { mut order, inputs, output, stdout_sink } = call;
     subjects::check_token("tier", &settings.tier)?;
     subjects::check_token("pool", &settings.pool)?;
-    let bus = Bus::connect(&settings.url, "airlock-edge").await?;
+    let bus = Bus::connect(&settings.endpoint, "airlock-edge").await?;
     // While a cluster elects a leader (a node died), publications fail for
     // a few seconds: they are retried until the call's queue time is spent.
     let give_up = tokio::time::Instant::now() + settings.queue;

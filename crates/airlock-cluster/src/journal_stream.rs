@@ -5,7 +5,7 @@
 //! still verifies as a chain on its own) is found by comparing it with the
 //! stream (`airlock journal verify --against-stream`).
 
-use crate::bus::Bus;
+use crate::bus::{Bus, Endpoint};
 use crate::error::{unavailable, ClusterError};
 use async_nats::jetstream::{self, consumer::pull, stream};
 use futures_util::StreamExt as _;
@@ -97,12 +97,12 @@ async fn last_seq(stream: &stream::Stream<()>, subject: &str) -> Result<u64, Clu
 /// seq the stream holds for `key_id`; returns the seqs sent (first, last),
 /// or `None` when there was nothing new.
 pub fn push(
-    url: &str,
+    at: &Endpoint,
     key_id: &str,
     after: impl FnOnce(u64) -> Result<Vec<JournalEntry>, ClusterError>,
 ) -> Result<Option<(u64, u64)>, ClusterError> {
     block_on(async {
-        let bus = Bus::connect_within(url, "airlock-journal", PUSH_CONNECT).await?;
+        let bus = Bus::connect_within(at, "airlock-journal", PUSH_CONNECT).await?;
         let stream = journal_stream(&bus).await?;
         let subject = journal_subject(key_id);
         let last = last_seq(&stream, &subject).await?;
@@ -131,9 +131,9 @@ pub fn push(
 }
 
 /// Every entry the stream holds for `key_id`, in the order appended.
-pub fn entries(url: &str, key_id: &str) -> Result<Vec<JournalEntry>, ClusterError> {
+pub fn entries(at: &Endpoint, key_id: &str) -> Result<Vec<JournalEntry>, ClusterError> {
     block_on(async {
-        let bus = Bus::connect(url, "airlock-journal").await?;
+        let bus = Bus::connect(at, "airlock-journal").await?;
         let stream = journal_stream(&bus).await?;
         let subject = journal_subject(key_id);
         if last_seq(&stream, &subject).await? == 0 {

@@ -27,7 +27,7 @@ pub mod signed;
 pub mod subjects;
 pub mod worker;
 
-pub use bus::Bus;
+pub use bus::{Bus, Endpoint};
 pub use error::ClusterError;
 pub use order::{Blob, Order, OrderInput, OrderOutput, RunSpec};
 pub use receipt::{Ran, Receipt, Verdict};

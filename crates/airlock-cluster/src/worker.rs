@@ -44,8 +44,8 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 /// What a worker serves, and where it keeps a call's files.
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
-    /// The cluster's NATS URL(s).
-    pub url: String,
+    /// The cluster, and who this worker is on it.
+    pub endpoint: crate::bus::Endpoint,
     /// The tier it runs (its `[sandbox]` tier's name).
     pub tier: String,
     /// The pool it serves.
@@ -140,7 +140,7 @@ pub fn serve(
         .build()
         .map_err(|e| ClusterError::Io(format!("starting the NATS client's runtime: {e}")))?;
     remove_dead_calls(&settings.scratch);
-    let bus = rt.block_on(Bus::connect(&settings.url, &format!("airlock-worker {}", settings.host)))?;
+    let bus = rt.block_on(Bus::connect(&settings.endpoint, &format!("airlock-worker {}", settings.host)))?;
     let consumer = rt.block_on(consumer(&bus, settings))?;
     let server = Server { settings, key, tier, bus, rt };
     on_event(&Event::Serving { key_id: key.key_id() });

@@ -26,6 +26,13 @@ pub struct ClusterConfig {
     /// What of this airlock's journal goes to the cluster's journal stream
     /// after each call (default: each record's hash).
     pub journal: JournalMirror,
+    /// The NATS user this airlock connects as, with the password in
+    /// `password_file` (a control file: the caller's or root's, closed to
+    /// group and others, never inside a ceiling); `None`: no credentials.
+    pub user: Option<String>,
+    /// The file holding `user`'s password (absolute, or relative to the
+    /// configuration's directory).
+    pub password_file: Option<std::path::PathBuf>,
 }
 
 /// `[cluster] journal`: what of the journal leaves the host.
@@ -52,13 +59,15 @@ pub(crate) struct RawCluster {
     replicas: Option<usize>,
     #[serde(default)]
     journal: JournalMirror,
+    user: Option<String>,
+    password_file: Option<String>,
 }
 
 /// Longest tier or pool name.
 const MAX_NAME: usize = 64;
 
 impl RawCluster {
-    pub(crate) fn check(self) -> Result<ClusterConfig, Refusal> {
+    pub(crate) fn check(self, base_dir: &std::path::Path) -> Result<ClusterConfig, Refusal> {
         let bad = |msg: String| Refusal::new(ReasonCode::ConfigInvalid, format!("[cluster] {msg}"));
         let token = |key: &str, v: String| {
             if v.is_empty()
@@ -85,7 +94,15 @@ impl RawCluster {
         if !(1..=5).contains(&replicas) {
             return Err(bad(format!("replicas = {replicas} must be 1 to 5")));
         }
+        match (&self.user, &self.password_file) {
+            (Some(u), Some(_)) if !u.is_empty() && u.len() <= 128 && u.bytes().all(|b| b.is_ascii_graphic()) => {}
+            (None, None) => {}
+            (Some(_), Some(_)) => return Err(bad("user must be 1 to 128 printable ASCII characters".into())),
+            _ => return Err(bad("user and password_file go together".into())),
+        }
         Ok(ClusterConfig {
+            user: self.user,
+            password_file: self.password_file.map(|f| base_dir.join(f)),
             nats: self.nats,
             tier: token("tier", self.tier.unwrap_or_else(|| "native".into()))?,
             pool: token("pool", self.pool.unwrap_or_else(|| "default".into()))?,
@@ -94,5 +111,33 @@ impl RawCluster {
             replicas,
             journal: self.journal,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use std::path::Path;
+
+    fn parse(cluster: &str) -> Result<Config, crate::reason::Refusal> {
+        Config::parse(&format!("[cluster]\n{cluster}"), None, Path::new("/base"))
+    }
+
+    #[test]
+    fn a_cluster_section_is_checked_where_it_is_read() {
+        let c = parse("nats = \"nats://a:4222, nats://b:4222\"").unwrap().cluster.unwrap();
+        assert_eq!((c.tier.as_str(), c.pool.as_str(), c.queue_seconds, c.replicas), ("native", "default", 30, 1));
+        assert!(parse("nats = \"http://a\"").is_err());
+        assert!(parse("nats = \"nats://a\"\npool = \"a.b\"").is_err(), "a pool must be one subject token");
+        assert!(parse("nats = \"nats://a\"\nqueue_seconds = 0").is_err());
+        assert!(parse("nats = \"nats://a\"\nuser = \"edge\"").is_err(), "a user needs its password file");
+        assert!(parse("nats = \"nats://a\"\npassword_file = \"p\"").is_err());
+        let c = parse("nats = \"nats://a\"\nuser = \"edge\"\npassword_file = \"p\"").unwrap().cluster.unwrap();
+        assert_eq!(c.password_file.as_deref(), Some(Path::new("/base/p")));
+        assert!(parse("nats = \"nats://a\"\nunknown = 1").is_err());
+        // The tier is allowed only where a cluster is configured.
+        assert!(Config::parse("[sandbox]\ntiers = [\"cluster\"]", None, Path::new("/base")).is_err());
+        let with = parse("nats = \"nats://a\"").unwrap();
+        assert!(with.tiers.allowed.contains(&crate::config::Tier::Cluster));
     }
 }

@@ -327,7 +327,7 @@ impl Config {
         }
         let limits = Limits::configured(&raw.limits)?;
         let tier = raw.sandbox.tier.unwrap_or(Tier::Native);
-        let cluster = raw.cluster.map(crate::cluster::RawCluster::check).transpose()?;
+        let cluster = raw.cluster.map(|c| c.check(base_dir)).transpose()?;
         let tiers = crate::tier_settings::TierSettings::check(
             tier,
             raw.sandbox.tiers,

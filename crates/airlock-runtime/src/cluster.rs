@@ -6,10 +6,11 @@
 use crate::Runtime;
 use airlock_cluster::journal_stream::JournalEntry;
 use airlock_cluster::worker::{Event, Served, WorkerSettings};
+use airlock_cluster::Endpoint;
 use airlock_cluster::Role;
 use airlock_core::cluster::JournalMirror;
-use airlock_core::{ReasonCode, Refusal, Tier};
-use airlock_hostfs::PrivateDir;
+use airlock_core::{Config, ReasonCode, Refusal, Tier};
+use airlock_hostfs::{HostAuthority, PrivateDir};
 use airlock_journal::PublicKey;
 use std::os::unix::fs::DirBuilderExt as _;
 use std::sync::atomic::AtomicBool;
@@ -27,15 +28,43 @@ pub struct WorkerRequest {
     pub pool: Option<String>,
 }
 
+/// Where the cluster is (`asked`, else `[cluster] nats`) and who this
+/// airlock is on it (`[cluster] user`, its password read from
+/// `password_file` as a control file that no group or other may read).
+pub fn endpoint_of(authority: &HostAuthority, config: &Config, asked: Option<&str>) -> Result<Endpoint, Refusal> {
+    let cluster = config.cluster.as_ref();
+    let url = asked.map(str::to_owned).or_else(|| cluster.map(|c| c.nats.clone())).ok_or_else(|| {
+        Refusal::new(
+            ReasonCode::ConfigInvalid,
+            "no cluster to reach: give --nats URL or a [cluster] section with nats = \"nats://…\"",
+        )
+    })?;
+    let user = match cluster.and_then(|c| c.user.clone().zip(c.password_file.clone())) {
+        None => None,
+        Some((user, file)) => {
+            use std::os::unix::fs::MetadataExt as _;
+            let password = crate::control::read_text(authority, crate::control::CLUSTER_SECRET, &file, 4096)?;
+            // A secret: read by its owner only (the read above already
+            // refused a link, a stranger's file, one open to writes).
+            if std::fs::symlink_metadata(&file).is_ok_and(|m| m.mode() & 0o077 != 0) {
+                return Err(Refusal::new(
+                    ReasonCode::ControlFileUnsafe,
+                    format!(
+                        "the cluster password file {} is readable by group or others: chmod 600 it",
+                        file.display()
+                    ),
+                ));
+            }
+            Some((user, password.trim_end_matches(['\n', '\r']).to_owned()))
+        }
+    };
+    Ok(Endpoint { url, user })
+}
+
 impl Runtime {
-    /// The cluster's URL: `asked`, else `[cluster] nats`.
-    pub fn cluster_url(&self, asked: Option<&str>) -> Result<String, Refusal> {
-        asked.map(str::to_owned).or_else(|| self.config().cluster.as_ref().map(|c| c.nats.clone())).ok_or_else(|| {
-            Refusal::new(
-                ReasonCode::ConfigInvalid,
-                "no cluster to reach: give --nats URL or a [cluster] section with nats = \"nats://…\"",
-            )
-        })
+    /// The cluster this airlock reaches (see [`endpoint_of`]).
+    pub fn cluster_endpoint(&self, asked: Option<&str>) -> Result<Endpoint, Refusal> {
+        endpoint_of(self.authority(), self.config(), asked)
     }
 
     /// Serves calls of the cluster on a tier of this host until `stop` is
@@ -46,7 +75,7 @@ impl Runtime {
         stop: &AtomicBool,
         on_event: &mut dyn FnMut(&Event),
     ) -> Result<Served, Refusal> {
-        let url = self.cluster_url(request.nats.as_deref())?;
+        let endpoint = self.cluster_endpoint(request.nats.as_deref())?;
         let tier = request.tier.unwrap_or(self.config().tier);
         if tier == Tier::Cluster {
             return Err(Refusal::new(
@@ -71,7 +100,7 @@ impl Runtime {
             .create(&scratch)
             .map_err(|e| Refusal::new(ReasonCode::Internal, format!("creating {}: {e}", scratch.display())))?;
         let settings = WorkerSettings {
-            url,
+            endpoint,
             tier: tier.as_str().to_owned(),
             pool,
             ack_wait,
@@ -85,25 +114,25 @@ impl Runtime {
     /// Creates the cluster's streams and buckets and pins this airlock's key
     /// as an edge's; returns that key.
     pub fn cluster_init(&self, nats: Option<&str>) -> Result<PublicKey, Refusal> {
-        let url = self.cluster_url(nats)?;
+        let at = self.cluster_endpoint(nats)?;
         let replicas = self.config().cluster.as_ref().map_or(1, |c| c.replicas);
         let key = self.journal().key().public_key();
-        airlock_cluster::admin::init(&url, replicas, &key)?;
+        airlock_cluster::admin::init(&at, replicas, &key)?;
         Ok(key)
     }
 
     /// Pins `key` (`ed25519:<hex>`) for `role` on the cluster.
     pub fn cluster_trust(&self, nats: Option<&str>, role: Role, key: &str) -> Result<PublicKey, Refusal> {
-        let url = self.cluster_url(nats)?;
+        let at = self.cluster_endpoint(nats)?;
         let key = PublicKey::parse(key).map_err(|e| Refusal::new(ReasonCode::ConfigInvalid, e.to_string()))?;
-        airlock_cluster::admin::trust(&url, role, &key)?;
+        airlock_cluster::admin::trust(&at, role, &key)?;
         Ok(key)
     }
 
     /// What every worker of the cluster last reported.
     pub fn cluster_workers(&self, nats: Option<&str>) -> Result<Vec<serde_json::Value>, Refusal> {
-        let url = self.cluster_url(nats)?;
-        Ok(airlock_cluster::admin::workers(&url)?)
+        let at = self.cluster_endpoint(nats)?;
+        Ok(airlock_cluster::admin::workers(&at)?)
     }
 }
 
@@ -150,10 +179,10 @@ impl Runtime {
     /// Appends to the cluster's journal stream every local record after
     /// the last one it holds for this airlock's key; the seqs sent.
     pub fn push_journal(&self, nats: Option<&str>) -> Result<Option<(u64, u64)>, Refusal> {
-        let url = self.cluster_url(nats)?;
+        let at = self.cluster_endpoint(nats)?;
         let whole = self.config().cluster.as_ref().is_some_and(|c| c.journal == JournalMirror::Records);
         let key_id = self.journal().key().key_id();
-        let pushed = airlock_cluster::journal_stream::push(&url, &key_id, |last| {
+        let pushed = airlock_cluster::journal_stream::push(&at, &key_id, |last| {
             let lines = self.local_lines().map_err(|r| airlock_cluster::ClusterError::Io(r.message))?;
             Ok(lines
                 .into_iter()
@@ -171,8 +200,8 @@ impl Runtime {
 
 /// Compares the journal in `state` with what the cluster at `url` holds
 /// for the edge whose key is `key` (`journal verify --against-stream`).
-pub fn check_against_stream(url: &str, key: &PublicKey, state: &PrivateDir) -> Result<StreamCheck, Refusal> {
-    let remote = airlock_cluster::journal_stream::entries(url, &key.key_id())?;
+pub fn check_against_stream(at: &Endpoint, key: &PublicKey, state: &PrivateDir) -> Result<StreamCheck, Refusal> {
+    let remote = airlock_cluster::journal_stream::entries(at, &key.key_id())?;
     Ok(compare_with_stream(&local_lines(state)?, &remote))
 }
 

@@ -55,6 +55,10 @@ impl ControlFiles {
         if let Some(key) = crate::approval::key::default_key_path().filter(|k| authority.exists_nofollow(k)) {
             files.push("the default approver key", key);
         }
+        // A tool that could read it could act as this airlock on the cluster.
+        if let Some(file) = config.cluster.as_ref().and_then(|c| c.password_file.clone()) {
+            files.push("the cluster's password file", file);
+        }
         files
     }
 
@@ -85,6 +89,9 @@ pub const CONFIG_FILE: Kind =
 /// A tool's manifest.
 pub const MANIFEST: Kind =
     Kind { what: "manifest", missing: ReasonCode::ManifestNotFound, invalid: ReasonCode::ManifestInvalid };
+/// `[cluster] password_file`.
+pub const CLUSTER_SECRET: Kind =
+    Kind { what: "cluster password file", missing: ReasonCode::ConfigInvalid, invalid: ReasonCode::ConfigInvalid };
 /// A Cedar policy file.
 pub const POLICY: Kind =
     Kind { what: "policy file", missing: ReasonCode::PolicyInvalid, invalid: ReasonCode::PolicyInvalid };

@@ -131,7 +131,10 @@ fn cluster_report(config: &Config) -> TierReport {
     let Some(c) = config.cluster.as_ref() else {
         return TierReport::not_ready("cluster", "there is no [cluster] section");
     };
-    let workers = match airlock_cluster::admin::workers(&c.nats) {
+    let workers = match crate::cluster::endpoint_of(&airlock_hostfs::HostAuthority::ambient(), config, None)
+        .map_err(|r| r.message)
+        .and_then(|at| airlock_cluster::admin::workers(&at).map_err(|e| e.to_string()))
+    {
         Ok(w) => w,
         Err(e) => return TierReport::not_ready("cluster", format!("{e} (is `airlock cluster init` done?)")),
     };

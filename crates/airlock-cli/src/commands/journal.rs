@@ -73,10 +73,8 @@ pub fn verify(
     let stream_check = match stream {
         None => None,
         Some(nats) => {
-            let url = nats.map(str::to_owned).or_else(|| config.cluster.as_ref().map(|c| c.nats.clone())).ok_or_else(
-                || Refusal::new(ReasonCode::ConfigInvalid, "--against-stream needs --nats URL or a [cluster] section"),
-            )?;
-            Some(airlock_runtime::cluster::check_against_stream(&url, &key, &state()?)?)
+            let at = airlock_runtime::cluster::endpoint_of(&authority, config, nats)?;
+            Some(airlock_runtime::cluster::check_against_stream(&at, &key, &state()?)?)
         }
     };
     let mut content = json!({

@@ -434,3 +434,54 @@ fn a_client_without_the_right_can_neither_forge_a_receipt_nor_pin_a_key() {
     });
     assert!(landed);
 }
+
+/// A server that knows only users with passwords.
+const USERS_ONLY: &str = r#"
+authorization {
+  users = [
+    { user: edge, password: "edge-secret" }
+    { user: worker, password: "worker-secret" }
+  ]
+}
+"#;
+
+#[test]
+fn airlock_connects_as_its_user_with_a_password_file_only_it_may_read() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some(n) = nats_with(USERS_ONLY) else { return };
+    let creds = "user = \"edge\"\npassword_file = \"edge.password\"\n";
+    let p = Project::with_config(&format!(
+        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n\
+         [cluster]\nnats = \"{}\"\n{creds}",
+        n.url
+    ));
+    p.write("data/in.txt", "with credentials\n");
+    // Readable by others: refused before anything is sent.
+    p.write("edge.password", "edge-secret\n");
+    std::fs::set_permissions(p.path("edge.password"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let run = p.run(&["cluster", "init"]);
+    assert_eq!(run.reason(), "config.control_file_unsafe", "{run:#?}");
+    std::fs::set_permissions(p.path("edge.password"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    p.run(&["cluster", "init"]).assert_ok();
+    let w = Worker::start_with(
+        &n.url,
+        Some(&p),
+        "user = \"worker\"\npassword_file = \"worker.password\"\n",
+        &[("worker.password", "worker-secret", 0o600)],
+    );
+    p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster"]).assert_ok();
+    assert_eq!(std::fs::read(p.path("results/out.txt")).unwrap(), b"with credentials\n");
+    drop(w);
+    // A wrong password: the server refuses the connection, nothing is published.
+    p.write("edge.password", "not-the-secret\n");
+    let run = p.run(&["run", "copy", "data/in.txt", "results/other.txt", "--tier", "cluster"]);
+    assert_eq!((run.reason(), run.code), ("cluster.unavailable", 75), "{run:#?}");
+    assert!(!p.path("results/other.txt").exists());
+    // Without credentials at all, the server says no.
+    let anonymous = Project::with_config(&format!(
+        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n\
+         [cluster]\nnats = \"{}\"\n",
+        n.url
+    ));
+    assert_eq!(anonymous.run(&["cluster", "init"]).reason(), "cluster.unavailable");
+}

@@ -89,10 +89,22 @@ impl Worker {
     /// key is pinned through `edge` first (its key exists once it has run
     /// once, so it is made by `airlock journal show`).
     pub fn start(url: &str, edge: Option<&Project>) -> Worker {
+        Worker::start_with(url, edge, "", &[])
+    }
+
+    /// [`Worker::start`] with `extra` lines in its `[cluster]` and `files`
+    /// (name, content, mode) written in its directory first.
+    pub fn start_with(url: &str, edge: Option<&Project>, extra: &str, files: &[(&str, &str, u32)]) -> Worker {
+        use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::Builder::new().prefix("airlock-worker-").tempdir().unwrap();
+        for (name, content, mode) in files {
+            let path = dir.path().join(name);
+            std::fs::write(&path, content).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode)).unwrap();
+        }
         std::fs::write(
             dir.path().join("airlock.toml"),
-            format!("state_dir = \".airlock\"\n[cluster]\nnats = \"{url}\"\nack_wait_seconds = 2\n"),
+            format!("state_dir = \".airlock\"\n[cluster]\nnats = \"{url}\"\nack_wait_seconds = 2\n{extra}"),
         )
         .unwrap();
         let mut w = Worker { child: None, dir };

@@ -64,8 +64,12 @@ impl Runtime {
                 stderr_limit: spec.stderr_limit as u64,
             },
         };
+        let endpoint = match self.cluster_endpoint(None) {
+            Ok(e) => e,
+            Err(refusal) => return (Err(refusal), None),
+        };
         let settings = EdgeSettings {
-            url: cluster.nats.clone(),
+            endpoint,
             tier: cluster.tier.clone(),
             pool: cluster.pool.clone(),
             queue: Duration::from_secs(cluster.queue_seconds),

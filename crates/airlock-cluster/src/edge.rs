@@ -17,6 +17,9 @@ use futures_util::StreamExt as _;
 use std::fs::File;
 use std::time::{Duration, Instant};
 
+/// How long the edge waits for a lost connection to come back before it
+/// gives up on a call.
+const LOST_AFTER: Duration = Duration::from_secs(3);
 /// How long a receipt's key lookup is retried while the cluster recovers.
 const KEY_RETRY: Duration = Duration::from_secs(5);
 
@@ -198,11 +201,39 @@ async fn await_receipt(
 ) -> Result<(Receipt, DsseEnvelope, Vec<Inline>, usize), ClusterError> {
     let deadline = tokio::time::Instant::now() + wait;
     let mut ignored = 0;
+    let mut cut_since = None::<tokio::time::Instant>;
     loop {
-        let message = match tokio::time::timeout_at(deadline, replies.next()).await {
+        // Looked at every second: a connection lost for LOST_AFTER (no
+        // server of the cluster answers) ends the wait; the call's worker
+        // may still run, but nothing it returns is taken any more.
+        let tick = deadline.min(tokio::time::Instant::now() + Duration::from_secs(1));
+        let message = match tokio::time::timeout_at(tick, replies.next()).await {
             Ok(Some(m)) => m,
             Ok(None) => return Err(ClusterError::Unavailable("the connection closed while waiting".into())),
+            Err(_) if tokio::time::Instant::now() < deadline => {
+                if bus.client().connection_state() == async_nats::connection::State::Connected {
+                    // A receipt published while the connection was down
+                    // never reached the subscription: the results stream
+                    // keeps it.
+                    if cut_since.take().is_some() {
+                        if let Some(found) = stored_receipt(bus, order, order_sha256).await {
+                            return Ok((found.0, found.1, found.2, ignored));
+                        }
+                    }
+                } else if cut_since.get_or_insert_with(tokio::time::Instant::now).elapsed() >= LOST_AFTER {
+                    return Err(ClusterError::Unavailable(format!(
+                        "lost the cluster for {} s while waiting for a worker's answer",
+                        LOST_AFTER.as_secs()
+                    )));
+                }
+                continue;
+            }
             Err(_) => {
+                // A last look in the stream: a receipt published while a
+                // reconnect was too brief to be seen is kept there.
+                if let Some(found) = stored_receipt(bus, order, order_sha256).await {
+                    return Ok((found.0, found.1, found.2, ignored));
+                }
                 let unverifiable =
                     if ignored > 0 { format!(" ({ignored} unverifiable results ignored)") } else { String::new() };
                 return Err(ClusterError::Timeout(format!(
@@ -221,6 +252,14 @@ async fn await_receipt(
             }
         }
     }
+}
+
+/// The last receipt the results stream holds for this order, if it
+/// verifies.
+async fn stored_receipt(bus: &Bus, order: &Order, order_sha256: &str) -> Option<(Receipt, DsseEnvelope, Vec<Inline>)> {
+    let stream = bus.jetstream().get_stream_no_info(subjects::RESULTS_STREAM).await.ok()?;
+    let stored = stream.get_last_raw_message_by_subject(&subjects::results_subject(&order.invocation_id)).await.ok()?;
+    verify_receipt(bus, &stored.payload, order, order_sha256).await.ok()
 }
 
 /// The receipt in `bytes`, if a pinned worker key signed it and it answers

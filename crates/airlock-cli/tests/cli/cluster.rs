@@ -485,3 +485,48 @@ fn airlock_connects_as_its_user_with_a_password_file_only_it_may_read() {
     ));
     assert_eq!(anonymous.run(&["cluster", "init"]).reason(), "cluster.unavailable");
 }
+
+#[test]
+fn the_same_invocation_published_twice_is_one_call_on_the_cluster() {
+    let Some(n) = nats() else { return };
+    let _p = edge(&n.url, "");
+    // What an edge's retry does: the same order under the same message id.
+    let url = n.url.clone();
+    let (first, second, stored) =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async move {
+            let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
+            let publish = || async {
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert("Nats-Msg-Id", "inv-twice");
+                js.publish_with_headers("airlock.calls.native.nobody", headers, "order".into())
+                    .await
+                    .unwrap()
+                    .await
+                    .unwrap()
+            };
+            let (a, b) = (publish().await, publish().await);
+            let mut calls = js.get_stream("AIRLOCK_CALLS").await.unwrap();
+            (a.duplicate, b.duplicate, calls.info().await.unwrap().state.messages)
+        });
+    assert_eq!((first, second, stored), (false, true, 1), "the calls stream must drop a second publication");
+}
+
+#[test]
+fn an_edge_whose_cluster_goes_away_mid_call_answers_a_retryable_code_and_publishes_nothing() {
+    let Some(mut n) = nats() else { return };
+    let p = edge(&n.url, "queue_seconds = 3\n");
+    slow_copy(&p, 2);
+    p.write("data/in.txt", "never half-published\n");
+    let w = Worker::start(&n.url, Some(&p));
+    let call = start_slow_call(&p, "gone-1");
+    w.wait_for("took gone-1", Duration::from_secs(10));
+    // The whole cluster goes while the tool runs.
+    n.kill();
+    let envelope = answer_of(call);
+    let code = envelope["error"]["code"].as_str().unwrap_or_default().to_owned();
+    assert!(["cluster.unavailable", "cluster.timeout"].contains(&code.as_str()), "{envelope}");
+    assert!(!p.path("results/out.txt").exists());
+    let staged = p.run(&["staging", "status", "--json"]);
+    assert_eq!(staged.envelope["content"]["reserved_snapshots"], 0, "{staged:#?}");
+    p.run(&["journal", "verify"]).assert_ok();
+}

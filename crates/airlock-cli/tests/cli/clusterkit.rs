@@ -19,6 +19,13 @@ pub struct Nats {
 
 impl Drop for Nats {
     fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl Nats {
+    /// SIGKILLs the server.
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -183,7 +183,7 @@ impl Runtime {
         let whole = self.config().cluster.as_ref().is_some_and(|c| c.journal == JournalMirror::Records);
         let key_id = self.journal().key().key_id();
         let pushed = airlock_cluster::journal_stream::push(&at, &key_id, |last| {
-            let lines = self.local_lines().map_err(|r| airlock_cluster::ClusterError::Io(r.message))?;
+            let lines = lines_after(self.state(), last).map_err(|r| airlock_cluster::ClusterError::Io(r.message))?;
             Ok(lines
                 .into_iter()
                 .filter(|l| l.seq > last)
@@ -192,9 +192,55 @@ impl Runtime {
         })?;
         Ok(pushed)
     }
+}
 
-    fn local_lines(&self) -> Result<Vec<LocalLine>, Refusal> {
-        local_lines(self.state())
+/// Bytes of the live segment's end read first when only the records after
+/// the stream's last are wanted (a call appends a few kilobytes).
+const TAIL_FIRST: u64 = 256 << 10;
+
+/// The kept journal lines of `state` with a seq after `last`: read from
+/// the live segment's end when they are all there (the usual case after a
+/// call), else from every segment. A push after each call must not read
+/// the whole journal.
+fn lines_after(state: &PrivateDir, last: u64) -> Result<Vec<LocalLine>, Refusal> {
+    if let Some(lines) = tail_lines(state, last, TAIL_FIRST) {
+        return Ok(lines);
+    }
+    Ok(local_lines(state)?.into_iter().filter(|l| l.seq > last).collect())
+}
+
+/// The lines after `last` from the last `bytes` of the live segment, if
+/// that tail reaches back to the record right after `last` (`None`: read
+/// everything). A line torn by an append in progress is left for later.
+fn tail_lines(state: &PrivateDir, last: u64, bytes: u64) -> Option<Vec<LocalLine>> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let mut file = state.open_nofollow(airlock_journal::JOURNAL_FILE).ok()?;
+    let len = file.metadata().ok()?.len();
+    let start = len.saturating_sub(bytes);
+    file.seek(SeekFrom::Start(start)).ok()?;
+    let mut tail = Vec::new();
+    file.take(bytes).read_to_end(&mut tail).ok()?;
+    let mut lines: Vec<&[u8]> = tail.split(|b| *b == b'\n').collect();
+    // The last piece is after the final newline: empty, or a torn append.
+    lines.pop();
+    if start > 0 {
+        // The first piece may be the end of a line that began earlier.
+        lines.remove(0);
+    }
+    let parsed: Vec<LocalLine> = lines.into_iter().filter(|l| !l.is_empty()).map(parse_line).collect();
+    // Only when the tail starts at or before the first record wanted is it
+    // enough: records after `last` may sit in a segment sealed since.
+    let reaches = parsed.first().is_some_and(|first| first.seq <= last.saturating_add(1));
+    reaches.then(|| parsed.into_iter().filter(|l| l.seq > last).collect())
+}
+
+fn parse_line(raw: &[u8]) -> LocalLine {
+    let record: serde_json::Value = serde_json::from_slice(raw).unwrap_or_default();
+    LocalLine {
+        seq: record["seq"].as_u64().unwrap_or(0),
+        hash: airlock_core::sha256_tagged(raw),
+        kind: record["kind"].as_str().unwrap_or_default().to_owned(),
+        line: String::from_utf8_lossy(raw).into_owned(),
     }
 }
 
@@ -211,15 +257,7 @@ fn local_lines(state: &PrivateDir) -> Result<Vec<LocalLine>, Refusal> {
     airlock_journal::JournalReader::new(state)
         .and_then(|reader| {
             reader.for_each_segment(|segment| {
-                for raw in segment.bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-                    let record: serde_json::Value = serde_json::from_slice(raw).unwrap_or_default();
-                    lines.push(LocalLine {
-                        seq: record["seq"].as_u64().unwrap_or(0),
-                        hash: airlock_core::sha256_tagged(raw),
-                        kind: record["kind"].as_str().unwrap_or_default().to_owned(),
-                        line: String::from_utf8_lossy(raw).into_owned(),
-                    });
-                }
+                lines.extend(segment.bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(parse_line));
                 Ok(true)
             })
         })
@@ -261,4 +299,32 @@ fn compare_with_stream(local: &[LocalLine], remote: &[JournalEntry]) -> StreamCh
     let last_remote = remote.iter().map(|e| e.seq).max().unwrap_or(0);
     check.not_pushed = local.iter().filter(|l| l.seq > last_remote).count() as u64;
     check
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(seq: u64) -> String {
+        format!("{{\"seq\":{seq},\"kind\":\"K\"}}")
+    }
+
+    #[test]
+    fn a_push_reads_the_live_segments_end_only_when_it_holds_every_record_wanted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("state");
+        let state = PrivateDir::open_or_create(&HostAuthority::ambient(), &dir).unwrap();
+        let text: String = (1..=100).map(|i| format!("{}\n", line(i))).collect();
+        std::fs::write(dir.join(airlock_journal::JOURNAL_FILE), format!("{text}{{\"seq\":101")).unwrap();
+        // Records 91..=100 are in the last 300 bytes; the torn 101 is not a record yet.
+        let got = tail_lines(&state, 90, 300).unwrap();
+        assert_eq!(got.iter().map(|l| l.seq).collect::<Vec<_>>(), (91..=100).collect::<Vec<_>>());
+        assert_eq!(got[0].hash, airlock_core::sha256_tagged(line(91).as_bytes()));
+        // A tail that starts after the first record wanted is not enough.
+        assert!(tail_lines(&state, 10, 300).is_none());
+        // lines_after falls back to every segment then.
+        let all = lines_after(&state, 10).unwrap();
+        assert_eq!(all.first().map(|l| l.seq), Some(11));
+        assert_eq!(all.last().map(|l| l.seq), Some(100));
+    }
 }

@@ -5,7 +5,7 @@
 //! say. Every case is the shipping binary on real files, real processes
 //! and real signals.
 
-use crate::clusterkit::{edge, nats, nats3, nats_with, worker_finished, Worker};
+use crate::clusterkit::{cluster_project, edge, nats, nats3, nats_with, worker_finished, Worker};
 use crate::util::{sha256_hex, Project};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -136,10 +136,7 @@ fn a_worker_killed_mid_call_is_replaced_and_the_output_is_published_once() {
 #[test]
 fn an_edge_cut_from_the_cluster_refuses_with_a_retryable_code_and_publishes_nothing() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let p = Project::with_config(&format!(
-        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n\
-         [cluster]\nnats = \"nats://127.0.0.1:{port}\"\n"
-    ));
+    let p = cluster_project(&format!("nats://127.0.0.1:{port}"), "");
     p.write("data/in.txt", "x\n");
     let run = p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster"]);
     assert_eq!((run.status(), run.reason(), run.code), ("error", "cluster.unavailable", 75), "{run:#?}");
@@ -192,11 +189,7 @@ fn results_of_an_unpinned_worker_and_orders_of_an_unpinned_edge_are_never_used()
     drop(rogue);
     // An edge whose key is not pinned: a pinned worker drops its order.
     let w = Worker::start(&n.url, Some(&p));
-    let stranger = Project::with_config(&format!(
-        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n\
-         [cluster]\nnats = \"{}\"\nqueue_seconds = 1\n",
-        n.url
-    ));
+    let stranger = cluster_project(&n.url, "queue_seconds = 1\n");
     copy_within(&stranger, 2);
     stranger.write("data/in.txt", "x\n");
     let run = stranger.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster"]);
@@ -285,11 +278,7 @@ fn a_journal_cut_at_a_record_boundary_verifies_alone_and_fails_against_the_strea
 #[test]
 fn the_stream_leader_killed_mid_run_loses_no_call_and_publishes_none_twice() {
     let Some(mut nodes) = nats3() else { return };
-    let p = Project::with_config(&format!(
-        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n\
-         [cluster]\nnats = \"{}\"\nreplicas = 3\nack_wait_seconds = 2\nqueue_seconds = 8\n",
-        nodes.urls
-    ));
+    let p = cluster_project(&nodes.urls, "replicas = 3\nack_wait_seconds = 2\nqueue_seconds = 8\n");
     // What the edge waits at most (timeout + queue, then the fetches'
     // retries) stays under the harness's 30 s bound.
     copy_within(&p, 5);
@@ -450,11 +439,7 @@ fn airlock_connects_as_its_user_with_a_password_file_only_it_may_read() {
     use std::os::unix::fs::PermissionsExt as _;
     let Some(n) = nats_with(USERS_ONLY) else { return };
     let creds = "user = \"edge\"\npassword_file = \"edge.password\"\n";
-    let p = Project::with_config(&format!(
-        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n\
-         [cluster]\nnats = \"{}\"\n{creds}",
-        n.url
-    ));
+    let p = cluster_project(&n.url, creds);
     p.write("data/in.txt", "with credentials\n");
     // Readable by others: refused before anything is sent.
     p.write("edge.password", "edge-secret\n");
@@ -478,11 +463,7 @@ fn airlock_connects_as_its_user_with_a_password_file_only_it_may_read() {
     assert_eq!((run.reason(), run.code), ("cluster.unavailable", 75), "{run:#?}");
     assert!(!p.path("results/other.txt").exists());
     // Without credentials at all, the server says no.
-    let anonymous = Project::with_config(&format!(
-        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n\
-         [cluster]\nnats = \"{}\"\n",
-        n.url
-    ));
+    let anonymous = cluster_project(&n.url, "");
     assert_eq!(anonymous.run(&["cluster", "init"]).reason(), "cluster.unavailable");
 }
 

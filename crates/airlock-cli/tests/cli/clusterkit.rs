@@ -67,13 +67,19 @@ pub fn nats_with(config: &str) -> Option<Nats> {
     Some(Nats { child, url: format!("nats://127.0.0.1:{port}"), _dir: dir })
 }
 
-/// An edge project: the usual project with `[cluster]` pointing at `url`,
-/// the cluster initialized with its key as an edge's.
-pub fn edge(url: &str, extra: &str) -> Project {
-    let p = Project::with_config(&format!(
+/// The usual project with `[cluster]` pointing at `url` (`extra`: more of
+/// that section's lines); nothing is done on the cluster yet.
+pub fn cluster_project(url: &str, extra: &str) -> Project {
+    Project::with_config(&format!(
         "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n\
-         [cluster]\nnats = \"{url}\"\nack_wait_seconds = 2\n{extra}"
-    ));
+         [cluster]\nnats = \"{url}\"\n{extra}"
+    ))
+}
+
+/// An edge project: [`cluster_project`] with a 2 s ack wait, the cluster
+/// initialized with its key as an edge's.
+pub fn edge(url: &str, extra: &str) -> Project {
+    let p = cluster_project(url, &format!("ack_wait_seconds = 2\n{extra}"));
     p.run(&["cluster", "init"]).assert_ok();
     p
 }

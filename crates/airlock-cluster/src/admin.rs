@@ -3,18 +3,10 @@
 //! does one thing and disconnects.
 
 use crate::bus::{Bus, Endpoint};
+use crate::client::block_on;
 use crate::error::ClusterError;
 use crate::subjects::Role;
 use airlock_journal::PublicKey;
-use std::future::Future;
-
-fn block_on<T>(f: impl Future<Output = Result<T, ClusterError>>) -> Result<T, ClusterError> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ClusterError::Io(format!("starting the NATS client's runtime: {e}")))?
-        .block_on(f)
-}
 
 /// Creates the streams and buckets (with `replicas` copies each) and pins
 /// `edge` as an edge key.

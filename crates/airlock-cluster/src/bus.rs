@@ -257,6 +257,16 @@ impl Bus {
         out.write_all(&bytes).map_err(|e| ClusterError::Io(format!("writing an inline blob: {e}")))
     }
 
+    /// [`Bus::fetch`] into `file` from its start, emptied first (so a
+    /// retried fetch writes it again, never after a torn attempt).
+    pub async fn fetch_into(&self, blob: &Blob, inline: &[Inline], file: &std::fs::File) -> Result<(), ClusterError> {
+        let mut out = file;
+        out.set_len(0)
+            .and_then(|()| out.rewind())
+            .map_err(|e| ClusterError::Io(format!("a fetched blob's file: {e}")))?;
+        self.fetch(blob, inline, &mut out).await
+    }
+
     /// Writes `blob`'s bytes into `out` (at its current offset), refusing
     /// (`cluster.blob_mismatch`) bytes past its size or that do not hash to
     /// its name; what was written before a refusal is not to be used.

@@ -5,6 +5,7 @@
 //! judges and publishes the output exactly as for a local run.
 
 use crate::bus::Bus;
+use crate::client::retried;
 use crate::error::{unavailable, ClusterError};
 use crate::order::Inline;
 use crate::order::{now_ms, Blob, InlineSet, Order, INLINE_MAX_EACH, ORDER_TYPE};
@@ -75,11 +76,7 @@ pub struct RemoteOutcome {
 
 /// Sends `call` to the cluster and waits for its verified outcome.
 pub fn run(settings: &EdgeSettings, key: &JournalKey, call: RemoteCall<'_>) -> Result<RemoteOutcome, ClusterError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ClusterError::Io(format!("starting the NATS client's runtime: {e}")))?;
-    rt.block_on(run_async(settings, key, call))
+    crate::client::block_on(run_async(settings, key, call))
 }
 
 async fn run_async(
@@ -333,15 +330,7 @@ async fn take_outcome(
             within(blob, o.max_bytes, "output")?;
             let target = if o.from_stdout { stdout_sink } else { output };
             let file = target.ok_or_else(|| ClusterError::Protocol("no staged file for the output".into()))?;
-            retried(give_up, || async {
-                // A retry writes the file from its start again.
-                let mut f = file;
-                f.set_len(0)
-                    .and_then(|()| std::io::Seek::rewind(&mut f))
-                    .map_err(|e| ClusterError::Io(e.to_string()))?;
-                bus.fetch(blob, inline, &mut f).await
-            })
-            .await?;
+            retried(give_up, || bus.fetch_into(blob, inline, file)).await?;
         }
         (None, Some(_)) => return Err(ClusterError::Protocol("a receipt with an output the order has none of".into())),
     }
@@ -370,24 +359,4 @@ fn read_small(file: &File, bytes: u64) -> Result<Vec<u8>, ClusterError> {
         .read_to_end(&mut out)
         .map_err(|e| ClusterError::Io(format!("reading an input: {e}")))?;
     Ok(out)
-}
-
-/// Runs `attempt` until it succeeds, fails with anything but
-/// `cluster.unavailable`, or `give_up` passes (then its last error), with
-/// a growing pause between attempts.
-pub(crate) async fn retried<T, F: std::future::Future<Output = Result<T, ClusterError>>>(
-    give_up: tokio::time::Instant,
-    mut attempt: impl FnMut() -> F,
-) -> Result<T, ClusterError> {
-    let mut pause = Duration::from_millis(50);
-    loop {
-        match attempt().await {
-            Err(ClusterError::Unavailable(why)) if tokio::time::Instant::now() + pause < give_up => {
-                tracing::debug!(error = %why, pause_ms = pause.as_millis() as u64, "the cluster did not take it: retrying");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
-            }
-            other => return other,
-        }
-    }
 }

@@ -6,6 +6,7 @@
 //! stream (`airlock journal verify --against-stream`).
 
 use crate::bus::{Bus, Endpoint};
+use crate::client::block_on;
 use crate::error::{unavailable, ClusterError};
 use async_nats::jetstream::{self, consumer::pull, stream};
 use futures_util::StreamExt as _;
@@ -63,14 +64,6 @@ fn stream_config(replicas: usize) -> stream::Config {
         num_replicas: replicas,
         ..Default::default()
     }
-}
-
-fn block_on<T>(f: impl std::future::Future<Output = Result<T, ClusterError>>) -> Result<T, ClusterError> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ClusterError::Io(format!("starting the NATS client's runtime: {e}")))?
-        .block_on(f)
 }
 
 async fn journal_stream(bus: &Bus) -> Result<stream::Stream<()>, ClusterError> {

@@ -18,6 +18,7 @@
 
 pub mod admin;
 pub mod bus;
+mod client;
 pub mod edge;
 pub mod error;
 pub mod journal_stream;

@@ -135,10 +135,7 @@ pub fn serve(
 ) -> Result<Served, ClusterError> {
     subjects::check_token("tier", &settings.tier)?;
     subjects::check_token("pool", &settings.pool)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ClusterError::Io(format!("starting the NATS client's runtime: {e}")))?;
+    let rt = crate::client::runtime()?;
     remove_dead_calls(&settings.scratch);
     let bus = rt.block_on(Bus::connect(&settings.endpoint, &format!("airlock-worker {}", settings.host)))?;
     let consumer = rt.block_on(consumer(&bus, settings))?;
@@ -304,7 +301,7 @@ impl Server<'_> {
             // Retried while the cluster elects a leader, within the ack
             // wait (past it, the call goes to another worker anyway).
             let give_up = tokio::time::Instant::now() + self.settings.ack_wait;
-            crate::edge::retried(give_up, || async {
+            crate::client::retried(give_up, || async {
                 self.bus
                     .jetstream()
                     .publish(subjects::results_subject(&order.invocation_id), body.clone().into())
@@ -419,18 +416,9 @@ impl Server<'_> {
     /// cluster recovers) in a new private file at `path`, reopened
     /// read-only for the sandbox.
     fn fetch_input(&self, blob: &Blob, carried: &[Inline], path: &std::path::Path) -> Result<File, ClusterError> {
-        let mut file = create(path)?;
-        let give_up = Instant::now() + BLOB_RETRY;
-        loop {
-            match self.rt.block_on(self.bus.fetch(blob, carried, &mut file)) {
-                Err(ClusterError::Unavailable(_)) if Instant::now() < give_up => {
-                    std::thread::sleep(RETURN_DELAY);
-                    // A retry starts the file again.
-                    file.set_len(0).and_then(|()| file.rewind()).map_err(|e| ClusterError::Io(e.to_string()))?;
-                }
-                other => break other,
-            }
-        }?;
+        let file = create(path)?;
+        let give_up = tokio::time::Instant::now() + BLOB_RETRY;
+        self.rt.block_on(crate::client::retried(give_up, || self.bus.fetch_into(blob, carried, &file)))?;
         File::open(path).map_err(|e| ClusterError::Io(format!("reopening an input: {e}")))
     }
 

@@ -5,7 +5,7 @@
 //! say. Every case is the shipping binary on real files, real processes
 //! and real signals.
 
-use crate::clusterkit::{cluster_project, edge, nats, nats3, nats_with, worker_finished, Worker};
+use crate::clusterkit::{block_on, cluster_project, edge, free_port, nats, nats3, nats_with, worker_finished, Worker};
 use crate::util::{sha256_hex, Project};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -135,7 +135,7 @@ fn a_worker_killed_mid_call_is_replaced_and_the_output_is_published_once() {
 
 #[test]
 fn an_edge_cut_from_the_cluster_refuses_with_a_retryable_code_and_publishes_nothing() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let p = cluster_project(&format!("nats://127.0.0.1:{port}"), "");
     p.write("data/in.txt", "x\n");
     let run = p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster"]);
@@ -213,7 +213,7 @@ fn a_tampered_input_blob_is_refused_by_the_worker_and_nothing_is_published() {
     assert_eq!(real.len(), fake.len());
     let name = format!("sha256-{}", sha256_hex(&real));
     let url = n.url.clone();
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async move {
+    block_on(async move {
         let client = async_nats::connect(url).await.unwrap();
         let js = async_nats::jetstream::new(client);
         let store = js.get_object_store("airlock_blobs").await.unwrap();
@@ -377,7 +377,7 @@ fn a_client_without_the_right_can_neither_forge_a_receipt_nor_pin_a_key() {
     let until = std::sync::Arc::clone(&stop);
     let forge = move |url: String, entry: String| {
         std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async move {
+            block_on(async move {
                 let client = async_nats::ConnectOptions::with_user_and_password("rogue".into(), "rogue-test".into())
                     .connect(url)
                     .await
@@ -404,20 +404,19 @@ fn a_client_without_the_right_can_neither_forge_a_receipt_nor_pin_a_key() {
     w.wait_for("answered g-1: ran", Duration::from_secs(5));
     // Neither the stream of results nor the key bucket holds the rogue's.
     let url = n.url.clone();
-    let (results, pinned) =
-        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async move {
-            let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
-            let mut results = js.get_stream("AIRLOCK_RESULTS").await.unwrap();
-            let count = results.info().await.unwrap().state.messages;
-            let keys = js.get_key_value("airlock_keys").await.unwrap();
-            (count, keys.get(format!("worker.{}", "ab".repeat(32))).await.unwrap())
-        });
+    let (results, pinned) = block_on(async move {
+        let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
+        let mut results = js.get_stream("AIRLOCK_RESULTS").await.unwrap();
+        let count = results.info().await.unwrap().state.messages;
+        let keys = js.get_key_value("airlock_keys").await.unwrap();
+        (count, keys.get(format!("worker.{}", "ab".repeat(32))).await.unwrap())
+    });
     assert_eq!(results, 1, "only the genuine receipt is stored");
     assert_eq!(pinned, None, "the rogue pinned a key");
     // The same publication by a client with the right does land: the
     // denial above is the server's, not a malformed request.
     let url = n.url.clone();
-    let landed = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async move {
+    let landed = block_on(async move {
         let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
         js.publish("airlock.results.g-1", "{}".into()).await.unwrap().await.is_ok()
     });
@@ -473,22 +472,21 @@ fn the_same_invocation_published_twice_is_one_call_on_the_cluster() {
     let _p = edge(&n.url, "");
     // What an edge's retry does: the same order under the same message id.
     let url = n.url.clone();
-    let (first, second, stored) =
-        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async move {
-            let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
-            let publish = || async {
-                let mut headers = async_nats::HeaderMap::new();
-                headers.insert("Nats-Msg-Id", "inv-twice");
-                js.publish_with_headers("airlock.calls.native.nobody", headers, "order".into())
-                    .await
-                    .unwrap()
-                    .await
-                    .unwrap()
-            };
-            let (a, b) = (publish().await, publish().await);
-            let mut calls = js.get_stream("AIRLOCK_CALLS").await.unwrap();
-            (a.duplicate, b.duplicate, calls.info().await.unwrap().state.messages)
-        });
+    let (first, second, stored) = block_on(async move {
+        let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
+        let publish = || async {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("Nats-Msg-Id", "inv-twice");
+            js.publish_with_headers("airlock.calls.native.nobody", headers, "order".into())
+                .await
+                .unwrap()
+                .await
+                .unwrap()
+        };
+        let (a, b) = (publish().await, publish().await);
+        let mut calls = js.get_stream("AIRLOCK_CALLS").await.unwrap();
+        (a.duplicate, b.duplicate, calls.info().await.unwrap().state.messages)
+    });
     assert_eq!((first, second, stored), (false, true, 1), "the calls stream must drop a second publication");
 }
 

@@ -50,7 +50,7 @@ pub fn nats_with(config: &str) -> Option<Nats> {
         return None;
     }
     let dir = tempfile::Builder::new().prefix("airlock-nats-").tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = free_port();
     let file = dir.path().join("nats.conf");
     std::fs::write(&file, config).unwrap();
     let child = Command::new("nats-server")
@@ -221,7 +221,8 @@ impl Drop for Nats3 {
     }
 }
 
-fn free_port() -> u16 {
+/// A loopback port nothing listens on now.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
@@ -296,4 +297,9 @@ impl Nats3 {
             let _ = c.wait();
         }
     }
+}
+
+/// Runs `f` on a runtime of its own (the tests' own NATS clients).
+pub fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
 }

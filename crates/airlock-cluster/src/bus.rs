@@ -229,9 +229,7 @@ impl Bus {
         if store.info(&name).await.is_ok_and(|info| info.size as u64 == blob.bytes) {
             return Ok(false);
         }
-        let mut copy = file.try_clone().map_err(|e| ClusterError::Io(format!("dup: {e}")))?;
-        copy.rewind().map_err(|e| ClusterError::Io(format!("seek: {e}")))?;
-        let mut reader = tokio::fs::File::from_std(copy);
+        let mut reader = tokio::fs::File::from_std(from_start(file)?);
         store.put(name.as_str(), &mut reader).await.map_err(|e| unavailable("uploading a blob", e))?;
         Ok(true)
     }
@@ -342,4 +340,24 @@ impl Bus {
         }
         Ok(out)
     }
+}
+
+/// A descriptor of `file` of its own, at offset 0 (the caller's offset is
+/// left alone).
+pub(crate) fn from_start(file: &std::fs::File) -> Result<std::fs::File, ClusterError> {
+    let mut copy = file.try_clone().map_err(|e| ClusterError::Io(format!("dup: {e}")))?;
+    copy.rewind().map_err(|e| ClusterError::Io(format!("seek: {e}")))?;
+    Ok(copy)
+}
+
+/// At most `max` + 1 bytes of `file` from its start (one more than `max`
+/// tells the caller it is larger).
+pub(crate) fn read_from_start(file: &std::fs::File, max: u64) -> Result<Vec<u8>, ClusterError> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    from_start(file)?
+        .take(max.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(|e| ClusterError::Io(format!("reading a blob's file: {e}")))?;
+    Ok(out)
 }

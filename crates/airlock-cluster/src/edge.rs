@@ -4,7 +4,7 @@
 //! hash to what the receipt says. The caller (airlock's runtime) then
 //! judges and publishes the output exactly as for a local run.
 
-use crate::bus::Bus;
+use crate::bus::{read_from_start, Bus};
 use crate::client::retried;
 use crate::error::{unavailable, ClusterError};
 use crate::order::Inline;
@@ -142,7 +142,7 @@ async fn place_inputs(
     let mut placed = Placed::default();
     let mut inline = InlineSet::default();
     for (input, file) in order.run.inputs.iter().zip(inputs) {
-        if input.blob.bytes <= INLINE_MAX_EACH && inline.offer(&read_small(file, input.blob.bytes)?) {
+        if input.blob.bytes <= INLINE_MAX_EACH && inline.offer(&read_from_start(file, input.blob.bytes)?) {
             placed.inlined += 1;
         } else if retried(give_up, || bus.put_blob(&input.blob, file)).await? {
             placed.uploaded += 1;
@@ -346,17 +346,4 @@ async fn take_outcome(
         cgroup_limits_applied: ran.limits.cgroup_limits_applied,
         limits: ran.limits.clone(),
     })
-}
-
-/// The `bytes` bytes of a small snapshot, read from its start (the file is
-/// the call's own staged copy or held input: it does not change).
-fn read_small(file: &File, bytes: u64) -> Result<Vec<u8>, ClusterError> {
-    use std::io::{Read as _, Seek as _};
-    let mut f = file.try_clone().map_err(|e| ClusterError::Io(format!("dup: {e}")))?;
-    f.rewind().map_err(|e| ClusterError::Io(format!("seek: {e}")))?;
-    let mut out = Vec::with_capacity(usize::try_from(bytes).unwrap_or(0));
-    f.take(bytes.saturating_add(1))
-        .read_to_end(&mut out)
-        .map_err(|e| ClusterError::Io(format!("reading an input: {e}")))?;
-    Ok(out)
 }

@@ -4,7 +4,7 @@
 //! host file of the edge: what it runs is what the order's blobs hold, and
 //! what it returns is only blobs and a receipt the edge checks.
 
-use crate::bus::Bus;
+use crate::bus::{from_start, read_from_start, Bus};
 use crate::error::{unavailable, ClusterError};
 use crate::order::Inline;
 use crate::order::{now_ms, Blob, InlineSet, Order, INLINE_MAX_EACH, ORDER_TYPE};
@@ -21,7 +21,6 @@ use futures_util::StreamExt as _;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -468,10 +467,13 @@ impl Server<'_> {
     /// The output's file as a blob: beside the receipt if it fits, else
     /// uploaded.
     fn store_file(&self, file: &File, inline: &mut InlineSet) -> Result<Blob, ClusterError> {
-        let blob = hash_file(file)?;
-        if blob.bytes > INLINE_MAX_EACH || !inline.offer(&read_all(file)?) {
-            self.rt.block_on(self.bus.put_blob(&blob, file))?;
+        // A small output is read once; a large one is hashed, then streamed.
+        let small = read_from_start(file, INLINE_MAX_EACH)?;
+        if small.len() as u64 <= INLINE_MAX_EACH {
+            return self.store(&small, inline);
         }
+        let blob = hash_file(file)?;
+        self.rt.block_on(self.bus.put_blob(&blob, file))?;
         Ok(blob)
     }
 
@@ -547,27 +549,8 @@ fn create(path: &std::path::Path) -> Result<File, ClusterError> {
 
 /// `file`'s SHA-256 and length, read from its start.
 fn hash_file(file: &File) -> Result<Blob, ClusterError> {
-    let mut f = file.try_clone().map_err(|e| ClusterError::Io(format!("dup: {e}")))?;
-    f.rewind().map_err(|e| ClusterError::Io(format!("seek: {e}")))?;
     let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 128 << 10];
-    let mut bytes = 0u64;
-    loop {
-        let n = f.read(&mut buf).map_err(|e| ClusterError::Io(format!("reading the output: {e}")))?;
-        if n == 0 {
-            break;
-        }
-        bytes += n as u64;
-        hasher.update(&buf[..n]);
-    }
+    let bytes = std::io::copy(&mut from_start(file)?, &mut hasher)
+        .map_err(|e| ClusterError::Io(format!("reading the output: {e}")))?;
     Ok(Blob { sha256: format!("sha256:{}", hex::encode(hasher.finalize())), bytes })
-}
-
-/// A small output's bytes, read from its start.
-fn read_all(file: &File) -> Result<Vec<u8>, ClusterError> {
-    let mut f = file.try_clone().map_err(|e| ClusterError::Io(format!("dup: {e}")))?;
-    f.rewind().map_err(|e| ClusterError::Io(format!("seek: {e}")))?;
-    let mut out = Vec::new();
-    f.read_to_end(&mut out).map_err(|e| ClusterError::Io(format!("reading the output: {e}")))?;
-    Ok(out)
 }

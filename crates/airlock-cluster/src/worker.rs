@@ -404,7 +404,7 @@ impl Server<'_> {
         }
         if now_ms() > order.expires_at_ms {
             return Err(ClusterError::Timeout(format!(
-                "the order expired {} ms ago: its edge has stopped waiting",
+                "the order expired {} ms ago: it waited in the queue longer than its edge's queue time",
                 now_ms() - order.expires_at_ms
             )));
         }

@@ -194,6 +194,14 @@ pub enum ClusterCommand {
         #[arg(long, value_name = "URL")]
         nats: Option<String>,
     },
+    /// Journal each second valid receipt of a call this edge answered (the
+    /// call also ran on another worker: delivery is at least once) as
+    /// `ClusterResultDuplicated`, once; publishes nothing.
+    Reconcile {
+        /// The cluster's NATS URL(s) (default: `[cluster] nats`).
+        #[arg(long, value_name = "URL")]
+        nats: Option<String>,
+    },
 }
 
 /// `airlock workers …`.

@@ -259,6 +259,28 @@ async fn stored_receipt(bus: &Bus, order: &Order, order_sha256: &str) -> Option<
     verify_receipt(bus, &stored.payload, order, order_sha256).await.ok()
 }
 
+/// What a receipt must answer: one invocation, one signed order, one
+/// descriptor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answering {
+    /// The invocation id.
+    pub invocation_id: String,
+    /// `sha256:` of the order's signed payload.
+    pub order_sha256: String,
+    /// The descriptor digest the order carries.
+    pub descriptor_sha256: String,
+}
+
+impl Answering {
+    fn of(order: &Order, order_sha256: &str) -> Answering {
+        Answering {
+            invocation_id: order.invocation_id.clone(),
+            order_sha256: order_sha256.to_owned(),
+            descriptor_sha256: order.descriptor_sha256.clone(),
+        }
+    }
+}
+
 /// The receipt in `bytes`, if a pinned worker key signed it and it answers
 /// this very order.
 async fn verify_receipt(
@@ -267,6 +289,17 @@ async fn verify_receipt(
     order: &Order,
     order_sha256: &str,
 ) -> Result<(Receipt, DsseEnvelope, Vec<Inline>), ClusterError> {
+    let opened = verify_answer(bus, bytes, &Answering::of(order, order_sha256)).await?;
+    Ok((opened.value, opened.envelope, opened.inline))
+}
+
+/// The receipt in `bytes`, opened, if a pinned worker key signed it and it
+/// answers `answering`.
+pub(crate) async fn verify_answer(
+    bus: &Bus,
+    bytes: &[u8],
+    answering: &Answering,
+) -> Result<crate::signed::Opened<Receipt>, ClusterError> {
     let unverified = Unverified::parse(bytes)?;
     // A key bucket the cluster cannot serve for a moment is asked again: a
     // genuine receipt must not be taken for a forged one.
@@ -274,19 +307,20 @@ async fn verify_receipt(
     let give_up = tokio::time::Instant::now() + KEY_RETRY;
     let key = retried(give_up, || bus.pinned_key(Role::Worker, key_id)).await?;
     let opened = unverified.open::<Receipt>(&key, RECEIPT_TYPE)?;
-    let receipt = opened.value;
+    let receipt = &opened.value;
     if receipt.version != RECEIPT_VERSION
-        || receipt.invocation_id != order.invocation_id
-        || receipt.order_sha256 != order_sha256
-        || receipt.descriptor_sha256 != order.descriptor_sha256
+        || receipt.invocation_id != answering.invocation_id
+        || receipt.order_sha256 != answering.order_sha256
+        || receipt.descriptor_sha256 != answering.descriptor_sha256
         || receipt.worker.key_id != key.key_id()
     {
         return Err(ClusterError::Untrusted(format!(
-            "a receipt signed by {} does not answer order {order_sha256}",
-            key.key_id()
+            "a receipt signed by {} does not answer order {}",
+            key.key_id(),
+            answering.order_sha256
         )));
     }
-    Ok((receipt, opened.envelope, opened.inline))
+    Ok(opened)
 }
 
 /// The worker's run as a local [`WorkerOutcome`], with its output's bytes

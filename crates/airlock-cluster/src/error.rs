@@ -93,7 +93,11 @@ mod tests {
         assert_eq!(late.reason(), ReasonCode::ClusterTimeout);
         assert!(late.to_string().contains("the worker refused the call: cluster.timeout: why"), "{late}");
         for code in ["cluster.refused", "sandbox.unavailable", "cluster.unavailable", "no.such.code"] {
-            assert_eq!(ClusterError::from_worker_refusal(&refused(code)).reason(), ReasonCode::ClusterRefused, "{code}");
+            assert_eq!(
+                ClusterError::from_worker_refusal(&refused(code)).reason(),
+                ReasonCode::ClusterRefused,
+                "{code}"
+            );
         }
     }
 }

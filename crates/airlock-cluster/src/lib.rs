@@ -19,6 +19,7 @@
 pub mod admin;
 pub mod bus;
 mod client;
+pub mod duplicates;
 pub mod edge;
 pub mod error;
 pub mod journal_stream;

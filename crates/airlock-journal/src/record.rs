@@ -60,6 +60,10 @@ pub mod kind {
     /// One interaction of a live session (issue 21): its command, argument
     /// digest and how policy and the terminal answered.
     pub const SESSION_INTERACTION: &str = "SessionInteraction";
+    /// A cluster call ran twice: a second valid receipt, not the one the
+    /// edge used, was found on the results stream (`airlock cluster
+    /// reconcile`).
+    pub const CLUSTER_RESULT_DUPLICATED: &str = "ClusterResultDuplicated";
 }
 
 /// One parsed journal record (as [`crate::Journal::records`] returns it).

@@ -4,14 +4,19 @@
 //! exec shape's run step (`transport/exec/remote.rs`).
 
 use crate::Runtime;
+use airlock_cluster::duplicates::Answered;
 use airlock_cluster::journal_stream::JournalEntry;
 use airlock_cluster::worker::{Event, Served, WorkerSettings};
 use airlock_cluster::Endpoint;
 use airlock_cluster::Role;
+use airlock_cluster::Verdict;
 use airlock_core::cluster::JournalMirror;
 use airlock_core::{Config, ReasonCode, Refusal, Tier};
 use airlock_hostfs::{HostAuthority, PrivateDir};
+use airlock_journal::kind;
 use airlock_journal::PublicKey;
+use serde_json::json;
+use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::DirBuilderExt as _;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -134,6 +139,103 @@ impl Runtime {
         let at = self.cluster_endpoint(nats)?;
         Ok(airlock_cluster::admin::workers(&at)?)
     }
+}
+
+/// What `airlock cluster reconcile` found and journaled.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Reconciled {
+    /// Cluster calls this journal holds a receipt for.
+    pub answered: u64,
+    /// Messages read from the results stream.
+    pub results_read: u64,
+    /// Of those, the receipts this edge used.
+    pub used: u64,
+    /// Second valid receipts journaled now (`ClusterResultDuplicated`).
+    pub duplicates_journaled: u64,
+    /// Second valid receipts journaled by an earlier reconcile.
+    pub duplicates_known: u64,
+    /// Messages for this edge's calls that do not verify (not journaled:
+    /// nothing shows that they ran).
+    pub unverifiable: u64,
+}
+
+impl Runtime {
+    /// Journals, once each, the valid receipts on the cluster's results
+    /// stream for calls this edge answered that are not the receipt it
+    /// used: the call also ran elsewhere (at-least-once delivery), and
+    /// the journal says so. Nothing is published.
+    pub fn cluster_reconcile(&self, nats: Option<&str>) -> Result<Reconciled, Refusal> {
+        let at = self.cluster_endpoint(nats)?;
+        let (answered, mut known) = journaled_answers(self.state())?;
+        let scan = airlock_cluster::duplicates::scan(&at, &answered)?;
+        let mut done = Reconciled {
+            answered: answered.len() as u64,
+            results_read: scan.read,
+            used: scan.used,
+            unverifiable: scan.unverifiable,
+            ..Reconciled::default()
+        };
+        for duplicate in scan.duplicates {
+            if !known.insert(duplicate.receipt_sha256.clone()) {
+                done.duplicates_known += 1;
+                continue;
+            }
+            let id = duplicate.receipt.invocation_id.clone();
+            let used = answered.get(&id).map(|a| a.receipt_sha256.clone());
+            self.record(kind::CLUSTER_RESULT_DUPLICATED, Some(&id), duplicate_body(&duplicate, used))?;
+            done.duplicates_journaled += 1;
+        }
+        Ok(done)
+    }
+}
+
+/// The body of a `ClusterResultDuplicated` record.
+fn duplicate_body(duplicate: &airlock_cluster::duplicates::Duplicate, used: Option<String>) -> serde_json::Value {
+    let r = &duplicate.receipt;
+    let verdict = match &r.verdict {
+        Verdict::Ran(ran) => {
+            json!({ "ran": { "exit_code": crate::engine::verdict::exit_number(ran.exit), "timed_out": ran.timed_out } })
+        }
+        Verdict::Refused(refused) => json!({ "refused": { "code": refused.code } }),
+    };
+    json!({
+        "receipt_sha256": duplicate.receipt_sha256,
+        "used_receipt_sha256": used,
+        "order_sha256": r.order_sha256,
+        "worker_key_id": r.worker.key_id,
+        "tier": r.worker.tier,
+        "pool": r.worker.pool,
+        "host": r.worker.host,
+        "verdict": verdict,
+        "stream_seq": duplicate.stream_seq,
+        "receipt": duplicate.envelope,
+    })
+}
+
+/// The cluster calls the journal in `state` holds a receipt for (by
+/// invocation id), and the digests of the second receipts it journaled.
+fn journaled_answers(state: &PrivateDir) -> Result<(HashMap<String, Answered>, HashSet<String>), Refusal> {
+    let mut answered = HashMap::new();
+    let mut known = HashSet::new();
+    for line in local_lines(state)? {
+        if line.kind != kind::WORKER_FINISHED && line.kind != kind::CLUSTER_RESULT_DUPLICATED {
+            continue;
+        }
+        let record: serde_json::Value = serde_json::from_str(&line.line).unwrap_or_default();
+        if line.kind == kind::CLUSTER_RESULT_DUPLICATED {
+            if let Some(digest) = record["body"]["receipt_sha256"].as_str() {
+                known.insert(digest.to_owned());
+            }
+            continue;
+        }
+        let Some(receipt) = record["body"]["cluster"].get("receipt") else { continue };
+        let envelope: airlock_journal::DsseEnvelope = serde_json::from_value(receipt.clone()).map_err(|e| {
+            Refusal::new(ReasonCode::JournalInvalid, format!("record {}: a receipt that does not parse: {e}", line.seq))
+        })?;
+        let call = Answered::from_journaled(&envelope)?;
+        answered.insert(call.answering.invocation_id.clone(), call);
+    }
+    Ok((answered, known))
 }
 
 /// One local journal line: its seq, hash and kind (and the line).

@@ -134,6 +134,61 @@ fn a_worker_killed_mid_call_is_replaced_and_the_output_is_published_once() {
 }
 
 #[test]
+fn a_worker_stalled_past_the_ack_wait_answers_twice_and_the_second_receipt_is_journaled_once() {
+    use rustix::process::Signal;
+    let Some(n) = nats() else { return };
+    let p = edge(&n.url, "queue_seconds = 30\n");
+    slow_copy(&p, 2);
+    p.write("data/in.txt", "ran twice, published once\n");
+    let stalled = Worker::start(&n.url, Some(&p));
+    let call = start_slow_call(&p, "d-1");
+    stalled.wait_for("took d-1", Duration::from_secs(10));
+    // Stopped, it sends no progress: after the ack wait (2 s) the call goes
+    // to another worker, which answers it.
+    stalled.signal(Signal::STOP);
+    let second = Worker::start(&n.url, Some(&p));
+    let envelope = answer_of(call);
+    assert_eq!(envelope["status"], "ok", "{envelope}\nsecond: {}", second.log());
+    second.wait_for("answered d-1: ran", Duration::from_secs(5));
+    // Resumed, the first worker finishes its run and publishes a second
+    // valid receipt: nothing of it reaches the edge's files.
+    stalled.signal(Signal::CONT);
+    stalled.wait_for("answered d-1: ran", Duration::from_secs(15));
+    assert_eq!(std::fs::read(p.path("results/out.txt")).unwrap(), b"ran twice, published once\n");
+    let used = worker_finished(&p, "d-1");
+    let reconcile = p.run(&["cluster", "reconcile"]);
+    reconcile.assert_ok();
+    let done = &reconcile.envelope["content"]["reconciled"];
+    assert_eq!((done["duplicates_journaled"].as_u64(), done["used"].as_u64()), (Some(1), Some(1)), "{reconcile:#?}");
+    let duplicate = p
+        .journal_records("d-1")
+        .into_iter()
+        .find(|r| r["kind"] == "ClusterResultDuplicated")
+        .expect("a ClusterResultDuplicated record");
+    assert_eq!(duplicate["invocation_id"], "d-1");
+    let body = &duplicate["body"];
+    let stalled_key = airlock_journal::PublicKey::parse(&stalled.public_key()).unwrap();
+    assert_eq!(body["worker_key_id"], stalled_key.key_id(), "{body}");
+    assert_ne!(body["worker_key_id"], used["body"]["cluster"]["worker_key_id"], "{body}");
+    assert_eq!(body["order_sha256"], used["body"]["cluster"]["order_sha256"], "{body}");
+    assert_eq!(body["verdict"]["ran"]["exit_code"], used["body"]["exit_code"], "{body}");
+    // The duplicate receipt verifies with OpenSSL under the stalled worker's key.
+    let receipt = openssl_verified(p.root(), &body["receipt"], &stalled.public_key_file());
+    assert_eq!(receipt["invocation_id"], "d-1");
+    // Once: a second reconcile journals nothing new.
+    let again = p.run(&["cluster", "reconcile"]);
+    let done = &again.envelope["content"]["reconciled"];
+    assert_eq!(
+        (done["duplicates_journaled"].as_u64(), done["duplicates_known"].as_u64()),
+        (Some(0), Some(1)),
+        "{again:#?}"
+    );
+    let finishes = p.journal_kinds("d-1").iter().filter(|k| *k == "InvocationFinished").count();
+    assert_eq!(finishes, 1);
+    p.run(&["journal", "verify"]).assert_ok();
+}
+
+#[test]
 fn an_edge_cut_from_the_cluster_refuses_with_a_retryable_code_and_publishes_nothing() {
     let port = free_port();
     let p = cluster_project(&format!("nats://127.0.0.1:{port}"), "");

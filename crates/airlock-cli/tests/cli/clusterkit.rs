@@ -180,6 +180,12 @@ impl Worker {
         }
     }
 
+    /// Sends `signal` to the worker process alone (not its sandbox).
+    pub fn signal(&self, signal: rustix::process::Signal) {
+        let c = self.child.as_ref().expect("running");
+        rustix::process::kill_process(rustix::process::Pid::from_raw(c.id() as i32).unwrap(), signal).unwrap();
+    }
+
     /// Sends SIGTERM and waits for it to exit; its exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let mut c = self.child.take().expect("running");

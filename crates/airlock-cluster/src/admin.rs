@@ -6,6 +6,7 @@ use crate::bus::{Bus, Endpoint};
 use crate::client::block_on;
 use crate::error::ClusterError;
 use crate::subjects::Role;
+use crate::worker::WorkerReport;
 use airlock_journal::PublicKey;
 
 /// Creates the streams and buckets (with `replicas` copies each) and pins
@@ -24,11 +25,20 @@ pub fn trust(at: &Endpoint, role: Role, key: &PublicKey) -> Result<(), ClusterEr
     block_on(async { Bus::connect(at, "airlock-admin").await?.pin_key(role, key).await })
 }
 
-/// What every worker last reported (JSON objects), newest first.
-pub fn workers(at: &Endpoint) -> Result<Vec<serde_json::Value>, ClusterError> {
+/// What every worker last reported, newest first. An entry that is not a
+/// report (another airlock version, a stray write) is logged and left out.
+pub fn workers(at: &Endpoint) -> Result<Vec<WorkerReport>, ClusterError> {
     let entries = block_on(async { Bus::connect(at, "airlock-admin").await?.workers().await })?;
-    let mut out: Vec<serde_json::Value> =
-        entries.into_iter().filter_map(|(_, bytes)| serde_json::from_slice(&bytes).ok()).collect();
-    out.sort_by_key(|w| std::cmp::Reverse(w["updated_at_ms"].as_u64().unwrap_or(0)));
+    let mut out: Vec<WorkerReport> = entries
+        .into_iter()
+        .filter_map(|(entry, bytes)| match serde_json::from_slice(&bytes) {
+            Ok(report) => Some(report),
+            Err(e) => {
+                tracing::warn!(entry = %entry, error = %e, "a worker bucket entry that is not a report");
+                None
+            }
+        })
+        .collect();
+    out.sort_by_key(|w| std::cmp::Reverse(w.updated_at_ms));
     Ok(out)
 }

@@ -18,7 +18,7 @@ use airlock_sandbox::{
 };
 use async_nats::jetstream::{self, consumer::pull, AckKind};
 use futures_util::StreamExt as _;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
 use std::path::PathBuf;
@@ -100,7 +100,7 @@ pub enum Event {
 }
 
 /// Totals of one [`serve`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Served {
     /// Calls that ran.
     pub ran: u64,
@@ -110,17 +110,64 @@ pub struct Served {
     pub dropped: u64,
 }
 
-/// The state a worker reports in the worker bucket.
-#[derive(Debug, Serialize)]
-struct Report<'a> {
-    key_id: &'a str,
-    tier: &'a str,
-    pool: &'a str,
-    host: &'a str,
-    pid: u32,
-    state: &'a str,
-    served: Served,
-    updated_at_ms: u64,
+/// What a worker is doing, as it reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerState {
+    /// Waiting for a call.
+    Idle,
+    /// A call has run for 250 ms or more.
+    Busy,
+    /// It exited (drained or failed).
+    Stopped,
+}
+
+impl WorkerState {
+    /// Its name in a report.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerState::Idle => "idle",
+            WorkerState::Busy => "busy",
+            WorkerState::Stopped => "stopped",
+        }
+    }
+}
+
+/// How recent a report must be for its worker to count as live: three
+/// idle reports (one every 5 s).
+pub const LIVE_WITHIN_MS: u64 = 15_000;
+
+/// The state a worker reports in the worker bucket (`airlock workers
+/// list`, `airlock doctor`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerReport {
+    /// Its key id.
+    pub key_id: String,
+    /// The tier it serves.
+    pub tier: String,
+    /// The pool it serves.
+    pub pool: String,
+    /// Its host name.
+    pub host: String,
+    /// Its process id on that host.
+    pub pid: u32,
+    /// What it is doing.
+    pub state: WorkerState,
+    /// Its totals so far.
+    pub served: Served,
+    /// When it reported (ms since the epoch).
+    pub updated_at_ms: u64,
+}
+
+impl WorkerReport {
+    /// Whether it serves `tier`/`pool`, has not stopped and reported within
+    /// [`LIVE_WITHIN_MS`] of `now_ms`.
+    pub fn is_live_for(&self, tier: &str, pool: &str, now_ms: u64) -> bool {
+        self.tier == tier
+            && self.pool == pool
+            && self.state != WorkerState::Stopped
+            && now_ms.saturating_sub(self.updated_at_ms) < LIVE_WITHIN_MS
+    }
 }
 
 /// Serves calls until `stop` is set (then finishes the call it holds and
@@ -144,7 +191,7 @@ pub fn serve(
     let mut reported = None::<Instant>;
     while !stop.load(Ordering::SeqCst) {
         if reported.is_none_or(|t| t.elapsed() >= REPORT_EVERY) {
-            server.report("idle", served);
+            server.report(WorkerState::Idle, served);
             reported = Some(Instant::now());
         }
         let batch = server.rt.block_on(async {
@@ -172,12 +219,12 @@ pub fn serve(
         };
         for message in batch {
             server.handle(message, &mut served, on_event);
-            server.report("idle", served);
+            server.report(WorkerState::Idle, served);
             reported = Some(Instant::now());
         }
     }
     on_event(&Event::Draining);
-    server.report("stopped", served);
+    server.report(WorkerState::Stopped, served);
     Ok(served)
 }
 
@@ -212,19 +259,19 @@ struct Server<'a> {
 }
 
 impl Server<'_> {
-    fn report(&self, state: &str, served: Served) {
+    fn report(&self, state: WorkerState, served: Served) {
         let key_id = self.key.key_id();
-        let report = Report {
-            key_id: &key_id,
-            tier: &self.settings.tier,
-            pool: &self.settings.pool,
-            host: &self.settings.host,
+        let entry = key_id.trim_start_matches("sha256:").to_owned();
+        let report = WorkerReport {
+            key_id,
+            tier: self.settings.tier.clone(),
+            pool: self.settings.pool.clone(),
+            host: self.settings.host.clone(),
             pid: std::process::id(),
             state,
             served,
             updated_at_ms: now_ms(),
         };
-        let entry = key_id.trim_start_matches("sha256:").to_owned();
         let value = serde_json::to_vec(&report).unwrap_or_default();
         if let Err(e) = self.rt.block_on(self.bus.report_worker(&entry, value)) {
             tracing::warn!(error = %e, "could not report the worker's state");
@@ -507,7 +554,7 @@ impl Server<'_> {
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(PROGRESS_EVERY) {
                 let _ = self.rt.block_on(message.ack_with(AckKind::Progress));
                 if !std::mem::replace(&mut reported, true) {
-                    self.report("busy", served);
+                    self.report(WorkerState::Busy, served);
                 }
             }
             runner.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
@@ -553,4 +600,33 @@ fn hash_file(file: &File) -> Result<Blob, ClusterError> {
     let bytes = std::io::copy(&mut from_start(file)?, &mut hasher)
         .map_err(|e| ClusterError::Io(format!("reading the output: {e}")))?;
     Ok(Blob { sha256: format!("sha256:{}", hex::encode(hasher.finalize())), bytes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_is_live_for_its_own_tier_and_pool_while_recent_and_not_stopped() {
+        let report = WorkerReport {
+            key_id: "sha256:00".into(),
+            tier: "native".into(),
+            pool: "default".into(),
+            host: "h".into(),
+            pid: 1,
+            state: WorkerState::Idle,
+            served: Served::default(),
+            updated_at_ms: 100_000,
+        };
+        assert!(report.is_live_for("native", "default", 100_000 + LIVE_WITHIN_MS - 1));
+        assert!(!report.is_live_for("native", "default", 100_000 + LIVE_WITHIN_MS));
+        assert!(!report.is_live_for("gvisor", "default", 100_000));
+        assert!(!report.is_live_for("native", "other", 100_000));
+        let stopped = WorkerReport { state: WorkerState::Stopped, ..report.clone() };
+        assert!(!stopped.is_live_for("native", "default", 100_000));
+        // The wire form is the one `airlock workers list --json` prints.
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["state"], "idle");
+        assert_eq!(serde_json::from_value::<WorkerReport>(json).unwrap(), report);
+    }
 }

@@ -183,6 +183,9 @@ pub(crate) struct RawDocker {
 
 /// Every tier of this host, in the order `doctor` reports them.
 pub const ALL_TIERS: [Tier; 4] = [Tier::Native, Tier::Gvisor, Tier::Docker, Tier::Microvm];
+/// Every tier a call can name: this host's, then `cluster` (another
+/// host's, through `[cluster]`).
+pub const EVERY_TIER: [Tier; 5] = [Tier::Native, Tier::Gvisor, Tier::Docker, Tier::Microvm, Tier::Cluster];
 
 impl TierSettings {
     /// Checks the raw sections: `default` must be allowed, paths absolute,
@@ -331,7 +334,7 @@ impl Tier {
 
     /// Parses a configured name.
     pub fn parse(name: &str) -> Option<Tier> {
-        ALL_TIERS.into_iter().chain([Tier::Cluster]).find(|t| t.as_str() == name)
+        EVERY_TIER.into_iter().find(|t| t.as_str() == name)
     }
 }
 

@@ -6,7 +6,7 @@
 use crate::Runtime;
 use airlock_cluster::duplicates::Answered;
 use airlock_cluster::journal_stream::JournalEntry;
-use airlock_cluster::worker::{Event, Served, WorkerSettings};
+use airlock_cluster::worker::{Event, Served, WorkerReport, WorkerSettings};
 use airlock_cluster::Endpoint;
 use airlock_cluster::Role;
 use airlock_cluster::Verdict;
@@ -135,7 +135,7 @@ impl Runtime {
     }
 
     /// What every worker of the cluster last reported.
-    pub fn cluster_workers(&self, nats: Option<&str>) -> Result<Vec<serde_json::Value>, Refusal> {
+    pub fn cluster_workers(&self, nats: Option<&str>) -> Result<Vec<WorkerReport>, Refusal> {
         let at = self.cluster_endpoint(nats)?;
         Ok(airlock_cluster::admin::workers(&at)?)
     }

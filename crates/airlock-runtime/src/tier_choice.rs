@@ -16,11 +16,11 @@ pub(crate) const NATIVE_ONLY: &[Tier] = &[Tier::Native];
 
 /// Tiers a `[session]` tool's program (on a terminal of this host) can run
 /// on in this build: every local tier.
-pub(crate) const EVERY_TIER: &[Tier] = &[Tier::Native, Tier::Gvisor, Tier::Docker, Tier::Microvm];
+pub(crate) const LOCAL_TIERS: &[Tier] = &airlock_core::tier_settings::ALL_TIERS;
 
 /// Tiers a `[command]` tool can run on: every local tier, and a worker of
 /// the cluster.
-pub(crate) const COMMAND_TIERS: &[Tier] = &[Tier::Native, Tier::Gvisor, Tier::Docker, Tier::Microvm, Tier::Cluster];
+pub(crate) const COMMAND_TIERS: &[Tier] = &airlock_core::tier_settings::EVERY_TIER;
 
 /// Chooses the tier of one call of a shape that runs on `supported`.
 pub(crate) fn choose(
@@ -92,10 +92,10 @@ mod tests {
     #[test]
     fn request_then_manifest_then_default() {
         let c = config("[sandbox]\ntier = \"native\"\n");
-        assert_eq!(choose(&c, None, None, EVERY_TIER, "t").unwrap(), Tier::Native);
-        assert_eq!(choose(&c, None, Some(Tier::Gvisor), EVERY_TIER, "t").unwrap(), Tier::Gvisor);
-        assert_eq!(choose(&c, Some(Tier::Docker), None, EVERY_TIER, "t").unwrap(), Tier::Docker);
-        let conflict = choose(&c, Some(Tier::Native), Some(Tier::Gvisor), EVERY_TIER, "t").unwrap_err();
+        assert_eq!(choose(&c, None, None, LOCAL_TIERS, "t").unwrap(), Tier::Native);
+        assert_eq!(choose(&c, None, Some(Tier::Gvisor), LOCAL_TIERS, "t").unwrap(), Tier::Gvisor);
+        assert_eq!(choose(&c, Some(Tier::Docker), None, LOCAL_TIERS, "t").unwrap(), Tier::Docker);
+        let conflict = choose(&c, Some(Tier::Native), Some(Tier::Gvisor), LOCAL_TIERS, "t").unwrap_err();
         assert_eq!(conflict.code, ReasonCode::SandboxTierNotAllowed);
     }
 
@@ -103,7 +103,7 @@ mod tests {
     fn the_allow_list_and_the_shape_bound_the_choice() {
         let c = config("[sandbox]\ntiers = [\"native\", \"gvisor\"]\n");
         assert_eq!(
-            choose(&c, Some(Tier::Docker), None, EVERY_TIER, "t").unwrap_err().code,
+            choose(&c, Some(Tier::Docker), None, LOCAL_TIERS, "t").unwrap_err().code,
             ReasonCode::SandboxTierNotAllowed
         );
         let e = choose(&c, Some(Tier::Gvisor), None, NATIVE_ONLY, "a Git query").unwrap_err();

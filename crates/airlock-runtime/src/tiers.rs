@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use airlock_core::config::{Config, Tier};
 use airlock_core::reason::{ReasonCode, Refusal};
-use airlock_core::tier_settings::{AccelChoice, GvisorPlatformChoice, VmmChoice, ALL_TIERS};
+use airlock_core::tier_settings::{AccelChoice, GvisorPlatformChoice, VmmChoice, ALL_TIERS, EVERY_TIER};
 use airlock_sandbox::{
     docker, gvisor, microvm, AnyTier, DockerSettings, GvisorPlatform, GvisorSettings, Leftover, MicrovmSettings,
     TierReport,
@@ -126,7 +126,7 @@ pub fn tier_reports(config: &Config, host: &airlock_sandbox::HostSupport) -> Vec
 }
 
 /// The cluster tier as `doctor` sees it: the cluster answers, and a worker
-/// of `[cluster]`'s tier and pool reported in the last 15 s.
+/// of `[cluster]`'s tier and pool reported within `LIVE_WITHIN_MS`.
 fn cluster_report(config: &Config) -> TierReport {
     let Some(c) = config.cluster.as_ref() else {
         return TierReport::not_ready("cluster", "there is no [cluster] section");
@@ -139,17 +139,18 @@ fn cluster_report(config: &Config) -> TierReport {
         Err(e) => return TierReport::not_ready("cluster", format!("{e} (is `airlock cluster init` done?)")),
     };
     let now = airlock_cluster::order::now_ms();
-    let live = workers
-        .iter()
-        .filter(|w| w["tier"] == c.tier.as_str() && w["pool"] == c.pool.as_str() && w["state"] != "stopped")
-        .filter(|w| now.saturating_sub(w["updated_at_ms"].as_u64().unwrap_or(0)) < 15_000)
-        .count();
+    let live = workers.iter().filter(|w| w.is_live_for(&c.tier, &c.pool, now)).count();
     let platform = Some(format!("{} worker(s) of {}/{} at {}", live, c.tier, c.pool, c.nats));
     if live == 0 {
         let why = format!(
-            "the cluster at {} answers, but no worker of tier {:?} in pool {:?} reported in the last 15 s: start \
+            "the cluster at {} answers, but no worker of tier {:?} in pool {:?} reported in the last {} s: start \
              `airlock worker --tier {} --pool {}` on a worker host",
-            c.nats, c.tier, c.pool, c.tier, c.pool
+            c.nats,
+            c.tier,
+            c.pool,
+            airlock_cluster::worker::LIVE_WITHIN_MS / 1000,
+            c.tier,
+            c.pool
         );
         return TierReport { found: true, platform, ..TierReport::not_ready("cluster", why) };
     }
@@ -208,7 +209,7 @@ impl Runtime {
     /// The configured tier a descriptor's tier name stands for.
     fn tier_named(&self, name: &str) -> Result<Tier, Refusal> {
         let tiers = &self.config().tiers;
-        ALL_TIERS.into_iter().chain([Tier::Cluster]).find(|t| tiers.descriptor_name(*t) == name).ok_or_else(|| {
+        EVERY_TIER.into_iter().find(|t| tiers.descriptor_name(*t) == name).ok_or_else(|| {
             Refusal::new(
                 ReasonCode::SandboxUnavailable,
                 format!(

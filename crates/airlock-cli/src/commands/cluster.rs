@@ -63,18 +63,18 @@ pub fn list(runtime: &Runtime, nats: Option<&str>, json: bool) -> Result<Answer,
         let now = airlock_cluster::order::now_ms();
         let mut text = format!("{} worker(s)\n", workers.len());
         for w in &workers {
-            let age = now.saturating_sub(w["updated_at_ms"].as_u64().unwrap_or(0)) / 1000;
+            let age = now.saturating_sub(w.updated_at_ms) / 1000;
             let _ = writeln!(
                 text,
                 "{} {}/{} on {} (pid {}): {}, ran {}, refused {}; reported {age} s ago",
-                w["key_id"].as_str().unwrap_or("?"),
-                w["tier"].as_str().unwrap_or("?"),
-                w["pool"].as_str().unwrap_or("?"),
-                w["host"].as_str().unwrap_or("?"),
-                w["pid"],
-                w["state"].as_str().unwrap_or("?"),
-                w["served"]["ran"],
-                w["served"]["refused"],
+                w.key_id,
+                w.tier,
+                w.pool,
+                w.host,
+                w.pid,
+                w.state.as_str(),
+                w.served.ran,
+                w.served.refused,
             );
         }
         text

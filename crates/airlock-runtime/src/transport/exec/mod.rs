@@ -133,10 +133,11 @@ impl Runtime {
     fn execute_command(&self, call: AuthorizedCall<ExecPayload>) -> Result<Envelope, Refusal> {
         let (mut prepared, decision) = call.into_parts();
         let remote = prepared.descriptor().tier == Tier::Cluster.as_str();
-        // A cluster call's tool runs elsewhere; its custom parser, if any,
-        // runs here on the native tier.
-        let tier =
-            if remote { AnyTier::Native(self.native_tier()?) } else { self.worker_tier(&prepared.descriptor().tier)? };
+        // A cluster call's tool runs elsewhere: no tier of this host is
+        // built for it (a host whose own tiers are not ready still reaches
+        // its workers); its custom parser, if any, runs here on the native
+        // tier, built when it is needed.
+        let local = if remote { None } else { Some(self.worker_tier(&prepared.descriptor().tier)?) };
         let manifest = prepared.manifest();
         let parser = manifest.output.as_ref().and_then(|o| o.custom_parser()).map(str::to_owned);
         if let Some(p) = &parser {
@@ -150,8 +151,10 @@ impl Runtime {
         let (spec, staged_output) = self.worker_spec(&prepared)?;
         let d = prepared.descriptor();
         let step = self.worker_started(prepared.invocation_id(), &d.argv, json!({ "tier": d.tier }))?;
-        let (outcome, evidence) =
-            if remote { self.run_remote(&prepared, spec) } else { (run_worker(&tier, spec, "the tool"), None) };
+        let (outcome, evidence) = match &local {
+            None => self.run_remote(&prepared, spec),
+            Some(tier) => (run_worker(tier, spec, "the tool"), None),
+        };
         step.finished_with(outcome.as_ref(), evidence)?;
         let outcome = outcome?;
         let evidence = self.capture_evidence(manifest, prepared.invocation_id(), &outcome);
@@ -171,7 +174,7 @@ impl Runtime {
                     })
                 }
                 None => judge(&outcome, timeout, max_file)
-                    .and_then(|()| self.tool_content(&prepared, &tier, &outcome, parser.as_deref())),
+                    .and_then(|()| self.tool_content(&prepared, local.as_ref(), &outcome, parser.as_deref())),
             })
             .and_then(|c| manifest.check_output_schema(&c).map(|()| c));
         let envelope = match content {
@@ -192,11 +195,12 @@ impl Runtime {
 
     /// The `content` of a tool's answer from its standard output: the
     /// builtin parser of `[output] format`, or the allowed custom parser in
-    /// a worker of its own.
+    /// a worker of its own, on `tier` (the call's), or on the native tier
+    /// when the call ran on no tier of this host.
     fn tool_content(
         &self,
         prepared: &PreparedCall<ExecPayload>,
-        tier: &AnyTier,
+        tier: Option<&AnyTier>,
         outcome: &WorkerOutcome,
         parser: Option<&str>,
     ) -> Result<serde_json::Value, Refusal> {
@@ -212,6 +216,14 @@ impl Runtime {
                     working_dir: &self.config().working_dir,
                     image: self.image(),
                     invocation_id: prepared.invocation_id(),
+                };
+                let native;
+                let tier = match tier {
+                    Some(tier) => tier,
+                    None => {
+                        native = AnyTier::Native(self.native_tier()?);
+                        &native
+                    }
                 };
                 run_parser(tier, program, &outcome.stdout, place, manifest)
             }

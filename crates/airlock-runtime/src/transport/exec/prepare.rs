@@ -49,7 +49,7 @@ impl Runtime {
         let argv = manifest.build_argv(&args)?;
         let (supported, shape) = match manifest.mcp_spec()? {
             Some(_) => (crate::tier_choice::NATIVE_ONLY, "an [mcp] tool"),
-            None if manifest.session_spec().is_some() => (crate::tier_choice::EVERY_TIER, "a [session] tool"),
+            None if manifest.session_spec().is_some() => (crate::tier_choice::LOCAL_TIERS, "a [session] tool"),
             None => (crate::tier_choice::COMMAND_TIERS, "a [command] tool"),
         };
         let pinned = manifest.tool.sandbox.and_then(|s| s.tier);

@@ -29,6 +29,10 @@ pub enum ClusterError {
         /// The worker's message.
         message: String,
     },
+    /// An order asks for more than the worker host allows
+    /// (`cluster.over_limit`).
+    #[error("{0}")]
+    OverLimit(String),
     /// A message is not a well-formed order or receipt (`cluster.protocol`).
     #[error("{0}")]
     Protocol(String),
@@ -46,6 +50,7 @@ impl HasReason for ClusterError {
             ClusterError::Untrusted(_) => ReasonCode::ClusterUntrusted,
             ClusterError::BlobMismatch(_) => ReasonCode::ClusterBlobMismatch,
             ClusterError::Refused { .. } => ReasonCode::ClusterRefused,
+            ClusterError::OverLimit(_) => ReasonCode::ClusterOverLimit,
             ClusterError::Protocol(_) => ReasonCode::ClusterProtocol,
             ClusterError::Io(_) => ReasonCode::Internal,
         }

@@ -18,6 +18,7 @@
 
 pub mod admin;
 pub mod bus;
+pub mod caps;
 mod client;
 pub mod duplicates;
 pub mod edge;

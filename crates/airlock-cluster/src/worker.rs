@@ -58,6 +58,8 @@ pub struct WorkerSettings {
     pub scratch: PathBuf,
     /// The image its workers see.
     pub image: Vec<ImageMount>,
+    /// The most an order may ask of this host.
+    pub caps: crate::caps::WorkerCaps,
 }
 
 /// What a worker reports as it goes.
@@ -437,8 +439,8 @@ impl Server<'_> {
         Ok((ran, inline.into_vec()))
     }
 
-    /// Refuses an order for another tier or pool, or one whose edge has
-    /// stopped waiting.
+    /// Refuses an order for another tier or pool, one that waited in the
+    /// queue past its expiry, or one over this host's caps.
     fn admit(&self, order: &Order) -> Result<(), ClusterError> {
         if order.tier != self.settings.tier || order.pool != self.settings.pool {
             return Err(ClusterError::Refused {
@@ -455,7 +457,7 @@ impl Server<'_> {
                 now_ms() - order.expires_at_ms
             )));
         }
-        Ok(())
+        self.settings.caps.admit(&order.run)
     }
 
     /// `blob` (beside the order, or from the store, retried while the

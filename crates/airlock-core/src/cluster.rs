@@ -33,6 +33,47 @@ pub struct ClusterConfig {
     /// The file holding `user`'s password (absolute, or relative to the
     /// configuration's directory).
     pub password_file: Option<std::path::PathBuf>,
+    /// `[cluster.worker]`: on a worker host, the most an order may ask
+    /// (besides this host's `[limits]`).
+    pub worker: WorkerCapSettings,
+}
+
+/// `[cluster.worker]`: caps a worker host puts on every order it takes,
+/// whatever its pinned edges ask; `None` leaves the order's value (within
+/// airlock's hard caps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerCapSettings {
+    /// Longest run (1 … 86,400 s).
+    pub timeout_seconds: Option<u64>,
+    /// Most memory (at least 1 MiB).
+    pub memory_bytes: Option<u64>,
+    /// Most processes (at least 1).
+    pub pids: Option<u64>,
+    /// Most CPU seconds (at least 1).
+    pub cpu_seconds: Option<u64>,
+    /// Largest private `/tmp` (at least 1 MiB).
+    pub scratch_bytes: Option<u64>,
+}
+
+impl WorkerCapSettings {
+    fn check(self) -> Result<WorkerCapSettings, String> {
+        let max_timeout = crate::limits::hard::MAX_TIMEOUT_SECONDS;
+        let mib = crate::limits::MIB;
+        let rules = [
+            ("timeout_seconds", self.timeout_seconds, 1, max_timeout),
+            ("memory_bytes", self.memory_bytes, mib, u64::MAX),
+            ("pids", self.pids, 1, u64::MAX),
+            ("cpu_seconds", self.cpu_seconds, 1, u64::MAX),
+            ("scratch_bytes", self.scratch_bytes, mib, u64::MAX),
+        ];
+        for (key, value, min, max) in rules {
+            if let Some(v) = value.filter(|v| !(min..=max).contains(v)) {
+                return Err(format!("worker.{key} = {v} must be {min} to {max}"));
+            }
+        }
+        Ok(self)
+    }
 }
 
 /// `[cluster] journal`: what of the journal leaves the host.
@@ -61,6 +102,8 @@ pub(crate) struct RawCluster {
     journal: JournalMirror,
     user: Option<String>,
     password_file: Option<String>,
+    #[serde(default)]
+    worker: WorkerCapSettings,
 }
 
 /// Longest tier or pool name.
@@ -110,6 +153,7 @@ impl RawCluster {
             ack_wait_seconds,
             replicas,
             journal: self.journal,
+            worker: self.worker.check().map_err(bad)?,
         })
     }
 }
@@ -135,6 +179,13 @@ mod tests {
         let c = parse("nats = \"nats://a\"\nuser = \"edge\"\npassword_file = \"p\"").unwrap().cluster.unwrap();
         assert_eq!(c.password_file.as_deref(), Some(Path::new("/base/p")));
         assert!(parse("nats = \"nats://a\"\nunknown = 1").is_err());
+        let c =
+            parse("nats = \"nats://a\"\n[cluster.worker]\ntimeout_seconds = 60\npids = 32").unwrap().cluster.unwrap();
+        assert_eq!((c.worker.timeout_seconds, c.worker.pids, c.worker.memory_bytes), (Some(60), Some(32), None));
+        assert!(parse("nats = \"nats://a\"\n[cluster.worker]\ntimeout_seconds = 0").is_err());
+        assert!(parse("nats = \"nats://a\"\n[cluster.worker]\ntimeout_seconds = 86401").is_err());
+        assert!(parse("nats = \"nats://a\"\n[cluster.worker]\nmemory_bytes = 1024").is_err());
+        assert!(parse("nats = \"nats://a\"\n[cluster.worker]\nthreads = 2").is_err());
         // The tier is allowed only where a cluster is configured.
         assert!(Config::parse("[sandbox]\ntiers = [\"cluster\"]", None, Path::new("/base")).is_err());
         let with = parse("nats = \"nats://a\"").unwrap();

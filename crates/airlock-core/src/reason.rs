@@ -481,6 +481,8 @@ reason_codes! {
     ClusterBlobMismatch => "cluster.blob_mismatch", Refused, DATA;
     /// A worker refused the call (its reason is in the message: an expired order, a tier it does not run, a blob it could not fetch); nothing ran.
     ClusterRefused => "cluster.refused", Refused, NO_PERM;
+    /// A worker refused an order that asks for more than its host allows (inputs, output bound, timeout, memory, processes, CPU, scratch: its `[limits]` and `[cluster.worker]`); nothing ran. At the edge it is `cluster.refused` with this code in the message.
+    ClusterOverLimit => "cluster.over_limit", Refused, NO_PERM;
     /// A message on the cluster's subjects is not a well-formed order or receipt of this protocol version.
     ClusterProtocol => "cluster.protocol", Error, SOFTWARE;
     /// The local journal disagrees with the cluster's journal stream: a record the stream holds is missing here (the journal was cut) or differs (it was rewritten).

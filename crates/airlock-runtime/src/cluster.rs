@@ -4,6 +4,7 @@
 //! exec shape's run step (`transport/exec/remote.rs`).
 
 use crate::Runtime;
+use airlock_cluster::caps::WorkerCaps;
 use airlock_cluster::duplicates::Answered;
 use airlock_cluster::journal_stream::JournalEntry;
 use airlock_cluster::worker::{Event, Served, WorkerReport, WorkerSettings};
@@ -112,8 +113,28 @@ impl Runtime {
             host: rustix::system::uname().nodename().to_string_lossy().into_owned(),
             scratch,
             image: self.image(),
+            caps: self.worker_caps(),
         };
         airlock_cluster::worker::serve(&settings, self.journal().key(), &local, stop, on_event).map_err(Refusal::from)
+    }
+
+    /// The most an order may ask of this host as a worker: its `[limits]`,
+    /// and `[cluster.worker]` where set.
+    fn worker_caps(&self) -> WorkerCaps {
+        let limits = &self.config().limits;
+        let own = self.config().cluster.as_ref().map(|c| c.worker).unwrap_or_default();
+        let max_timeout = own.timeout_seconds.unwrap_or(airlock_core::limits::hard::MAX_TIMEOUT_SECONDS);
+        WorkerCaps {
+            max_inputs: limits.max_inputs,
+            max_input_bytes: limits.max_input_bytes,
+            max_input_file_bytes: limits.max_input_file_bytes,
+            max_file_bytes: limits.max_file_bytes,
+            max_timeout_ms: max_timeout.saturating_mul(1000),
+            max_memory_bytes: own.memory_bytes,
+            max_pids: own.pids,
+            max_cpu_seconds: own.cpu_seconds,
+            max_scratch_bytes: own.scratch_bytes,
+        }
     }
 
     /// Creates the cluster's streams and buckets and pins this airlock's key

@@ -219,6 +219,28 @@ fn with_no_worker_the_call_times_out_and_a_late_worker_refuses_the_expired_order
     assert!(!p.path("results/out.txt").exists());
 }
 
+#[test]
+fn a_worker_refuses_an_order_over_its_hosts_caps_and_nothing_is_published() {
+    let Some(n) = nats() else { return };
+    let p = edge(&n.url, "queue_seconds = 5\n");
+    copy_within(&p, 20);
+    p.write("data/in.txt", "asks too much\n");
+    // The worker host runs no call longer than 10 s, whatever a pinned
+    // edge asks.
+    let w = Worker::start_with(&n.url, Some(&p), "[cluster.worker]\ntimeout_seconds = 10\n", &[]);
+    let run = p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster", "--invocation-id", "cap-1"]);
+    assert_eq!((run.status(), run.reason(), run.code), ("refused", "cluster.refused", 77), "{run:#?}");
+    let message = run.envelope["error"]["message"].as_str().unwrap();
+    assert!(message.contains("cluster.over_limit") && message.contains("[cluster.worker] timeout_seconds"), "{message}");
+    w.wait_for("answered cap-1: cluster.over_limit", Duration::from_secs(5));
+    assert!(!p.path("results/out.txt").exists());
+    // Within the cap, the same worker runs it.
+    copy_within(&p, 10);
+    let run = p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster", "--invocation-id", "cap-2"]);
+    run.assert_ok();
+    assert_eq!(std::fs::read(p.path("results/out.txt")).unwrap(), b"asks too much\n");
+}
+
 /// The copy tool with a timeout of `secs`: what an edge waits for a
 /// worker is the tool's timeout plus `queue_seconds`.
 fn copy_within(p: &Project, secs: u32) {

@@ -24,8 +24,9 @@ const BLOBS_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
 /// A blob fetch that moves no byte for this long is given up on.
 const FETCH_STALL: Duration = Duration::from_secs(3);
-/// Connecting gives up after this.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connecting to one server gives up after this (a silent server of the
+/// list costs this much before the next is tried).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Where the cluster is and who this process is on it.
 #[derive(Clone)]
@@ -66,6 +67,9 @@ struct Opened {
     workers: tokio::sync::OnceCell<kv::Store>,
 }
 
+/// How often a connection is pinged.
+const PING_EVERY: Duration = Duration::from_secs(1);
+
 impl Bus {
     /// Connects to `url` (a NATS URL, or several separated by commas),
     /// naming the connection `name` (shown by the server's monitoring).
@@ -85,6 +89,10 @@ impl Bus {
         let client = options
             .name(name)
             .connection_timeout(timeout)
+            // A server that goes silent (a cut link sends no reset) is
+            // found stale after two unanswered pings, and the client moves
+            // to another server: seconds, not the default two minutes.
+            .ping_interval(PING_EVERY)
             .connect(url.split(',').map(str::trim).collect::<Vec<_>>())
             .await
             .map_err(|e| unavailable(&format!("connecting to {url}"), e))?;

@@ -199,6 +199,9 @@ async fn await_receipt(
     let deadline = tokio::time::Instant::now() + wait;
     let mut ignored = 0;
     let mut cut_since = None::<tokio::time::Instant>;
+    // Results whose worker key could not be looked up (the key bucket was
+    // electing a leader): not forged, not yet verified; tried again.
+    let mut unconfirmed: Vec<Vec<u8>> = Vec::new();
     loop {
         // Looked at every second: a connection lost for LOST_AFTER (no
         // server of the cluster answers) ends the wait; the call's worker
@@ -209,6 +212,9 @@ async fn await_receipt(
             Ok(None) => return Err(ClusterError::Unavailable("the connection closed while waiting".into())),
             Err(_) if tokio::time::Instant::now() < deadline => {
                 if bus.client().connection_state() == async_nats::connection::State::Connected {
+                    if let Some(found) = confirm(bus, &mut unconfirmed, order, order_sha256).await {
+                        return Ok((found.0, found.1, found.2, ignored));
+                    }
                     // A receipt published while the connection was down
                     // never reached the subscription: the results stream
                     // keeps it.
@@ -226,11 +232,15 @@ async fn await_receipt(
                 continue;
             }
             Err(_) => {
+                if let Some(found) = confirm(bus, &mut unconfirmed, order, order_sha256).await {
+                    return Ok((found.0, found.1, found.2, ignored));
+                }
                 // A last look in the stream: a receipt published while a
                 // reconnect was too brief to be seen is kept there.
                 if let Some(found) = stored_receipt(bus, order, order_sha256).await {
                     return Ok((found.0, found.1, found.2, ignored));
                 }
+                ignored += unconfirmed.len();
                 let unverifiable =
                     if ignored > 0 { format!(" ({ignored} unverifiable results ignored)") } else { String::new() };
                 return Err(ClusterError::Timeout(format!(
@@ -243,12 +253,43 @@ async fn await_receipt(
         };
         match verify_receipt(bus, &message.payload, order, order_sha256).await {
             Ok((receipt, envelope, carried)) => return Ok((receipt, envelope, carried, ignored)),
+            Err(e @ ClusterError::Unavailable(_)) => {
+                tracing::debug!(invocation_id = %order.invocation_id, error = %e, "a result to verify again");
+                unconfirmed.push(message.payload.to_vec());
+            }
             Err(e) => {
                 tracing::warn!(invocation_id = %order.invocation_id, error = %e, "ignored a result that does not verify");
                 ignored += 1;
             }
         }
     }
+}
+
+/// The first of `unconfirmed` that verifies now; those that still cannot
+/// be looked up are kept, those that fail are dropped (and logged).
+async fn confirm(
+    bus: &Bus,
+    unconfirmed: &mut Vec<Vec<u8>>,
+    order: &Order,
+    order_sha256: &str,
+) -> Option<(Receipt, DsseEnvelope, Vec<Inline>)> {
+    let mut kept = Vec::new();
+    let mut found = None;
+    for payload in unconfirmed.drain(..) {
+        if found.is_some() {
+            kept.push(payload);
+            continue;
+        }
+        match verify_receipt(bus, &payload, order, order_sha256).await {
+            Ok(verified) => found = Some(verified),
+            Err(ClusterError::Unavailable(_)) => kept.push(payload),
+            Err(e) => {
+                tracing::warn!(invocation_id = %order.invocation_id, error = %e, "ignored a result that does not verify")
+            }
+        }
+    }
+    *unconfirmed = kept;
+    found
 }
 
 /// The last receipt the results stream holds for this order, if it

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 /// A tool that waits `secs` seconds, then copies its input to its output
 /// (the copy tool, renamed, its command behind a `sleep`).
-fn slow_copy(p: &Project, secs: u32) {
+pub(crate) fn slow_copy(p: &Project, secs: u32) {
     let manifest = crate::util::COPY_TOOL
         .replace("name = \"copy\"", "name = \"slowcopy\"\ntimeout_seconds = 30")
         .replace("binary = \"cp\"", "binary = \"sh\"")
@@ -228,22 +228,27 @@ fn a_worker_refuses_an_order_over_its_hosts_caps_and_nothing_is_published() {
     // The worker host runs no call longer than 10 s, whatever a pinned
     // edge asks.
     let w = Worker::start_with(&n.url, Some(&p), "[cluster.worker]\ntimeout_seconds = 10\n", &[]);
-    let run = p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster", "--invocation-id", "cap-1"]);
+    let run =
+        p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster", "--invocation-id", "cap-1"]);
     assert_eq!((run.status(), run.reason(), run.code), ("refused", "cluster.refused", 77), "{run:#?}");
     let message = run.envelope["error"]["message"].as_str().unwrap();
-    assert!(message.contains("cluster.over_limit") && message.contains("[cluster.worker] timeout_seconds"), "{message}");
+    assert!(
+        message.contains("cluster.over_limit") && message.contains("[cluster.worker] timeout_seconds"),
+        "{message}"
+    );
     w.wait_for("answered cap-1: cluster.over_limit", Duration::from_secs(5));
     assert!(!p.path("results/out.txt").exists());
     // Within the cap, the same worker runs it.
     copy_within(&p, 10);
-    let run = p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster", "--invocation-id", "cap-2"]);
+    let run =
+        p.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster", "--invocation-id", "cap-2"]);
     run.assert_ok();
     assert_eq!(std::fs::read(p.path("results/out.txt")).unwrap(), b"asks too much\n");
 }
 
 /// The copy tool with a timeout of `secs`: what an edge waits for a
 /// worker is the tool's timeout plus `queue_seconds`.
-fn copy_within(p: &Project, secs: u32) {
+pub(crate) fn copy_within(p: &Project, secs: u32) {
     p.write(
         "tools/copy.clad.toml",
         crate::util::COPY_TOOL.replace("[tool]\n", &format!("[tool]\ntimeout_seconds = {secs}\n")),

@@ -89,6 +89,8 @@ pub fn edge(url: &str, extra: &str) -> Project {
 pub struct Worker {
     child: Option<Child>,
     dir: tempfile::TempDir,
+    /// The lab host's network namespace it runs in (`None`: this one).
+    netns: Option<String>,
 }
 
 impl Drop for Worker {
@@ -108,6 +110,26 @@ impl Worker {
     /// [`Worker::start`] with `extra` lines in its `[cluster]` and `files`
     /// (name, content, mode) written in its directory first.
     pub fn start_with(url: &str, edge: Option<&Project>, extra: &str, files: &[(&str, &str, u32)]) -> Worker {
+        let pin = |key: &str| {
+            if let Some(edge) = edge {
+                edge.run(&["cluster", "trust", "worker", key]).assert_ok();
+            }
+        };
+        Worker::launch(url, None, extra, files, pin)
+    }
+
+    /// A worker on `host` of `lab`; `pin` is given its key before it serves.
+    pub fn start_on(lab: &crate::netlab::Lab, host: &str, url: &str, pin: impl FnOnce(&str)) -> Worker {
+        Worker::launch(url, Some(lab.ns(host)), "", &[], pin)
+    }
+
+    fn launch(
+        url: &str,
+        netns: Option<String>,
+        extra: &str,
+        files: &[(&str, &str, u32)],
+        pin: impl FnOnce(&str),
+    ) -> Worker {
         use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::Builder::new().prefix("airlock-worker-").tempdir().unwrap();
         for (name, content, mode) in files {
@@ -120,13 +142,11 @@ impl Worker {
             format!("state_dir = \".airlock\"\n[cluster]\nnats = \"{url}\"\nack_wait_seconds = 2\n{extra}"),
         )
         .unwrap();
-        let mut w = Worker { child: None, dir };
+        let mut w = Worker { child: None, dir, netns };
         // The state directory and its key, before the worker serves.
         let made = w.command(&["journal", "show", "--json"]).output().unwrap();
         assert!(made.status.success(), "{made:?}");
-        if let Some(edge) = edge {
-            edge.run(&["cluster", "trust", "worker", &w.public_key()]).assert_ok();
-        }
+        pin(&w.public_key());
         let log = std::fs::File::create(w.log_path()).unwrap();
         w.child = Some(w.command(&["worker"]).stdout(Stdio::null()).stderr(log).spawn().unwrap());
         assert!(
@@ -138,7 +158,7 @@ impl Worker {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(AIRLOCK);
+        let mut c = crate::netlab::command_in(self.netns.as_deref(), AIRLOCK);
         c.args(args).current_dir(self.dir.path()).env_remove("AIRLOCK_CONFIG").stdin(Stdio::null());
         c
     }
@@ -208,11 +228,13 @@ pub fn worker_finished(edge: &Project, id: &str) -> serde_json::Value {
     edge.journal_records(id).into_iter().find(|r| r["kind"] == "WorkerFinished").expect("WorkerFinished")
 }
 
-/// Three `nats-server` nodes in one JetStream cluster on loopback (each
-/// killed when dropped), each with a monitoring port.
+/// Three `nats-server` nodes in one JetStream cluster (each killed when
+/// dropped), each with a monitoring port: on loopback ([`nats3`]) or on
+/// three hosts of a lab ([`nats3_in`]).
 pub struct Nats3 {
     nodes: Vec<Option<Child>>,
-    monitors: Vec<u16>,
+    /// Where each node's monitoring port is: address, port, namespace.
+    monitors: Vec<(String, u16, Option<String>)>,
     /// The three client URLs, comma-separated.
     pub urls: String,
     _dir: tempfile::TempDir,
@@ -232,55 +254,99 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// A running three-node cluster, or `None` as [`nats`] says.
+/// Where one node runs: its address, its client, route and monitoring
+/// ports, and its network namespace (`None`: this one).
+struct Place {
+    addr: String,
+    client: u16,
+    route: u16,
+    monitor: u16,
+    netns: Option<String>,
+}
+
+/// A running three-node cluster on loopback, or `None` as [`nats`] says.
 pub fn nats3() -> Option<Nats3> {
     drop(nats()?);
+    let place = |_| Place {
+        addr: "127.0.0.1".into(),
+        client: free_port(),
+        route: free_port(),
+        monitor: free_port(),
+        netns: None,
+    };
+    Some(nats3_at((0..3).map(place).collect()))
+}
+
+/// A running three-node cluster on the lab's `hosts`, or `None` as
+/// [`nats`] says.
+pub fn nats3_in(lab: &crate::netlab::Lab, hosts: [&str; 3]) -> Option<Nats3> {
+    drop(nats()?);
+    let place = |host: &str| Place {
+        addr: lab.addr(host),
+        client: 4222,
+        route: 6222,
+        monitor: 8222,
+        netns: Some(lab.ns(host)),
+    };
+    Some(nats3_at(hosts.into_iter().map(place).collect()))
+}
+
+fn nats3_at(places: Vec<Place>) -> Nats3 {
     let dir = tempfile::Builder::new().prefix("airlock-nats3-").tempdir().unwrap();
-    let (clients, routes, monitors): (Vec<u16>, Vec<u16>, Vec<u16>) = (
-        (0..3).map(|_| free_port()).collect(),
-        (0..3).map(|_| free_port()).collect(),
-        (0..3).map(|_| free_port()).collect(),
-    );
     let mut nodes = Vec::new();
-    for i in 0..3 {
-        let others: Vec<String> =
-            (0..3).filter(|j| *j != i).map(|j| format!("\"nats://127.0.0.1:{}\"", routes[j])).collect();
+    for (i, at) in places.iter().enumerate() {
+        let others: Vec<String> = places
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, o)| format!("\"nats://{}:{}\"", o.addr, o.route))
+            .collect();
         let config = format!(
-            "server_name: n{i}\nlisten: 127.0.0.1:{}\nhttp: 127.0.0.1:{}\n\
+            "server_name: n{i}\nlisten: {a}:{}\nhttp: {a}:{}\n\
              jetstream {{ store_dir: \"{}\" }}\n\
-             cluster {{ name: airlock, listen: 127.0.0.1:{}, routes: [{}] }}\n",
-            clients[i],
-            monitors[i],
+             cluster {{ name: airlock, listen: {a}:{}, routes: [{}] }}\n",
+            at.client,
+            at.monitor,
             dir.path().join(format!("n{i}")).display(),
-            routes[i],
-            others.join(", ")
+            at.route,
+            others.join(", "),
+            a = at.addr,
         );
         let file = dir.path().join(format!("n{i}.conf"));
         std::fs::write(&file, config).unwrap();
-        let child =
-            Command::new("nats-server").arg("-c").arg(&file).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
+        let mut command = crate::netlab::command_in(at.netns.as_deref(), "nats-server");
+        let child = command.arg("-c").arg(&file).stdout(Stdio::null()).stderr(Stdio::null()).spawn();
         nodes.push(Some(child.expect("start nats-server")));
     }
-    let urls = clients.iter().map(|p| format!("nats://127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
+    let urls = places.iter().map(|p| format!("nats://{}:{}", p.addr, p.client)).collect::<Vec<_>>().join(",");
+    let monitors = places.into_iter().map(|p| (p.addr, p.monitor, p.netns)).collect();
     let cluster = Nats3 { nodes, monitors, urls, _dir: dir };
     // JetStream answers once the nodes have elected a meta leader.
     let ready = wait_until(Duration::from_secs(30), || {
         (0..3).all(|i| cluster.monitor(i, "/jsz").is_some_and(|j| j["meta_cluster"]["leader"].is_string()))
     });
     assert!(ready, "the three nodes elected no JetStream leader");
-    Some(cluster)
+    cluster
 }
 
 impl Nats3 {
     /// `GET path` on node `i`'s monitoring port, as JSON.
     pub fn monitor(&self, i: usize, path: &str) -> Option<serde_json::Value> {
-        use std::io::Write as _;
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.monitors[i])).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-        let mut answer = String::new();
-        s.read_to_string(&mut answer).ok()?;
-        serde_json::from_str(answer.split_once("\r\n\r\n")?.1).ok()
+        let (addr, port, netns) = &self.monitors[i];
+        let get = || {
+            use std::io::Write as _;
+            let to = std::net::SocketAddr::new(addr.parse().ok()?, *port);
+            let mut s = std::net::TcpStream::connect_timeout(&to, Duration::from_secs(2)).ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+            write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+            let mut answer = String::new();
+            s.read_to_string(&mut answer).ok()?;
+            serde_json::from_str(answer.split_once("\r\n\r\n")?.1).ok()
+        };
+        match netns {
+            Some(ns) => crate::netlab::in_netns(ns, get),
+            None => get(),
+        }
     }
 
     /// The node (0, 1 or 2) leading `stream`, as a live node reports it.

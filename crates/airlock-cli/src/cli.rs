@@ -194,6 +194,13 @@ pub enum ClusterCommand {
         #[arg(long, value_name = "URL")]
         nats: Option<String>,
     },
+    /// Make a user NKey: its seed goes to FILE (new, mode 0600; name it in
+    /// `[cluster] nkey_file`), its public key is printed for the server's
+    /// configuration (an account's `users: [{ nkey: U… }]`).
+    Nkey {
+        /// Where the seed goes (must not exist).
+        file: std::path::PathBuf,
+    },
     /// Journal each second valid receipt of a call this edge answered (the
     /// call also ran on another worker: delivery is at least once) as
     /// `ClusterResultDuplicated`, once; publishes nothing.

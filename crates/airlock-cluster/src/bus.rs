@@ -2,6 +2,7 @@
 //! streams and buckets of [`crate::subjects`], blobs moved by hash, and
 //! keys pinned by role.
 
+use crate::credentials::Credentials;
 use crate::error::{unavailable, ClusterError};
 use crate::order::{Blob, Inline};
 use crate::subjects::{self, Role};
@@ -29,25 +30,18 @@ const FETCH_STALL: Duration = Duration::from_secs(3);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Where the cluster is and who this process is on it.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct Endpoint {
     /// The NATS URL(s), comma-separated.
     pub url: String,
-    /// A user and its password, when the server wants them.
-    pub user: Option<(String, String)>,
-}
-
-impl std::fmt::Debug for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The password is never printed.
-        f.debug_struct("Endpoint").field("url", &self.url).field("user", &self.user.as_ref().map(|(u, _)| u)).finish()
-    }
+    /// How this process authenticates (never printed).
+    pub credentials: Credentials,
 }
 
 impl Endpoint {
     /// `url` with no credentials.
     pub fn anonymous(url: &str) -> Endpoint {
-        Endpoint { url: url.to_owned(), user: None }
+        Endpoint { url: url.to_owned(), credentials: Credentials::None }
     }
 }
 
@@ -79,14 +73,10 @@ impl Bus {
 
     /// [`Bus::connect`], giving up after `timeout`.
     pub async fn connect_within(at: &Endpoint, name: &str, timeout: Duration) -> Result<Bus, ClusterError> {
-        let options = match &at.user {
-            Some((user, password)) => {
-                async_nats::ConnectOptions::with_user_and_password(user.clone(), password.clone())
-            }
-            None => async_nats::ConnectOptions::new(),
-        };
         let url = &at.url;
-        let client = options
+        let client = at
+            .credentials
+            .options()
             .name(name)
             .connection_timeout(timeout)
             // A server that goes silent (a cut link sends no reset) is

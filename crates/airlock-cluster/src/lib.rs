@@ -20,6 +20,7 @@ pub mod admin;
 pub mod bus;
 pub mod caps;
 mod client;
+pub mod credentials;
 pub mod duplicates;
 pub mod edge;
 pub mod error;
@@ -31,6 +32,7 @@ pub mod subjects;
 pub mod worker;
 
 pub use bus::{Bus, Endpoint};
+pub use credentials::Credentials;
 pub use error::ClusterError;
 pub use order::{Blob, Order, OrderInput, OrderOutput, RunSpec};
 pub use receipt::{Ran, Receipt, Verdict};

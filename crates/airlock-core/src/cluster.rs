@@ -33,6 +33,10 @@ pub struct ClusterConfig {
     /// The file holding `user`'s password (absolute, or relative to the
     /// configuration's directory).
     pub password_file: Option<std::path::PathBuf>,
+    /// The file holding this airlock's user NKey seed (`SU…`; a control
+    /// file like `password_file`, which it excludes): the server knows the
+    /// public key, in the account of this airlock's tenant.
+    pub nkey_file: Option<std::path::PathBuf>,
     /// `[cluster.worker]`: on a worker host, the most an order may ask
     /// (besides this host's `[limits]`).
     pub worker: WorkerCapSettings,
@@ -102,6 +106,7 @@ pub(crate) struct RawCluster {
     journal: JournalMirror,
     user: Option<String>,
     password_file: Option<String>,
+    nkey_file: Option<String>,
     #[serde(default)]
     worker: WorkerCapSettings,
 }
@@ -143,9 +148,13 @@ impl RawCluster {
             (Some(_), Some(_)) => return Err(bad("user must be 1 to 128 printable ASCII characters".into())),
             _ => return Err(bad("user and password_file go together".into())),
         }
+        if self.nkey_file.is_some() && self.user.is_some() {
+            return Err(bad("nkey_file and user/password_file are two ways to connect: give one".into()));
+        }
         Ok(ClusterConfig {
             user: self.user,
             password_file: self.password_file.map(|f| base_dir.join(f)),
+            nkey_file: self.nkey_file.map(|f| base_dir.join(f)),
             nats: self.nats,
             tier: token("tier", self.tier.unwrap_or_else(|| "native".into()))?,
             pool: token("pool", self.pool.unwrap_or_else(|| "default".into()))?,
@@ -179,6 +188,9 @@ mod tests {
         let c = parse("nats = \"nats://a\"\nuser = \"edge\"\npassword_file = \"p\"").unwrap().cluster.unwrap();
         assert_eq!(c.password_file.as_deref(), Some(Path::new("/base/p")));
         assert!(parse("nats = \"nats://a\"\nunknown = 1").is_err());
+        let c = parse("nats = \"nats://a\"\nnkey_file = \"edge.nk\"").unwrap().cluster.unwrap();
+        assert_eq!(c.nkey_file.as_deref(), Some(Path::new("/base/edge.nk")));
+        assert!(parse("nats = \"nats://a\"\nnkey_file = \"e.nk\"\nuser = \"u\"\npassword_file = \"p\"").is_err());
         let c =
             parse("nats = \"nats://a\"\n[cluster.worker]\ntimeout_seconds = 60\npids = 32").unwrap().cluster.unwrap();
         assert_eq!((c.worker.timeout_seconds, c.worker.pids, c.worker.memory_bytes), (Some(60), Some(32), None));

@@ -8,9 +8,9 @@ use airlock_cluster::caps::WorkerCaps;
 use airlock_cluster::duplicates::Answered;
 use airlock_cluster::journal_stream::JournalEntry;
 use airlock_cluster::worker::{Event, Served, WorkerReport, WorkerSettings};
-use airlock_cluster::Endpoint;
 use airlock_cluster::Role;
 use airlock_cluster::Verdict;
+use airlock_cluster::{Credentials, Endpoint};
 use airlock_core::cluster::JournalMirror;
 use airlock_core::{Config, ReasonCode, Refusal, Tier};
 use airlock_hostfs::{HostAuthority, PrivateDir};
@@ -35,8 +35,9 @@ pub struct WorkerRequest {
 }
 
 /// Where the cluster is (`asked`, else `[cluster] nats`) and who this
-/// airlock is on it (`[cluster] user`, its password read from
-/// `password_file` as a control file that no group or other may read).
+/// airlock is on it: `[cluster] user` with the password read from
+/// `password_file`, or the NKey whose seed is in `nkey_file`; each file a
+/// control file that no group or other may read.
 pub fn endpoint_of(authority: &HostAuthority, config: &Config, asked: Option<&str>) -> Result<Endpoint, Refusal> {
     let cluster = config.cluster.as_ref();
     let url = asked.map(str::to_owned).or_else(|| cluster.map(|c| c.nats.clone())).ok_or_else(|| {
@@ -45,26 +46,66 @@ pub fn endpoint_of(authority: &HostAuthority, config: &Config, asked: Option<&st
             "no cluster to reach: give --nats URL or a [cluster] section with nats = \"nats://…\"",
         )
     })?;
-    let user = match cluster.and_then(|c| c.user.clone().zip(c.password_file.clone())) {
-        None => None,
-        Some((user, file)) => {
-            use std::os::unix::fs::MetadataExt as _;
-            let password = crate::control::read_text(authority, crate::control::CLUSTER_SECRET, &file, 4096)?;
-            // A secret: read by its owner only (the read above already
-            // refused a link, a stranger's file, one open to writes).
-            if std::fs::symlink_metadata(&file).is_ok_and(|m| m.mode() & 0o077 != 0) {
-                return Err(Refusal::new(
-                    ReasonCode::ControlFileUnsafe,
-                    format!(
-                        "the cluster password file {} is readable by group or others: chmod 600 it",
-                        file.display()
-                    ),
-                ));
+    let credentials = match cluster {
+        Some(c) => match (&c.user, &c.password_file, &c.nkey_file) {
+            (Some(user), Some(file), _) => {
+                let password = read_secret(authority, crate::control::CLUSTER_SECRET, file, "password")?;
+                Credentials::Password { user: user.clone(), password }
             }
-            Some((user, password.trim_end_matches(['\n', '\r']).to_owned()))
-        }
+            (_, _, Some(file)) => {
+                let seed = read_secret(authority, crate::control::CLUSTER_NKEY, file, "NKey seed")?;
+                Credentials::nkey(&seed).map_err(|e| {
+                    Refusal::new(ReasonCode::ConfigInvalid, format!("[cluster] nkey_file {}: {e}", file.display()))
+                })?
+            }
+            _ => Credentials::None,
+        },
+        None => Credentials::None,
     };
-    Ok(Endpoint { url, user })
+    Ok(Endpoint { url, credentials })
+}
+
+/// The secret in the control file `file` (its first line): refused if the
+/// file is a link, a stranger's, open to writes, or readable by group or
+/// others.
+fn read_secret(
+    authority: &HostAuthority,
+    kind: crate::control::Kind,
+    file: &std::path::Path,
+    what: &str,
+) -> Result<String, Refusal> {
+    use std::os::unix::fs::MetadataExt as _;
+    let text = crate::control::read_text(authority, kind, file, 4096)?;
+    // A secret: read by its owner only (the read above already refused a
+    // link, a stranger's file, one open to writes).
+    if std::fs::symlink_metadata(file).is_ok_and(|m| m.mode() & 0o077 != 0) {
+        return Err(Refusal::new(
+            ReasonCode::ControlFileUnsafe,
+            format!("the cluster {what} file {} is readable by group or others: chmod 600 it", file.display()),
+        ));
+    }
+    Ok(text.trim_end_matches(['\n', '\r']).to_owned())
+}
+
+/// Writes a new user NKey's seed to `path` (a new file, mode 0600, never
+/// one that exists) and answers its public key, for the server's
+/// configuration (`authorization { users: [{ nkey: U… }] }`, or an
+/// account's users).
+pub fn new_nkey_file(path: &std::path::Path) -> Result<String, Refusal> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let (seed, public) = airlock_cluster::credentials::new_user_nkey();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+        .map_err(|e| Refusal::new(ReasonCode::ConfigInvalid, format!("creating {}: {e}", path.display())))?;
+    file.write_all(format!("{seed}\n").as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|e| Refusal::new(ReasonCode::Internal, format!("writing {}: {e}", path.display())))?;
+    Ok(public)
 }
 
 impl Runtime {

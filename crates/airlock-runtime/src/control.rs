@@ -92,6 +92,9 @@ pub const MANIFEST: Kind =
 /// `[cluster] password_file`.
 pub const CLUSTER_SECRET: Kind =
     Kind { what: "cluster password file", missing: ReasonCode::ConfigInvalid, invalid: ReasonCode::ConfigInvalid };
+/// `[cluster] nkey_file`.
+pub const CLUSTER_NKEY: Kind =
+    Kind { what: "cluster NKey seed file", missing: ReasonCode::ConfigInvalid, invalid: ReasonCode::ConfigInvalid };
 /// A Cedar policy file.
 pub const POLICY: Kind =
     Kind { what: "policy file", missing: ReasonCode::PolicyInvalid, invalid: ReasonCode::PolicyInvalid };

@@ -1,4 +1,4 @@
-//! `airlock worker`, `airlock cluster init|trust|reconcile`, `airlock workers list`.
+//! `airlock worker`, `airlock cluster init|trust|nkey|reconcile`, `airlock workers list`.
 
 use super::Answer;
 use crate::cli::{ClusterCommand, WorkerArgs};
@@ -38,7 +38,7 @@ pub fn worker(runtime: &Runtime, args: WorkerArgs) -> Result<Answer, Refusal> {
     Ok(Envelope { content: Some(json!({ "served": served })), ..Envelope::ok() }.into())
 }
 
-/// `airlock cluster init|trust|reconcile`.
+/// `airlock cluster init|trust|nkey|reconcile`.
 pub fn run(runtime: &Runtime, cmd: ClusterCommand) -> Result<Answer, Refusal> {
     let content = match cmd {
         ClusterCommand::Init { nats } => {
@@ -49,6 +49,10 @@ pub fn run(runtime: &Runtime, cmd: ClusterCommand) -> Result<Answer, Refusal> {
             let role = if role == "edge" { Role::Edge } else { Role::Worker };
             let key = runtime.cluster_trust(nats.as_deref(), role, &key)?;
             json!({ "pinned": role.as_str(), "key": key.to_text(), "key_id": key.key_id() })
+        }
+        ClusterCommand::Nkey { file } => {
+            let public = airlock_runtime::cluster::new_nkey_file(&file)?;
+            json!({ "seed_file": file, "public_key": public })
         }
         ClusterCommand::Reconcile { nats } => json!({ "reconciled": runtime.cluster_reconcile(nats.as_deref())? }),
     };

@@ -549,6 +549,69 @@ fn airlock_connects_as_its_user_with_a_password_file_only_it_may_read() {
 }
 
 #[test]
+fn tenants_connect_by_nkey_into_accounts_of_their_own_and_never_see_each_others_calls() {
+    use std::os::unix::fs::PermissionsExt as _;
+    // The keys first (the server's configuration names their public
+    // halves), made by `airlock cluster nkey`.
+    let keys = Project::new();
+    let nkey = |name: &str| {
+        let made = keys.run(&["cluster", "nkey", name]);
+        made.assert_ok();
+        let public = made.envelope["content"]["public_key"].as_str().unwrap().to_owned();
+        let seed = std::fs::read_to_string(keys.path(name)).unwrap();
+        let mode = std::fs::metadata(keys.path(name)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{name}");
+        assert!(public.starts_with('U') && seed.starts_with("SU") && !made.stdout.contains(seed.trim()), "{made:#?}");
+        (keys.path(name), seed, public)
+    };
+    let (edge_a, _, edge_a_public) = nkey("edge-a.nk");
+    let (_, worker_a_seed, worker_a_public) = nkey("worker-a.nk");
+    let (edge_b, _, edge_b_public) = nkey("edge-b.nk");
+    let (stranger, _, _) = nkey("stranger.nk");
+    // A seed file is never overwritten.
+    let again = keys.run(&["cluster", "nkey", "edge-a.nk"]);
+    assert_eq!(again.reason(), "config.invalid", "{again:#?}");
+    let accounts = format!(
+        "accounts {{\n  A: {{ jetstream: enabled, users: [{{ nkey: {edge_a_public} }}, {{ nkey: {worker_a_public} }}] }}\n  \
+         B: {{ jetstream: enabled, users: [{{ nkey: {edge_b_public} }}] }}\n}}\n"
+    );
+    let Some(n) = nats_with(&accounts) else { return };
+    let with_key = |file: &Path, extra: &str| cluster_project(&n.url, &format!("nkey_file = {file:?}\n{extra}"));
+
+    // Tenant A: its edge and its worker, by NKey.
+    let a = with_key(&edge_a, "");
+    a.run(&["cluster", "init"]).assert_ok();
+    let w = Worker::start_with(&n.url, Some(&a), "nkey_file = \"w.nk\"\n", &[("w.nk", &worker_a_seed, 0o600)]);
+    a.write("data/in.txt", "tenant a\n");
+    a.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster", "--invocation-id", "a-1"])
+        .assert_ok();
+    assert_eq!(std::fs::read(a.path("results/out.txt")).unwrap(), b"tenant a\n");
+
+    // Tenant B: streams and buckets of its own account; A's worker is not
+    // among its workers and never sees its call.
+    let b = with_key(&edge_b, "queue_seconds = 1\n");
+    copy_within(&b, 1);
+    b.run(&["cluster", "init"]).assert_ok();
+    let listed = b.run(&["workers", "list", "--json"]);
+    assert_eq!(listed.envelope["content"]["workers"], serde_json::json!([]), "{listed:#?}");
+    b.write("data/in.txt", "tenant b\n");
+    let run = b.run(&["run", "copy", "data/in.txt", "results/out.txt", "--tier", "cluster", "--invocation-id", "b-1"]);
+    assert_eq!(run.reason(), "cluster.timeout", "{run:#?}");
+    assert!(!w.log().contains("b-1"), "{}", w.log());
+    assert!(!b.path("results/out.txt").exists());
+    // And A's results are not B's to read: its reconcile finds none.
+    let reconciled = a.run(&["cluster", "reconcile"]);
+    assert_eq!(reconciled.envelope["content"]["reconciled"]["used"], 1, "{reconciled:#?}");
+
+    // A key the server does not know is refused; a seed readable by others
+    // is refused before anything is sent.
+    let c = with_key(&stranger, "");
+    assert_eq!(c.run(&["cluster", "init"]).reason(), "cluster.unavailable");
+    std::fs::set_permissions(&edge_b, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert_eq!(b.run(&["cluster", "init"]).reason(), "config.control_file_unsafe");
+}
+
+#[test]
 fn the_same_invocation_published_twice_is_one_call_on_the_cluster() {
     let Some(n) = nats() else { return };
     let _p = edge(&n.url, "");

@@ -31,6 +31,7 @@ fn descriptor() -> serde_json::Value {
                 Some(DirIdentity::new(2049, 77)),
             ),
         },
+        policy_bundle: None,
     };
     serde_json::to_value(d).unwrap()
 }

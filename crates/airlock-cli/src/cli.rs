@@ -201,10 +201,35 @@ pub enum ClusterCommand {
         /// Where the seed goes (must not exist).
         file: std::path::PathBuf,
     },
+    /// The cluster's Cedar policy bundle (edges with `[cluster]
+    /// policy_bundle = true` authorize with it).
+    #[command(subcommand)]
+    Policy(ClusterPolicyCommand),
     /// Journal each second valid receipt of a call this edge answered (the
     /// call also ran on another worker: delivery is at least once) as
     /// `ClusterResultDuplicated`, once; publishes nothing.
     Reconcile {
+        /// The cluster's NATS URL(s) (default: `[cluster] nats`).
+        #[arg(long, value_name = "URL")]
+        nats: Option<String>,
+    },
+}
+
+/// `airlock cluster policy …`.
+#[derive(Debug, Subcommand)]
+pub enum ClusterPolicyCommand {
+    /// Check FILEs as policy files (against the tools here) and store them
+    /// as the cluster's bundle; prints its revision and SHA-256.
+    Push {
+        /// The Cedar files, in order.
+        #[arg(required = true)]
+        files: Vec<std::path::PathBuf>,
+        /// The cluster's NATS URL(s) (default: `[cluster] nats`).
+        #[arg(long, value_name = "URL")]
+        nats: Option<String>,
+    },
+    /// The bundle's revision, SHA-256 and size.
+    Show {
         /// The cluster's NATS URL(s) (default: `[cluster] nats`).
         #[arg(long, value_name = "URL")]
         nats: Option<String>,

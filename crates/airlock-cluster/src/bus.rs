@@ -28,6 +28,8 @@ const FETCH_STALL: Duration = Duration::from_secs(3);
 /// Connecting to one server gives up after this (a silent server of the
 /// list costs this much before the next is tried).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Revisions of the policy bundle the bucket keeps.
+const POLICY_HISTORY: i64 = 16;
 
 /// Where the cluster is and who this process is on it.
 #[derive(Debug, Clone)]
@@ -59,6 +61,7 @@ struct Opened {
     blobs: tokio::sync::OnceCell<object_store::ObjectStore>,
     keys: tokio::sync::OnceCell<kv::Store>,
     workers: tokio::sync::OnceCell<kv::Store>,
+    policy: tokio::sync::OnceCell<kv::Store>,
 }
 
 /// How often a connection is pinged.
@@ -140,20 +143,21 @@ impl Bus {
                 .map_err(|e| unavailable("creating the blob store", e))?;
         }
         for bucket in [subjects::KEY_BUCKET, subjects::WORKER_BUCKET] {
-            self.ensure_kv(bucket, replicas).await?;
+            self.ensure_kv(bucket, replicas, 1).await?;
         }
+        self.ensure_kv(subjects::POLICY_BUCKET, replicas, POLICY_HISTORY).await?;
         Ok(())
     }
 
     /// A key-value bucket made as its stream directly: the client's own
     /// `create_key_value` cannot read the answer of a 2.9 server (Debian
     /// 12's), so the stream is declared with the settings a KV bucket has.
-    async fn ensure_kv(&self, bucket: &str, replicas: usize) -> Result<(), ClusterError> {
+    async fn ensure_kv(&self, bucket: &str, replicas: usize, history: i64) -> Result<(), ClusterError> {
         self.js
             .get_or_create_stream(stream::Config {
                 name: format!("KV_{bucket}"),
                 subjects: vec![format!("$KV.{bucket}.>")],
-                max_messages_per_subject: 1,
+                max_messages_per_subject: history,
                 allow_rollup: true,
                 deny_delete: true,
                 allow_direct: true,
@@ -167,7 +171,11 @@ impl Bus {
     }
 
     async fn kv(&self, bucket: &str) -> Result<&kv::Store, ClusterError> {
-        let cell = if bucket == subjects::KEY_BUCKET { &self.opened.keys } else { &self.opened.workers };
+        let cell = match bucket {
+            subjects::KEY_BUCKET => &self.opened.keys,
+            subjects::POLICY_BUCKET => &self.opened.policy,
+            _ => &self.opened.workers,
+        };
         cell.get_or_try_init(|| async {
             self.js.get_key_value(bucket).await.map_err(|e| {
                 unavailable(&format!("opening the {bucket} bucket (has `airlock cluster init` been run?)"), e)
@@ -217,6 +225,26 @@ impl Bus {
             return Err(ClusterError::Untrusted(format!("the key pinned as {entry} has another id")));
         }
         Ok(key)
+    }
+
+    /// Stores `bundle` as the policy bundle; its revision.
+    pub async fn put_policy(&self, bundle: Vec<u8>) -> Result<u64, ClusterError> {
+        self.kv(subjects::POLICY_BUCKET)
+            .await?
+            .put(subjects::POLICY_ENTRY, bundle.into())
+            .await
+            .map_err(|e| unavailable("storing the policy bundle", e))
+    }
+
+    /// The policy bundle and its revision, if one was stored.
+    pub async fn policy(&self) -> Result<Option<(u64, Vec<u8>)>, ClusterError> {
+        let entry = self
+            .kv(subjects::POLICY_BUCKET)
+            .await?
+            .entry(subjects::POLICY_ENTRY)
+            .await
+            .map_err(|e| unavailable("reading the policy bundle", e))?;
+        Ok(entry.filter(|e| e.operation == kv::Operation::Put).map(|e| (e.revision, e.value.to_vec())))
     }
 
     /// Uploads `file`'s bytes (read from its start) as `blob` unless a blob

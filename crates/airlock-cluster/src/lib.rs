@@ -26,6 +26,7 @@ pub mod edge;
 pub mod error;
 pub mod journal_stream;
 pub mod order;
+pub mod policy;
 pub mod receipt;
 pub mod signed;
 pub mod subjects;

@@ -16,6 +16,12 @@ pub const BLOB_BUCKET: &str = "airlock_blobs";
 /// The key-value bucket of pinned public keys (`edge.<hex>`,
 /// `worker.<hex>`): written by the operator, read by everyone.
 pub const KEY_BUCKET: &str = "airlock_keys";
+/// The key-value bucket of the Cedar policy bundle every edge of the
+/// cluster authorizes with (`[cluster] policy_bundle`): written by the
+/// operator, read by edges; it keeps the last revisions.
+pub const POLICY_BUCKET: &str = "airlock_policy";
+/// The bundle's entry in [`POLICY_BUCKET`].
+pub const POLICY_ENTRY: &str = "bundle";
 /// The key-value bucket where each worker reports its state.
 pub const WORKER_BUCKET: &str = "airlock_workers";
 

@@ -37,6 +37,9 @@ pub struct ClusterConfig {
     /// file like `password_file`, which it excludes): the server knows the
     /// public key, in the account of this airlock's tenant.
     pub nkey_file: Option<std::path::PathBuf>,
+    /// Authorize with the cluster's Cedar policy bundle (`airlock cluster
+    /// policy push`) instead of `[policy] files` (default false).
+    pub policy_bundle: bool,
     /// `[cluster.worker]`: on a worker host, the most an order may ask
     /// (besides this host's `[limits]`).
     pub worker: WorkerCapSettings,
@@ -108,6 +111,8 @@ pub(crate) struct RawCluster {
     password_file: Option<String>,
     nkey_file: Option<String>,
     #[serde(default)]
+    policy_bundle: bool,
+    #[serde(default)]
     worker: WorkerCapSettings,
 }
 
@@ -155,6 +160,7 @@ impl RawCluster {
             user: self.user,
             password_file: self.password_file.map(|f| base_dir.join(f)),
             nkey_file: self.nkey_file.map(|f| base_dir.join(f)),
+            policy_bundle: self.policy_bundle,
             nats: self.nats,
             tier: token("tier", self.tier.unwrap_or_else(|| "native".into()))?,
             pool: token("pool", self.pool.unwrap_or_else(|| "default".into()))?,
@@ -190,6 +196,9 @@ mod tests {
         assert!(parse("nats = \"nats://a\"\nunknown = 1").is_err());
         let c = parse("nats = \"nats://a\"\nnkey_file = \"edge.nk\"").unwrap().cluster.unwrap();
         assert_eq!(c.nkey_file.as_deref(), Some(Path::new("/base/edge.nk")));
+        assert!(parse("nats = \"nats://a\"\npolicy_bundle = true").unwrap().cluster.unwrap().policy_bundle);
+        let both = "[policy]\nfiles = [\"p.cedar\"]\n[cluster]\nnats = \"nats://a\"\npolicy_bundle = true";
+        assert!(Config::parse(both, None, Path::new("/base")).is_err(), "two sources of policy");
         assert!(parse("nats = \"nats://a\"\nnkey_file = \"e.nk\"\nuser = \"u\"\npassword_file = \"p\"").is_err());
         let c =
             parse("nats = \"nats://a\"\n[cluster.worker]\ntimeout_seconds = 60\npids = 32").unwrap().cluster.unwrap();

@@ -328,6 +328,13 @@ impl Config {
         let limits = Limits::configured(&raw.limits)?;
         let tier = raw.sandbox.tier.unwrap_or(Tier::Native);
         let cluster = raw.cluster.map(|c| c.check(base_dir)).transpose()?;
+        if cluster.as_ref().is_some_and(|c| c.policy_bundle) && !raw.policy.files.is_empty() {
+            return Err(Refusal::new(
+                ReasonCode::ConfigInvalid,
+                "[cluster] policy_bundle = true and [policy] files are two sources of Cedar policy: give one (the \
+                 bundle is pushed with `airlock cluster policy push FILE…`)",
+            ));
+        }
         let tiers = crate::tier_settings::TierSettings::check(
             tier,
             raw.sandbox.tiers,

@@ -183,6 +183,21 @@ pub struct Descriptor {
     pub tier: String,
     /// The resolved boundary.
     pub command_boundary: CommandBoundary,
+    /// The cluster's Cedar bundle the call is authorized under, when the
+    /// edge takes its policy from the cluster (`[cluster] policy_bundle`);
+    /// absent otherwise (and then not part of the digest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_bundle: Option<PolicyBundle>,
+}
+
+/// Which revision of the cluster's policy bundle decides a call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyBundle {
+    /// The bucket's revision.
+    pub revision: u64,
+    /// `sha256:` of the bundle's bytes.
+    pub sha256: String,
 }
 
 /// Who a call is for, as the catalog knows the tool: the part of a
@@ -248,6 +263,7 @@ impl Descriptor {
             working_dir: shape.working_dir,
             tier: shape.tier,
             command_boundary: CommandBoundary { filesystem: shape.filesystem },
+            policy_bundle: None,
         }
     }
 

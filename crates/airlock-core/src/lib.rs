@@ -45,8 +45,8 @@ pub mod tier_settings;
 
 pub use config::{Ceiling, CeilingMode, Config, JournalSettings, ResolverChoice, Tier};
 pub use descriptor::{
-    canonical_json, sha256_tagged, CallShape, CommandBoundary, Descriptor, DirIdentity, FilesystemBoundary, ReadGrant,
-    SnapshotBinding, ToolIdentity,
+    canonical_json, sha256_tagged, CallShape, CommandBoundary, Descriptor, DirIdentity, FilesystemBoundary,
+    PolicyBundle, ReadGrant, SnapshotBinding, ToolIdentity,
 };
 pub use envelope::{
     stream_tail, CreatedFile, Envelope, ErrorBody, Evidence, JournalEvidence, LimitsEvidence, RecordRange, TAIL_BYTES,

@@ -241,6 +241,8 @@ reason_codes! {
     PolicyInvalid => "policy.invalid", Error, CONFIG;
     /// Policy evaluation failed; the call is refused.
     PolicyEval => "policy.eval", Error, SOFTWARE;
+    /// The call was prepared under another revision of the cluster's policy bundle than the one in force at its dispatch; nothing ran: prepare it again.
+    PolicyChanged => "policy.changed", Refused, NO_PERM;
     /// The selected worker tier cannot run on this host.
     SandboxUnavailable => "sandbox.unavailable", Error, CONFIG;
     /// `[sandbox] require_cgroup = true` and no delegated cgroup v2 can hold

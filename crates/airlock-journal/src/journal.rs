@@ -53,6 +53,10 @@ use std::sync::{Mutex, MutexGuard};
 
 /// The live segment's file name in the state directory.
 pub const JOURNAL_FILE: &str = "journal.jsonl";
+/// Where the bytes of torn last lines are kept (`STATE/journal.torn`).
+pub const TORN_DIR: &str = "journal.torn";
+/// The kind of the record written after a torn last line was cut away.
+const TAIL_REPAIRED: &str = crate::record::kind::JOURNAL_TAIL_REPAIRED;
 
 /// What an append wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,27 +186,86 @@ impl Journal {
         invocation_id: Option<&str>,
         body: Value,
     ) -> Result<Appended, JournalError> {
+        // The body of a `JournalTailRepaired` record to write before the
+        // caller's, once a torn last line was cut away.
+        let mut repaired: Option<Value> = None;
         loop {
             let locked = self.lock(FlockOperation::LockExclusive)?;
             let file = &*locked.file;
             let size = self.size(file)?;
             let time = crate::time::now_rfc3339();
-            if size == 0 {
-                return self.start_segment(file, Draft { seq: 0, prev: "", time: &time, kind, invocation_id, body });
-            }
-            let tail = self.tail(file, &self.path, size)?;
-            let seq = next_seq(&tail, &self.path)?;
-            let draft = Draft { seq, prev: &tail.hash, time: &time, kind, invocation_id, body: body.clone() };
-            let mut line = encode_line(&self.key, draft)?;
-            let line_sha256 = line_hash(&line);
-            line.push(b'\n');
-            if size + line.len() as u64 > self.segment_bytes {
-                self.seal(file, size)?;
+            let (kind, invocation_id, body) = match &repaired {
+                Some(repair) => (TAIL_REPAIRED, None, repair.clone()),
+                None => (kind, invocation_id, body.clone()),
+            };
+            let appended = if size == 0 {
+                self.start_segment(file, Draft { seq: 0, prev: "", time: &time, kind, invocation_id, body })?
+            } else {
+                let tail = match self.tail(file, &self.path, size) {
+                    Err(JournalError::TornTail { .. }) if repaired.is_none() => {
+                        repaired = Some(self.cut_torn_tail(file, size)?);
+                        continue;
+                    }
+                    other => other?,
+                };
+                let seq = next_seq(&tail, &self.path)?;
+                let draft = Draft { seq, prev: &tail.hash, time: &time, kind, invocation_id, body };
+                let mut line = encode_line(&self.key, draft)?;
+                let line_sha256 = line_hash(&line);
+                line.push(b'\n');
+                if size + line.len() as u64 > self.segment_bytes {
+                    self.seal(file, size)?;
+                    continue;
+                }
+                self.write_line(file, &line, size)?;
+                Appended { seq, line_sha256 }
+            };
+            if repaired.take().is_some() {
+                // The cut and its record are made durable before the
+                // caller's record follows them.
+                self.sync_file(file)?;
                 continue;
             }
-            self.write_line(file, &line, size)?;
-            return Ok(Appended { seq, line_sha256 });
+            return Ok(appended);
         }
+    }
+
+    /// Cuts a torn last line off the live segment `file` of `size` bytes
+    /// (the exclusive lock is held). Every record is one `write(2)` of its
+    /// line and newline under this lock, so a last line without its newline
+    /// is what a writer left when it died inside that write (SIGKILL can cut
+    /// a write at a page boundary; so can a crash of the host before the
+    /// sync): it announced nothing that was carried out, since an effect
+    /// follows only a completed append. Refusing every later append would
+    /// turn one killed caller into a host that runs nothing, so the line is
+    /// kept, not dropped: its bytes go to `STATE/journal.torn/` (a new file
+    /// each time), the segment is cut back to its last newline, and the
+    /// answer is the body of the `JournalTailRepaired` record that says so.
+    /// A torn line longer than a record is not cut: that is damage.
+    fn cut_torn_tail(&self, file: &File, size: u64) -> Result<Value, JournalError> {
+        let n = size.min(MAX_RECORD_BYTES as u64 + 1);
+        let start = size - n;
+        let mut buf = vec![0u8; n as usize];
+        file.read_exact_at(&mut buf, start)
+            .map_err(|e| JournalError::io(&self.path, format_args!("pread({JOURNAL_FILE}, {n}, {start}): {e}")))?;
+        let cut = match buf.iter().rposition(|&b| b == b'\n') {
+            Some(i) => start + i as u64 + 1,
+            None if start == 0 => 0,
+            None => return Err(JournalError::TornTail { file: self.path.clone(), size }),
+        };
+        let torn = &buf[(cut - start) as usize..];
+        let sha256 = format!("sha256:{}", hex::encode(Sha256::digest(torn)));
+        let kept = format!("{TORN_DIR}/{}-{cut}.bin", &sha256[7..23]);
+        let dir = self.state.ensure_subdir(TORN_DIR).map_err(|e| JournalError::io(&self.path, e.message()))?;
+        let name = &kept[TORN_DIR.len() + 1..];
+        if !dir.contains(name) {
+            dir.write_new_file(name, torn).map_err(|e| JournalError::io(&self.path, e.message()))?;
+            dir.sync().map_err(|e| JournalError::io(&self.path, e.message()))?;
+        }
+        rustix::fs::ftruncate(file, cut)
+            .map_err(|e| JournalError::io(&self.path, format_args!("ftruncate({JOURNAL_FILE}, {cut}): {e}")))?;
+        self.sync_file(file)?;
+        Ok(json!({ "offset": cut, "bytes": torn.len(), "sha256": sha256, "kept_as": kept }))
     }
 
     /// Writes the first record(s) of an empty live segment: `draft` alone

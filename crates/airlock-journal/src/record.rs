@@ -60,6 +60,10 @@ pub mod kind {
     /// One interaction of a live session (issue 21): its command, argument
     /// digest and how policy and the terminal answered.
     pub const SESSION_INTERACTION: &str = "SessionInteraction";
+    /// A torn last line (a writer killed inside its write) was cut off the
+    /// live segment; the body says where, how many bytes, their hash and
+    /// where they are kept.
+    pub const JOURNAL_TAIL_REPAIRED: &str = "JournalTailRepaired";
     /// A cluster call ran twice: a second valid receipt, not the one the
     /// edge used, was found on the results stream (`airlock cluster
     /// reconcile`).

@@ -67,23 +67,43 @@ fn an_empty_journal_has_no_records() {
 }
 
 #[test]
-fn a_torn_tail_stops_appends_and_reads() {
+fn a_torn_tail_is_reported_until_the_next_append_cuts_it_away_and_keeps_its_bytes() {
+    use sha2::Digest as _;
     let s = State::new();
     let journal = open(&s);
     for _ in 0..3 {
         journal.append(kind::WORKER_STARTED, None, json!({})).unwrap();
     }
+    let torn = br#"{"body":{},"invoc"#;
     let mut f = std::fs::OpenOptions::new().append(true).open(s.path("journal.jsonl")).unwrap();
-    f.write_all(br#"{"body":{},"invoc"#).unwrap();
+    f.write_all(torn).unwrap();
     let before = std::fs::read(s.path("journal.jsonl")).unwrap();
-    let err = journal.append(kind::WORKER_FINISHED, None, json!({})).unwrap_err();
-    assert_eq!(err.kind(), JournalErrorKind::TornTail, "{err}");
-    assert!(err.to_string().contains("journal.jsonl"), "{err}");
+    // Readers and verification report it as it is.
     assert_eq!(journal.records().unwrap_err().kind(), JournalErrorKind::TornTail);
-    assert_eq!(std::fs::read(s.path("journal.jsonl")).unwrap(), before, "nothing appended");
     let report = verify(&before, &pinned(&s));
     assert!(report.truncated_tail);
     assert_eq!(report.first_bad.unwrap().line, 4);
+    // The next append cuts it away, says so in a record, then appends.
+    let appended = journal.append(kind::WORKER_FINISHED, None, json!({})).unwrap();
+    assert_eq!(appended.seq, 5);
+    let records = journal.records().unwrap();
+    let kinds: Vec<&str> = records.iter().map(|r| r.kind.as_str()).collect();
+    assert_eq!(kinds[3..], ["JournalTailRepaired", "WorkerFinished"]);
+    let repair = &records[3].body;
+    assert_eq!(
+        (repair["offset"].as_u64(), repair["bytes"].as_u64()),
+        (Some(before.len() as u64 - torn.len() as u64), Some(torn.len() as u64))
+    );
+    let kept = s.path(repair["kept_as"].as_str().unwrap());
+    assert_eq!(std::fs::read(kept).unwrap(), torn, "the torn bytes are kept");
+    assert_eq!(repair["sha256"], format!("sha256:{}", hex::encode(sha2::Sha256::digest(torn))));
+    assert!(journal.verify_chain(&pinned(&s)).unwrap().is_ok());
+    // A line without a newline longer than any record is damage, not a
+    // torn write: it is not cut.
+    let mut f = std::fs::OpenOptions::new().append(true).open(s.path("journal.jsonl")).unwrap();
+    f.write_all(&vec![b'x'; 70 * 1024]).unwrap();
+    let err = journal.append(kind::WORKER_FINISHED, None, json!({})).unwrap_err();
+    assert_eq!(err.kind(), JournalErrorKind::TornTail, "{err}");
 }
 
 #[test]

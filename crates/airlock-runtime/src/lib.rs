@@ -32,6 +32,7 @@ mod cancel;
 pub mod catalog;
 mod ceilings;
 pub mod cluster;
+mod cluster_policy;
 pub mod control;
 pub mod engine;
 mod evidence;
@@ -79,6 +80,8 @@ use airlock_hostfs::{HostAuthority, PrivateDir, Resolver};
 pub struct Runtime {
     authority: HostAuthority,
     cedar: Option<CedarPolicy>,
+    /// The cluster's policy bundle, fetched at first use.
+    cluster_policy: std::sync::OnceLock<Result<cluster_policy::ClusterPolicy, Refusal>>,
     principal: String,
     callers: caller::Callers,
     journal: airlock_journal::Journal,
@@ -119,6 +122,7 @@ impl Runtime {
         Ok(Runtime {
             authority,
             cedar,
+            cluster_policy: std::sync::OnceLock::new(),
             principal,
             callers: caller::Callers::default(),
             journal,
@@ -161,13 +165,20 @@ impl Runtime {
         self
     }
 
-    /// The authorizer for this configuration: the built-in default policy,
-    /// or the configured Cedar policies.
-    pub fn authorizer(&self) -> &dyn Authorizer {
-        match &self.cedar {
+    /// The authorizer for this configuration: the cluster's policy bundle,
+    /// the configured Cedar policies, or the built-in default policy.
+    pub fn authorizer(&self) -> Result<&dyn Authorizer, Refusal> {
+        if let Some(cluster) = self.cluster_policy()? {
+            return Ok(&cluster.cedar);
+        }
+        Ok(match &self.cedar {
             None => &DefaultPolicy,
             Some(cedar) => cedar,
-        }
+        })
+    }
+
+    pub(crate) fn cluster_policy_cell(&self) -> &std::sync::OnceLock<Result<cluster_policy::ClusterPolicy, Refusal>> {
+        &self.cluster_policy
     }
 
     /// Calls are made as `principal` (an `Airlock::Agent` id) instead of

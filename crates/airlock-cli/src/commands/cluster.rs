@@ -1,7 +1,7 @@
-//! `airlock worker`, `airlock cluster init|trust|nkey|reconcile`, `airlock workers list`.
+//! `airlock worker`, `airlock cluster init|trust|nkey|policy|reconcile`, `airlock workers list`.
 
 use super::Answer;
-use crate::cli::{ClusterCommand, WorkerArgs};
+use crate::cli::{ClusterCommand, ClusterPolicyCommand, WorkerArgs};
 use airlock_cluster::worker::Event;
 use airlock_cluster::Role;
 use airlock_core::{Envelope, Refusal};
@@ -38,7 +38,7 @@ pub fn worker(runtime: &Runtime, args: WorkerArgs) -> Result<Answer, Refusal> {
     Ok(Envelope { content: Some(json!({ "served": served })), ..Envelope::ok() }.into())
 }
 
-/// `airlock cluster init|trust|nkey|reconcile`.
+/// `airlock cluster init|trust|nkey|policy|reconcile`.
 pub fn run(runtime: &Runtime, cmd: ClusterCommand) -> Result<Answer, Refusal> {
     let content = match cmd {
         ClusterCommand::Init { nats } => {
@@ -53,6 +53,16 @@ pub fn run(runtime: &Runtime, cmd: ClusterCommand) -> Result<Answer, Refusal> {
         ClusterCommand::Nkey { file } => {
             let public = airlock_runtime::cluster::new_nkey_file(&file)?;
             json!({ "seed_file": file, "public_key": public })
+        }
+        ClusterCommand::Policy(ClusterPolicyCommand::Push { files, nats }) => {
+            let bundle = runtime.push_cluster_policy(nats.as_deref(), &files)?;
+            json!({ "policy_bundle": bundle, "files": files })
+        }
+        ClusterCommand::Policy(ClusterPolicyCommand::Show { nats }) => {
+            match runtime.show_cluster_policy(nats.as_deref())? {
+                Some((bundle, bytes)) => json!({ "policy_bundle": bundle, "bytes": bytes }),
+                None => json!({ "policy_bundle": null }),
+            }
         }
         ClusterCommand::Reconcile { nats } => json!({ "reconciled": runtime.cluster_reconcile(nats.as_deref())? }),
     };

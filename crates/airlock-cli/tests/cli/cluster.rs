@@ -612,6 +612,63 @@ fn tenants_connect_by_nkey_into_accounts_of_their_own_and_never_see_each_others_
 }
 
 #[test]
+fn edges_authorize_with_the_clusters_policy_bundle_and_each_call_is_bound_to_its_revision() {
+    let Some(n) = nats() else { return };
+    let p = edge(&n.url, "policy_bundle = true\n");
+    p.write("data/in.txt", "by the bundle\n");
+    // No bundle pushed yet: refused before any file is read.
+    let run = p.run(&["run", "copy", "data/in.txt", "results/none.txt"]);
+    assert_eq!(run.reason(), "policy.invalid", "{run:#?}");
+    assert!(run.envelope["error"]["message"].as_str().unwrap().contains("policy push"), "{run:#?}");
+
+    // Revision 1 permits everything; a call on any tier is authorized by it
+    // and its descriptor and authorization record name it.
+    p.write("policy/permit.cedar", "@id(\"permit-all\")\npermit(principal, action, resource);\n");
+    let pushed = p.run(&["cluster", "policy", "push", "policy/permit.cedar"]);
+    pushed.assert_ok();
+    let first = pushed.envelope["content"]["policy_bundle"].clone();
+    let shown = p.run(&["cluster", "policy", "show"]);
+    assert_eq!(shown.envelope["content"]["policy_bundle"], first, "{shown:#?}");
+    p.run(&["run", "copy", "data/in.txt", "results/one.txt", "--invocation-id", "b-1"]).assert_ok();
+    let records = p.journal_records("b-1");
+    let prepared = records.iter().find(|r| r["kind"] == "InvocationPrepared").unwrap();
+    let authorized = records.iter().find(|r| r["kind"] == "InvocationAuthorized").unwrap();
+    assert_eq!(prepared["body"]["policy_bundle"], first, "{prepared}");
+    assert_eq!(authorized["body"]["policy_bundle"], first, "{authorized}");
+    assert_eq!(authorized["body"]["policy_ids"], serde_json::json!(["permit-all"]), "{authorized}");
+    // A call kept under revision 1 ...
+    let kept = p.run(&["prepare", "copy", "data/in.txt", "results/kept.txt", "--invocation-id", "kept"]);
+    kept.assert_ok();
+    // (the revision is part of the descriptor, and so of its digest)
+    assert_eq!(kept.envelope["descriptor"]["policy_bundle"], first, "{kept:#?}");
+
+    // ... and revision 2 forbids the copy tool: refused on every edge from
+    // its next call, and the kept call is not dispatched under it.
+    p.write(
+        "policy/no-copy.cedar",
+        "@id(\"no-copy\")\nforbid(principal, action, resource) when { resource.name == \"copy\" };\n",
+    );
+    let second = p.run(&["cluster", "policy", "push", "policy/permit.cedar", "policy/no-copy.cedar"]);
+    second.assert_ok();
+    let revision = |v: &serde_json::Value| v["policy_bundle"]["revision"].as_u64().unwrap();
+    assert!(revision(&second.envelope["content"]) > revision(&pushed.envelope["content"]));
+    let denied = p.run(&["run", "copy", "data/in.txt", "results/two.txt"]);
+    denied.assert_refused("policy.denied", 77);
+    assert!(denied.envelope["error"]["message"].as_str().unwrap().contains("no-copy"), "{denied:#?}");
+    let stale = p.run(&["dispatch", "kept"]);
+    stale.assert_refused("policy.changed", 77);
+    assert!(!p.path("results/kept.txt").exists() && !p.path("results/two.txt").exists());
+
+    // A bundle that does not validate against the tools here is never stored.
+    p.write("policy/bad.cedar", "permit(principal, action, resource) when { resource.no_such_field == 1 };\n");
+    let bad = p.run(&["cluster", "policy", "push", "policy/bad.cedar"]);
+    assert_eq!(bad.reason(), "policy.invalid", "{bad:#?}");
+    let shown = p.run(&["cluster", "policy", "show"]);
+    assert_eq!(shown.envelope["content"]["policy_bundle"], second.envelope["content"]["policy_bundle"]);
+    p.run(&["journal", "verify"]).assert_ok();
+}
+
+#[test]
 fn the_same_invocation_published_twice_is_one_call_on_the_cluster() {
     let Some(n) = nats() else { return };
     let _p = edge(&n.url, "");

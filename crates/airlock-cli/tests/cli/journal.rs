@@ -66,7 +66,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 #[test]
-fn one_flipped_byte_fails_at_that_record_and_a_torn_tail_is_reported() {
+fn one_flipped_byte_fails_at_that_record_and_a_torn_tail_is_reported_then_cut_with_its_bytes_kept() {
     let p = project();
     for i in 0..3 {
         p.run(&["run", "copy", "data/in.txt", &format!("results/o{i}.txt")]).assert_ok();
@@ -96,10 +96,21 @@ fn one_flipped_byte_fails_at_that_record_and_a_torn_tail_is_reported() {
     assert_eq!(run.reason(), "journal.invalid", "{run:#?}");
     assert_eq!(run.envelope["content"]["truncated_tail"], true, "{run:#?}");
     assert_eq!(run.envelope["content"]["first_bad"]["line"], count as u64, "{run:#?}");
-    // Appends stop after damage; nothing is silently continued.
-    let after = p.run(&["run", "copy", "data/in.txt", "results/late.txt"]);
-    assert_eq!(after.reason(), "journal.corrupt", "{after:#?}");
-    assert!(!p.path("results/late.txt").exists());
+    // What a writer killed inside its write leaves: the next call cuts it
+    // away, keeps its bytes, says so in a record, and runs.
+    p.run(&["run", "copy", "data/in.txt", "results/late.txt", "--invocation-id", "late"]).assert_ok();
+    let verified = p.run(&["journal", "verify"]);
+    verified.assert_ok();
+    let repair = p.run(&["journal", "show", "--json"]).envelope["content"]["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["kind"] == "JournalTailRepaired")
+        .cloned()
+        .expect("a JournalTailRepaired record");
+    assert_eq!(repair["body"]["bytes"], (clean.len() - 5 - lines[count - 1]) as u64, "{repair}");
+    let kept = p.path(&format!(".airlock/{}", repair["body"]["kept_as"].as_str().unwrap()));
+    assert_eq!(std::fs::read(kept).unwrap(), clean[lines[count - 1]..clean.len() - 5]);
 }
 
 /// How the crashed run keeps its candidate: the staged output itself,

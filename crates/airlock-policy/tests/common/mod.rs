@@ -90,6 +90,7 @@ impl Call {
                     self.parent.map(|(d, i)| DirIdentity::new(d, i)),
                 ),
             },
+            policy_bundle: None,
         }
     }
 

@@ -160,12 +160,13 @@ impl Runtime {
             approved,
         };
         let began = std::time::Instant::now();
-        let decision = self.authorizer().authorize(&question)?;
-        self.note(
-            kind::INVOCATION_AUTHORIZED,
-            Some(prepared.invocation_id()),
-            json!({ "policy_ids": decision.policy_ids, "approved": approved }),
-        )?;
+        self.check_policy_bundle(prepared.descriptor().policy_bundle.as_ref())?;
+        let decision = self.authorizer()?.authorize(&question)?;
+        let mut body = json!({ "policy_ids": decision.policy_ids, "approved": approved });
+        if let Some(bundle) = &prepared.descriptor().policy_bundle {
+            body["policy_bundle"] = json!(bundle);
+        }
+        self.note(kind::INVOCATION_AUTHORIZED, Some(prepared.invocation_id()), body)?;
         tracing::debug!(
             policy_ids = ?decision.policy_ids,
             approved,

@@ -230,8 +230,11 @@ impl Runtime {
         let expires_at = start.keep.then(|| prepared_at.saturating_add(self.config().approval.ttl_seconds));
         let start = CallStart { expires_at, ..start };
         let began = Instant::now();
+        // The policy a call will be authorized under is fixed (and, from
+        // the cluster, fetched) before any file is read.
+        let policy_bundle = self.policy_bundle()?;
         let prep = transport.prepare(self, &start)?;
-        let descriptor = Descriptor::new(
+        let mut descriptor = Descriptor::new(
             &tool.identity,
             CallShape {
                 transport: T::NAME.to_owned(),
@@ -242,6 +245,7 @@ impl Runtime {
                 filesystem: prep.filesystem,
             },
         );
+        descriptor.policy_bundle = policy_bundle;
         let record = PreparedRecord {
             format: crate::store::RECORD_FORMAT,
             invocation_id: start.invocation_id.to_owned(),
@@ -284,6 +288,9 @@ impl Runtime {
         });
         if let Value::Object(map) = &mut body {
             map.extend(prep.journal);
+            if let Some(bundle) = &record.descriptor.policy_bundle {
+                map.insert("policy_bundle".into(), json!(bundle));
+            }
         }
         // Synced for a kept call; deferred within a call run at once (the
         // worker's start, or the answer's end, makes it durable).

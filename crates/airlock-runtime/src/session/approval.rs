@@ -45,7 +45,7 @@ impl Runtime {
             invocation_id: session.prepared.invocation_id(),
             approved: approval.is_some(),
         };
-        match self.authorizer().authorize(&question) {
+        match self.authorizer().and_then(|a| a.authorize(&question)) {
             Ok(decision) => Ok((decision.policy_ids, approval)),
             Err(refusal) => {
                 // A policy may still forbid an approved call; its used

@@ -49,7 +49,7 @@ impl Runtime {
             session: false,
         };
         let prep = submission.prepare(self, &start)?;
-        let again = Descriptor::new(
+        let mut again = Descriptor::new(
             &manifest.identity(),
             CallShape {
                 transport: ISOLATED_TRANSPORT.to_owned(),
@@ -60,6 +60,7 @@ impl Runtime {
                 filesystem: prep.filesystem,
             },
         );
+        again.policy_bundle = self.policy_bundle()?;
         if again.digest() != record.descriptor_sha256 {
             let was = approved.command_boundary.filesystem.broker.as_ref();
             let now = again.command_boundary.filesystem.broker.as_ref();

@@ -104,7 +104,7 @@ async fn run_async(
     let (receipt, receipt_envelope, carried, ignored) =
         await_receipt(&bus, replies, &order, &order_sha256, wait).await?;
     let outcome = match &receipt.verdict {
-        Verdict::Refused(r) => return Err(ClusterError::from_worker_refusal(r)),
+        Verdict::Refused(r) => return Err(r.to_error()),
         Verdict::Ran(ran) => {
             let fetch_until = tokio::time::Instant::now() + settings.queue;
             take_outcome(&bus, ran, &carried, &order, output, stdout_sink, fetch_until).await?

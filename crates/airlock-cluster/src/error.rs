@@ -63,46 +63,7 @@ impl From<ClusterError> for Refusal {
     }
 }
 
-impl ClusterError {
-    /// The edge's error for a worker's signed refusal. A refusal that says
-    /// the order waited too long (it was redelivered late, e.g. after a
-    /// stream leader died) ran nothing and keeps its retryable
-    /// `cluster.timeout`; every other refusal is `cluster.refused`, with
-    /// the worker's code in the message.
-    pub fn from_worker_refusal(refused: &crate::receipt::Refused) -> ClusterError {
-        let said = format!("the worker refused the call: {}: {}", refused.code, refused.message);
-        match ReasonCode::from_str_code(&refused.code) {
-            Some(ReasonCode::ClusterTimeout) => ClusterError::Timeout(said),
-            _ => ClusterError::Refused { code: refused.code.clone(), message: refused.message.clone() },
-        }
-    }
-}
-
 /// `Unavailable` naming what was being done, for NATS client errors.
 pub(crate) fn unavailable(what: &str, e: impl std::fmt::Display) -> ClusterError {
     ClusterError::Unavailable(format!("{what}: {e}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::receipt::Refused;
-
-    fn refused(code: &str) -> Refused {
-        Refused { code: code.into(), message: "why".into() }
-    }
-
-    #[test]
-    fn a_late_order_stays_retryable_and_other_refusals_are_final() {
-        let late = ClusterError::from_worker_refusal(&refused("cluster.timeout"));
-        assert_eq!(late.reason(), ReasonCode::ClusterTimeout);
-        assert!(late.to_string().contains("the worker refused the call: cluster.timeout: why"), "{late}");
-        for code in ["cluster.refused", "sandbox.unavailable", "cluster.unavailable", "no.such.code"] {
-            assert_eq!(
-                ClusterError::from_worker_refusal(&refused(code)).reason(),
-                ReasonCode::ClusterRefused,
-                "{code}"
-            );
-        }
-    }
 }

@@ -2,7 +2,9 @@
 //! came of it (exit, bounds, the blobs of its streams and output), or why
 //! it was refused.
 
+use crate::error::ClusterError;
 use crate::order::Blob;
+use airlock_core::ReasonCode;
 use airlock_sandbox::{AppliedLimits, ExitStatusKind, OutputExport};
 use serde::{Deserialize, Serialize};
 
@@ -75,6 +77,22 @@ pub struct Refused {
     pub message: String,
 }
 
+impl Refused {
+    /// The edge's error for this signed refusal. A refusal that says the
+    /// order waited too long (it was redelivered late, e.g. after a stream
+    /// leader died) ran nothing and keeps its retryable `cluster.timeout`;
+    /// every other refusal is `cluster.refused`, with the worker's code in
+    /// the message.
+    pub fn to_error(&self) -> ClusterError {
+        match ReasonCode::from_str_code(&self.code) {
+            Some(ReasonCode::ClusterTimeout) => {
+                ClusterError::Timeout(format!("the worker refused the call: {}: {}", self.code, self.message))
+            }
+            _ => ClusterError::Refused { code: self.code.clone(), message: self.message.clone() },
+        }
+    }
+}
+
 /// What came of an order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
@@ -105,4 +123,24 @@ pub struct Receipt {
     pub finished_at_ms: u64,
     /// What came of it.
     pub verdict: Verdict,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use airlock_core::HasReason as _;
+
+    fn refused(code: &str) -> Refused {
+        Refused { code: code.into(), message: "why".into() }
+    }
+
+    #[test]
+    fn a_late_order_stays_retryable_and_other_refusals_are_final() {
+        let late = refused("cluster.timeout").to_error();
+        assert_eq!(late.reason(), ReasonCode::ClusterTimeout);
+        assert!(late.to_string().contains("the worker refused the call: cluster.timeout: why"), "{late}");
+        for code in ["cluster.refused", "cluster.over_limit", "cluster.unavailable", "no.such.code"] {
+            assert_eq!(refused(code).to_error().reason(), ReasonCode::ClusterRefused, "{code}");
+        }
+    }
 }

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 /// How long the edge waits for a lost connection to come back before it
 /// gives up on a call.
 const LOST_AFTER: Duration = Duration::from_secs(3);
+/// How long a look in the results stream for a missed receipt may take.
+const STORED_LOOK: Duration = Duration::from_secs(2);
 /// How long a receipt's key lookup is retried while the cluster recovers.
 const KEY_RETRY: Duration = Duration::from_secs(5);
 
@@ -212,7 +214,9 @@ async fn await_receipt(
             Ok(None) => return Err(ClusterError::Unavailable("the connection closed while waiting".into())),
             Err(_) if tokio::time::Instant::now() < deadline => {
                 if bus.client().connection_state() == async_nats::connection::State::Connected {
-                    if let Some(found) = confirm(bus, &mut unconfirmed, order, order_sha256).await {
+                    if let Ok(Some(found)) =
+                        tokio::time::timeout(STORED_LOOK, confirm(bus, &mut unconfirmed, order, order_sha256)).await
+                    {
                         return Ok((found.0, found.1, found.2, ignored));
                     }
                     // A receipt published while the connection was down
@@ -232,7 +236,9 @@ async fn await_receipt(
                 continue;
             }
             Err(_) => {
-                if let Some(found) = confirm(bus, &mut unconfirmed, order, order_sha256).await {
+                if let Ok(Some(found)) =
+                    tokio::time::timeout(STORED_LOOK, confirm(bus, &mut unconfirmed, order, order_sha256)).await
+                {
                     return Ok((found.0, found.1, found.2, ignored));
                 }
                 // A last look in the stream: a receipt published while a
@@ -266,38 +272,44 @@ async fn await_receipt(
 }
 
 /// The first of `unconfirmed` that verifies now; those that still cannot
-/// be looked up are kept, those that fail are dropped (and logged).
+/// be looked up are kept, those that fail are dropped (and logged). Each
+/// is removed only once it is decided, so a look cut short by a timeout
+/// loses none.
 async fn confirm(
     bus: &Bus,
     unconfirmed: &mut Vec<Vec<u8>>,
     order: &Order,
     order_sha256: &str,
 ) -> Option<(Receipt, DsseEnvelope, Vec<Inline>)> {
-    let mut kept = Vec::new();
-    let mut found = None;
-    for payload in unconfirmed.drain(..) {
-        if found.is_some() {
-            kept.push(payload);
-            continue;
-        }
-        match verify_receipt(bus, &payload, order, order_sha256).await {
-            Ok(verified) => found = Some(verified),
-            Err(ClusterError::Unavailable(_)) => kept.push(payload),
+    let mut i = 0;
+    while i < unconfirmed.len() {
+        match verify_receipt(bus, &unconfirmed[i], order, order_sha256).await {
+            Ok(verified) => {
+                unconfirmed.remove(i);
+                return Some(verified);
+            }
+            Err(ClusterError::Unavailable(_)) => i += 1,
             Err(e) => {
-                tracing::warn!(invocation_id = %order.invocation_id, error = %e, "ignored a result that does not verify")
+                tracing::warn!(invocation_id = %order.invocation_id, error = %e, "ignored a result that does not verify");
+                unconfirmed.remove(i);
             }
         }
     }
-    *unconfirmed = kept;
-    found
+    None
 }
 
 /// The last receipt the results stream holds for this order, if it
 /// verifies.
 async fn stored_receipt(bus: &Bus, order: &Order, order_sha256: &str) -> Option<(Receipt, DsseEnvelope, Vec<Inline>)> {
-    let stream = bus.jetstream().get_stream_no_info(subjects::RESULTS_STREAM).await.ok()?;
-    let stored = stream.get_last_raw_message_by_subject(&subjects::results_subject(&order.invocation_id)).await.ok()?;
-    verify_receipt(bus, &stored.payload, order, order_sha256).await.ok()
+    // A look, not a wait: bounded, so a call's whole wait stays its
+    // timeout plus the queue time and the fetches.
+    let look = async {
+        let stream = bus.jetstream().get_stream_no_info(subjects::RESULTS_STREAM).await.ok()?;
+        let stored =
+            stream.get_last_raw_message_by_subject(&subjects::results_subject(&order.invocation_id)).await.ok()?;
+        verify_receipt(bus, &stored.payload, order, order_sha256).await.ok()
+    };
+    tokio::time::timeout(STORED_LOOK, look).await.ok().flatten()
 }
 
 /// What a receipt must answer: one invocation, one signed order, one

@@ -88,13 +88,34 @@ async fn last_seq(stream: &stream::Stream<()>, subject: &str) -> Result<u64, Clu
 
 /// Appends the entries `after(last)` gives for the records after the last
 /// seq the stream holds for `key_id`; returns the seqs sent (first, last),
-/// or `None` when there was nothing new.
+/// or `None` when there was nothing new. The whole push is bounded by
+/// `within` (each request of it has its own timeout, but a cluster that
+/// answers slowly while it elects a leader must not hold a call up for the
+/// sum of them); a push cut short is finished by the next one (each entry's
+/// message id keeps one copy).
 pub fn push(
+    at: &Endpoint,
+    key_id: &str,
+    within: Duration,
+    after: impl FnOnce(u64) -> Result<Vec<JournalEntry>, ClusterError>,
+) -> Result<Option<(u64, u64)>, ClusterError> {
+    block_on(async {
+        match tokio::time::timeout(within, push_async(at, key_id, after)).await {
+            Ok(pushed) => pushed,
+            Err(_) => Err(ClusterError::Unavailable(format!(
+                "the journal stream did not take the push within {} ms",
+                within.as_millis()
+            ))),
+        }
+    })
+}
+
+async fn push_async(
     at: &Endpoint,
     key_id: &str,
     after: impl FnOnce(u64) -> Result<Vec<JournalEntry>, ClusterError>,
 ) -> Result<Option<(u64, u64)>, ClusterError> {
-    block_on(async {
+    {
         let bus = Bus::connect_within(at, "airlock-journal", PUSH_CONNECT).await?;
         let stream = journal_stream(&bus).await?;
         let subject = journal_subject(key_id);
@@ -120,7 +141,7 @@ pub fn push(
             ack.await.map_err(|e| unavailable("appending to the journal stream (no acknowledgement)", e))?;
         }
         Ok(Some((first, end)))
-    })
+    }
 }
 
 /// Every entry the stream holds for `key_id`, in the order appended.

@@ -335,18 +335,34 @@ impl Runtime {
         if cluster.journal == JournalMirror::Off {
             return;
         }
-        if let Err(e) = self.push_journal(None) {
+        if let Err(e) = self.push_journal_within(None, MIRROR_WITHIN) {
             tracing::warn!(code = e.code.as_str(), error = %e.message, "the journal could not be mirrored to the cluster");
         }
     }
 
     /// Appends to the cluster's journal stream every local record after
-    /// the last one it holds for this airlock's key; the seqs sent.
+    /// the last one it holds for this airlock's key; the seqs sent. A
+    /// cluster that is electing a leader is tried again for up to
+    /// [`PUSH_WITHIN`].
     pub fn push_journal(&self, nats: Option<&str>) -> Result<Option<(u64, u64)>, Refusal> {
+        let give_up = std::time::Instant::now() + PUSH_WITHIN;
+        loop {
+            match self.push_journal_within(nats, PUSH_ATTEMPT) {
+                Err(r) if r.code == ReasonCode::ClusterUnavailable && std::time::Instant::now() < give_up => {
+                    tracing::debug!(error = %r.message, "the journal push is tried again");
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// One push, bounded by `within`.
+    fn push_journal_within(&self, nats: Option<&str>, within: Duration) -> Result<Option<(u64, u64)>, Refusal> {
         let at = self.cluster_endpoint(nats)?;
         let whole = self.config().cluster.as_ref().is_some_and(|c| c.journal == JournalMirror::Records);
         let key_id = self.journal().key().key_id();
-        let pushed = airlock_cluster::journal_stream::push(&at, &key_id, |last| {
+        let pushed = airlock_cluster::journal_stream::push(&at, &key_id, within, |last| {
             let lines = lines_after(self.state(), last).map_err(|r| airlock_cluster::ClusterError::Io(r.message))?;
             Ok(lines
                 .into_iter()
@@ -357,6 +373,14 @@ impl Runtime {
         Ok(pushed)
     }
 }
+
+/// The mirror after a call gives up after this: best effort, and never the
+/// call's delay.
+const MIRROR_WITHIN: Duration = Duration::from_secs(2);
+/// One attempt of `airlock journal push`.
+const PUSH_ATTEMPT: Duration = Duration::from_secs(5);
+/// How long `airlock journal push` keeps trying while the cluster recovers.
+const PUSH_WITHIN: Duration = Duration::from_secs(20);
 
 /// Bytes of the live segment's end read first when only the records after
 /// the stream's last are wanted (a call appends a few kilobytes).
@@ -410,8 +434,18 @@ fn parse_line(raw: &[u8]) -> LocalLine {
 
 /// Compares the journal in `state` with what the cluster at `url` holds
 /// for the edge whose key is `key` (`journal verify --against-stream`).
+/// A cluster electing a leader is asked again for up to [`PUSH_WITHIN`].
 pub fn check_against_stream(at: &Endpoint, key: &PublicKey, state: &PrivateDir) -> Result<StreamCheck, Refusal> {
-    let remote = airlock_cluster::journal_stream::entries(at, &key.key_id())?;
+    let give_up = std::time::Instant::now() + PUSH_WITHIN;
+    let remote = loop {
+        match airlock_cluster::journal_stream::entries(at, &key.key_id()) {
+            Err(e @ airlock_cluster::ClusterError::Unavailable(_)) if std::time::Instant::now() < give_up => {
+                tracing::debug!(error = %e, "the journal stream is read again");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            read => break read?,
+        }
+    };
     Ok(compare_with_stream(&local_lines(state)?, &remote))
 }
 

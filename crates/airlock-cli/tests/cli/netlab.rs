@@ -98,6 +98,11 @@ impl Lab {
     pub fn mend(&self, host: &str) {
         ip(&["-n", &self.ns(host), "link", "set", "eth0", "up"]);
     }
+
+    /// Runs `f` with `host`'s network (see [`in_netns`]).
+    pub fn within<T: Send>(&self, host: &str, f: impl FnOnce() -> T + Send) -> T {
+        in_netns(&self.ns(host), f)
+    }
 }
 
 /// `program`, to be run in the network namespace `netns` (`None`: this

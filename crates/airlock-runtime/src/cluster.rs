@@ -49,11 +49,11 @@ pub fn endpoint_of(authority: &HostAuthority, config: &Config, asked: Option<&st
     let credentials = match cluster {
         Some(c) => match (&c.user, &c.password_file, &c.nkey_file) {
             (Some(user), Some(file), _) => {
-                let password = read_secret(authority, crate::control::CLUSTER_SECRET, file, "password")?;
+                let password = crate::control::read_secret(authority, crate::control::CLUSTER_SECRET, file, 4096)?;
                 Credentials::Password { user: user.clone(), password }
             }
             (_, _, Some(file)) => {
-                let seed = read_secret(authority, crate::control::CLUSTER_NKEY, file, "NKey seed")?;
+                let seed = crate::control::read_secret(authority, crate::control::CLUSTER_NKEY, file, 4096)?;
                 Credentials::nkey(&seed).map_err(|e| {
                     Refusal::new(ReasonCode::ConfigInvalid, format!("[cluster] nkey_file {}: {e}", file.display()))
                 })?
@@ -63,28 +63,6 @@ pub fn endpoint_of(authority: &HostAuthority, config: &Config, asked: Option<&st
         None => Credentials::None,
     };
     Ok(Endpoint { url, credentials })
-}
-
-/// The secret in the control file `file` (its first line): refused if the
-/// file is a link, a stranger's, open to writes, or readable by group or
-/// others.
-fn read_secret(
-    authority: &HostAuthority,
-    kind: crate::control::Kind,
-    file: &std::path::Path,
-    what: &str,
-) -> Result<String, Refusal> {
-    use std::os::unix::fs::MetadataExt as _;
-    let text = crate::control::read_text(authority, kind, file, 4096)?;
-    // A secret: read by its owner only (the read above already refused a
-    // link, a stranger's file, one open to writes).
-    if std::fs::symlink_metadata(file).is_ok_and(|m| m.mode() & 0o077 != 0) {
-        return Err(Refusal::new(
-            ReasonCode::ControlFileUnsafe,
-            format!("the cluster {what} file {} is readable by group or others: chmod 600 it", file.display()),
-        ));
-    }
-    Ok(text.trim_end_matches(['\n', '\r']).to_owned())
 }
 
 /// Writes a new user NKey's seed to `path` (a new file, mode 0600, never
@@ -345,16 +323,7 @@ impl Runtime {
     /// cluster that is electing a leader is tried again for up to
     /// [`PUSH_WITHIN`].
     pub fn push_journal(&self, nats: Option<&str>) -> Result<Option<(u64, u64)>, Refusal> {
-        let give_up = std::time::Instant::now() + PUSH_WITHIN;
-        loop {
-            match self.push_journal_within(nats, PUSH_ATTEMPT) {
-                Err(r) if r.code == ReasonCode::ClusterUnavailable && std::time::Instant::now() < give_up => {
-                    tracing::debug!(error = %r.message, "the journal push is tried again");
-                    std::thread::sleep(Duration::from_millis(500));
-                }
-                done => return done,
-            }
-        }
+        while_recovering(|| self.push_journal_within(nats, PUSH_ATTEMPT))
     }
 
     /// One push, bounded by `within`.
@@ -436,17 +405,24 @@ fn parse_line(raw: &[u8]) -> LocalLine {
 /// for the edge whose key is `key` (`journal verify --against-stream`).
 /// A cluster electing a leader is asked again for up to [`PUSH_WITHIN`].
 pub fn check_against_stream(at: &Endpoint, key: &PublicKey, state: &PrivateDir) -> Result<StreamCheck, Refusal> {
+    let remote = while_recovering(|| Ok(airlock_cluster::journal_stream::entries(at, &key.key_id())?))?;
+    Ok(compare_with_stream(&local_lines(state)?, &remote))
+}
+
+/// `attempt` until it answers anything but `cluster.unavailable`, or
+/// [`PUSH_WITHIN`] has passed: an operator's command rides over a cluster
+/// electing a leader (a call's own steps are bounded by the call instead).
+fn while_recovering<T>(mut attempt: impl FnMut() -> Result<T, Refusal>) -> Result<T, Refusal> {
     let give_up = std::time::Instant::now() + PUSH_WITHIN;
-    let remote = loop {
-        match airlock_cluster::journal_stream::entries(at, &key.key_id()) {
-            Err(e @ airlock_cluster::ClusterError::Unavailable(_)) if std::time::Instant::now() < give_up => {
-                tracing::debug!(error = %e, "the journal stream is read again");
+    loop {
+        match attempt() {
+            Err(r) if r.code == ReasonCode::ClusterUnavailable && std::time::Instant::now() < give_up => {
+                tracing::debug!(error = %r.message, "the cluster is asked again");
                 std::thread::sleep(Duration::from_millis(500));
             }
-            read => break read?,
+            done => return done,
         }
-    };
-    Ok(compare_with_stream(&local_lines(state)?, &remote))
+    }
 }
 
 /// Every kept journal line in `state`, in order.

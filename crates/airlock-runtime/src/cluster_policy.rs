@@ -26,7 +26,7 @@ impl Runtime {
         if !self.config().cluster.as_ref().is_some_and(|c| c.policy_bundle) {
             return Ok(None);
         }
-        self.cluster_policy_cell().get_or_init(|| self.fetch_cluster_policy()).as_ref().map(Some).map_err(Clone::clone)
+        self.cluster_policy.get_or_init(|| self.fetch_cluster_policy()).as_ref().map(Some).map_err(Clone::clone)
     }
 
     /// The bundle a call prepared now is authorized under (for its

@@ -104,6 +104,29 @@ pub const POLICY: Kind =
 /// closed to writes by group and others (`config.control_file_unsafe`, like
 /// a symbolic link or a file that is not regular).
 pub fn read_text(authority: &HostAuthority, kind: Kind, path: &Path, max: u64) -> Result<String, Refusal> {
+    read_owned_text(authority, kind, path, max).map(|(text, _)| text)
+}
+
+/// [`read_text`] of a secret (a password, a key's seed): also refused
+/// (`config.control_file_unsafe`) when group or others may read it, judged
+/// on the very file read. Its first line's end is trimmed.
+pub fn read_secret(authority: &HostAuthority, kind: Kind, path: &Path, max: u64) -> Result<String, Refusal> {
+    let (text, mode) = read_owned_text(authority, kind, path, max)?;
+    if mode & 0o077 != 0 {
+        return Err(Refusal::new(
+            ReasonCode::ControlFileUnsafe,
+            format!(
+                "the {} {} is readable by group or others (mode {mode:04o}): chmod 600 it",
+                kind.what,
+                path.display()
+            ),
+        ));
+    }
+    Ok(text.trim_end_matches(['\n', '\r']).to_owned())
+}
+
+/// The text of a control file and the mode of the file read.
+fn read_owned_text(authority: &HostAuthority, kind: Kind, path: &Path, max: u64) -> Result<(String, u32), Refusal> {
     let read = airlock_hostfs::read_control_file(authority, path, max).map_err(|e| {
         let code = match (e.code(), e.errno()) {
             (ReasonCode::ControlFileUnsafe, _) => ReasonCode::ControlFileUnsafe,
@@ -116,8 +139,9 @@ pub fn read_text(authority: &HostAuthority, kind: Kind, path: &Path, max: u64) -
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     judge(kind.what, path, read.file, euid)?;
     judge(&format!("directory of the {}", kind.what), dir, read.dir, euid)?;
-    String::from_utf8(read.bytes)
-        .map_err(|_| Refusal::new(kind.invalid, format!("{} {} is not UTF-8", kind.what, path.display())))
+    let text = String::from_utf8(read.bytes)
+        .map_err(|_| Refusal::new(kind.invalid, format!("{} {} is not UTF-8", kind.what, path.display())))?;
+    Ok((text, read.file.mode))
 }
 
 /// Why a control file owned as `owner` may not be trusted by `euid`, if it may not.

@@ -177,10 +177,6 @@ impl Runtime {
         })
     }
 
-    pub(crate) fn cluster_policy_cell(&self) -> &std::sync::OnceLock<Result<cluster_policy::ClusterPolicy, Refusal>> {
-        &self.cluster_policy
-    }
-
     /// Calls are made as `principal` (an `Airlock::Agent` id) instead of
     /// `[policy] principal`.
     pub fn set_principal(&mut self, principal: String) -> &mut Self {

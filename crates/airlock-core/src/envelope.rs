@@ -123,6 +123,10 @@ pub struct LimitsEvidence {
     /// Why no cgroup held the limits, when none did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup_unavailable: Option<String>,
+    /// The worker started in a warm sandbox (built before the call, used
+    /// by it alone); absent for a sandbox built for the call.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub warm_sandbox: bool,
 }
 
 /// One envelope.

@@ -80,7 +80,8 @@ pub fn schema() -> Value {
                             "ipc": { "const": "seccomp-denied" },
                             "memfd": { "enum": ["cgroup", "file-size"] },
                             "broker": { "enum": ["cgroup", "rlimit"] },
-                            "cgroup_unavailable": { "type": "string" }
+                            "cgroup_unavailable": { "type": "string" },
+                            "warm_sandbox": { "const": true }
                         }
                     },
                     "journal": {

@@ -86,6 +86,8 @@ pub struct Runtime {
     callers: caller::Callers,
     journal: airlock_journal::Journal,
     init_program: Option<(std::path::PathBuf, bool)>,
+    /// Warm sandboxes for native calls ([`Runtime::start_warm_pool`]).
+    warm: Option<std::sync::Arc<airlock_sandbox::WarmPool>>,
     config: Config,
     resolver: Resolver,
     state: PrivateDir,
@@ -127,6 +129,7 @@ impl Runtime {
             callers: caller::Callers::default(),
             journal,
             init_program: None,
+            warm: None,
             config,
             resolver,
             state,
@@ -163,6 +166,28 @@ impl Runtime {
     pub fn set_init_program(&mut self, path: std::path::PathBuf, die_with_caller: bool) -> &mut Self {
         self.init_program = Some((path, die_with_caller));
         self
+    }
+
+    /// Keeps `[sandbox] warm_pool` warm sandboxes ready for native calls
+    /// (for a long-lived process: `airlock mcp`); a call that fits one
+    /// starts in it, any other starts cold. Needs the init program
+    /// ([`Runtime::set_init_program`]); with `warm_pool = 0` it does nothing.
+    pub fn start_warm_pool(&mut self) -> Result<(), Refusal> {
+        let Some((program, _)) = self.init_program.clone() else {
+            return Err(Refusal::new(ReasonCode::SandboxUnavailable, "no sandbox init program was configured"));
+        };
+        if self.config.warm_pool == 0 || self.warm.is_some() {
+            return Ok(());
+        }
+        let pool = airlock_sandbox::WarmPool::start(program, self.image(), self.config.warm_pool)
+            .map_err(|e| Refusal::new(ReasonCode::SandboxUnavailable, format!("warm sandboxes: {e}")))?;
+        self.warm = Some(std::sync::Arc::new(pool));
+        Ok(())
+    }
+
+    /// The warm sandboxes' counts, when a pool runs.
+    pub fn warm_pool_stats(&self) -> Option<airlock_sandbox::WarmPoolStats> {
+        self.warm.as_ref().map(|pool| pool.stats())
     }
 
     /// The authorizer for this configuration: the cluster's policy bundle,
@@ -216,6 +241,9 @@ impl Runtime {
             .cancel_with(self.current_cancel());
         if let Some(dir) = parent {
             tier.cgroup_parent(dir.to_path_buf());
+        }
+        if let Some(pool) = &self.warm {
+            tier.warm_pool(std::sync::Arc::clone(pool));
         }
         Ok(tier)
     }

@@ -19,10 +19,14 @@ use rustix::thread::UnshareFlags;
 use crate::error::{errno, OsErrno, SandboxError};
 use crate::pid1::Inherited;
 use crate::sys::Forked;
-use crate::wire::{InitSpec, StatusMsg, StatusWriter, MAX_SPEC_BYTES};
+use crate::wire::{InitSpec, SkeletonSpec, StatusMsg, StatusWriter, MAX_SPEC_BYTES};
 
 /// The hidden `argv[1]` that turns a binary into the sandbox init.
 pub const INIT_MARKER: &str = "__airlock_sandbox_init";
+
+/// The hidden `argv[2]` that makes the init a warm sandbox's skeleton
+/// ([`crate::warm`]), which reads a [`SkeletonSpec`] instead of an [`InitSpec`].
+pub(crate) const WARM_MARKER: &str = "warm";
 
 /// How long past its own deadline the init waits before killing PID 1
 /// itself (the caller normally kills first; this covers a caller that died).
@@ -42,59 +46,130 @@ pub fn maybe_run_init() {
     }
 }
 
-fn run_init() -> ! {
+/// Reads one JSON document (then end-of-file) from stdin and the status
+/// pipe it names, or exits [`EXIT_NO_SPEC`].
+fn read_spec<T: serde::de::DeserializeOwned>(status_fd: impl Fn(&T) -> i32) -> (T, StatusWriter) {
     let mut raw = Vec::new();
     let read = std::io::stdin().lock().take(MAX_SPEC_BYTES as u64 + 1).read_to_end(&mut raw);
-    let spec: InitSpec = match read.ok().and_then(|_| serde_json::from_slice(&raw).ok()) {
+    let spec: T = match read.ok().and_then(|_| serde_json::from_slice(&raw).ok()) {
         Some(s) if raw.len() <= MAX_SPEC_BYTES => s,
         _ => std::process::exit(EXIT_NO_SPEC),
     };
-    let status = match crate::sys::adopt_inherited_fd(spec.status_fd).and_then(StatusWriter::new) {
-        Ok(s) => s,
+    match crate::sys::adopt_inherited_fd(status_fd(&spec)).and_then(StatusWriter::new) {
+        Ok(status) => (spec, status),
         Err(_) => std::process::exit(EXIT_NO_SPEC),
+    }
+}
+
+fn run_init() -> ! {
+    let result = if std::env::args_os().nth(2).as_deref() == Some(std::ffi::OsStr::new(WARM_MARKER)) {
+        let (spec, status) = read_spec(|s: &SkeletonSpec| s.status_fd);
+        (init_skeleton(&spec, &status), status)
+    } else {
+        let (spec, status) = read_spec(|s: &InitSpec| s.status_fd);
+        (init(&spec, &status), status)
     };
-    match init(&spec, &status) {
-        Ok(code) => std::process::exit(code),
-        Err(error) => {
+    match result {
+        (Ok(code), _) => std::process::exit(code),
+        (Err(error), status) => {
             status.send(&StatusMsg::SetupFailed { error });
             std::process::exit(125)
         }
     }
 }
 
-fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
-    if spec.build != airlock_fsproto::BUILD_FINGERPRINT {
+/// Refuses a spec sent by another build.
+pub(crate) fn same_build(build: &str) -> Result<(), SandboxError> {
+    if build != airlock_fsproto::BUILD_FINGERPRINT {
         return Err(SandboxError::InitMismatch {
-            expected: spec.build.clone(),
+            expected: build.to_owned(),
             found: airlock_fsproto::BUILD_FINGERPRINT.to_owned(),
         });
     }
+    Ok(())
+}
+
+fn adopt(fd: i32) -> Result<OwnedFd, SandboxError> {
+    crate::sys::adopt_inherited_fd(fd)
+        .map_err(|e| SandboxError::ProcessAttr { call: format!("fcntl({fd}, F_GETFD)"), errno: errno(e) })
+}
+
+fn set_cloexec(fd: &OwnedFd) -> Result<(), SandboxError> {
+    rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC)
+        .map_err(|e| SandboxError::ProcessAttr { call: "fcntl(F_SETFD, FD_CLOEXEC)".into(), errno: errno(e) })
+}
+
+fn lifeline() -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| SandboxError::ProcessAttr { call: "pipe2(O_CLOEXEC)".into(), errno: errno(e) })
+}
+
+fn fork_pid1() -> Result<Forked, SandboxError> {
+    crate::sys::fork_single_threaded().map_err(|e| SandboxError::Fork { role: "pid 1".into(), errno: errno(e) })
+}
+
+/// A warm sandbox's init ([`crate::warm`]): the namespaces and PID 1 of a
+/// skeleton, which waits for its one call on the channel; the init waits
+/// for PID 1, killing it if the caller goes away first.
+fn init_skeleton(spec: &SkeletonSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
+    same_build(&spec.build)?;
+    spec.check()?;
+    crate::sys::close_fds_except(&spec.inherited_fds())
+        .map_err(|e| SandboxError::ProcessAttr { call: "close_range(3.., ~0U, 0)".into(), errno: errno(e) })?;
+    let channel = adopt(spec.call_fd)?;
+    set_cloexec(&channel)?;
+    enter_namespaces(spec.maps_fd.map(adopt).transpose()?)?;
+    let (lifeline_r, lifeline_w) = lifeline()?;
+    let pid1 = match fork_pid1()? {
+        Forked::Child => {
+            drop(lifeline_w);
+            crate::pid1::run_skeleton(spec, status, lifeline_r, channel)
+        }
+        Forked::Parent(pid) => pid,
+    };
+    drop(lifeline_r);
+    status.send(&StatusMsg::Pid1 { host_pid: pid1 });
+    wait_for_pid1(pid1, Watch::CallerGone(&channel), status)
+}
+
+fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
+    same_build(&spec.build)?;
     spec.check()?;
     // Only the descriptors the spec names survive.
     crate::sys::close_fds_except(&spec.inherited_fds())
         .map_err(|e| SandboxError::ProcessAttr { call: "close_range(3.., ~0U, 0)".into(), errno: errno(e) })?;
-    let adopt = |fd: i32| {
-        crate::sys::adopt_inherited_fd(fd)
-            .map_err(|e| SandboxError::ProcessAttr { call: format!("fcntl({fd}, F_GETFD)"), errno: errno(e) })
-    };
-    let inherited = Inherited {
-        inputs: spec.inputs.iter().map(|i| adopt(i.fd)).collect::<Result<_, _>>()?,
-        input_mounts: spec
-            .inputs
-            .iter()
-            .map(|i| i.placement.mount_fd().map(adopt).transpose())
-            .collect::<Result<_, _>>()?,
-        output: spec.output.as_ref().map(|o| adopt(o.fd)).transpose()?,
-        output_mount: spec.output.as_ref().and_then(|o| o.placement.mount_fd()).map(adopt).transpose()?,
-        provided: spec.provided.iter().map(|p| adopt(p.fd)).collect::<Result<_, _>>()?,
-        fs_socket: spec.fs_socket_fd.map(adopt).transpose()?,
-    };
+    let inherited = Inherited::take(spec, adopt)?;
     // Kept open (by number) for PID 1 to bind; never reaches the tool.
     let program: Option<OwnedFd> = spec.program_fd.map(adopt).transpose()?;
     for fd in inherited.all().chain(program.iter()) {
-        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC)
-            .map_err(|e| SandboxError::ProcessAttr { call: "fcntl(F_SETFD, FD_CLOEXEC)".into(), errno: errno(e) })?;
+        set_cloexec(fd)?;
     }
+    let maps = spec.maps_fd.map(adopt).transpose()?;
+    enter_namespaces(maps)?;
+
+    let (lifeline_r, lifeline_w) = lifeline()?;
+    let pid1 = match fork_pid1()? {
+        Forked::Child => {
+            drop(lifeline_w);
+            crate::pid1::run(spec, status, lifeline_r, inherited)
+        }
+        Forked::Parent(pid) => pid,
+    };
+    drop(lifeline_r);
+    drop(inherited);
+    drop(program);
+    status.send(&StatusMsg::Pid1 { host_pid: pid1 });
+
+    let deadline = Instant::now() + Duration::from_millis(spec.timeout_ms) + INIT_DEADLINE_GRACE;
+    wait_for_pid1(pid1, Watch::Deadline(deadline), status)
+}
+
+/// Unshares every namespace but the mount namespace, has the ids mapped
+/// (by the caller through `maps` for a root caller) and becomes the one
+/// mapped id, non-dumpable, with the caller's parent-death signal re-armed.
+/// `maps` is taken (and closed by the end) whatever the path, so the
+/// caller never waits on a socket PID 1 still holds.
+fn enter_namespaces(maps: Option<OwnedFd>) -> Result<(), SandboxError> {
     let flags = UnshareFlags::NEWUSER
         | UnshareFlags::NEWPID
         | UnshareFlags::NEWNET
@@ -111,9 +186,6 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
     // have armed (`NativeTier::die_with_caller`); remember it to re-arm.
     let death_signal = rustix::process::parent_process_death_signal().ok().flatten();
     let caller = rustix::process::getppid();
-    // Taken out (and closed at the end of this step) whatever the path, so
-    // the caller never waits on a socket PID 1 still holds.
-    let maps = spec.maps_fd.map(adopt).transpose()?;
     if privileged_caller() {
         // Root outside must not be the worker's identity: drop root's
         // supplementary groups while we still may, then have the caller,
@@ -155,38 +227,48 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(|e| SandboxError::ProcessAttr { call: "prctl(PR_SET_DUMPABLE, 0)".into(), errno: errno(e) })?;
 
-    let (lifeline_r, lifeline_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| SandboxError::ProcessAttr { call: "pipe2(O_CLOEXEC)".into(), errno: errno(e) })?;
-    let pid1 = match crate::sys::fork_single_threaded()
-        .map_err(|e| SandboxError::Fork { role: "pid 1".into(), errno: errno(e) })?
-    {
-        Forked::Child => {
-            drop(lifeline_w);
-            crate::pid1::run(spec, status, lifeline_r, inherited)
-        }
-        Forked::Parent(pid) => pid,
-    };
-    drop(lifeline_r);
-    drop(inherited);
-    drop(program);
-    status.send(&StatusMsg::Pid1 { host_pid: pid1 });
+    Ok(())
+}
 
-    // Wait for PID 1, killing it ourselves if the caller never does.
+/// What ends the init's wait for PID 1 early, by killing it.
+enum Watch<'a> {
+    /// The call's deadline plus [`INIT_DEADLINE_GRACE`] (a cold start: the
+    /// caller normally kills first; this covers a caller that died).
+    Deadline(Instant),
+    /// The caller's end of a warm sandbox's call channel closing: the
+    /// caller is gone (a skeleton does not know its call's deadline until
+    /// PID 1 reads it; the caller enforces that deadline itself).
+    CallerGone(&'a OwnedFd),
+}
+
+/// Waits for PID 1 to exit (killing it when `watch` fires), reaps it and
+/// reports how it ended.
+fn wait_for_pid1(pid1: i32, watch: Watch<'_>, status: &StatusWriter) -> Result<i32, SandboxError> {
     let pid = Pid::from_raw(pid1).ok_or_else(|| SandboxError::Protocol("fork returned pid 0 in parent".into()))?;
-    let deadline = Instant::now() + Duration::from_millis(spec.timeout_ms) + INIT_DEADLINE_GRACE;
     let mut deadline_kill = false;
     if let Ok(pidfd) = rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            let (left, channel) = match &watch {
+                Watch::Deadline(deadline) => (Some(deadline.saturating_duration_since(Instant::now())), None),
+                Watch::CallerGone(channel) => (None, Some(*channel)),
+            };
+            if left.is_some_and(|l| l.is_zero()) {
                 let _ = rustix::process::pidfd_send_signal(&pidfd, Signal::KILL);
                 deadline_kill = true;
                 break;
             }
-            let ts = rustix::time::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: left.subsec_nanos() as i64 };
-            let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
-            match rustix::event::poll(&mut fds, Some(&ts)) {
-                Ok(n) if n > 0 => break,
+            let ts =
+                left.map(|l| rustix::time::Timespec { tv_sec: l.as_secs() as i64, tv_nsec: l.subsec_nanos() as i64 });
+            // The channel is watched for hang-up only (no POLLIN): the call
+            // on it is PID 1's to read.
+            let mut fds = vec![PollFd::new(&pidfd, PollFlags::IN)];
+            fds.extend(channel.map(|c| PollFd::new(c, PollFlags::empty())));
+            match rustix::event::poll(&mut fds, ts.as_ref()) {
+                Ok(n) if n > 0 && !fds[0].revents().is_empty() => break,
+                Ok(n) if n > 0 => {
+                    let _ = rustix::process::pidfd_send_signal(&pidfd, Signal::KILL);
+                    break;
+                }
                 Ok(_) | Err(rustix::io::Errno::INTR) => continue,
                 Err(_) => break,
             }

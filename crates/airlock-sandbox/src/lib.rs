@@ -198,6 +198,7 @@
 mod any_tier;
 mod bound_output;
 pub mod broker_jail;
+mod call_channel;
 mod call_dir;
 mod cancel;
 mod cgroup;
@@ -225,6 +226,7 @@ mod spec;
 mod sys;
 mod tier_report;
 mod visible;
+mod warm;
 mod wire;
 mod worker;
 mod worker_exec;
@@ -253,4 +255,5 @@ pub use spec::{
 };
 pub use tier_report::{Leftover, TierReport};
 pub use visible::{find_program, NotRunnable, WORKER_PATH};
+pub use warm::{WarmPool, WarmPoolStats, MAX_IDLE as WARM_MAX_IDLE};
 pub use worker::{KillHandle, Tier, Worker};

@@ -31,7 +31,8 @@ use std::path::Path;
 use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
 
 use crate::error::{errno, OsErrno, SandboxError};
-use crate::mount_calls::{bind, readonly_recursive, remount_bind, tmpfs};
+use crate::mount_calls::{bind, readonly_recursive, remount_bind, resize_tmpfs, tmpfs};
+use crate::spec::ImageMount;
 use crate::wire::InitSpec;
 
 /// The device nodes the worker gets, bound from the host's `/dev`.
@@ -111,9 +112,8 @@ fn write_new_file(path: &str, mode: u32, content: &[u8]) -> Result<(), SandboxEr
 
 /// Picks where to mount the new root: a directory of the (private) mount
 /// namespace that no bind source lies under.
-fn pick_mountpoint(spec: &InitSpec) -> Result<&'static str, SandboxError> {
-    let sources: Vec<String> = spec
-        .image
+fn pick_mountpoint(image: &[ImageMount]) -> Result<&'static str, SandboxError> {
+    let sources: Vec<String> = image
         .iter()
         .filter_map(|m| m.path.to_str().map(str::to_string))
         .chain(["/etc".to_string(), "/dev".to_string()])
@@ -131,21 +131,45 @@ fn pick_mountpoint(spec: &InitSpec) -> Result<&'static str, SandboxError> {
         })
 }
 
-/// Builds the worker's root and pivots into it. Runs in PID 1, in a mount
-/// namespace of its own (already unshared).
-pub(crate) fn build_root(spec: &InitSpec, staged: StagedFds) -> Result<BuiltRoot, SandboxError> {
-    let StagedFds { inputs: input_fds, output: host_output, provided: provided_fds } = staged;
+/// The part of the worker's root that no call's files are in: a tmpfs at
+/// `root` (not yet pivoted into) holding the image, `/etc`, `/dev` and
+/// `/proc`. A cold start builds it and furnishes it at once; a warm
+/// sandbox builds it ahead of its call ([`crate::warm`]).
+pub(crate) struct Skeleton {
+    /// Where the root tmpfs is mounted in PID 1's mount namespace.
+    root: &'static str,
+    /// The image as it was built.
+    image: Vec<ImageMount>,
+    /// Image entries bound as directories (for Landlock).
+    image_dirs: Vec<String>,
+}
+
+impl Skeleton {
+    /// The image this skeleton holds.
+    pub(crate) fn image(&self) -> &[ImageMount] {
+        &self.image
+    }
+}
+
+/// Builds the skeleton of a worker's root from `image`. Runs in PID 1, in a
+/// mount namespace of its own (already unshared).
+pub(crate) fn build_skeleton(image: &[ImageMount]) -> Result<Skeleton, SandboxError> {
     rustix::mount::mount_change("/", MountPropagationFlags::REC | MountPropagationFlags::PRIVATE)
         .map_err(|e| SandboxError::MountPropagation { errno: errno(e) })?;
 
-    let root = pick_mountpoint(spec)?;
-    let size = spec.files_bytes().saturating_add(spec.limits.scratch_bytes).saturating_add(ROOT_MARGIN_BYTES);
-    tmpfs(root, MountFlags::NOSUID | MountFlags::NODEV, "MS_NOSUID|MS_NODEV", &format!("size={size},mode=0755"))?;
+    let root = pick_mountpoint(image)?;
+    // Sized for the skeleton alone; `furnish` sets the call's size.
+    tmpfs(
+        root,
+        MountFlags::NOSUID | MountFlags::NODEV,
+        "MS_NOSUID|MS_NODEV",
+        &format!("size={ROOT_MARGIN_BYTES},mode=0755"),
+    )?;
     let at = |p: &str| format!("{root}{p}");
 
     // Image: read-only binds of host directories; symlinks recreated.
     let mut image_dirs = Vec::new();
-    for m in &spec.image {
+    for m in image {
         let host = m.path.to_str().ok_or_else(|| SandboxError::InvalidSpec("image path is not UTF-8".into()))?;
         let md = std::fs::symlink_metadata(host).map_err(build_err(format!("lstat({host:?})")))?;
         let inside = at(host);
@@ -213,6 +237,18 @@ pub(crate) fn build_root(spec: &InitSpec, staged: StagedFds) -> Result<BuiltRoot
     )
     .map_err(|e| SandboxError::MountProc { target: proc_dir.clone(), errno: errno(e) })?;
     crate::proc_masks::apply(root, &format!("{dev}/null"))?;
+    Ok(Skeleton { root, image: image.to_vec(), image_dirs })
+}
+
+/// Furnishes `skeleton` with one call's files (the root sized for them, a
+/// private `/tmp`, the working directory with the inputs and the output,
+/// the bound program, the provided files) and pivots into it.
+pub(crate) fn furnish(spec: &InitSpec, skeleton: Skeleton, staged: StagedFds) -> Result<BuiltRoot, SandboxError> {
+    let StagedFds { inputs: input_fds, output: host_output, provided: provided_fds } = staged;
+    let Skeleton { root, image: _, image_dirs } = skeleton;
+    let at = |p: &str| format!("{root}{p}");
+    let size = spec.files_bytes().saturating_add(spec.limits.scratch_bytes).saturating_add(ROOT_MARGIN_BYTES);
+    resize_tmpfs(root, MountFlags::NOSUID | MountFlags::NODEV, "MS_NOSUID|MS_NODEV", &format!("size={size}"))?;
 
     // /tmp: private scratch.
     let tmp = at("/tmp");

@@ -45,6 +45,7 @@ pub struct NativeTier {
     program: Option<Arc<std::fs::File>>,
     worker_creates_output: bool,
     cancel: Option<crate::Cancel>,
+    warm: Option<Arc<crate::warm::WarmPool>>,
 }
 
 impl NativeTier {
@@ -62,7 +63,18 @@ impl NativeTier {
             program: None,
             worker_creates_output: false,
             cancel: None,
+            warm: None,
         }
+    }
+
+    /// Starts calls in warm sandboxes from `pool` when one fits ([`Tier::start`]
+    /// only, not live or terminal stdio): a call whose image is the pool's,
+    /// on a tier with no bound program, no shared cgroup and no required
+    /// cgroup, that would get no cgroup of its own. Any other call, or one that finds the pool empty, starts cold.
+    /// Default: none.
+    pub fn warm_pool(&mut self, pool: Arc<crate::warm::WarmPool>) -> &mut Self {
+        self.warm = Some(pool);
+        self
     }
 
     /// Kills the worker (its init, and so its whole pid namespace) when the
@@ -186,24 +198,53 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
 }
 
 /// How a staged file will reach the worker ([`crate::placement`]); a
-/// detached mount to hand the init is duplicated into `inherited`.
+/// detached mount is handed to the init.
 fn place(
     file: &std::fs::File,
     bytes: u64,
     worker_id: Option<u32>,
     access: Access,
-    inherited: &mut Vec<OwnedFd>,
+    handed: &mut Handed,
 ) -> Result<Placement, SandboxError> {
     Ok(match crate::placement::choose(file, bytes, worker_id, access)? {
         Chosen::Copy => Placement::Copy,
         Chosen::Path(path) => Placement::Path { path },
-        Chosen::Detached(mount) => {
-            let fd = dup_for_init(&mount)?;
-            let mount_fd = fd.as_raw_fd();
-            inherited.push(fd);
-            Placement::Detached { mount_fd }
-        }
+        Chosen::Detached(mount) => Placement::Detached { mount_fd: handed.hand(&mount)? },
     })
+}
+
+/// The descriptors one start hands its init, each known in the spec by a
+/// number: its own duplicate's (a cold start: inherited at exec) or its
+/// slot in the call message (a warm sandbox: sent on its channel,
+/// [`crate::call_channel`]).
+struct Handed {
+    fds: Vec<OwnedFd>,
+    by_slot: bool,
+}
+
+impl Handed {
+    fn new(by_slot: bool) -> Self {
+        Handed { fds: Vec::new(), by_slot }
+    }
+
+    /// Hands over a duplicate of `fd`; returns the number the spec names it by.
+    fn hand(&mut self, fd: &impl std::os::fd::AsFd) -> Result<i32, SandboxError> {
+        let dup = dup_for_init(fd)?;
+        let number =
+            if self.by_slot { crate::call_channel::CALL_SLOT_BASE + self.fds.len() as i32 } else { dup.as_raw_fd() };
+        self.fds.push(dup);
+        Ok(number)
+    }
+}
+
+/// One call's files as the init will see them.
+struct CallFiles {
+    inputs: Vec<InitInput>,
+    output: Option<InitOutput>,
+    provided: Vec<InitProvided>,
+    fs_socket_fd: Option<i32>,
+    /// A bound output the worker is made the owner of, taken back after.
+    lent_output: Option<std::fs::File>,
 }
 
 /// A close-on-exec duplicate of a descriptor for the init, numbered above
@@ -253,20 +294,14 @@ impl NativeTier {
         Ok((worker, std::fs::File::from(master)))
     }
 
-    fn start_with(
+    /// The call's files (inputs, output, provided files, file-system
+    /// socket), checked and handed over with `handed`.
+    fn call_files(
         &self,
-        mut spec: WorkerSpec,
-        stdio: Stdio,
-    ) -> Result<(NativeWorker, Option<LiveStdio>), SandboxError> {
-        spec.validate()?;
-        let started = Instant::now();
-
-        // The descriptors the init inherits, duplicated close-on-exec.
-        let (status_r, status_w) = pipe()?;
-        let status_fd = dup_for_init(&status_w)?;
-        drop(status_w);
-        let mut inherited = vec![status_fd];
-        let worker_id = crate::init::privileged_caller().then_some(crate::init::ROOT_CALLER_HOST_ID);
+        spec: &WorkerSpec,
+        worker_id: Option<u32>,
+        handed: &mut Handed,
+    ) -> Result<CallFiles, SandboxError> {
         let mut lent_output = None;
         let mut inputs = Vec::new();
         for i in &spec.inputs {
@@ -278,22 +313,20 @@ impl NativeTier {
                 return Err(SandboxError::InvalidSpec(format!("input {:?} is not a regular file", i.virtual_path)));
             }
             let access = if i.held { Access::ReadHeld } else { Access::Read };
-            let placement = place(&i.file, md.len(), worker_id, access, &mut inherited)?;
-            let fd = dup_for_init(&i.file)?;
+            let placement = place(&i.file, md.len(), worker_id, access, handed)?;
             inputs.push(InitInput {
                 virtual_path: i.virtual_path.clone(),
-                fd: fd.as_raw_fd(),
+                fd: handed.hand(&i.file)?,
                 bytes: md.len(),
                 placement,
             });
-            inherited.push(fd);
         }
         let output = match &spec.output {
             Some(o) => {
                 let placement = if self.worker_creates_output {
                     Placement::Copy
                 } else {
-                    place(&o.file, o.max_bytes, worker_id, Access::Write, &mut inherited)?
+                    place(&o.file, o.max_bytes, worker_id, Access::Write, handed)?
                 };
                 if matches!(placement, Placement::Detached { .. }) {
                     lent_output = Some(o.file.try_clone().map_err(|e| SandboxError::Descriptor {
@@ -301,31 +334,13 @@ impl NativeTier {
                         errno: errno(e),
                     })?);
                 }
-                let fd = dup_for_init(&o.file)?;
-                let out = InitOutput {
+                Some(InitOutput {
                     virtual_path: o.virtual_path.clone(),
-                    fd: fd.as_raw_fd(),
+                    fd: handed.hand(&o.file)?,
                     max_bytes: o.max_bytes,
                     created_by_worker: self.worker_creates_output,
                     placement,
-                };
-                inherited.push(fd);
-                Some(out)
-            }
-            None => None,
-        };
-        let program_fd = match &self.program {
-            Some(file) => {
-                let md = file
-                    .metadata()
-                    .map_err(|e| SandboxError::Descriptor { call: "fstat(bound program)".into(), errno: errno(e) })?;
-                if !md.is_file() {
-                    return Err(SandboxError::InvalidSpec("the bound program is not a regular file".into()));
-                }
-                let fd = dup_for_init(&**file)?;
-                let raw = fd.as_raw_fd();
-                inherited.push(fd);
-                Some(raw)
+                })
             }
             None => None,
         };
@@ -338,14 +353,12 @@ impl NativeTier {
             if !md.is_file() {
                 return Err(SandboxError::InvalidSpec(format!("provided file {:?} is not a regular file", p.path)));
             }
-            let fd = dup_for_init(&p.file)?;
             provided.push(InitProvided {
                 path: p.path.clone(),
-                fd: fd.as_raw_fd(),
+                fd: handed.hand(&p.file)?,
                 bytes: md.len(),
                 executable: p.executable,
             });
-            inherited.push(fd);
         }
         let fs_socket_fd = match &spec.fs_socket {
             Some(sock) => {
@@ -354,10 +367,108 @@ impl NativeTier {
                 if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
                     return Err(SandboxError::InvalidSpec("fs_socket is not a socket".into()));
                 }
-                let fd = dup_for_init(sock)?;
-                let raw = fd.as_raw_fd();
-                inherited.push(fd);
-                Some(raw)
+                Some(handed.hand(sock)?)
+            }
+            None => None,
+        };
+        Ok(CallFiles { inputs, output, provided, fs_socket_fd, lent_output })
+    }
+
+    /// Starts the call in a warm sandbox when the tier has a pool and the
+    /// call fits it (see [`NativeTier::warm_pool`]); `None`: start it cold
+    /// (nothing of it ran).
+    fn start_warm(&self, spec: &mut WorkerSpec) -> Result<Option<NativeWorker>, SandboxError> {
+        let Some(pool) = &self.warm else { return Ok(None) };
+        // Dying with the caller holds without PR_SET_PDEATHSIG: the init
+        // kills the sandbox when the caller's end of the channel closes.
+        if self.program.is_some() || self.shared_cgroup.is_some() || self.require_cgroup {
+            return Ok(None);
+        }
+        // A skeleton is in no cgroup of its own: a call that would get one starts cold.
+        let cgroup_skipped = if !self.cgroups {
+            "cgroups disabled by configuration".to_string()
+        } else if spec.limits.memory_bytes.is_none() && spec.limits.pids.is_none() {
+            "no memory or pids limit was requested".to_string()
+        } else {
+            match crate::cgroup::delegation(self.cgroup_parent.as_deref()) {
+                Ok(_) => return Ok(None),
+                Err(why) => why,
+            }
+        };
+        let Some((skeleton, lease)) = pool.claim(&spec.image) else { return Ok(None) };
+        let started = Instant::now();
+        let mut handed = Handed::new(true);
+        let worker_id = crate::init::privileged_caller().then_some(crate::init::ROOT_CALLER_HOST_ID);
+        let CallFiles { inputs, output, provided, fs_socket_fd, lent_output } =
+            self.call_files(spec, worker_id, &mut handed)?;
+        if handed.fds.len() > crate::call_channel::MAX_CALL_FDS {
+            return Ok(None);
+        }
+        let call = InitSpec {
+            build: airlock_fsproto::BUILD_FINGERPRINT.to_owned(),
+            argv: spec.argv.clone(),
+            env: spec.env.clone(),
+            working_dir: spec.working_dir.clone(),
+            inputs,
+            output,
+            image: spec.image.clone(),
+            limits: spec.limits.clone(),
+            timeout_ms: spec.timeout.as_millis().min(u64::MAX as u128) as u64,
+            // PID 1 puts its own status pipe here.
+            status_fd: -1,
+            program_fd: None,
+            stdin_fd: None,
+            tty: false,
+            provided,
+            fs_socket_fd,
+            maps_fd: None,
+        };
+        let call = serde_json::to_vec(&call).map_err(|e| SandboxError::Protocol(format!("encode spec: {e}")))?;
+        let limits = AppliedLimits { cgroup_skipped: Some(cgroup_skipped), warm: true, ..AppliedLimits::default() };
+        match skeleton.run(lease, &call, &handed.fds, spec, started, limits) {
+            Ok(mut worker) => {
+                drop(handed);
+                // The worker's end of the socket now lives only in the sandbox.
+                drop(spec.fs_socket.take());
+                worker.lent_output = lent_output;
+                worker.cancel = self.cancel.as_ref().map(|c| c.register(worker.kill_handle()));
+                Ok(Some(worker))
+            }
+            // The skeleton died before its call: this call starts cold.
+            Err(_) => Ok(None),
+        }
+    }
+
+    fn start_with(
+        &self,
+        mut spec: WorkerSpec,
+        stdio: Stdio,
+    ) -> Result<(NativeWorker, Option<LiveStdio>), SandboxError> {
+        spec.validate()?;
+        if matches!(stdio, Stdio::Captured) {
+            if let Some(worker) = self.start_warm(&mut spec)? {
+                return Ok((worker, None));
+            }
+        }
+        let started = Instant::now();
+
+        // The descriptors the init inherits, duplicated close-on-exec.
+        let (status_r, status_w) = pipe()?;
+        let mut handed = Handed::new(false);
+        let status_fd = handed.hand(&status_w)?;
+        drop(status_w);
+        let worker_id = crate::init::privileged_caller().then_some(crate::init::ROOT_CALLER_HOST_ID);
+        let CallFiles { inputs, output, provided, fs_socket_fd, lent_output } =
+            self.call_files(&spec, worker_id, &mut handed)?;
+        let program_fd = match &self.program {
+            Some(file) => {
+                let md = file
+                    .metadata()
+                    .map_err(|e| SandboxError::Descriptor { call: "fstat(bound program)".into(), errno: errno(e) })?;
+                if !md.is_file() {
+                    return Err(SandboxError::InvalidSpec("the bound program is not a regular file".into()));
+                }
+                Some(handed.hand(&**file)?)
             }
             None => None,
         };
@@ -369,19 +480,15 @@ impl NativeTier {
                 let (r, w) = pipe()?;
                 rustix::fs::fchmod(&r, rustix::fs::Mode::from_raw_mode(0o666))
                     .map_err(|e| SandboxError::Descriptor { call: "fchmod(pipe, 0666)".into(), errno: errno(e) })?;
-                let fd = dup_for_init(&r)?;
+                let raw = handed.hand(&r)?;
                 drop(r);
-                let raw = fd.as_raw_fd();
-                inherited.push(fd);
                 (Some(raw), Some(w))
             }
             // The slave goes to the init (and on to the worker as 0, 1, 2);
             // the caller keeps only the master.
             Stdio::Tty(slave) => {
-                let fd = dup_for_init(&slave)?;
+                let raw = handed.hand(&slave)?;
                 drop(slave);
-                let raw = fd.as_raw_fd();
-                inherited.push(fd);
                 (Some(raw), None)
             }
             Stdio::Captured => (None, None),
@@ -391,10 +498,8 @@ impl NativeTier {
         let maps = match worker_id {
             Some(id) => {
                 let (ours, theirs) = crate::id_maps::socket_pair()?;
-                let fd = dup_for_init(&theirs)?;
+                let raw = handed.hand(&theirs)?;
                 drop(theirs);
-                let raw = fd.as_raw_fd();
-                inherited.push(fd);
                 Some((ours, raw, id))
             }
             None => None,
@@ -409,7 +514,7 @@ impl NativeTier {
             image: spec.image.clone(),
             limits: spec.limits.clone(),
             timeout_ms: spec.timeout.as_millis().min(u64::MAX as u128) as u64,
-            status_fd: inherited[0].as_raw_fd(),
+            status_fd,
             program_fd,
             stdin_fd,
             tty,
@@ -480,13 +585,13 @@ impl NativeTier {
             .stdin(std::process::Stdio::from(spec_r))
             .stdout(std::process::Stdio::from(stdout_w))
             .stderr(std::process::Stdio::from(stderr_w));
-        crate::sys::inherit_fds_at_exec(&mut cmd, inherited.iter().map(|f| f.as_raw_fd()).collect());
+        crate::sys::inherit_fds_at_exec(&mut cmd, handed.fds.iter().map(|f| f.as_raw_fd()).collect());
         if self.die_with_caller {
             crate::sys::die_with_parent_at_exec(&mut cmd);
         }
         let spawned = cmd.spawn();
         drop(cmd); // closes our copies of the child's stdio ends
-        drop(inherited);
+        drop(handed);
         // The worker's end of the socket now lives only in the sandbox, so the
         // caller's end sees end-of-file when the worker's copies are gone.
         drop(spec.fs_socket.take());

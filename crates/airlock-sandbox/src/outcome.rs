@@ -73,6 +73,11 @@ pub struct AppliedLimits {
     /// live in the sandbox's memory, not in the host kernel.
     #[serde(default)]
     pub sentry: bool,
+    /// The worker started in a warm sandbox: namespaces and root skeleton
+    /// built before its call, then furnished with its files alone
+    /// ([`NativeTier::warm_pool`](crate::NativeTier::warm_pool)).
+    #[serde(default)]
+    pub warm: bool,
 }
 
 /// How one resource of a worker was bounded.

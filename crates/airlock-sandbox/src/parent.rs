@@ -49,9 +49,14 @@ pub struct NativeWorker {
     /// A bound output the worker was made the owner of (a root caller's,
     /// `placement.rs`): taken back once the sandbox is gone.
     pub(crate) lent_output: Option<std::fs::File>,
+    /// A warm sandbox's call channel and its pool's lease
+    /// ([`crate::warm`]): held until the worker is dropped, since its init
+    /// takes the channel's hang-up for the caller's death.
+    pub(crate) warm: Option<(OwnedFd, crate::warm::Lease)>,
 }
 
 /// The caller's ends of a started init's pipes.
+#[derive(Debug)]
 pub(crate) struct Pipes {
     /// The worker's standard output, unless the caller holds it live.
     pub stdout: Option<OwnedFd>,
@@ -91,6 +96,7 @@ impl NativeWorker {
             limits,
             cancel: None,
             lent_output: None,
+            warm: None,
         }
     }
 }

@@ -8,7 +8,7 @@
 #![forbid(unsafe_code)]
 
 use std::fs::File;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use rustix::event::{PollFd, PollFlags};
 use rustix::process::{WaitOptions, WaitStatus};
@@ -17,7 +17,7 @@ use crate::error::{errno, SandboxError};
 use crate::mounts::{verify_retained, RetainedOutput, StagedFds};
 use crate::outcome::{ExitStatusKind, OutputExport};
 use crate::sys::Forked;
-use crate::wire::{InitSpec, StatusMsg, StatusWriter};
+use crate::wire::{InitSpec, SkeletonSpec, StatusMsg, StatusWriter};
 
 /// What PID 1 is given: the descriptors the init inherited for it, owned
 /// (all close-on-exec).
@@ -37,6 +37,25 @@ pub(crate) struct Inherited {
 }
 
 impl Inherited {
+    /// The descriptors `spec` names, each taken by number with `take`.
+    pub(crate) fn take(
+        spec: &InitSpec,
+        mut take: impl FnMut(i32) -> Result<OwnedFd, SandboxError>,
+    ) -> Result<Self, SandboxError> {
+        Ok(Inherited {
+            inputs: spec.inputs.iter().map(|i| take(i.fd)).collect::<Result<_, _>>()?,
+            input_mounts: spec
+                .inputs
+                .iter()
+                .map(|i| i.placement.mount_fd().map(&mut take).transpose())
+                .collect::<Result<_, _>>()?,
+            output: spec.output.as_ref().map(|o| take(o.fd)).transpose()?,
+            output_mount: spec.output.as_ref().and_then(|o| o.placement.mount_fd()).map(&mut take).transpose()?,
+            provided: spec.provided.iter().map(|p| take(p.fd)).collect::<Result<_, _>>()?,
+            fs_socket: spec.fs_socket_fd.map(&mut take).transpose()?,
+        })
+    }
+
     /// Every descriptor, for marking them close-on-exec.
     pub(crate) fn all(&self) -> impl Iterator<Item = &OwnedFd> {
         self.inputs
@@ -54,7 +73,48 @@ impl Inherited {
 /// `lifeline` is the read end of a pipe whose only write end the init
 /// holds: if it reads as hung up, the init is gone and PID 1 exits.
 pub(crate) fn run(spec: &InitSpec, status: &StatusWriter, lifeline: OwnedFd, inherited: Inherited) -> ! {
-    match run_inner(spec, status, lifeline, inherited) {
+    let result = enter(&lifeline).and_then(|()| {
+        let skeleton = crate::mounts::build_skeleton(&spec.image)?;
+        let filters = crate::seccomp::compile_worker_filters()?;
+        run_call(spec, status, lifeline, inherited, skeleton, &filters)
+    });
+    finish(status, result)
+}
+
+/// Runs a warm sandbox's PID 1 ([`crate::warm`]): enters its mount
+/// namespace and builds the skeleton of the root, then waits for the one
+/// call on `channel` and runs it as a cold start would. Never returns.
+pub(crate) fn run_skeleton(skel: &SkeletonSpec, status: &StatusWriter, lifeline: OwnedFd, channel: OwnedFd) -> ! {
+    let result = enter(&lifeline).and_then(|()| {
+        let skeleton = crate::mounts::build_skeleton(&skel.image)?;
+        let filters = crate::seccomp::compile_worker_filters()?;
+        // Blocks until the call comes or the caller closes the channel (a
+        // skeleton discarded unused); the init's death kills us meanwhile.
+        let Some((mut spec, fds)) = crate::call_channel::receive(&channel)? else { std::process::exit(0) };
+        drop(channel);
+        crate::init::same_build(&spec.build)?;
+        if spec.image != skeleton.image() {
+            return Err(SandboxError::Protocol(
+                "the call's image is not the one its warm sandbox was built with".into(),
+            ));
+        }
+        spec.status_fd = status.raw();
+        spec.check()?;
+        let mut fds: Vec<Option<OwnedFd>> = fds.into_iter().map(Some).collect();
+        let inherited = Inherited::take(&spec, |n| {
+            fds.iter_mut()
+                .find(|fd| fd.as_ref().is_some_and(|fd| fd.as_raw_fd() == n))
+                .and_then(Option::take)
+                .ok_or_else(|| SandboxError::Protocol(format!("descriptor {n} was not received or named twice")))
+        })?;
+        run_call(&spec, status, lifeline, inherited, skeleton, &filters)
+    });
+    finish(status, result)
+}
+
+/// Reports how PID 1 ended and exits.
+fn finish(status: &StatusWriter, result: Result<(), SandboxError>) -> ! {
+    match result {
         Ok(()) => {
             status.send(&StatusMsg::Done);
             std::process::exit(0)
@@ -70,18 +130,13 @@ fn attr(call: &'static str) -> impl FnOnce(rustix::io::Errno) -> SandboxError {
     move |e| SandboxError::ProcessAttr { call: call.to_string(), errno: errno(e) }
 }
 
-fn run_inner(
-    spec: &InitSpec,
-    status: &StatusWriter,
-    lifeline: OwnedFd,
-    inherited: Inherited,
-) -> Result<(), SandboxError> {
-    let Inherited { inputs, input_mounts, output: host_output, output_mount, provided, fs_socket } = inherited;
-    let host_output = host_output.map(File::from);
+/// PID 1's first steps: die with the init (stop now if it already died),
+/// non-dumpable, a mount namespace of its own, the sandbox's host name.
+fn enter(lifeline: &OwnedFd) -> Result<(), SandboxError> {
     // Die with the init; if it already died, stop now.
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
         .map_err(attr("prctl(PR_SET_PDEATHSIG, SIGKILL)"))?;
-    let mut fds = [PollFd::new(&lifeline, PollFlags::IN)];
+    let mut fds = [PollFd::new(lifeline, PollFlags::IN)];
     if rustix::event::poll(&mut fds, Some(&rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 })).unwrap_or(1) > 0 {
         std::process::exit(125);
     }
@@ -91,6 +146,21 @@ fn run_inner(
 
     crate::sys::unshare_namespaces(rustix::thread::UnshareFlags::NEWNS)
         .map_err(|e| SandboxError::Unshare { flags: "CLONE_NEWNS".into(), errno: errno(e) })?;
+    rustix::system::sethostname(b"airlock").map_err(attr("sethostname(\"airlock\")"))
+}
+
+/// Furnishes `skeleton` with the call's files and runs the call: forks the
+/// worker, reaps everything, exports the output.
+fn run_call(
+    spec: &InitSpec,
+    status: &StatusWriter,
+    lifeline: OwnedFd,
+    inherited: Inherited,
+    skeleton: crate::mounts::Skeleton,
+    filters: &[seccompiler::BpfProgram],
+) -> Result<(), SandboxError> {
+    let Inherited { inputs, input_mounts, output: host_output, output_mount, provided, fs_socket } = inherited;
+    let host_output = host_output.map(File::from);
     let staged = StagedFds {
         inputs: inputs.into_iter().zip(input_mounts).collect(),
         output: host_output
@@ -100,8 +170,7 @@ fn run_inner(
             .map_err(|e| SandboxError::ProcessAttr { call: "dup(host output)".into(), errno: errno(e) })?,
         provided,
     };
-    let built = crate::mounts::build_root(spec, staged)?;
-    rustix::system::sethostname(b"airlock").map_err(attr("sethostname(\"airlock\")"))?;
+    let built = crate::mounts::furnish(spec, skeleton, staged)?;
 
     let inputs: Vec<&str> = spec.inputs.iter().map(|i| i.virtual_path.as_str()).collect();
     let rules = crate::landlock::plan(
@@ -112,8 +181,6 @@ fn run_inner(
         spec.program_fd.is_some(),
         &spec.provided.iter().map(|p| (p.path.as_str(), p.executable)).collect::<Vec<_>>(),
     );
-    let filters = crate::seccomp::compile_worker_filters()?;
-
     let worker = match crate::sys::fork_single_threaded()
         .map_err(|e| SandboxError::Fork { role: "worker".into(), errno: errno(e) })?
     {
@@ -121,7 +188,7 @@ fn run_inner(
             drop(lifeline);
             drop(host_output);
             drop(built.output);
-            crate::worker_exec::exec_worker(spec, &rules, &filters, status, fs_socket)
+            crate::worker_exec::exec_worker(spec, &rules, filters, status, fs_socket)
         }
         Forked::Parent(pid) => pid,
     };

@@ -83,6 +83,15 @@ impl Placement {
         }
     }
 
+    /// The inherited mount descriptor's number, to put a received
+    /// descriptor in its place ([`crate::call_channel`]).
+    pub(crate) fn mount_fd_mut(&mut self) -> Option<&mut i32> {
+        match self {
+            Placement::Detached { mount_fd } => Some(mount_fd),
+            _ => None,
+        }
+    }
+
     /// Checks a placement read from the spec: a path must be absolute and
     /// free of NUL bytes.
     pub(crate) fn check(&self) -> Result<(), SandboxError> {

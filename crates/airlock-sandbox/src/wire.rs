@@ -149,6 +149,68 @@ impl InitSpec {
         Ok(())
     }
 
+    /// Puts the descriptors a warm sandbox received in place of the slots
+    /// the call names ([`crate::call_channel`]), each first renumbered above
+    /// [`FS_SOCKET_FD`]; every descriptor received must fill exactly one
+    /// slot. A call cannot carry what only a cold start can pass (a bound
+    /// program, live stdin, a terminal, id maps). Returns the renumbered
+    /// descriptors; [`InitSpec::check`] still runs afterwards.
+    pub(crate) fn resolve_slots(
+        &mut self,
+        received: Vec<std::os::fd::OwnedFd>,
+    ) -> Result<Vec<std::os::fd::OwnedFd>, SandboxError> {
+        use std::os::fd::AsRawFd;
+        if self.program_fd.is_some() || self.stdin_fd.is_some() || self.tty || self.maps_fd.is_some() {
+            return Err(SandboxError::Protocol(
+                "a warm sandbox's call named a descriptor only a cold start passes".into(),
+            ));
+        }
+        let placed = received
+            .iter()
+            .map(|fd| rustix::io::fcntl_dupfd_cloexec(fd, FS_SOCKET_FD + 1))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| SandboxError::Descriptor {
+                call: format!("fcntl(F_DUPFD_CLOEXEC, {})", FS_SOCKET_FD + 1),
+                errno: crate::error::errno(e),
+            })?;
+        drop(received);
+        let mut used = 0usize;
+        let mut fill = |slot: &mut i32| -> Result<(), SandboxError> {
+            let index = slot.checked_sub(crate::call_channel::CALL_SLOT_BASE).and_then(|i| usize::try_from(i).ok());
+            let fd = index.and_then(|i| placed.get(i)).ok_or_else(|| {
+                SandboxError::Protocol(format!("slot {slot} names no descriptor of the {} received", placed.len()))
+            })?;
+            *slot = fd.as_raw_fd();
+            used += 1;
+            Ok(())
+        };
+        for i in &mut self.inputs {
+            fill(&mut i.fd)?;
+            if let Some(m) = i.placement.mount_fd_mut() {
+                fill(m)?;
+            }
+        }
+        if let Some(o) = &mut self.output {
+            fill(&mut o.fd)?;
+            if let Some(m) = o.placement.mount_fd_mut() {
+                fill(m)?;
+            }
+        }
+        for p in &mut self.provided {
+            fill(&mut p.fd)?;
+        }
+        if let Some(s) = &mut self.fs_socket_fd {
+            fill(s)?;
+        }
+        if used != placed.len() {
+            return Err(SandboxError::Protocol(format!(
+                "the call named {used} descriptors and {} were received",
+                placed.len()
+            )));
+        }
+        Ok(placed)
+    }
+
     /// Every descriptor the init inherits on purpose.
     pub(crate) fn inherited_fds(&self) -> Vec<i32> {
         let mut fds = vec![self.status_fd];
@@ -158,6 +220,50 @@ impl InitSpec {
         fds.extend(self.program_fd);
         fds.extend(self.provided.iter().map(|p| p.fd));
         fds.extend(self.fs_socket_fd);
+        fds.extend(self.maps_fd);
+        fds
+    }
+}
+
+/// What a warm sandbox's init reads on stdin ([`crate::warm`]): only what
+/// every call of its tier shares. The call itself comes later, on the call
+/// channel, as an [`InitSpec`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct SkeletonSpec {
+    /// As [`InitSpec::build`].
+    pub build: String,
+    /// The image directories every call of this skeleton gets.
+    pub image: Vec<ImageMount>,
+    /// The status pipe's write end, inherited by the init.
+    pub status_fd: i32,
+    /// The skeleton's end of the call channel, inherited by the init.
+    pub call_fd: i32,
+    /// As [`InitSpec::maps_fd`].
+    #[serde(default)]
+    pub maps_fd: Option<i32>,
+}
+
+impl SkeletonSpec {
+    /// Re-runs the shape checks inside the init.
+    pub(crate) fn check(&self) -> Result<(), SandboxError> {
+        for m in &self.image {
+            let path = m.path.to_str().ok_or_else(|| SandboxError::InvalidSpec("image path is not UTF-8".into()))?;
+            if !path.starts_with('/') || path.contains('\0') {
+                return Err(SandboxError::InvalidSpec(format!("image path {path:?} is not absolute")));
+            }
+        }
+        let fds = self.inherited_fds();
+        for (i, fd) in fds.iter().enumerate() {
+            if *fd <= FS_SOCKET_FD || fds[i + 1..].contains(fd) {
+                return Err(SandboxError::Protocol(format!("inherited fd {fd} is reserved or repeated")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every descriptor the init inherits on purpose.
+    pub(crate) fn inherited_fds(&self) -> Vec<i32> {
+        let mut fds = vec![self.status_fd, self.call_fd];
         fds.extend(self.maps_fd);
         fds
     }

@@ -108,6 +108,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         }
         Command::Mcp { action: None, http, token_file, unix } => {
             runtime.set_init_program(init_executable()?, true);
+            runtime.start_warm_pool()?;
             mcp::run(runtime, mcp::Front::choose(http, token_file, unix)?)?;
             Answer::Text(String::new())
         }

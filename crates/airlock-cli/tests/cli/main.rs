@@ -39,6 +39,7 @@ mod manifest_once;
 mod mcp;
 mod mcp_auth;
 mod mcp_cancel;
+mod mcp_warm;
 mod mcp_worker;
 mod mcpkit;
 mod microvm;

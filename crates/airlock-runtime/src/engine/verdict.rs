@@ -32,6 +32,7 @@ pub(crate) fn limits_evidence(applied: &AppliedLimits, broker: Option<&'static s
         memfd: applied.memfd(),
         broker,
         cgroup_unavailable: if applied.cgroup_limits_applied { None } else { applied.cgroup_skipped.clone() },
+        warm_sandbox: applied.warm,
     }
 }
 

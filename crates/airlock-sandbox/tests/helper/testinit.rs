@@ -28,6 +28,9 @@ fn main() {
     if args.get(1).map(String::as_str) == Some("probe-program") {
         probe_program();
     }
+    if args.get(1).map(String::as_str) == Some("warm-hold") {
+        warm_hold(&args[2]);
+    }
     if args.get(1).map(String::as_str) != Some("run") {
         eprintln!("usage: airlock-sandbox-testinit run < request.json");
         std::process::exit(64);
@@ -66,5 +69,28 @@ fn probe_program() -> ! {
     let list = std::fs::read_dir("/.airlock").map(|_| "ok".to_string()).unwrap_or_else(|e| e.to_string());
     let beside = File::create("/.airlock/other").map(|_| "ok".to_string()).unwrap_or_else(|e| e.to_string());
     println!("ran as {me}\nwrite-self: {write}\nlist-dir: {list}\ncreate-beside: {beside}");
+    std::process::exit(0)
+}
+
+/// A caller that keeps a warm pool and runs `sh -c 'sleep 100' MARKER` in
+/// one of its sandboxes, prints the pool's claimed count, and then waits to
+/// be killed (the tests SIGKILL it and look for survivors).
+fn warm_hold(marker: &str) -> ! {
+    let me = std::fs::read_link("/proc/self/exe").expect("/proc/self/exe");
+    let pool = std::sync::Arc::new(
+        airlock_sandbox::WarmPool::start(me.clone(), airlock_sandbox::ImageMount::default_image(), 2).expect("pool"),
+    );
+    let t = std::time::Instant::now();
+    while pool.stats().ready < 2 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut tier = NativeTier::new(me);
+    tier.warm_pool(std::sync::Arc::clone(&pool));
+    let mut spec = WorkerSpec::new(["sh", "-c", "sleep 100", marker]);
+    spec.timeout = Duration::from_secs(100);
+    let worker = tier.start(spec).expect("start");
+    println!("{}", pool.stats().claimed);
+    std::thread::sleep(Duration::from_secs(300));
+    drop(worker);
     std::process::exit(0)
 }

@@ -12,3 +12,4 @@ mod provided;
 mod surface;
 mod unprivileged;
 mod util;
+mod warm;

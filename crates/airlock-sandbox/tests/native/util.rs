@@ -8,15 +8,49 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use airlock_sandbox::{NativeTier, StagedInput, StagedOutput, Tier, Worker, WorkerOutcome, WorkerSpec};
+use std::sync::{Arc, OnceLock};
+
+use airlock_sandbox::{
+    ImageMount, NativeTier, StagedInput, StagedOutput, Tier, WarmPool, Worker, WorkerOutcome, WorkerSpec,
+};
 
 /// The test init binary.
 pub fn init_program() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_airlock-sandbox-testinit"))
 }
 
+/// The tier under test. With `AIRLOCK_TEST_WARM=1` it starts its calls in
+/// warm sandboxes from one pool for the whole test process (a call that
+/// does not fit one, or finds none ready, starts cold), so the whole suite
+/// runs again on warm sandboxes.
 pub fn tier() -> NativeTier {
-    NativeTier::new(init_program())
+    let mut tier = NativeTier::new(init_program());
+    if let Some(pool) = suite_pool() {
+        tier.warm_pool(pool);
+    }
+    tier
+}
+
+/// The suite's warm pool, when `AIRLOCK_TEST_WARM=1`.
+pub fn suite_pool() -> Option<Arc<WarmPool>> {
+    static POOL: OnceLock<Option<Arc<WarmPool>>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        (std::env::var_os("AIRLOCK_TEST_WARM").as_deref() == Some(std::ffi::OsStr::new("1"))).then(|| {
+            Arc::new(WarmPool::start(init_program(), ImageMount::default_image(), 4).expect("start the warm pool"))
+        })
+    })
+    .clone()
+}
+
+/// A pool of `size` of this suite's own, once `size` skeletons are ready.
+pub fn ready_pool(size: usize) -> Arc<WarmPool> {
+    let pool = Arc::new(WarmPool::start(init_program(), ImageMount::default_image(), size).unwrap());
+    let t = std::time::Instant::now();
+    while pool.stats().ready < size {
+        assert!(t.elapsed() < Duration::from_secs(20), "the pool never filled: {:?}", pool.stats());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    pool
 }
 
 /// A temporary directory with mode 0755 (so an unprivileged helper can use it).

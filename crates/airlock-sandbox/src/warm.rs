@@ -1,0 +1,382 @@
+//! Warm sandboxes: a small pool of single-use skeletons that a long-lived
+//! caller (`airlock mcp`) keeps ready, so a call only furnishes one with its
+//! files and runs its tool.
+//!
+//! A skeleton is a native worker started without its call: its init has
+//! made the namespaces and had the ids mapped, and its PID 1 has made its
+//! mount namespace, built the root tmpfs with the image, `/etc`, `/dev` and
+//! `/proc`, and compiled the seccomp filters; no file of any call is in it.
+//! PID 1 then blocks on the skeleton's call channel
+//! ([`crate::call_channel`]). A call claims one skeleton, sends its spec and
+//! descriptors, and from there on the skeleton is that call's worker: PID 1
+//! sizes the root, places the files, pivots, forks the worker and confines
+//! it exactly as a cold start does (the same code from there on). A
+//! skeleton runs one call or none: it is never handed back.
+//!
+//! What a skeleton fixes before its call, and so what a call must share
+//! with it to use it: the image, the init program's build, no bound
+//! program, captured stdio, no cgroup of its own (a call that would get
+//! one, or that must have one, starts cold). A skeleton idle longer than
+//! [`MAX_IDLE`] is discarded (its copy of the host's mounts is that old).
+//!
+//! The caller's end of the channel is the skeleton's lifeline: when the
+//! caller goes away (even SIGKILLed), the init sees the channel hang up and
+//! kills PID 1, and with it the namespace.
+#![forbid(unsafe_code)]
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::process::{Pid, PidfdFlags};
+
+use crate::error::{errno, SandboxError};
+use crate::init::{INIT_MARKER, WARM_MARKER};
+use crate::outcome::AppliedLimits;
+use crate::parent::{kill_init, NativeWorker, Pipes};
+use crate::spec::{ImageMount, WorkerSpec, FS_SOCKET_FD};
+use crate::wire::SkeletonSpec;
+
+/// A skeleton idle this long is discarded rather than used.
+pub const MAX_IDLE: Duration = Duration::from_secs(60);
+
+/// How long the refill waits after a skeleton died before its call, at
+/// most (it doubles from one second with each such death).
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// A pool of warm sandboxes for one native tier's init program and image.
+/// Dropping it stops the refill and kills the idle skeletons.
+#[derive(Debug)]
+pub struct WarmPool {
+    shared: Arc<Shared>,
+    refill: Option<JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    init_program: PathBuf,
+    image: Vec<ImageMount>,
+    size: usize,
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    ready: VecDeque<Skeleton>,
+    stopping: bool,
+    /// Skeletons found dead before their call, since the last good claim.
+    deaths: u32,
+    /// Calls that started in a skeleton (for reports and tests).
+    claimed: u64,
+    /// Calls running in a skeleton now (their [`Lease`]s).
+    active: u32,
+    /// Why the last skeleton could not be started, if it could not.
+    last_error: Option<String>,
+}
+
+/// Counts of a pool, for reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WarmPoolStats {
+    /// Skeletons ready now.
+    pub ready: usize,
+    /// Calls started in a skeleton so far.
+    pub claimed: u64,
+    /// Why the last skeleton could not be started, if it could not.
+    pub last_error: Option<String>,
+}
+
+impl WarmPool {
+    /// Starts a pool that keeps `size` skeletons (at least one) of
+    /// `init_program` with `image` ready, refilled by a thread of its own.
+    pub fn start(init_program: PathBuf, image: Vec<ImageMount>, size: usize) -> Result<WarmPool, SandboxError> {
+        let shared = Arc::new(Shared {
+            init_program,
+            image,
+            size: size.max(1),
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+        });
+        let refill = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("airlock-warm".into())
+                .spawn(move || shared.refill())
+                .map_err(|e| SandboxError::Fork { role: "warm pool refill thread".into(), errno: errno(e) })?
+        };
+        Ok(WarmPool { shared, refill: Some(refill) })
+    }
+
+    /// The pool's counts.
+    pub fn stats(&self) -> WarmPoolStats {
+        let state = self.shared.lock();
+        WarmPoolStats { ready: state.ready.len(), claimed: state.claimed, last_error: state.last_error.clone() }
+    }
+
+    /// A live skeleton for a call with `image`, if one is ready, with the
+    /// lease that counts the call as running until it is dropped.
+    pub(crate) fn claim(&self, image: &[ImageMount]) -> Option<(Skeleton, Lease)> {
+        if image != self.shared.image.as_slice() {
+            return None;
+        }
+        let mut discarded = Vec::new();
+        let found = {
+            let mut state = self.shared.lock();
+            let found = loop {
+                match state.ready.pop_front() {
+                    None => break None,
+                    Some(s) if s.born.elapsed() > MAX_IDLE => discarded.push(s),
+                    Some(s) if !s.alive() => {
+                        state.deaths += 1;
+                        discarded.push(s);
+                    }
+                    Some(s) => break Some(s),
+                }
+            };
+            if found.is_some() {
+                state.deaths = 0;
+                state.claimed += 1;
+                state.active += 1;
+            }
+            found
+        };
+        self.shared.wake.notify_all();
+        drop(discarded);
+        found.map(|skeleton| (skeleton, Lease(Arc::clone(&self.shared))))
+    }
+}
+
+impl Drop for WarmPool {
+    fn drop(&mut self) {
+        self.shared.lock().stopping = true;
+        self.shared.wake.notify_all();
+        if let Some(t) = self.refill.take() {
+            let _ = t.join();
+        }
+        let idle = std::mem::take(&mut self.shared.lock().ready);
+        drop(idle);
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn refill(&self) {
+        let mut state = self.lock();
+        loop {
+            if state.stopping {
+                return;
+            }
+            let (old, kept): (VecDeque<Skeleton>, VecDeque<Skeleton>) =
+                std::mem::take(&mut state.ready).into_iter().partition(|s| s.born.elapsed() > MAX_IDLE);
+            state.ready = kept;
+            if !old.is_empty() {
+                // Killed and reaped outside the lock.
+                drop(state);
+                drop(old);
+                state = self.lock();
+                continue;
+            }
+            // While a call runs in a skeleton and another is ready, the
+            // next is built after it: building one takes the kernel's
+            // mount lock some thirty times and a core, which the running
+            // call's own start would wait for.
+            if state.ready.len() >= self.size || (state.active > 0 && !state.ready.is_empty()) {
+                // Woken by a claim or a call's end, or in time to replace an old skeleton.
+                state = self.wake.wait_timeout(state, MAX_IDLE).map(|(s, _)| s).unwrap_or_else(|p| p.into_inner().0);
+                continue;
+            }
+            if state.deaths > 0 {
+                let backoff = Duration::from_secs(1u64 << state.deaths.min(5)).min(MAX_BACKOFF);
+                state = self
+                    .wake
+                    .wait_timeout_while(state, backoff, |s| !s.stopping)
+                    .map(|(s, _)| s)
+                    .unwrap_or_else(|p| p.into_inner().0);
+                if state.stopping {
+                    return;
+                }
+            }
+            drop(state);
+            let made = Skeleton::spawn(&self.init_program, &self.image);
+            state = self.lock();
+            match made {
+                Ok(skeleton) => {
+                    state.ready.push_back(skeleton);
+                    state.last_error = None;
+                }
+                Err(why) => {
+                    state.last_error = Some(why.to_string());
+                    state.deaths += 1;
+                }
+            }
+        }
+    }
+}
+
+/// A call running in a skeleton, as the pool counts it: held by its
+/// worker, dropped (and the refill woken) when the worker is.
+#[derive(Debug)]
+pub(crate) struct Lease(Arc<Shared>);
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.active = state.active.saturating_sub(1);
+        drop(state);
+        self.0.wake.notify_all();
+    }
+}
+
+/// One warm sandbox, as its caller holds it until a call claims it.
+#[derive(Debug)]
+pub(crate) struct Skeleton {
+    /// `None` once the skeleton became a worker.
+    child: Option<Child>,
+    pidfd: Arc<OwnedFd>,
+    pipes: Option<Pipes>,
+    channel: Option<OwnedFd>,
+    born: Instant,
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| SandboxError::Descriptor { call: "pipe2(O_CLOEXEC)".into(), errno: errno(e) })
+}
+
+fn dup_above_socket(fd: &impl std::os::fd::AsFd) -> Result<OwnedFd, SandboxError> {
+    rustix::io::fcntl_dupfd_cloexec(fd, FS_SOCKET_FD + 1).map_err(|e| SandboxError::Descriptor {
+        call: format!("fcntl(F_DUPFD_CLOEXEC, {})", FS_SOCKET_FD + 1),
+        errno: errno(e),
+    })
+}
+
+impl Skeleton {
+    /// Starts a skeleton: the init of `init_program`, given only what
+    /// every call shares ([`SkeletonSpec`]).
+    fn spawn(init_program: &std::path::Path, image: &[ImageMount]) -> Result<Skeleton, SandboxError> {
+        let (status_r, status_w) = pipe()?;
+        let (stdout_r, stdout_w) = pipe()?;
+        let (stderr_r, stderr_w) = pipe()?;
+        // As for a cold start: the worker (another uid for a root caller)
+        // may reopen its output through /proc/self/fd/1.
+        for w in [&stdout_w, &stderr_w] {
+            rustix::fs::fchmod(w, rustix::fs::Mode::from_raw_mode(0o666))
+                .map_err(|e| SandboxError::Descriptor { call: "fchmod(pipe, 0666)".into(), errno: errno(e) })?;
+        }
+        let (ours, theirs) = crate::call_channel::pair()?;
+        let status_fd = dup_above_socket(&status_w)?;
+        drop(status_w);
+        let call_fd = dup_above_socket(&theirs)?;
+        drop(theirs);
+        // A root caller writes the init's id maps itself, as for a cold start.
+        let (maps_ours, maps_theirs) = match crate::init::privileged_caller() {
+            true => {
+                let (ours, theirs) = crate::id_maps::socket_pair()?;
+                (Some(ours), Some(dup_above_socket(&theirs)?))
+            }
+            false => (None, None),
+        };
+        let spec = SkeletonSpec {
+            build: airlock_fsproto::BUILD_FINGERPRINT.to_owned(),
+            image: image.to_vec(),
+            status_fd: status_fd.as_raw_fd(),
+            call_fd: call_fd.as_raw_fd(),
+            maps_fd: maps_theirs.as_ref().map(AsRawFd::as_raw_fd),
+        };
+        let spec_bytes =
+            serde_json::to_vec(&spec).map_err(|e| SandboxError::Protocol(format!("encode skeleton spec: {e}")))?;
+        let (spec_r, spec_w) = pipe()?;
+        let mut cmd = Command::new(init_program);
+        std::os::unix::process::CommandExt::arg0(&mut cmd, "airlock-sandbox-init");
+        cmd.arg(INIT_MARKER)
+            .arg(WARM_MARKER)
+            .env_clear()
+            .current_dir("/")
+            .stdin(std::process::Stdio::from(spec_r))
+            .stdout(std::process::Stdio::from(stdout_w))
+            .stderr(std::process::Stdio::from(stderr_w));
+        let mut inherited = vec![status_fd.as_raw_fd(), call_fd.as_raw_fd()];
+        inherited.extend(maps_theirs.as_ref().map(AsRawFd::as_raw_fd));
+        crate::sys::inherit_fds_at_exec(&mut cmd, inherited);
+        let spawned = cmd.spawn();
+        drop(cmd);
+        drop((status_fd, call_fd, maps_theirs));
+        let mut child = spawned
+            .map_err(|e| SandboxError::SpawnInit { program: init_program.display().to_string(), errno: errno(e) })?;
+        let pid = Pid::from_child(&child);
+        let pidfd = match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
+            Ok(fd) => Arc::new(fd),
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(SandboxError::Wait { call: format!("pidfd_open({pid}, 0)"), errno: errno(e) });
+            }
+        };
+        let skeleton = Skeleton {
+            child: Some(child),
+            pidfd,
+            pipes: Some(Pipes { stdout: Some(stdout_r), stderr: stderr_r, status: status_r }),
+            channel: Some(ours),
+            born: Instant::now(),
+        };
+        // On failure the skeleton is dropped, which kills and reaps the init.
+        std::fs::File::from(spec_w)
+            .write_all(&spec_bytes)
+            .map_err(|e| SandboxError::Descriptor { call: "write(skeleton spec)".into(), errno: errno(e) })?;
+        if let Some(ours) = &maps_ours {
+            let id = crate::init::ROOT_CALLER_HOST_ID;
+            crate::id_maps::map_for_init(ours, pid.as_raw_nonzero().get() as u32, id, id)?;
+        }
+        Ok(skeleton)
+    }
+
+    /// Whether the init is still running.
+    fn alive(&self) -> bool {
+        let mut fds = [PollFd::new(&*self.pidfd, PollFlags::IN)];
+        let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+        matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(0))
+    }
+
+    /// Sends the skeleton its call (`call`: an [`crate::wire::InitSpec`]
+    /// whose descriptors are the slots of `fds`) and makes it that call's
+    /// worker. `Err`: the skeleton is gone (it is killed and reaped) and
+    /// nothing of the call ran.
+    pub(crate) fn run(
+        mut self,
+        lease: Lease,
+        call: &[u8],
+        fds: &[OwnedFd],
+        spec: &mut WorkerSpec,
+        started: Instant,
+        limits: AppliedLimits,
+    ) -> Result<NativeWorker, SandboxError> {
+        let channel = self.channel.take().ok_or_else(|| SandboxError::Protocol("a skeleton sent twice".into()))?;
+        crate::call_channel::send(&channel, call, fds)?;
+        let (child, pipes) = match (self.child.take(), self.pipes.take()) {
+            (Some(child), Some(pipes)) => (child, pipes),
+            _ => return Err(SandboxError::Protocol("a skeleton used twice".into())),
+        };
+        let sink = spec.stdout_sink.take();
+        let mut worker = NativeWorker::new(child, None, Arc::clone(&self.pidfd), pipes, spec, sink, started, limits);
+        worker.warm = Some((channel, lease));
+        Ok(worker)
+    }
+}
+
+impl Drop for Skeleton {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = kill_init(&self.pidfd);
+            let _ = child.wait();
+        }
+    }
+}

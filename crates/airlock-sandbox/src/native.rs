@@ -67,10 +67,11 @@ impl NativeTier {
         }
     }
 
-    /// Starts calls in warm sandboxes from `pool` when one fits ([`Tier::start`]
-    /// only, not live or terminal stdio): a call whose image is the pool's,
-    /// on a tier with no bound program, no shared cgroup and no required
-    /// cgroup, that would get no cgroup of its own. Any other call, or one that finds the pool empty, starts cold.
+    /// Starts calls in warm sandboxes from `pool` when one fits
+    /// ([`Tier::start`] only, not live or terminal stdio): a call whose
+    /// image is the pool's, on a tier with no bound program, no shared
+    /// cgroup and no required cgroup, that would get no cgroup of its own.
+    /// Any other call, or one that finds the pool empty, starts cold.
     /// Default: none.
     pub fn warm_pool(&mut self, pool: Arc<crate::warm::WarmPool>) -> &mut Self {
         self.warm = Some(pool);
@@ -247,6 +248,32 @@ struct CallFiles {
     lent_output: Option<std::fs::File>,
 }
 
+impl CallFiles {
+    /// The init's spec of the call: its files and `spec`'s command, image,
+    /// limits and deadline; no status pipe and nothing only a cold start
+    /// passes (bound program, live stdin, terminal, id maps).
+    fn into_spec(self, spec: &WorkerSpec) -> InitSpec {
+        InitSpec {
+            build: airlock_fsproto::BUILD_FINGERPRINT.to_owned(),
+            argv: spec.argv.clone(),
+            env: spec.env.clone(),
+            working_dir: spec.working_dir.clone(),
+            inputs: self.inputs,
+            output: self.output,
+            image: spec.image.clone(),
+            limits: spec.limits.clone(),
+            timeout_ms: spec.timeout.as_millis().min(u64::MAX as u128) as u64,
+            status_fd: -1,
+            program_fd: None,
+            stdin_fd: None,
+            tty: false,
+            provided: self.provided,
+            fs_socket_fd: self.fs_socket_fd,
+            maps_fd: None,
+        }
+    }
+}
+
 /// A close-on-exec duplicate of a descriptor for the init, numbered above
 /// [`FS_SOCKET_FD`] so that number stays free for the worker's socket.
 fn dup_for_init(fd: &impl std::os::fd::AsFd) -> Result<OwnedFd, SandboxError> {
@@ -399,30 +426,13 @@ impl NativeTier {
         let started = Instant::now();
         let mut handed = Handed::new(true);
         let worker_id = crate::init::privileged_caller().then_some(crate::init::ROOT_CALLER_HOST_ID);
-        let CallFiles { inputs, output, provided, fs_socket_fd, lent_output } =
-            self.call_files(spec, worker_id, &mut handed)?;
+        let mut files = self.call_files(spec, worker_id, &mut handed)?;
+        let lent_output = files.lent_output.take();
         if handed.fds.len() > crate::call_channel::MAX_CALL_FDS {
             return Ok(None);
         }
-        let call = InitSpec {
-            build: airlock_fsproto::BUILD_FINGERPRINT.to_owned(),
-            argv: spec.argv.clone(),
-            env: spec.env.clone(),
-            working_dir: spec.working_dir.clone(),
-            inputs,
-            output,
-            image: spec.image.clone(),
-            limits: spec.limits.clone(),
-            timeout_ms: spec.timeout.as_millis().min(u64::MAX as u128) as u64,
-            // PID 1 puts its own status pipe here.
-            status_fd: -1,
-            program_fd: None,
-            stdin_fd: None,
-            tty: false,
-            provided,
-            fs_socket_fd,
-            maps_fd: None,
-        };
+        // PID 1 puts its own status pipe in the spec.
+        let call = files.into_spec(spec);
         let call = serde_json::to_vec(&call).map_err(|e| SandboxError::Protocol(format!("encode spec: {e}")))?;
         let limits = AppliedLimits { cgroup_skipped: Some(cgroup_skipped), warm: true, ..AppliedLimits::default() };
         match skeleton.run(lease, &call, &handed.fds, spec, started, limits) {
@@ -458,8 +468,8 @@ impl NativeTier {
         let status_fd = handed.hand(&status_w)?;
         drop(status_w);
         let worker_id = crate::init::privileged_caller().then_some(crate::init::ROOT_CALLER_HOST_ID);
-        let CallFiles { inputs, output, provided, fs_socket_fd, lent_output } =
-            self.call_files(&spec, worker_id, &mut handed)?;
+        let mut files = self.call_files(&spec, worker_id, &mut handed)?;
+        let lent_output = files.lent_output.take();
         let program_fd = match &self.program {
             Some(file) => {
                 let md = file
@@ -505,22 +515,12 @@ impl NativeTier {
             None => None,
         };
         let init_spec = InitSpec {
-            build: airlock_fsproto::BUILD_FINGERPRINT.to_owned(),
-            argv: spec.argv.clone(),
-            env: spec.env.clone(),
-            working_dir: spec.working_dir.clone(),
-            inputs,
-            output,
-            image: spec.image.clone(),
-            limits: spec.limits.clone(),
-            timeout_ms: spec.timeout.as_millis().min(u64::MAX as u128) as u64,
             status_fd,
             program_fd,
             stdin_fd,
             tty,
-            provided,
-            fs_socket_fd,
             maps_fd: maps.as_ref().map(|(_, raw, _)| *raw),
+            ..files.into_spec(&spec)
         };
         let spec_bytes =
             serde_json::to_vec(&init_spec).map_err(|e| SandboxError::Protocol(format!("encode spec: {e}")))?;

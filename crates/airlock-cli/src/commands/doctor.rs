@@ -91,6 +91,7 @@ pub fn run(config: &Config, config_report: Value) -> Envelope {
                 "openat2 is unavailable; the emulated O_NOFOLLOW resolver is used"
             }),
             "cgroup_delegation": cgroups,
+            "warm_sandboxes": warm_report(config, host.cgroup_delegation.is_ok()),
             "sandbox_init": init_report(),
             "input_leases": match airlock_sandbox::lease_support() {
                 Ok(secs) => check(true, format!(
@@ -235,4 +236,23 @@ pub fn text(envelope: &Envelope) -> String {
         Some(e) => format!("\n{}: {}\n", e.code, e.message),
     });
     out
+}
+
+/// What `[sandbox] warm_pool` gives the long-lived commands here.
+fn warm_report(config: &Config, cgroups_delegated: bool) -> Value {
+    let n = config.warm_pool;
+    if n == 0 {
+        return check(true, "off ([sandbox] warm_pool = 0): every native call builds its sandbox");
+    }
+    let cold = if config.require_cgroup || cgroups_delegated {
+        "; calls that get a cgroup of their own (delegated here) start cold"
+    } else {
+        ""
+    };
+    check(
+        true,
+        format!(
+            "airlock mcp and a native airlock worker keep {n} single-use sandboxes built ahead of their calls{cold}"
+        ),
+    )
 }

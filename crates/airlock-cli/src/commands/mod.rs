@@ -153,6 +153,10 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         Command::Attest { id } => journal::attest(&runtime, &id)?,
         Command::Worker(args) => {
             runtime.set_init_program(init_executable()?, true);
+            // A long-lived worker of the native tier keeps warm sandboxes too.
+            if args.tier.unwrap_or(runtime.config().tier) == airlock_core::config::Tier::Native {
+                runtime.start_warm_pool()?;
+            }
             cluster::worker(&runtime, args)?
         }
         Command::Cluster(cmd) => cluster::run(&runtime, cmd)?,

@@ -6,7 +6,7 @@
 //!
 //! A message is a 4-byte little-endian length carrying every descriptor
 //! (`SCM_RIGHTS`), then that many bytes of JSON. In the JSON, each
-//! descriptor is named by its slot ([`CALL_SLOT_BASE`] plus its place in
+//! descriptor is named by its slot ([`crate::wire::CALL_SLOT_BASE`] plus its place in
 //! the message), never by a number of the caller's; the receiver puts the
 //! descriptors it got in their place ([`InitSpec::resolve_slots`]).
 #![forbid(unsafe_code)]
@@ -19,10 +19,6 @@ use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAnci
 
 use crate::error::{errno, SandboxError};
 use crate::wire::{InitSpec, MAX_SPEC_BYTES};
-
-/// The first slot number: far above any descriptor a process holds, so a
-/// slot is never mistaken for a descriptor.
-pub(crate) const CALL_SLOT_BASE: i32 = 1 << 24;
 
 /// The most descriptors one call can hand a warm sandbox; a call with more
 /// starts cold (the kernel passes at most 253 in one message).

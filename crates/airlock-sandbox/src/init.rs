@@ -19,7 +19,7 @@ use rustix::thread::UnshareFlags;
 use crate::error::{errno, OsErrno, SandboxError};
 use crate::pid1::Inherited;
 use crate::sys::Forked;
-use crate::wire::{InitSpec, SkeletonSpec, StatusMsg, StatusWriter, MAX_SPEC_BYTES};
+use crate::wire::{same_build, InitSpec, SkeletonSpec, StatusMsg, StatusWriter, MAX_SPEC_BYTES};
 
 /// The hidden `argv[1]` that turns a binary into the sandbox init.
 pub const INIT_MARKER: &str = "__airlock_sandbox_init";
@@ -76,17 +76,6 @@ fn run_init() -> ! {
             std::process::exit(125)
         }
     }
-}
-
-/// Refuses a spec sent by another build.
-pub(crate) fn same_build(build: &str) -> Result<(), SandboxError> {
-    if build != airlock_fsproto::BUILD_FINGERPRINT {
-        return Err(SandboxError::InitMismatch {
-            expected: build.to_owned(),
-            found: airlock_fsproto::BUILD_FINGERPRINT.to_owned(),
-        });
-    }
-    Ok(())
 }
 
 fn adopt(fd: i32) -> Result<OwnedFd, SandboxError> {

@@ -6,16 +6,14 @@
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
 use rustix::pipe::PipeFlags;
-use rustix::process::{Pid, PidfdFlags};
+use rustix::process::Pid;
 
 use crate::cgroup::{SharedCgroup, WorkerCgroup};
 use crate::error::{errno, SandboxError};
-use crate::init::INIT_MARKER;
 use crate::outcome::AppliedLimits;
 use crate::parent::{kill_init, NativeWorker, Pipes};
 use crate::placement::{Access, Chosen, Placement};
@@ -231,8 +229,7 @@ impl Handed {
     /// Hands over a duplicate of `fd`; returns the number the spec names it by.
     fn hand(&mut self, fd: &impl std::os::fd::AsFd) -> Result<i32, SandboxError> {
         let dup = dup_for_init(fd)?;
-        let number =
-            if self.by_slot { crate::call_channel::CALL_SLOT_BASE + self.fds.len() as i32 } else { dup.as_raw_fd() };
+        let number = if self.by_slot { crate::wire::CALL_SLOT_BASE + self.fds.len() as i32 } else { dup.as_raw_fd() };
         self.fds.push(dup);
         Ok(number)
     }
@@ -576,49 +573,30 @@ impl NativeTier {
             }
         }
 
-        let mut cmd = Command::new(&self.init_program);
-        // A neutral argv[0]: PID 1's command line is visible inside.
-        std::os::unix::process::CommandExt::arg0(&mut cmd, "airlock-sandbox-init");
-        cmd.arg(INIT_MARKER)
-            .env_clear()
-            .current_dir("/")
-            .stdin(std::process::Stdio::from(spec_r))
-            .stdout(std::process::Stdio::from(stdout_w))
-            .stderr(std::process::Stdio::from(stderr_w));
-        crate::sys::inherit_fds_at_exec(&mut cmd, handed.fds.iter().map(|f| f.as_raw_fd()).collect());
-        if self.die_with_caller {
-            crate::sys::die_with_parent_at_exec(&mut cmd);
-        }
-        let spawned = cmd.spawn();
-        drop(cmd); // closes our copies of the child's stdio ends
+        let how = crate::parent::InitStart {
+            program: &self.init_program,
+            markers: &[crate::init::INIT_MARKER],
+            stdin: spec_r,
+            stdout: stdout_w,
+            stderr: stderr_w,
+            fds: handed.fds.iter().map(|f| f.as_raw_fd()).collect(),
+            die_with_caller: self.die_with_caller,
+        };
+        let started_init = crate::parent::spawn_init(how);
         drop(handed);
         // The worker's end of the socket now lives only in the sandbox, so the
         // caller's end sees end-of-file when the worker's copies are gone.
         drop(spec.fs_socket.take());
-        let mut child = match spawned {
-            Ok(c) => c,
+        let (mut child, pidfd) = match started_init {
+            Ok(started) => started,
             Err(e) => {
                 if let Some(cg) = &cgroup {
                     cg.remove();
                 }
-                return Err(SandboxError::SpawnInit {
-                    program: self.init_program.display().to_string(),
-                    errno: errno(e),
-                });
+                return Err(e);
             }
         };
         let pid = Pid::from_child(&child);
-        let pidfd = match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
-            Ok(fd) => Arc::new(fd),
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                if let Some(cg) = &cgroup {
-                    cg.remove();
-                }
-                return Err(SandboxError::Wait { call: format!("pidfd_open({pid}, 0)"), errno: errno(e) });
-            }
-        };
 
         // Into the cgroup before the init reads its spec (so before it forks).
         let adopted = match (&cgroup, self.shared_cgroup.as_deref().filter(|_| self.cgroups)) {

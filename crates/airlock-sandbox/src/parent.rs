@@ -49,10 +49,10 @@ pub struct NativeWorker {
     /// A bound output the worker was made the owner of (a root caller's,
     /// `placement.rs`): taken back once the sandbox is gone.
     pub(crate) lent_output: Option<std::fs::File>,
-    /// A warm sandbox's call channel and its pool's lease
-    /// ([`crate::warm`]): held until the worker is dropped, since its init
-    /// takes the channel's hang-up for the caller's death.
-    pub(crate) warm: Option<(OwnedFd, crate::warm::Lease)>,
+    /// What a warm sandbox's worker holds until it is dropped
+    /// ([`crate::warm`]): its call channel, whose hang-up its init takes for
+    /// the caller's death, and its pool's lease.
+    pub(crate) held: Option<Box<dyn std::fmt::Debug + Send + Sync>>,
 }
 
 /// The caller's ends of a started init's pipes.
@@ -96,7 +96,56 @@ impl NativeWorker {
             limits,
             cancel: None,
             lent_output: None,
-            warm: None,
+            held: None,
+        }
+    }
+}
+
+/// How to start a sandbox init ([`spawn_init`]).
+pub(crate) struct InitStart<'a> {
+    /// The init program.
+    pub program: &'a std::path::Path,
+    /// Its arguments: the init's marker, and a warm sandbox's after it.
+    pub markers: &'a [&'a str],
+    /// Its standard input: the spec.
+    pub stdin: OwnedFd,
+    /// The worker's standard output and error.
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    /// The descriptors it inherits (close-on-exec cleared in the child).
+    pub fds: Vec<std::os::fd::RawFd>,
+    /// `PR_SET_PDEATHSIG` on the init (see `NativeTier::die_with_caller`).
+    pub die_with_caller: bool,
+}
+
+/// Spawns the init as `how` says, with a neutral `argv[0]` and an empty
+/// environment in `/`, and opens its pidfd. Our copies of its stdio ends
+/// are closed; on failure nothing is left running.
+pub(crate) fn spawn_init(how: InitStart<'_>) -> Result<(Child, Arc<OwnedFd>), SandboxError> {
+    let mut cmd = std::process::Command::new(how.program);
+    // A neutral argv[0]: PID 1's command line is visible inside.
+    std::os::unix::process::CommandExt::arg0(&mut cmd, "airlock-sandbox-init");
+    cmd.args(how.markers)
+        .env_clear()
+        .current_dir("/")
+        .stdin(std::process::Stdio::from(how.stdin))
+        .stdout(std::process::Stdio::from(how.stdout))
+        .stderr(std::process::Stdio::from(how.stderr));
+    crate::sys::inherit_fds_at_exec(&mut cmd, how.fds);
+    if how.die_with_caller {
+        crate::sys::die_with_parent_at_exec(&mut cmd);
+    }
+    let spawned = cmd.spawn();
+    drop(cmd); // closes our copies of the child's stdio ends
+    let mut child =
+        spawned.map_err(|e| SandboxError::SpawnInit { program: how.program.display().to_string(), errno: errno(e) })?;
+    let pid = Pid::from_child(&child);
+    match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
+        Ok(fd) => Ok((child, Arc::new(fd))),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(SandboxError::Wait { call: format!("pidfd_open({pid}, 0)"), errno: errno(e) })
         }
     }
 }

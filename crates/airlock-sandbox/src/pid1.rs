@@ -92,7 +92,7 @@ pub(crate) fn run_skeleton(skel: &SkeletonSpec, status: &StatusWriter, lifeline:
         // skeleton discarded unused); the init's death kills us meanwhile.
         let Some((mut spec, fds)) = crate::call_channel::receive(&channel)? else { std::process::exit(0) };
         drop(channel);
-        crate::init::same_build(&spec.build)?;
+        crate::wire::same_build(&spec.build)?;
         if spec.image != skeleton.image() {
             return Err(SandboxError::Protocol(
                 "the call's image is not the one its warm sandbox was built with".into(),

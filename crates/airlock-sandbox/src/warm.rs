@@ -28,18 +28,17 @@ use std::collections::VecDeque;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::process::Child;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
-use rustix::process::{Pid, PidfdFlags};
+use rustix::process::Pid;
 
 use crate::error::{errno, SandboxError};
-use crate::init::{INIT_MARKER, WARM_MARKER};
 use crate::outcome::AppliedLimits;
-use crate::parent::{kill_init, NativeWorker, Pipes};
+use crate::parent::{kill_init, spawn_init, InitStart, NativeWorker, Pipes};
 use crate::spec::{ImageMount, WorkerSpec, FS_SOCKET_FD};
 use crate::wire::SkeletonSpec;
 
@@ -295,32 +294,23 @@ impl Skeleton {
         let spec_bytes =
             serde_json::to_vec(&spec).map_err(|e| SandboxError::Protocol(format!("encode skeleton spec: {e}")))?;
         let (spec_r, spec_w) = pipe()?;
-        let mut cmd = Command::new(init_program);
-        std::os::unix::process::CommandExt::arg0(&mut cmd, "airlock-sandbox-init");
-        cmd.arg(INIT_MARKER)
-            .arg(WARM_MARKER)
-            .env_clear()
-            .current_dir("/")
-            .stdin(std::process::Stdio::from(spec_r))
-            .stdout(std::process::Stdio::from(stdout_w))
-            .stderr(std::process::Stdio::from(stderr_w));
-        let mut inherited = vec![status_fd.as_raw_fd(), call_fd.as_raw_fd()];
-        inherited.extend(maps_theirs.as_ref().map(AsRawFd::as_raw_fd));
-        crate::sys::inherit_fds_at_exec(&mut cmd, inherited);
-        let spawned = cmd.spawn();
-        drop(cmd);
-        drop((status_fd, call_fd, maps_theirs));
-        let mut child = spawned
-            .map_err(|e| SandboxError::SpawnInit { program: init_program.display().to_string(), errno: errno(e) })?;
-        let pid = Pid::from_child(&child);
-        let pidfd = match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
-            Ok(fd) => Arc::new(fd),
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(SandboxError::Wait { call: format!("pidfd_open({pid}, 0)"), errno: errno(e) });
-            }
+        let mut fds = vec![status_fd.as_raw_fd(), call_fd.as_raw_fd()];
+        fds.extend(maps_theirs.as_ref().map(AsRawFd::as_raw_fd));
+        let how = InitStart {
+            program: init_program,
+            markers: &[crate::init::INIT_MARKER, crate::init::WARM_MARKER],
+            stdin: spec_r,
+            stdout: stdout_w,
+            stderr: stderr_w,
+            fds,
+            // The channel's hang-up, not PR_SET_PDEATHSIG, ends a skeleton
+            // with its caller (this thread may end before its skeletons).
+            die_with_caller: false,
         };
+        let started = spawn_init(how);
+        drop((status_fd, call_fd, maps_theirs));
+        let (child, pidfd) = started?;
+        let pid = Pid::from_child(&child);
         let skeleton = Skeleton {
             child: Some(child),
             pidfd,
@@ -367,7 +357,7 @@ impl Skeleton {
         };
         let sink = spec.stdout_sink.take();
         let mut worker = NativeWorker::new(child, None, Arc::clone(&self.pidfd), pipes, spec, sink, started, limits);
-        worker.warm = Some((channel, lease));
+        worker.held = Some(Box::new((channel, lease)));
         Ok(worker)
     }
 }

@@ -16,6 +16,22 @@ pub(crate) const MAX_SPEC_BYTES: usize = 4 << 20;
 /// The most status bytes the caller reads.
 pub(crate) const MAX_STATUS_BYTES: usize = 1 << 20;
 
+/// The first slot number of a warm sandbox's call ([`crate::call_channel`]):
+/// far above any descriptor a process holds, so a slot is never mistaken
+/// for a descriptor.
+pub(crate) const CALL_SLOT_BASE: i32 = 1 << 24;
+
+/// Refuses a spec sent by another build ([`SandboxError::InitMismatch`]).
+pub(crate) fn same_build(build: &str) -> Result<(), SandboxError> {
+    if build != airlock_fsproto::BUILD_FINGERPRINT {
+        return Err(SandboxError::InitMismatch {
+            expected: build.to_owned(),
+            found: airlock_fsproto::BUILD_FINGERPRINT.to_owned(),
+        });
+    }
+    Ok(())
+}
+
 /// An input as the init sees it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) struct InitInput {
@@ -176,7 +192,7 @@ impl InitSpec {
         drop(received);
         let mut used = 0usize;
         let mut fill = |slot: &mut i32| -> Result<(), SandboxError> {
-            let index = slot.checked_sub(crate::call_channel::CALL_SLOT_BASE).and_then(|i| usize::try_from(i).ok());
+            let index = slot.checked_sub(CALL_SLOT_BASE).and_then(|i| usize::try_from(i).ok());
             let fd = index.and_then(|i| placed.get(i)).ok_or_else(|| {
                 SandboxError::Protocol(format!("slot {slot} names no descriptor of the {} received", placed.len()))
             })?;

@@ -13,7 +13,10 @@
 //! with Linux primitives only: user, pid, mount, network, IPC, UTS and
 //! cgroup namespaces; a fresh tmpfs root with `pivot_root`; Landlock;
 //! seccomp; capabilities dropped; no-new-privs; rlimits; and a delegated
-//! cgroup v2 where the host offers one.
+//! cgroup v2 where the host offers one. A long-lived caller can keep a
+//! [`WarmPool`] of single-use skeletons of such sandboxes, built before
+//! their calls ([`NativeTier::warm_pool`]; DESIGN.md §3 "Warm sandboxes"):
+//! the same guarantees, from the same code once the call's files arrive.
 //!
 //! The gVisor tier ([`GvisorTier`], module [`gvisor`]) runs each worker in
 //! its own `runsc` sandbox from an OCI bundle with the same files, identity

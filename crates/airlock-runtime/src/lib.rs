@@ -185,11 +185,6 @@ impl Runtime {
         Ok(())
     }
 
-    /// The warm sandboxes' counts, when a pool runs.
-    pub fn warm_pool_stats(&self) -> Option<airlock_sandbox::WarmPoolStats> {
-        self.warm.as_ref().map(|pool| pool.stats())
-    }
-
     /// The authorizer for this configuration: the cluster's policy bundle,
     /// the configured Cedar policies, or the built-in default policy.
     pub fn authorizer(&self) -> Result<&dyn Authorizer, Refusal> {

@@ -170,14 +170,25 @@ impl Drop for SharedCgroup {
     }
 }
 
+/// Where a worker with `memory` and `pids` limits would get a cgroup of its
+/// own under `parent` (the delegation's directory and controllers), or why
+/// it would get none.
+pub(crate) fn for_worker(
+    parent: Option<&Path>,
+    memory: Option<u64>,
+    pids: Option<u64>,
+) -> Result<(PathBuf, bool, bool), String> {
+    if memory.is_none() && pids.is_none() {
+        return Err("no memory or pids limit was requested".into());
+    }
+    delegation(parent)
+}
+
 impl WorkerCgroup {
     /// Makes `airlock-<random>` under the delegated parent and writes the
     /// limits. `Err` says why no cgroup limit applies.
     pub(crate) fn create(parent: Option<&Path>, memory: Option<u64>, pids: Option<u64>) -> Result<Self, String> {
-        if memory.is_none() && pids.is_none() {
-            return Err("no memory or pids limit was requested".into());
-        }
-        let (base, has_mem, has_pids) = delegation(parent)?;
+        let (base, has_mem, has_pids) = for_worker(parent, memory, pids)?;
         let mut suffix = [0u8; 8];
         getrandom_fill(&mut suffix);
         let name = format!("airlock-{}", suffix.iter().map(|b| format!("{b:02x}")).collect::<String>());

@@ -88,6 +88,12 @@ fn set_cloexec(fd: &OwnedFd) -> Result<(), SandboxError> {
         .map_err(|e| SandboxError::ProcessAttr { call: "fcntl(F_SETFD, FD_CLOEXEC)".into(), errno: errno(e) })
 }
 
+/// Closes every descriptor but stdio and `keep`.
+fn keep_only(keep: &[i32]) -> Result<(), SandboxError> {
+    crate::sys::close_fds_except(keep)
+        .map_err(|e| SandboxError::ProcessAttr { call: "close_range(3.., ~0U, 0)".into(), errno: errno(e) })
+}
+
 fn lifeline() -> Result<(OwnedFd, OwnedFd), SandboxError> {
     rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| SandboxError::ProcessAttr { call: "pipe2(O_CLOEXEC)".into(), errno: errno(e) })
@@ -103,8 +109,7 @@ fn fork_pid1() -> Result<Forked, SandboxError> {
 fn init_skeleton(spec: &SkeletonSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
     same_build(&spec.build)?;
     spec.check()?;
-    crate::sys::close_fds_except(&spec.inherited_fds())
-        .map_err(|e| SandboxError::ProcessAttr { call: "close_range(3.., ~0U, 0)".into(), errno: errno(e) })?;
+    keep_only(&spec.inherited_fds())?;
     let channel = adopt(spec.call_fd)?;
     set_cloexec(&channel)?;
     enter_namespaces(spec.maps_fd.map(adopt).transpose()?)?;
@@ -125,8 +130,7 @@ fn init(spec: &InitSpec, status: &StatusWriter) -> Result<i32, SandboxError> {
     same_build(&spec.build)?;
     spec.check()?;
     // Only the descriptors the spec names survive.
-    crate::sys::close_fds_except(&spec.inherited_fds())
-        .map_err(|e| SandboxError::ProcessAttr { call: "close_range(3.., ~0U, 0)".into(), errno: errno(e) })?;
+    keep_only(&spec.inherited_fds())?;
     let inherited = Inherited::take(spec, adopt)?;
     // Kept open (by number) for PID 1 to bind; never reaches the tool.
     let program: Option<OwnedFd> = spec.program_fd.map(adopt).transpose()?;

@@ -63,9 +63,9 @@ pub(crate) fn readonly_recursive(target: &str) -> Result<(), SandboxError> {
     }
 }
 
-/// `mount("tmpfs", target, "tmpfs", flags, options)`; `spelled` names the flags in errors.
 /// Sets the size of the tmpfs mounted at `target` (a remount of its
-/// superblock, keeping the mount flags `flags`).
+/// superblock, keeping the mount flags `flags`); `spelled` names the flags
+/// in errors.
 pub(crate) fn resize_tmpfs(target: &str, flags: MountFlags, spelled: &str, options: &str) -> Result<(), SandboxError> {
     let opts = CString::new(options).map_err(|_| SandboxError::InvalidSpec("NUL in tmpfs options".into()))?;
     rustix::mount::mount_remount(target, flags, opts.as_c_str()).map_err(|e| SandboxError::MountTmpfs {
@@ -76,6 +76,7 @@ pub(crate) fn resize_tmpfs(target: &str, flags: MountFlags, spelled: &str, optio
     })
 }
 
+/// `mount("tmpfs", target, "tmpfs", flags, options)`; `spelled` names the flags in errors.
 pub(crate) fn tmpfs(target: &str, flags: MountFlags, spelled: &str, options: &str) -> Result<(), SandboxError> {
     let opts = CString::new(options).map_err(|_| SandboxError::InvalidSpec("NUL in tmpfs options".into()))?;
     rustix::mount::mount("tmpfs", target, "tmpfs", flags, opts.as_c_str()).map_err(|e| SandboxError::MountTmpfs {

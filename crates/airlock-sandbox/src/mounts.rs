@@ -138,17 +138,8 @@ fn pick_mountpoint(image: &[ImageMount]) -> Result<&'static str, SandboxError> {
 pub(crate) struct Skeleton {
     /// Where the root tmpfs is mounted in PID 1's mount namespace.
     root: &'static str,
-    /// The image as it was built.
-    image: Vec<ImageMount>,
     /// Image entries bound as directories (for Landlock).
     image_dirs: Vec<String>,
-}
-
-impl Skeleton {
-    /// The image this skeleton holds.
-    pub(crate) fn image(&self) -> &[ImageMount] {
-        &self.image
-    }
 }
 
 /// Builds the skeleton of a worker's root from `image`. Runs in PID 1, in a
@@ -237,7 +228,7 @@ pub(crate) fn build_skeleton(image: &[ImageMount]) -> Result<Skeleton, SandboxEr
     )
     .map_err(|e| SandboxError::MountProc { target: proc_dir.clone(), errno: errno(e) })?;
     crate::proc_masks::apply(root, &format!("{dev}/null"))?;
-    Ok(Skeleton { root, image: image.to_vec(), image_dirs })
+    Ok(Skeleton { root, image_dirs })
 }
 
 /// Furnishes `skeleton` with one call's files (the root sized for them, a
@@ -245,7 +236,7 @@ pub(crate) fn build_skeleton(image: &[ImageMount]) -> Result<Skeleton, SandboxEr
 /// the bound program, the provided files) and pivots into it.
 pub(crate) fn furnish(spec: &InitSpec, skeleton: Skeleton, staged: StagedFds) -> Result<BuiltRoot, SandboxError> {
     let StagedFds { inputs: input_fds, output: host_output, provided: provided_fds } = staged;
-    let Skeleton { root, image: _, image_dirs } = skeleton;
+    let Skeleton { root, image_dirs } = skeleton;
     let at = |p: &str| format!("{root}{p}");
     let size = spec.files_bytes().saturating_add(spec.limits.scratch_bytes).saturating_add(ROOT_MARGIN_BYTES);
     resize_tmpfs(root, MountFlags::NOSUID | MountFlags::NODEV, "MS_NOSUID|MS_NODEV", &format!("size={size}"))?;

@@ -9,15 +9,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use rustix::pipe::PipeFlags;
 use rustix::process::Pid;
 
 use crate::cgroup::{SharedCgroup, WorkerCgroup};
 use crate::error::{errno, SandboxError};
 use crate::outcome::AppliedLimits;
-use crate::parent::{kill_init, NativeWorker, Pipes};
+use crate::parent::{dup_for_init, kill_init, open_to_worker, pipe, NativeWorker, Pipes};
 use crate::placement::{Access, Chosen, Placement};
-use crate::spec::{WorkerSpec, FS_SOCKET_FD};
+use crate::spec::WorkerSpec;
 use crate::wire::{InitInput, InitOutput, InitProvided, InitSpec};
 use crate::worker::{Tier, Worker};
 
@@ -191,11 +190,6 @@ fn open_pty() -> Result<(OwnedFd, OwnedFd), SandboxError> {
     Ok((master, slave))
 }
 
-fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
-    rustix::pipe::pipe_with(PipeFlags::CLOEXEC)
-        .map_err(|e| SandboxError::Descriptor { call: "pipe2(O_CLOEXEC)".into(), errno: errno(e) })
-}
-
 /// How a staged file will reach the worker ([`crate::placement`]); a
 /// detached mount is handed to the init.
 fn place(
@@ -269,15 +263,6 @@ impl CallFiles {
             maps_fd: None,
         }
     }
-}
-
-/// A close-on-exec duplicate of a descriptor for the init, numbered above
-/// [`FS_SOCKET_FD`] so that number stays free for the worker's socket.
-fn dup_for_init(fd: &impl std::os::fd::AsFd) -> Result<OwnedFd, SandboxError> {
-    rustix::io::fcntl_dupfd_cloexec(fd, FS_SOCKET_FD + 1).map_err(|e| SandboxError::Descriptor {
-        call: format!("fcntl(F_DUPFD_CLOEXEC, {})", FS_SOCKET_FD + 1),
-        errno: errno(e),
-    })
 }
 
 /// The worker's standard input and output as live pipes to the caller
@@ -411,10 +396,8 @@ impl NativeTier {
         // A skeleton is in no cgroup of its own: a call that would get one starts cold.
         let cgroup_skipped = if !self.cgroups {
             "cgroups disabled by configuration".to_string()
-        } else if spec.limits.memory_bytes.is_none() && spec.limits.pids.is_none() {
-            "no memory or pids limit was requested".to_string()
         } else {
-            match crate::cgroup::delegation(self.cgroup_parent.as_deref()) {
+            match crate::cgroup::for_worker(self.cgroup_parent.as_deref(), spec.limits.memory_bytes, spec.limits.pids) {
                 Ok(_) => return Ok(None),
                 Err(why) => why,
             }
@@ -485,8 +468,7 @@ impl NativeTier {
         let (stdin_fd, stdin_w) = match stdio {
             Stdio::Live => {
                 let (r, w) = pipe()?;
-                rustix::fs::fchmod(&r, rustix::fs::Mode::from_raw_mode(0o666))
-                    .map_err(|e| SandboxError::Descriptor { call: "fchmod(pipe, 0666)".into(), errno: errno(e) })?;
+                open_to_worker(&r)?;
                 let raw = handed.hand(&r)?;
                 drop(r);
                 (Some(raw), Some(w))
@@ -525,14 +507,8 @@ impl NativeTier {
         let (spec_r, mut spec_w) = pipe().map(|(r, w)| (r, std::fs::File::from(w)))?;
         let (stdout_r, stdout_w) = pipe()?;
         let (stderr_r, stderr_w) = pipe()?;
-        // Tools reopen their output through /dev/stdout (/proc/self/fd/1),
-        // which checks the pipe inode's owner and mode: the caller owns it, and
-        // a root caller's worker is another uid. Only a process that can
-        // already reach a holder's /proc/PID/fd can reopen it at all.
-        for w in [&stdout_w, &stderr_w] {
-            rustix::fs::fchmod(w, rustix::fs::Mode::from_raw_mode(0o666))
-                .map_err(|e| SandboxError::Descriptor { call: "fchmod(pipe, 0666)".into(), errno: errno(e) })?;
-        }
+        open_to_worker(&stdout_w)?;
+        open_to_worker(&stderr_w)?;
 
         // Limits the host can hold for us.
         let mut limits = AppliedLimits::default();

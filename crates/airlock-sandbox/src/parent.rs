@@ -101,6 +101,32 @@ impl NativeWorker {
     }
 }
 
+/// A close-on-exec pipe: (read end, write end).
+pub(crate) fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| SandboxError::Descriptor { call: "pipe2(O_CLOEXEC)".into(), errno: errno(e) })
+}
+
+/// A close-on-exec duplicate of a descriptor for the init, numbered above
+/// [`FS_SOCKET_FD`](crate::spec::FS_SOCKET_FD) so that number stays free for
+/// the worker's socket.
+pub(crate) fn dup_for_init(fd: &impl AsFd) -> Result<OwnedFd, SandboxError> {
+    let lowest = crate::spec::FS_SOCKET_FD + 1;
+    rustix::io::fcntl_dupfd_cloexec(fd, lowest)
+        .map_err(|e| SandboxError::Descriptor { call: format!("fcntl(F_DUPFD_CLOEXEC, {lowest})"), errno: errno(e) })
+}
+
+/// Opens a pipe end of the worker's standard streams to every uid
+/// (`0666`). Tools reopen their streams through `/dev/stdout`
+/// (`/proc/self/fd/1`), which checks the pipe inode's owner and mode: the
+/// caller owns it, and a root caller's worker is another uid. Only a
+/// process that can already reach a holder's `/proc/PID/fd` can reopen it
+/// at all.
+pub(crate) fn open_to_worker(fd: &impl AsFd) -> Result<(), SandboxError> {
+    rustix::fs::fchmod(fd, rustix::fs::Mode::from_raw_mode(0o666))
+        .map_err(|e| SandboxError::Descriptor { call: "fchmod(pipe, 0666)".into(), errno: errno(e) })
+}
+
 /// How to start a sandbox init ([`spawn_init`]).
 pub(crate) struct InitStart<'a> {
     /// The init program.

@@ -93,7 +93,7 @@ pub(crate) fn run_skeleton(skel: &SkeletonSpec, status: &StatusWriter, lifeline:
         let Some((mut spec, fds)) = crate::call_channel::receive(&channel)? else { std::process::exit(0) };
         drop(channel);
         crate::wire::same_build(&spec.build)?;
-        if spec.image != skeleton.image() {
+        if spec.image != skel.image {
             return Err(SandboxError::Protocol(
                 "the call's image is not the one its warm sandbox was built with".into(),
             ));

@@ -38,8 +38,8 @@ use rustix::process::Pid;
 
 use crate::error::{errno, SandboxError};
 use crate::outcome::AppliedLimits;
-use crate::parent::{kill_init, spawn_init, InitStart, NativeWorker, Pipes};
-use crate::spec::{ImageMount, WorkerSpec, FS_SOCKET_FD};
+use crate::parent::{dup_for_init, kill_init, open_to_worker, pipe, spawn_init, InitStart, NativeWorker, Pipes};
+use crate::spec::{ImageMount, WorkerSpec};
 use crate::wire::SkeletonSpec;
 
 /// A skeleton idle this long is discarded rather than used.
@@ -246,18 +246,6 @@ pub(crate) struct Skeleton {
     born: Instant,
 }
 
-fn pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
-    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| SandboxError::Descriptor { call: "pipe2(O_CLOEXEC)".into(), errno: errno(e) })
-}
-
-fn dup_above_socket(fd: &impl std::os::fd::AsFd) -> Result<OwnedFd, SandboxError> {
-    rustix::io::fcntl_dupfd_cloexec(fd, FS_SOCKET_FD + 1).map_err(|e| SandboxError::Descriptor {
-        call: format!("fcntl(F_DUPFD_CLOEXEC, {})", FS_SOCKET_FD + 1),
-        errno: errno(e),
-    })
-}
-
 impl Skeleton {
     /// Starts a skeleton: the init of `init_program`, given only what
     /// every call shares ([`SkeletonSpec`]).
@@ -265,22 +253,18 @@ impl Skeleton {
         let (status_r, status_w) = pipe()?;
         let (stdout_r, stdout_w) = pipe()?;
         let (stderr_r, stderr_w) = pipe()?;
-        // As for a cold start: the worker (another uid for a root caller)
-        // may reopen its output through /proc/self/fd/1.
-        for w in [&stdout_w, &stderr_w] {
-            rustix::fs::fchmod(w, rustix::fs::Mode::from_raw_mode(0o666))
-                .map_err(|e| SandboxError::Descriptor { call: "fchmod(pipe, 0666)".into(), errno: errno(e) })?;
-        }
+        open_to_worker(&stdout_w)?;
+        open_to_worker(&stderr_w)?;
         let (ours, theirs) = crate::call_channel::pair()?;
-        let status_fd = dup_above_socket(&status_w)?;
+        let status_fd = dup_for_init(&status_w)?;
         drop(status_w);
-        let call_fd = dup_above_socket(&theirs)?;
+        let call_fd = dup_for_init(&theirs)?;
         drop(theirs);
         // A root caller writes the init's id maps itself, as for a cold start.
         let (maps_ours, maps_theirs) = match crate::init::privileged_caller() {
             true => {
                 let (ours, theirs) = crate::id_maps::socket_pair()?;
-                (Some(ours), Some(dup_above_socket(&theirs)?))
+                (Some(ours), Some(dup_for_init(&theirs)?))
             }
             false => (None, None),
         };

@@ -67,10 +67,7 @@ impl Runtime {
             )
         })?;
         let name = format!("cluster policy bundle revision {}", bundle.revision);
-        let cedar = CedarPolicy::load(
-            vec![(name, bundle.text)],
-            crate::catalog::tool_specs(self.authority(), &self.config().tools_dir),
-        )?;
+        let cedar = crate::policy_files::compile(self.authority(), self.config(), vec![(name, bundle.text)])?;
         tracing::debug!(revision = bundle.revision, sha256 = %bundle.sha256, "cluster policy bundle loaded");
         Ok(ClusterPolicy { cedar, bundle: PolicyBundle { revision: bundle.revision, sha256: bundle.sha256 } })
     }
@@ -83,18 +80,9 @@ impl Runtime {
         nats: Option<&str>,
         files: &[std::path::PathBuf],
     ) -> Result<PolicyBundle, Refusal> {
-        let mut sources = Vec::with_capacity(files.len());
-        for path in files {
-            let text = crate::control::read_text(
-                self.authority(),
-                crate::control::POLICY,
-                path,
-                crate::policy_files::MAX_POLICY_BYTES,
-            )?;
-            sources.push((path.display().to_string(), text));
-        }
+        let sources = crate::policy_files::read_all(self.authority(), files, |path| path)?;
         // An invalid bundle is refused here, not at every edge.
-        CedarPolicy::load(sources.clone(), crate::catalog::tool_specs(self.authority(), &self.config().tools_dir))?;
+        crate::policy_files::compile(self.authority(), self.config(), sources.clone())?;
         let text: String = sources.iter().map(|(name, text)| format!("// file: {name}\n{text}\n")).collect();
         let at = self.cluster_endpoint(nats)?;
         let pushed = airlock_cluster::policy::push(&at, &text)?;

@@ -49,12 +49,34 @@ pub fn expand(authority: &HostAuthority, base: &Path, patterns: &[String]) -> Re
 /// file: read without following a link, and refused unless it and its
 /// directory are the caller's or root's and closed to others' writes.
 pub fn load(authority: &HostAuthority, config: &Config) -> Result<crate::engine::CedarPolicy, Refusal> {
-    let mut sources = Vec::new();
-    for path in expand(authority, &config.base_dir, &config.policy_files)? {
-        let text = control::read_text(authority, control::POLICY, &path, MAX_POLICY_BYTES)?;
-        let name = path.strip_prefix(&config.base_dir).unwrap_or(&path).display().to_string();
-        sources.push((name, text));
-    }
+    let paths = expand(authority, &config.base_dir, &config.policy_files)?;
+    let sources = read_all(authority, &paths, |path| path.strip_prefix(&config.base_dir).unwrap_or(path))?;
+    compile(authority, config, sources)
+}
+
+/// Reads each of `paths` as a policy control file, as `(name, text)` with
+/// the name `name_of(path)` shows.
+pub(crate) fn read_all<'p>(
+    authority: &HostAuthority,
+    paths: &'p [PathBuf],
+    name_of: impl Fn(&'p Path) -> &'p Path,
+) -> Result<Vec<(String, String)>, Refusal> {
+    paths
+        .iter()
+        .map(|path| {
+            let text = control::read_text(authority, control::POLICY, path, MAX_POLICY_BYTES)?;
+            Ok((name_of(path).display().to_string(), text))
+        })
+        .collect()
+}
+
+/// Compiles `sources`, checked against every tool of `config`'s tools
+/// directory (local policy files and the cluster's bundle alike).
+pub(crate) fn compile(
+    authority: &HostAuthority,
+    config: &Config,
+    sources: Vec<(String, String)>,
+) -> Result<crate::engine::CedarPolicy, Refusal> {
     crate::engine::CedarPolicy::load(sources, catalog::tool_specs(authority, &config.tools_dir))
 }
 

@@ -3,7 +3,8 @@
 //! Source queries (`airlock-source`) and Git snapshots (`airlock-git`) both
 //! walk with it, so they obey the same rules.
 //!
-//! - [`Dir::read_entries`]: at most `max` names, each `lstat`ed into an
+//! - [`Dir::read_entries`]: at most `max` names, each `statx`ed without
+//!   following (`AT_SYMLINK_NOFOLLOW`, with the mount id) into an
 //!   [`Entry`] (no entry is opened to learn what it is); an entry gone
 //!   between the listing and its `lstat` is left out;
 //! - [`Dir::open_child_dir`]: opens a listed directory `O_PATH |
@@ -41,7 +42,7 @@ use crate::fault::{fstat, is_component, mount_id, Fault, FaultKind};
 use crate::resolve::Resolver;
 use airlock_core::{ReasonCode, RelPath};
 use rustix::fd::{AsFd, OwnedFd};
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, StatxFlags};
 use rustix::io::Errno;
 use std::ffi::{CStr, CString};
 
@@ -73,6 +74,13 @@ pub struct Entry {
     pub nlink: u64,
     /// `(st_dev, st_ino)` (for a mount point: the mounted root's).
     pub dev_ino: (u64, u64),
+    /// Modification time (seconds, nanoseconds).
+    pub mtime: (i64, u32),
+    /// Status change time (seconds, nanoseconds).
+    pub ctime: (i64, u32),
+    /// The mount id (`STATX_MNT_ID`; for a mount point: the mount's), to
+    /// compare with its directory's [`Dir::mount_id`].
+    pub mount_id: u64,
 }
 
 impl Entry {
@@ -87,8 +95,8 @@ impl Entry {
     }
 }
 
-fn kind_of(st: &Stat) -> EntryKind {
-    match FileType::from_raw_mode(st.st_mode) {
+fn kind_of(mode: u32) -> EntryKind {
+    match FileType::from_raw_mode(mode) {
         FileType::RegularFile => EntryKind::Regular,
         FileType::Directory => EntryKind::Directory,
         FileType::Symlink => EntryKind::Symlink,
@@ -163,20 +171,25 @@ impl Dir {
                 more = true;
                 break;
             }
-            let st = match rustix::fs::statat(self.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW) {
+            let wanted = StatxFlags::BASIC_STATS | StatxFlags::MNT_ID;
+            let st = match rustix::fs::statx(self.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW, wanted) {
                 Ok(st) => st,
                 Err(Errno::NOENT) => continue,
                 Err(e) => {
-                    return Err(Error::syscall(ReasonCode::InputUnreadable, format_args!("fstatat(dir, {name:?})"), e))
+                    return Err(Error::syscall(ReasonCode::InputUnreadable, format_args!("statx(dir, {name:?})"), e))
                 }
             };
+            let mode = u32::from(st.stx_mode);
             entries.push(Entry {
                 name: bytes.to_vec(),
-                kind: kind_of(&st),
-                size: st.st_size as u64,
-                executable: st.st_mode & 0o111 != 0,
-                nlink: st.st_nlink,
-                dev_ino: (st.st_dev, st.st_ino),
+                kind: kind_of(mode),
+                size: st.stx_size,
+                executable: mode & 0o111 != 0,
+                nlink: u64::from(st.stx_nlink),
+                dev_ino: (rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor), st.stx_ino),
+                mtime: (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec),
+                ctime: (st.stx_ctime.tv_sec, st.stx_ctime.tv_nsec),
+                mount_id: st.stx_mnt_id,
             });
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));

@@ -104,8 +104,13 @@ pub struct FilesystemBoundary {
 pub struct SnapshotBinding {
     /// `git`.
     pub kind: String,
-    /// Regular files and links copied.
+    /// Regular files and links recorded.
     pub files: u64,
+    /// Of them, files recorded by their stat data alone (size, mode,
+    /// time): their content was never read, as the index says the query
+    /// does not need it (unchanged tracked files, untracked files).
+    #[serde(default)]
+    pub stat_only: u64,
     /// Bytes of file content copied.
     pub bytes: u64,
     /// Size of the archive the worker receives.

@@ -6,6 +6,8 @@
 //!             'D' directory
 //!             'F' file        mtime i64 BE s, u32 BE ns; size u64 BE, bytes
 //!             'X' executable  the same
+//!             'S' stat-only   mtime i64 BE s, u32 BE ns; size u64 BE (no bytes)
+//!             'T' executable stat-only, the same
 //!             'L' link        target_len u16 BE, target
 //! 'E' count u64 BE            the number of records before it; then EOF
 //! ```
@@ -14,6 +16,12 @@
 //! a record's parent directory must have been recorded before it; no path
 //! appears twice, and no two differ only in ASCII case. The reader enforces
 //! every rule and every [`Limits`] bound again: it trusts nothing it reads.
+//!
+//! A stat-only record is a work-tree file whose content a query does not
+//! need (`index_stat.rs`): the driver creates it sparse, with its
+//! size and time, so gix trusts the index's stat data for it as git does
+//! on the host. Its size counts against no content bound (it is never
+//! read), only against `i64::MAX`.
 
 use crate::error::GitError;
 use crate::limits::Limits;
@@ -22,7 +30,7 @@ use std::collections::HashSet;
 use std::io::{Read, Write};
 
 /// The archive's first bytes.
-pub const MAGIC: &[u8] = b"AIRLOCK-GIT-SNAPSHOT-1\n";
+pub const MAGIC: &[u8] = b"AIRLOCK-GIT-SNAPSHOT-2\n";
 /// The longest path or link target.
 pub const MAX_PATH_BYTES: usize = 4096;
 /// The deepest path, in components.
@@ -60,6 +68,18 @@ pub enum Entry {
         /// gix can trust the index's stat data as git does on the host.
         mtime: (i64, u32),
     },
+    /// A regular file recorded by its stat data alone: its content was
+    /// not copied (the driver creates it sparse, `size` bytes long).
+    Stat {
+        /// Its path.
+        path: String,
+        /// Its size.
+        size: u64,
+        /// Whether it is executable.
+        executable: bool,
+        /// Modification time on the host (seconds, nanoseconds).
+        mtime: (i64, u32),
+    },
     /// A symbolic link (recorded, never followed).
     Link {
         /// Its path.
@@ -74,7 +94,7 @@ impl Entry {
     pub fn path(&self) -> &str {
         match self {
             Entry::Dir(p) => p,
-            Entry::File { path, .. } | Entry::Link { path, .. } => path,
+            Entry::File { path, .. } | Entry::Stat { path, .. } | Entry::Link { path, .. } => path,
         }
     }
 }
@@ -154,16 +174,29 @@ impl<W: Write> Writer<W> {
         fill: impl FnOnce(&mut W) -> Result<u64, GitError>,
     ) -> Result<(), GitError> {
         self.header(if executable { b'X' } else { b'F' }, path)?;
-        let mut t = [0u8; 12];
-        t[..8].copy_from_slice(&mtime.0.to_be_bytes());
-        t[8..].copy_from_slice(&mtime.1.to_be_bytes());
-        self.out.write_all(&t).map_err(GitError::io("writing the snapshot"))?;
-        self.out.write_all(&size.to_be_bytes()).map_err(GitError::io("writing the snapshot"))?;
+        self.time_and_size(mtime, size)?;
         let wrote = fill(&mut self.out)?;
         if wrote != size {
             return Err(GitError::new(ReasonCode::InputChanged, format!("{path:?} changed size while it was copied")));
         }
         Ok(())
+    }
+
+    /// Records a file by its stat data alone (no content follows).
+    pub fn stat_only(&mut self, path: &str, size: u64, executable: bool, mtime: (i64, u32)) -> Result<(), GitError> {
+        if size > i64::MAX as u64 {
+            return Err(rejected(format!("{path:?} has a size no file can have")));
+        }
+        self.header(if executable { b'T' } else { b'S' }, path)?;
+        self.time_and_size(mtime, size)
+    }
+
+    fn time_and_size(&mut self, mtime: (i64, u32), size: u64) -> Result<(), GitError> {
+        let mut t = [0u8; 20];
+        t[..8].copy_from_slice(&mtime.0.to_be_bytes());
+        t[8..12].copy_from_slice(&mtime.1.to_be_bytes());
+        t[12..].copy_from_slice(&size.to_be_bytes());
+        self.out.write_all(&t).map_err(GitError::io("writing the snapshot"))
     }
 
     /// Records a link.
@@ -240,6 +273,18 @@ impl<R: Read> Reader<R> {
         Ok(b)
     }
 
+    /// A record's modification time: seconds, then nanoseconds below 10⁹.
+    fn mtime(&mut self, path: &str) -> Result<(i64, u32), GitError> {
+        let secs = self.u64()? as i64;
+        let mut ns = [0u8; 4];
+        self.input.read_exact(&mut ns).map_err(|_| bad("truncated"))?;
+        let nanos = u32::from_be_bytes(ns);
+        if nanos >= 1_000_000_000 {
+            return Err(bad(format!("{path:?} has a bad modification time")));
+        }
+        Ok((secs, nanos))
+    }
+
     fn path(&mut self) -> Result<String, GitError> {
         let n = self.u16()? as usize;
         if n > MAX_PATH_BYTES {
@@ -294,23 +339,28 @@ impl<R: Read> Reader<R> {
                 }
                 b'F' | b'X' => {
                     let path = self.path()?;
-                    let secs = self.u64()? as i64;
-                    let mut ns = [0u8; 4];
-                    self.input.read_exact(&mut ns).map_err(|_| bad("truncated"))?;
-                    let nanos = u32::from_be_bytes(ns);
-                    if nanos >= 1_000_000_000 {
-                        return Err(bad(format!("{path:?} has a bad modification time")));
-                    }
+                    let mtime = self.mtime(&path)?;
                     let size = self.u64()?;
                     self.files += 1;
                     self.bytes = self.bytes.saturating_add(size);
                     self.limits.check(self.files, self.bytes, size, &path)?;
-                    let entry = Entry::File { path, size, executable: tag[0] == b'X', mtime: (secs, nanos) };
+                    let entry = Entry::File { path, size, executable: tag[0] == b'X', mtime };
                     let mut take = (&mut self.input).take(size);
                     sink(&entry, Some(&mut take))?;
                     if take.limit() != 0 {
                         return Err(bad(format!("{:?} was not read to its end", entry.path())));
                     }
+                }
+                b'S' | b'T' => {
+                    let path = self.path()?;
+                    let mtime = self.mtime(&path)?;
+                    let size = self.u64()?;
+                    if size > i64::MAX as u64 {
+                        return Err(bad(format!("{path:?} has a size no file can have")));
+                    }
+                    self.files += 1;
+                    self.limits.check(self.files, self.bytes, 0, &path)?;
+                    sink(&Entry::Stat { path, size, executable: tag[0] == b'T', mtime }, None)?;
                 }
                 b'L' => {
                     let path = self.path()?;
@@ -372,10 +422,13 @@ mod tests {
         })
         .unwrap();
         w.link("l", b"/etc/passwd").unwrap();
+        w.stat_only("big", 5 << 30, true, (7, 8)).unwrap();
         let bytes = w.finish().unwrap();
         let got = read(&bytes).unwrap();
-        assert_eq!(got.len(), 3);
+        assert_eq!(got.len(), 4);
         assert_eq!(got[2], Entry::Link { path: "l".into(), target: b"/etc/passwd".to_vec() });
+        // A stat-only file is over the 64 MiB file bound but holds no content.
+        assert_eq!(got[3], Entry::Stat { path: "big".into(), size: 5 << 30, executable: true, mtime: (7, 8) });
     }
 
     #[test]

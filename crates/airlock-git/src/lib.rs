@@ -8,7 +8,9 @@
 //!   ([`archive`]) within [`Limits`] (≤ 128 MiB, ≤ 64 MiB a file,
 //!   ≤ 10,000 files), returning [`SnapshotStats`] with the archive's SHA-256.
 //!   `git_log` and `git_staged_diff` leave the work tree out; `git_log`
-//!   also the index. Control directories (by name, and by identity:
+//!   also the index. `git_status` and `git_diff` copy a work-tree file's
+//!   content only when git would read it (the `index_stat` module's rule, from the
+//!   index's stat data); the others are stat-only records. Control directories (by name, and by identity:
 //!   [`ControlIds`]) are never entered; hard-linked files are left out
 //!   and counted.
 //! - [`driver`] (worker side): the `airlock` binary, bound read-only into
@@ -43,6 +45,7 @@ pub mod answer;
 pub mod archive;
 pub mod driver;
 mod error;
+mod index_stat;
 mod limits;
 mod query;
 pub mod snapshot;

@@ -54,9 +54,21 @@
 //! the index's stat data as git does on the host and hashes only files whose
 //! time or size moved, while a change whose mtime was put back (ctime moved)
 //! is still hashed and seen.
+//!
+//! **Only what the answer needs is copied.** `.git/index` is read first
+//! (`.git` is walked before the work tree) and its stat data decides, file
+//! by file, as git's own racy-clean rule does (`index_stat.rs`): a
+//! tracked file whose size, mode and time match its entry and that is older
+//! than the index, and an untracked file, are recorded by the listing's
+//! stat data alone (a stat-only record, counted in
+//! [`SnapshotStats::stat_only`]) and never opened; every other file is
+//! copied as before. A stat-only file obeys the same rules as a copied one
+//! (not one of airlock's own, one hard link, on its directory's mount) and
+//! counts against the file bound, not the content bounds.
 
 use crate::archive::Writer;
 use crate::error::GitError;
+use crate::index_stat::{HostStat, IndexStat};
 use crate::limits::Limits;
 use crate::query::Scope;
 use airlock_core::path::is_control_name;
@@ -153,8 +165,11 @@ impl ControlIds {
 /// What a snapshot holds.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SnapshotStats {
-    /// Regular files and links copied.
+    /// Regular files and links recorded (copied or stat-only).
     pub files: u64,
+    /// Of them, regular files recorded by their stat data alone, their
+    /// content never read (the index says a query does not need it).
+    pub stat_only: u64,
     /// Bytes of file content copied.
     pub bytes: u64,
     /// Directories recorded.
@@ -222,6 +237,10 @@ struct Walk<'a, W: Write> {
     writer: Writer<Hashing<std::io::BufWriter<&'a mut W>>>,
     limits: Limits,
     control: &'a ControlIds,
+    /// The index's stat data, once `.git/index` was read (work-tree scopes).
+    index: IndexStat,
+    /// Whether the scope wants the index read for the work tree's sake.
+    index_decides: bool,
     stats: SnapshotStats,
 }
 
@@ -298,8 +317,11 @@ pub fn take<W: Write>(
         writer: Writer::new(hashing)?,
         limits,
         control,
+        index: IndexStat::none(),
+        index_decides: scope.work_tree && scope.index,
         stats: SnapshotStats {
             files: 0,
+            stat_only: 0,
             bytes: 0,
             dirs: 0,
             archive_bytes: 0,
@@ -373,7 +395,7 @@ impl<W: Write> Walk<'_, W> {
         self.writer.dir(path)
     }
 
-    /// `in_work_tree`: a work-tree file keeps its modification time only
+    /// `dir_mount` is `dir`'s [`Dir::mount_id`]. `in_work_tree`: a work-tree file keeps its modification time only
     /// if its inode has not changed since its content did (ctime = mtime);
     /// otherwise it gets time 0, so the driver never trusts its stat data
     /// and hashes it (git on the host would see the ctime move). Files
@@ -383,7 +405,14 @@ impl<W: Write> Walk<'_, W> {
     /// left out before a byte of it is read; so is one of airlock's own,
     /// and, in the work tree, a file on another mount (inside `.git` that
     /// refuses the query, as a directory on another mount does).
-    fn file(&mut self, dir: &Dir, entry: &Entry, path: &str, in_work_tree: bool) -> Result<(), GitError> {
+    fn file(
+        &mut self,
+        dir: &Dir,
+        dir_mount: u64,
+        entry: &Entry,
+        path: &str,
+        in_work_tree: bool,
+    ) -> Result<(), GitError> {
         if self.control.contains(entry.dev_ino) {
             self.skip(Skip::ControlDir, None);
             return Ok(());
@@ -393,7 +422,7 @@ impl<W: Write> Walk<'_, W> {
             return Ok(());
         }
         self.limits.check(self.stats.files + 1, self.stats.bytes + entry.size, entry.size, path)?;
-        let file = match dir.open_child_file(entry, dir.mount_id()?) {
+        let file = match dir.open_child_file(entry, dir_mount) {
             Ok(file) => file,
             Err(e) if e.code() == ReasonCode::InputHardlink => {
                 self.skip(Skip::Hardlink, Some(path.to_owned()));
@@ -415,7 +444,41 @@ impl<W: Write> Walk<'_, W> {
         self.limits.check(self.stats.files, self.stats.bytes, size, path)?;
         let executable = file.executable();
         let mtime = if !in_work_tree || file.ctime() == file.mtime() { file.mtime() } else { (0, 0) };
+        if self.index_decides && path == ".git/index" {
+            // Read once into memory: the archive and the index's stat data
+            // are the same bytes.
+            let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+            let read = file.copy_into(&mut bytes)?;
+            self.index = IndexStat::parse(&bytes, mtime.0);
+            return self.writer.file(path, size, executable, mtime, |out| {
+                out.write_all(&bytes).map_err(GitError::io("writing the snapshot"))?;
+                Ok(read)
+            });
+        }
         self.writer.file(path, size, executable, mtime, |out| Ok(file.copy_into(out)?))
+    }
+
+    /// A work-tree file whose content the answer does not need: recorded
+    /// from the listing's stat data, never opened. The rules of [`Walk::file`]
+    /// hold (not one of airlock's own, one hard link, on `dir_mount`).
+    fn stat_only(&mut self, entry: &Entry, path: &str, dir_mount: u64) -> Result<(), GitError> {
+        if self.control.contains(entry.dev_ino) {
+            self.skip(Skip::ControlDir, None);
+            return Ok(());
+        }
+        if entry.nlink > 1 {
+            self.skip(Skip::Hardlink, Some(path.to_owned()));
+            return Ok(());
+        }
+        if entry.mount_id != dir_mount {
+            self.skip(Skip::Mount, Some(path.to_owned()));
+            return Ok(());
+        }
+        self.stats.files += 1;
+        self.stats.stat_only += 1;
+        self.limits.check(self.stats.files, self.stats.bytes, 0, path)?;
+        let mtime = if entry.ctime == entry.mtime { entry.mtime } else { (0, 0) };
+        self.writer.stat_only(path, entry.size, entry.executable, mtime)
     }
 
     /// A link with more than one hard link is left out like a file (its
@@ -434,6 +497,7 @@ impl<W: Write> Walk<'_, W> {
     /// `.git` (or a directory beneath it): files and directories only;
     /// control directories (`.git/.airlock`, …) are never entered.
     fn git_dir(&mut self, dir: &Dir, path: &str, scope: Scope) -> Result<(), GitError> {
+        let dir_mount = dir.mount_id()?;
         for entry in list(dir)? {
             let name = utf8(&entry, path)?;
             let child = join(path, &name);
@@ -458,7 +522,7 @@ impl<W: Write> Walk<'_, W> {
                         self.git_dir(&sub, &child, scope)?;
                     }
                 }
-                EntryKind::Regular => self.file(dir, &entry, &child, false)?,
+                EntryKind::Regular => self.file(dir, dir_mount, &entry, &child, false)?,
                 EntryKind::Symlink => self.skip(Skip::Symlink, Some(child)),
                 EntryKind::Special => self.skip(Skip::Special, Some(child)),
             }
@@ -470,6 +534,7 @@ impl<W: Write> Walk<'_, W> {
     /// directories (`.airlock`, nested `.git`, in any case) and special
     /// files are skipped.
     fn work_tree(&mut self, dir: &Dir, path: &str, entries: Vec<Entry>) -> Result<(), GitError> {
+        let dir_mount = dir.mount_id()?;
         for entry in entries {
             let name = utf8(&entry, path)?;
             let child = join(path, &name);
@@ -488,7 +553,19 @@ impl<W: Write> Walk<'_, W> {
                         self.work_tree(&sub, &child, entries)?;
                     }
                 }
-                EntryKind::Regular => self.file(dir, &entry, &child, true)?,
+                EntryKind::Regular => {
+                    let host = HostStat {
+                        size: entry.size,
+                        executable: entry.executable,
+                        mtime: entry.mtime,
+                        ctime: entry.ctime,
+                    };
+                    if self.index_decides && !self.index.content_needed(&child, &host) {
+                        self.stat_only(&entry, &child, dir_mount)?;
+                    } else {
+                        self.file(dir, dir_mount, &entry, &child, true)?;
+                    }
+                }
                 EntryKind::Symlink => self.link(dir, &entry, &child)?,
                 EntryKind::Special => self.skip(Skip::Special, Some(child)),
             }

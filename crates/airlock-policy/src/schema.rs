@@ -127,6 +127,7 @@ fn snapshot_ty() -> Ty {
     Ty::Record(vec![
         req("kind", Ty::Str),
         req("files", Ty::Long),
+        req("stat_only", Ty::Long),
         req("bytes", Ty::Long),
         req("archive_bytes", Ty::Long),
         req("sha256", Ty::Str),

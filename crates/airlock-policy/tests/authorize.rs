@@ -243,7 +243,7 @@ fn default_permits_low_and_medium_only() {
 fn with_snapshot(call: &Call, linked: u64) -> serde_json::Value {
     let mut json = call.json();
     json["command_boundary"]["filesystem"]["snapshot"] = serde_json::json!({
-        "kind": "git", "files": 3, "bytes": 10, "archive_bytes": 100,
+        "kind": "git", "files": 3, "stat_only": 1, "bytes": 10, "archive_bytes": 100,
         "sha256": sha256_tagged(b"archive"), "linked_files": linked, "skipped": linked,
     });
     json

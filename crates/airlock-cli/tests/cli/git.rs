@@ -116,6 +116,30 @@ fn sandboxed_answers_equal_the_drivers_on_a_busy_repository() {
 }
 
 #[test]
+fn unchanged_files_are_recorded_by_stat_alone_and_the_answers_stay_git_s() {
+    let p = Project::new();
+    let repo = busy(&p);
+    // The index a second newer than every file: none is racy.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    git(&repo, &["update-index", "-q", "--refresh"]);
+    for op in ["git_status", "git_diff"] {
+        let run = p.run(&["query", op, "path=data/repo"]);
+        run.assert_ok();
+        assert_eq!(run.envelope["content"], in_process(&repo, json!({ "operation": op })), "{op}");
+        let snap = &Project::descriptor(&p.path(".airlock"), &run)["command_boundary"]["filesystem"]["snapshot"];
+        // bin.dat (staged, unchanged since) and untracked.txt; a.txt changed.
+        assert_eq!(snap["stat_only"], json!(2), "{op}: {snap}");
+    }
+    let run = p.run(&["query", "git_status", "path=data/repo"]);
+    let ours: Vec<&str> =
+        run.envelope["content"]["entries"].as_array().unwrap().iter().map(|e| e["path"].as_str().unwrap()).collect();
+    let theirs = git(&repo, &["status", "--porcelain", "--untracked-files=all"]);
+    let mut theirs: Vec<&str> = theirs.lines().map(|l| l[3..].rsplit(" -> ").next().unwrap()).collect();
+    theirs.sort_unstable();
+    assert_eq!(ours, theirs);
+}
+
+#[test]
 fn a_detached_head_through_the_sandbox() {
     let p = Project::new();
     let repo = busy(&p);

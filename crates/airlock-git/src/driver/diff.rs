@@ -184,11 +184,12 @@ fn worktree_side(repo: &gix::Repository, path: &str) -> Result<Side, GitError> {
     Ok(Some(std::fs::read(&at).map_err(GitError::io("reading the work tree"))?))
 }
 
-/// Index → work tree.
-pub(crate) fn worktree_diff(repo: &gix::Repository) -> Result<DiffAnswer, GitError> {
+/// Index → work tree, against `index` (as [`super::status::status`]).
+pub(crate) fn worktree_diff(repo: &gix::Repository, index: gix::index::File) -> Result<DiffAnswer, GitError> {
     let iter = repo
         .status(gix::progress::Discard)
         .map_err(GitError::git("starting status"))?
+        .index(gix::worktree::IndexPersistedOrInMemory::InMemory(index))
         .untracked_files(gix::status::UntrackedFiles::None)
         .index_worktree_submodules(gix::status::Submodule::Given {
             ignore: gix::submodule::config::Ignore::All,

@@ -7,7 +7,8 @@
 //! and `/usr/lib*`: no shell, no `git`). The driver unpacks the archive
 //! into `/tmp/repo` with every path checked again
 //! (`unpack.rs`), replaces the repository's configuration with a minimal
-//! one of its own (`open.rs`), opens it with gix isolated from every
+//! one of its own (`open.rs`), settles the stat-only files against the
+//! index (`stat_only.rs`), opens it with gix isolated from every
 //! system, global and environment setting, answers, and prints one JSON
 //! object. Exit 0 with the answer; otherwise exit 2 with
 //! `{"error":{"code","message"}}`.
@@ -15,6 +16,7 @@
 mod diff;
 mod log;
 mod open;
+mod stat_only;
 mod status;
 mod unpack;
 
@@ -62,12 +64,19 @@ pub fn run(request: &str, archive: &Path, into: &Path) -> Result<String, GitErro
     let request: Request = serde_json::from_str(request)
         .map_err(|e| GitError::new(ReasonCode::GitBadArgument, format!("bad request: {e}")))?;
     request.check()?;
-    unpack::unpack(archive, into, Limits::default())?;
+    let stat_only = unpack::unpack(archive, into, Limits::default())?;
     let repo = open::open(into)?;
+    let shared = repo.index_or_empty().map_err(GitError::git("reading the index"))?;
+    let mut index: gix::index::File = (**shared).clone();
+    let index_mtime = std::fs::metadata(repo.index_path()).map_or(0, |m| {
+        use std::os::unix::fs::MetadataExt;
+        m.mtime()
+    });
+    stat_only::settle(stat_only, &mut index, index_mtime, into)?;
     let json = match request.operation {
-        Operation::GitStatus => serde_json::to_string(&status::status(&repo)?),
+        Operation::GitStatus => serde_json::to_string(&status::status(&repo, index)?),
         Operation::GitLog => serde_json::to_string(&log::log(&repo, request.max_count)?),
-        Operation::GitDiff => serde_json::to_string(&diff::worktree_diff(&repo)?),
+        Operation::GitDiff => serde_json::to_string(&diff::worktree_diff(&repo, index)?),
         Operation::GitStagedDiff => serde_json::to_string(&diff::staged_diff(&repo)?),
     };
     json.map_err(|e| GitError::new(ReasonCode::Internal, format!("encoding the answer: {e}")))

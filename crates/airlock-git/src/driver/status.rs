@@ -43,12 +43,14 @@ fn letter_of_tree_change(change: &gix::diff::index::Change) -> (&'static str, St
     }
 }
 
-/// The status answer.
-pub(crate) fn status(repo: &gix::Repository) -> Result<StatusAnswer, GitError> {
+/// The status answer, comparing against `index` (the repository's, with
+/// the stat-only files' entries marked up to date).
+pub(crate) fn status(repo: &gix::Repository, index: gix::index::File) -> Result<StatusAnswer, GitError> {
     let head = head(repo)?;
     let iter = repo
         .status(gix::progress::Discard)
         .map_err(GitError::git("starting status"))?
+        .index(gix::worktree::IndexPersistedOrInMemory::InMemory(index))
         .untracked_files(gix::status::UntrackedFiles::Files)
         .index_worktree_submodules(gix::status::Submodule::Given {
             ignore: gix::submodule::config::Ignore::All,

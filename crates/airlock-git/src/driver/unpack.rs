@@ -5,8 +5,10 @@
 //! collision, a parent recorded as a directory before its children, the
 //! limits. Files are created with `O_CREAT | O_EXCL | O_NOFOLLOW`, so
 //! nothing existing is overwritten and no link is written through; links
-//! are created as links and never followed by the unpacking.
+//! are created as links and never followed by the unpacking. Stat-only
+//! records are handed back for [`super::stat_only::settle`].
 
+use super::stat_only::StatFile;
 use crate::archive::{Entry, Reader};
 use crate::error::GitError;
 use crate::limits::Limits;
@@ -15,8 +17,10 @@ use std::io::{BufReader, Read};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
-/// Unpacks `archive` into the new directory `into`.
-pub(crate) fn unpack(archive: &Path, into: &Path, limits: Limits) -> Result<(), GitError> {
+/// Unpacks `archive` into the new directory `into`; stat-only files are
+/// returned, not created ([`super::stat_only::settle`] decides).
+pub(crate) fn unpack(archive: &Path, into: &Path, limits: Limits) -> Result<Vec<StatFile>, GitError> {
+    let mut stat_only = Vec::new();
     let file = File::open(archive).map_err(GitError::io("opening the snapshot"))?;
     DirBuilder::new().mode(0o700).create(into).map_err(GitError::io("creating the unpack directory"))?;
     let reader = Reader::new(BufReader::with_capacity(1 << 20, file), limits)?;
@@ -25,22 +29,14 @@ pub(crate) fn unpack(archive: &Path, into: &Path, limits: Limits) -> Result<(), 
         match entry {
             Entry::Dir(_) => DirBuilder::new().mode(0o755).create(&at).map_err(GitError::io("creating a directory")),
             Entry::File { executable, mtime, .. } => {
-                let mode = if *executable { 0o755 } else { 0o644 };
-                let mut out = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(mode)
-                    .custom_flags(libc_o_nofollow())
-                    .open(&at)
-                    .map_err(GitError::io("creating a file"))?;
+                let mut out = create(&at, *executable)?;
                 let data: &mut dyn Read =
                     data.ok_or_else(|| GitError::io("reading the snapshot")(std::io::ErrorKind::UnexpectedEof.into()))?;
                 std::io::copy(data, &mut out).map_err(GitError::io("writing a file"))?;
-                let when = std::time::UNIX_EPOCH
-                    .checked_add(std::time::Duration::new(mtime.0.max(0) as u64, mtime.1))
-                    .unwrap_or(std::time::UNIX_EPOCH);
-                out.set_times(std::fs::FileTimes::new().set_modified(when))
-                    .map_err(GitError::io("setting a file's time"))?;
+                set_mtime(&out, *mtime)
+            }
+            Entry::Stat { path, size, executable, mtime } => {
+                stat_only.push(StatFile { path: path.clone(), size: *size, executable: *executable, mtime: *mtime });
                 Ok(())
             }
             Entry::Link { target, .. } => {
@@ -49,7 +45,35 @@ pub(crate) fn unpack(archive: &Path, into: &Path, limits: Limits) -> Result<(), 
                     .map_err(GitError::io("creating a link"))
             }
         }
-    })
+    })?;
+    Ok(stat_only)
+}
+
+/// Creates `file` at `at` sparse: its size without its bytes (tmpfs
+/// charges no memory for a hole), and its time.
+pub(crate) fn create_sparse(at: &Path, file: &StatFile) -> Result<(), GitError> {
+    let out = create(at, file.executable)?;
+    out.set_len(file.size).map_err(GitError::io("sizing a stat-only file"))?;
+    set_mtime(&out, file.mtime)
+}
+
+/// Creates the new file `at` (never an existing one, never through a link).
+fn create(at: &Path, executable: bool) -> Result<File, GitError> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(if executable { 0o755 } else { 0o644 })
+        .custom_flags(libc_o_nofollow())
+        .open(at)
+        .map_err(GitError::io("creating a file"))
+}
+
+/// Gives `file` the host's modification time.
+fn set_mtime(file: &File, mtime: (i64, u32)) -> Result<(), GitError> {
+    let when = std::time::UNIX_EPOCH
+        .checked_add(std::time::Duration::new(mtime.0.max(0) as u64, mtime.1))
+        .unwrap_or(std::time::UNIX_EPOCH);
+    file.set_times(std::fs::FileTimes::new().set_modified(when)).map_err(GitError::io("setting a file's time"))
 }
 
 /// `O_NOFOLLOW` (rustix's flag, as the raw value std wants).

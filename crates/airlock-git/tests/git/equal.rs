@@ -1,8 +1,10 @@
 //! Answers equal to the `git` CLI's.
 
-use crate::util::{answer, op, Repo};
+use crate::util::{answer, op, take, Repo};
+use airlock_git::{Limits, Operation};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
 
 /// `git status --porcelain=v2 -z --branch --untracked-files=all`, as our
 /// answer's shape: (head, path → (index, worktree, from)).
@@ -268,6 +270,56 @@ fn a_same_size_change_with_its_time_put_back_is_still_seen() {
     assert_status_equal(&r);
     let ours = answer(&r.path(), op("git_status")).unwrap();
     assert_eq!(ours["entries"][0]["path"], json!("a.txt"), "{ours}");
+}
+
+/// Waits until the next second, then lets git rewrite the index, so every
+/// file written before is older than it (not racy): the snapshot then
+/// records unchanged tracked files by their stat data alone.
+fn age_the_index(r: &Repo) {
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    r.git(&["update-index", "-q", "--refresh"]);
+}
+
+#[test]
+fn with_an_older_index_status_and_diffs_still_equal_git_s() {
+    let r = busy_repo();
+    age_the_index(&r);
+    let (stats, _) = take(&r.path(), Operation::GitStatus, Limits::default()).unwrap();
+    assert!(stats.stat_only > 0, "{stats:?}");
+    assert_status_equal(&r);
+    assert_diff_equal(&r, false);
+    assert_diff_equal(&r, true);
+}
+
+#[test]
+fn only_the_files_git_would_read_are_copied() {
+    const UNCHANGED: &str = "UNCHANGED-4d1f-content-never-copied\n";
+    let r = Repo::new();
+    for name in ["a.txt", "touched.txt", "edited.txt", "mode.sh"] {
+        r.write(name, if name == "a.txt" { UNCHANGED.to_string() } else { format!("{name}\n") });
+    }
+    r.git(&["add", "-A"]);
+    r.git(&["commit", "-q", "-m", "one"]);
+    age_the_index(&r);
+    // Same content, new time: hashed (and clean); new content: changed;
+    // a mode change; an untracked file.
+    r.write("touched.txt", "touched.txt\n");
+    r.write("edited.txt", "edited, and longer\n");
+    let mode = std::fs::Permissions::from_mode(0o755);
+    std::fs::set_permissions(r.path().join("mode.sh"), mode).unwrap();
+    r.write("untracked.txt", "UNTRACKED-9a7c\n");
+
+    let (stats, archive) = take(&r.path(), Operation::GitStatus, Limits::default()).unwrap();
+    let bytes = std::fs::read(&archive).unwrap();
+    let holds = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
+    assert!(!holds(UNCHANGED) && !holds("UNTRACKED-9a7c"), "{stats:?}");
+    assert!(holds("touched.txt\n") && holds("edited, and longer"), "{stats:?}");
+    assert_eq!(stats.stat_only, 2, "a.txt and untracked.txt: {stats:?}");
+    assert_status_equal(&r);
+    assert_diff_equal(&r, false);
+    let ours = answer(&r.path(), op("git_status")).unwrap();
+    let paths: Vec<&str> = ours["entries"].as_array().unwrap().iter().map(|e| e["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["edited.txt", "mode.sh", "untracked.txt"], "{ours}");
 }
 
 #[test]

@@ -266,6 +266,7 @@ fn boundary(path: &Option<RelPath>, stats: &SnapshotStats) -> FilesystemBoundary
     filesystem.snapshot = Some(SnapshotBinding {
         kind: "git".into(),
         files: stats.files,
+        stat_only: stats.stat_only,
         bytes: stats.bytes,
         archive_bytes: stats.archive_bytes,
         sha256,

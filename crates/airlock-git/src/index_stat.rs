@@ -1,0 +1,384 @@
+//! What the host learns from `.git/index`: the stat data git recorded for
+//! each path, so a snapshot copies a work-tree file's content only when
+//! git itself would read it.
+//!
+//! `git status` trusts an index entry whose recorded size, mode and
+//! modification time match the file and that is not *racy* (modified in
+//! or after the second the index was written); only the others are
+//! hashed. The snapshot applies the same rule, more strictly: a tracked
+//! file is recorded by its stat data alone ([`crate::archive::Entry::Stat`],
+//! no content) only when its size, executable bit, modification time to
+//! the nanosecond all equal the entry's, its ctime equals its mtime (else
+//! the driver is told to distrust it anyway), the entry is in stage 0 with
+//! no flag that changes how git treats it, and its time is a whole second
+//! older than the index. An untracked file never has its content read by
+//! a status or diff, so it too is stat-only, but only when the index was
+//! read completely (no split index, no sparse directory entries), since an
+//! entry missing from a partial reading may be a tracked file.
+//!
+//! This is airlock's own parser rather than gix's on purpose: gix (a large
+//! parser of attacker-controlled data) runs only inside the worker, never
+//! in the host process (DESIGN "gix runs only in a worker"). The parser
+//! reads only the fixed-width stat fields and the paths, is bounded
+//! ([`MAX_ENTRIES`]), and fails closed: an index it cannot read in full
+//! (a version other than 2–4, a malformed entry, too many entries) gives
+//! no entries at all, so every work-tree file is copied, as before. The
+//! worst a lying index can do is make a hostile repository's own answer
+//! wrong: leaving content out never reads more of the host.
+
+use std::collections::HashMap;
+
+/// The most index entries read; a larger index is not used (every file is
+/// copied then). The snapshot holds at most 10,000 files, so a repository
+/// it can answer for has a far smaller index.
+pub(crate) const MAX_ENTRIES: usize = 100_000;
+
+/// Names whose content gix reads whatever their stat data says: the
+/// per-directory ignore, attribute and submodule files.
+const ALWAYS_COPIED: &[&str] = &[".gitignore", ".gitattributes", ".gitmodules"];
+
+/// One index entry's stat data (stage 0 only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Recorded {
+    mtime: (u32, u32),
+    size: u32,
+    executable: bool,
+    /// A plain stage-0 regular-file entry: no assume-valid, skip-worktree
+    /// or intent-to-add flag, and no other stage of the same path.
+    plain: bool,
+}
+
+/// A work-tree file as the host listed it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HostStat {
+    /// Size in bytes.
+    pub(crate) size: u64,
+    /// Whether any execute bit is set.
+    pub(crate) executable: bool,
+    /// Modification time.
+    pub(crate) mtime: (i64, u32),
+    /// Status change time.
+    pub(crate) ctime: (i64, u32),
+}
+
+/// The index's stat data, by path.
+#[derive(Debug, Default)]
+pub(crate) struct IndexStat {
+    entries: HashMap<String, Recorded>,
+    /// Every entry was read: a path missing here is untracked.
+    complete: bool,
+    /// The index file's own modification time (seconds).
+    written: i64,
+}
+
+impl IndexStat {
+    /// No index known: every file's content is needed.
+    pub(crate) fn none() -> IndexStat {
+        IndexStat::default()
+    }
+
+    /// Reads `bytes` (the whole index file, modified at `written`
+    /// seconds); anything it cannot read in full gives [`IndexStat::none`].
+    pub(crate) fn parse(bytes: &[u8], written: i64) -> IndexStat {
+        parse(bytes).map_or_else(IndexStat::none, |(entries, complete)| IndexStat { entries, complete, written })
+    }
+
+    /// Whether a status or diff needs the content of the work-tree
+    /// regular file `path`.
+    pub(crate) fn content_needed(&self, path: &str, file: &HostStat) -> bool {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        if ALWAYS_COPIED.contains(&name) {
+            return true;
+        }
+        let Some(entry) = self.entries.get(path) else {
+            return !self.complete;
+        };
+        let (Ok(secs), Ok(size)) = (u32::try_from(file.mtime.0), u32::try_from(file.size)) else {
+            return true;
+        };
+        let trusted = entry.plain
+            && entry.size == size
+            && entry.executable == file.executable
+            && entry.mtime == (secs, file.mtime.1)
+            && file.ctime == file.mtime
+            && i64::from(secs) < self.written;
+        !trusted
+    }
+}
+
+/// A cursor over the index bytes; every read is bounds-checked.
+struct Bytes<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Bytes<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.at.checked_add(n)?;
+        let out = self.data.get(self.at..end)?;
+        self.at = end;
+        Some(out)
+    }
+
+    fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_be_bytes(self.take(2)?.try_into().ok()?))
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_be_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    /// Bytes up to (not including) the next NUL, which is consumed.
+    fn until_nul(&mut self) -> Option<&'a [u8]> {
+        let rest = self.data.get(self.at..)?;
+        let n = rest.iter().position(|b| *b == 0)?;
+        let out = &rest[..n];
+        self.at += n + 1;
+        Some(out)
+    }
+
+    /// Git's offset varint (index v4 path compression).
+    fn varint(&mut self) -> Option<usize> {
+        let mut byte = self.take(1)?[0];
+        let mut value = usize::from(byte & 0x7f);
+        while byte & 0x80 != 0 {
+            byte = self.take(1)?[0];
+            value = value.checked_add(1)?.checked_mul(128)? | usize::from(byte & 0x7f);
+        }
+        Some(value)
+    }
+}
+
+/// Flag bits of an entry (`flags`, then `extended flags` in v3+).
+const FLAG_ASSUME_VALID: u16 = 0x8000;
+const FLAG_EXTENDED: u16 = 0x4000;
+const STAGE_MASK: u16 = 0x3000;
+const EXTENDED_SKIP_WORKTREE: u16 = 0x4000;
+const EXTENDED_INTENT_TO_ADD: u16 = 0x2000;
+/// Object id length (SHA-1 repositories only: the driver refuses others).
+const OID_BYTES: usize = 20;
+/// The fixed part of an entry before its id.
+const STAT_BYTES: usize = 40;
+const MODE_REGULAR: u32 = 0o100644;
+const MODE_EXECUTABLE: u32 = 0o100755;
+const MODE_DIRECTORY: u32 = 0o040000;
+
+/// The entries, and whether the reading is complete.
+fn parse(data: &[u8]) -> Option<(HashMap<String, Recorded>, bool)> {
+    let mut b = Bytes { data, at: 0 };
+    if b.take(4)? != b"DIRC" {
+        return None;
+    }
+    let version = b.u32()?;
+    if !(2..=4).contains(&version) {
+        return None;
+    }
+    let count = usize::try_from(b.u32()?).ok()?;
+    if count > MAX_ENTRIES {
+        return None;
+    }
+    let mut entries: HashMap<String, Recorded> = HashMap::with_capacity(count);
+    let mut complete = true;
+    let mut previous: Vec<u8> = Vec::new();
+    for _ in 0..count {
+        let start = b.at;
+        let stat = b.take(STAT_BYTES)?;
+        let field = |i: usize| u32::from_be_bytes(stat[i * 4..i * 4 + 4].try_into().expect("four bytes"));
+        let (mtime, mode, size) = ((field(2), field(3)), field(6), field(9));
+        b.take(OID_BYTES)?;
+        let flags = b.u16()?;
+        let extended = if flags & FLAG_EXTENDED != 0 {
+            if version < 3 {
+                return None;
+            }
+            b.u16()?
+        } else {
+            0
+        };
+        let path = if version == 4 {
+            let strip = b.varint()?;
+            let keep = previous.len().checked_sub(strip)?;
+            previous.truncate(keep);
+            previous.extend_from_slice(b.until_nul()?);
+            previous.clone()
+        } else {
+            let path = b.until_nul()?.to_vec();
+            // v2/v3 pad each entry with 1–8 NULs to a multiple of 8 bytes;
+            // `until_nul` consumed the first.
+            let used = b.at - start;
+            b.take((8 - used % 8) % 8)?;
+            path
+        };
+        if mode == MODE_DIRECTORY {
+            complete = false; // a sparse directory entry: its files are not listed
+            continue;
+        }
+        let Ok(path) = String::from_utf8(path) else {
+            complete = false;
+            continue;
+        };
+        let stage = flags & STAGE_MASK;
+        let plain = stage == 0
+            && flags & FLAG_ASSUME_VALID == 0
+            && extended & (EXTENDED_SKIP_WORKTREE | EXTENDED_INTENT_TO_ADD) == 0
+            && (mode == MODE_REGULAR || mode == MODE_EXECUTABLE);
+        let recorded = Recorded { mtime, size, executable: mode == MODE_EXECUTABLE, plain };
+        entries
+            .entry(path)
+            .and_modify(|seen| seen.plain = false) // more than one stage: a conflict
+            .or_insert(recorded);
+    }
+    // Extensions: a split index ("link") keeps most entries in another file.
+    let trailer = data.len().checked_sub(OID_BYTES)?;
+    while b.at < trailer {
+        let signature = b.take(4)?;
+        let size = usize::try_from(b.u32()?).ok()?;
+        if signature == b"link" || signature == b"sdir" {
+            complete = false;
+        }
+        b.take(size)?;
+    }
+    if b.at != trailer {
+        return None;
+    }
+    Some((entries, complete))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+    use std::process::Command;
+
+    fn git(dir: &std::path::Path, args: &[&str]) {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", dir)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+
+    fn host(path: &std::path::Path) -> HostStat {
+        let md = std::fs::symlink_metadata(path).unwrap();
+        HostStat {
+            size: md.size(),
+            executable: md.mode() & 0o111 != 0,
+            mtime: (md.mtime(), md.mtime_nsec() as u32),
+            ctime: (md.ctime(), md.ctime_nsec() as u32),
+        }
+    }
+
+    /// A repository whose files are a second older than its index.
+    fn repo(version: &str) -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        git(t.path(), &["init", "-q"]);
+        git(t.path(), &["config", "index.version", version]);
+        for name in ["a.txt", "dir/b.txt", "dir/deeper/c.txt", ".gitignore"] {
+            let p = t.path().join(name);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, name).unwrap();
+        }
+        git(t.path(), &["add", "-A"]);
+        git(t.path(), &["commit", "-qm", "x"]);
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        git(t.path(), &["update-index", "--really-refresh"]);
+        t
+    }
+
+    fn read(t: &tempfile::TempDir) -> IndexStat {
+        let index = t.path().join(".git/index");
+        let written = std::fs::metadata(&index).unwrap().mtime();
+        IndexStat::parse(&std::fs::read(index).unwrap(), written)
+    }
+
+    #[test]
+    fn unchanged_tracked_files_need_no_content_in_every_index_version() {
+        for version in ["2", "3", "4"] {
+            let t = repo(version);
+            let index = read(&t);
+            assert!(index.complete, "v{version}");
+            for name in ["a.txt", "dir/b.txt", "dir/deeper/c.txt"] {
+                assert!(!index.content_needed(name, &host(&t.path().join(name))), "v{version} {name}");
+            }
+            // Ignore files are always read by gix.
+            assert!(index.content_needed(".gitignore", &host(&t.path().join(".gitignore"))));
+            // Untracked, and the index is complete: no content.
+            std::fs::write(t.path().join("new.txt"), "n").unwrap();
+            assert!(!index.content_needed("new.txt", &host(&t.path().join("new.txt"))));
+        }
+    }
+
+    #[test]
+    fn any_difference_or_doubt_needs_the_content() {
+        let t = repo("2");
+        let index = read(&t);
+        let a = host(&t.path().join("a.txt"));
+        let changed = [
+            HostStat { size: a.size + 1, ..a },
+            HostStat { executable: !a.executable, ..a },
+            HostStat { mtime: (a.mtime.0, a.mtime.1 ^ 1), ctime: (a.mtime.0, a.mtime.1 ^ 1), ..a },
+            HostStat { ctime: (a.ctime.0 + 1, a.ctime.1), ..a },
+        ];
+        for file in changed {
+            assert!(index.content_needed("a.txt", &file), "{file:?}");
+        }
+        // Racy: modified in the second the index was written.
+        let racy = IndexStat { written: a.mtime.0, ..read(&t) };
+        assert!(racy.content_needed("a.txt", &a));
+        // No index, or one that does not parse: everything is copied.
+        for broken in [IndexStat::none(), IndexStat::parse(b"DIRC\0\0\0\x02\0\0\0\x05", i64::MAX)] {
+            assert!(broken.content_needed("a.txt", &a));
+            assert!(broken.content_needed("untracked.txt", &a));
+        }
+    }
+
+    #[test]
+    fn truncated_or_corrupt_indexes_give_nothing() {
+        let t = repo("4");
+        let bytes = std::fs::read(t.path().join(".git/index")).unwrap();
+        // Every cut inside the entries (the cache-tree extension follows them).
+        let entries_end = bytes.windows(4).position(|w| w == b"TREE").unwrap();
+        for cut in 0..entries_end {
+            let index = IndexStat::parse(&bytes[..cut], i64::MAX);
+            assert!(index.entries.is_empty() && !index.complete, "cut at {cut}");
+        }
+        let mut version = bytes.clone();
+        version[7] = 9;
+        assert!(IndexStat::parse(&version, i64::MAX).entries.is_empty());
+        // Any byte of it changed to any of a few hostile values: no panic,
+        // and never more entries than the index holds.
+        for at in 0..bytes.len() {
+            for value in [0x00, 0x01, 0x7f, 0x80, 0xff] {
+                let mut hostile = bytes.clone();
+                hostile[at] = value;
+                assert!(IndexStat::parse(&hostile, i64::MAX).entries.len() <= 3, "byte {at} = {value:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn skip_worktree_assume_valid_and_split_indexes_are_not_trusted() {
+        let t = repo("3");
+        git(t.path(), &["update-index", "--skip-worktree", "a.txt"]);
+        git(t.path(), &["update-index", "--assume-unchanged", "dir/b.txt"]);
+        let index = read(&t);
+        assert!(index.content_needed("a.txt", &host(&t.path().join("a.txt"))));
+        assert!(index.content_needed("dir/b.txt", &host(&t.path().join("dir/b.txt"))));
+        assert!(!index.content_needed("dir/deeper/c.txt", &host(&t.path().join("dir/deeper/c.txt"))));
+
+        let split = repo("2");
+        git(split.path(), &["update-index", "--split-index"]);
+        let index = read(&split);
+        assert!(!index.complete);
+        std::fs::write(split.path().join("new.txt"), "n").unwrap();
+        assert!(index.content_needed("new.txt", &host(&split.path().join("new.txt"))));
+    }
+}

@@ -134,3 +134,48 @@ fn a_local_clone_has_its_linked_objects_left_out_until_repacked() {
     let log = answer(&dst, op("git_log")).unwrap();
     assert_eq!(log["commits"][0]["id"], serde_json::json!(head.trim()));
 }
+
+/// A bind mount inside the work tree is never recorded, not even by its
+/// stat data: an unchanged tracked file and an untracked one (both
+/// stat-only candidates) with another file mounted over them are skipped
+/// as `mount`, and nothing of the mounted file reaches the archive.
+#[test]
+fn a_file_mounted_into_the_work_tree_is_skipped_even_when_stat_only() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: bind mounts need root");
+        return;
+    }
+    let r = committed();
+    r.write("tracked.txt", "tracked\n");
+    r.git(&["add", "tracked.txt"]);
+    r.git(&["commit", "-q", "-m", "tracked"]);
+    r.write("untracked.txt", "u\n");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    r.git(&["update-index", "-q", "--refresh"]);
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret-7f3e.bin");
+    std::fs::write(&secret, vec![7u8; 12_345]).unwrap();
+    let mut mounted = Vec::new();
+    for name in ["tracked.txt", "untracked.txt"] {
+        let target = r.path().join(name);
+        let ok = std::process::Command::new("mount").arg("--bind").arg(&secret).arg(&target).status().unwrap();
+        if !ok.success() {
+            eprintln!("skipped: mount --bind is not permitted here");
+            return;
+        }
+        mounted.push(target);
+    }
+    let taken = take(&r.path(), Operation::GitStatus, Limits::default());
+    for target in &mounted {
+        let _ = std::process::Command::new("umount").arg(target).status();
+    }
+    let (stats, archive) = taken.unwrap();
+    assert_eq!(stats.skipped_by.get(&Skip::Mount), Some(&2), "{stats:?}");
+    assert!(stats.partial());
+    let bytes = std::fs::read(&archive).unwrap();
+    assert!(!bytes.windows(8).any(|w| w == 12_345u64.to_be_bytes()), "the mounted file's size is in the archive");
+    // Unmounted, both are recorded stat-only (the test can fail).
+    let (stats, _) = take(&r.path(), Operation::GitStatus, Limits::default()).unwrap();
+    assert_eq!(stats.stat_only, 3, "a.txt, tracked.txt, untracked.txt: {stats:?}");
+    assert_eq!(stats.skipped_by.get(&Skip::Mount), None, "{stats:?}");
+}

@@ -413,12 +413,7 @@ impl<W: Write> Walk<'_, W> {
         path: &str,
         in_work_tree: bool,
     ) -> Result<(), GitError> {
-        if self.control.contains(entry.dev_ino) {
-            self.skip(Skip::ControlDir, None);
-            return Ok(());
-        }
-        if entry.nlink > 1 {
-            self.skip(Skip::Hardlink, Some(path.to_owned()));
+        if self.left_out_as_listed(entry, path) {
             return Ok(());
         }
         self.limits.check(self.stats.files + 1, self.stats.bytes + entry.size, entry.size, path)?;
@@ -458,16 +453,25 @@ impl<W: Write> Walk<'_, W> {
         self.writer.file(path, size, executable, mtime, |out| Ok(file.copy_into(out)?))
     }
 
+    /// Whether the listed file `entry` is left out (and counted) before it
+    /// is opened: one of airlock's own, or with more than one hard link.
+    fn left_out_as_listed(&mut self, entry: &Entry, path: &str) -> bool {
+        if self.control.contains(entry.dev_ino) {
+            self.skip(Skip::ControlDir, None);
+            return true;
+        }
+        if entry.nlink > 1 {
+            self.skip(Skip::Hardlink, Some(path.to_owned()));
+            return true;
+        }
+        false
+    }
+
     /// A work-tree file whose content the answer does not need: recorded
     /// from the listing's stat data, never opened. The rules of [`Walk::file`]
     /// hold (not one of airlock's own, one hard link, on `dir_mount`).
     fn stat_only(&mut self, entry: &Entry, path: &str, dir_mount: u64) -> Result<(), GitError> {
-        if self.control.contains(entry.dev_ino) {
-            self.skip(Skip::ControlDir, None);
-            return Ok(());
-        }
-        if entry.nlink > 1 {
-            self.skip(Skip::Hardlink, Some(path.to_owned()));
+        if self.left_out_as_listed(entry, path) {
             return Ok(());
         }
         if entry.mount_id != dir_mount {

@@ -14,18 +14,10 @@
 //! untracked file), is created sparse with its size and time, and gix
 //! judges it as it would any file.
 
+use super::unpack::{create_sparse, StatFile};
 use crate::error::GitError;
 use gix::index::entry::{Flags, Mode, Stage};
 use std::path::Path;
-
-/// One stat-only record of the archive.
-#[derive(Debug, Clone)]
-pub(crate) struct StatFile {
-    pub(crate) path: String,
-    pub(crate) size: u64,
-    pub(crate) executable: bool,
-    pub(crate) mtime: (i64, u32),
-}
 
 /// Marks the tracked, unchanged files of `files` up to date in `index`
 /// (written at `index_mtime` seconds) and creates every other one under
@@ -41,7 +33,7 @@ pub(crate) fn settle(
         let unchanged = found.is_some_and(|i| matches_entry(&index.entries()[i], &file, index_mtime));
         match found {
             Some(i) if unchanged => index.entries_mut()[i].flags.insert(Flags::UPTODATE),
-            _ => super::unpack::create_sparse(&work_tree.join(&file.path), &file)?,
+            _ => create_sparse(&work_tree.join(&file.path), &file)?,
         }
     }
     Ok(())

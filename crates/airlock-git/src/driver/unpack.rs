@@ -6,9 +6,8 @@
 //! limits. Files are created with `O_CREAT | O_EXCL | O_NOFOLLOW`, so
 //! nothing existing is overwritten and no link is written through; links
 //! are created as links and never followed by the unpacking. Stat-only
-//! records are handed back for [`super::stat_only::settle`].
+//! records are handed back (`stat_only.rs` settles them).
 
-use super::stat_only::StatFile;
 use crate::archive::{Entry, Reader};
 use crate::error::GitError;
 use crate::limits::Limits;
@@ -17,8 +16,17 @@ use std::io::{BufReader, Read};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
+/// One stat-only record of the archive, not yet created.
+#[derive(Debug, Clone)]
+pub(crate) struct StatFile {
+    pub(crate) path: String,
+    pub(crate) size: u64,
+    pub(crate) executable: bool,
+    pub(crate) mtime: (i64, u32),
+}
+
 /// Unpacks `archive` into the new directory `into`; stat-only files are
-/// returned, not created ([`super::stat_only::settle`] decides).
+/// returned, not created (`stat_only.rs` decides).
 pub(crate) fn unpack(archive: &Path, into: &Path, limits: Limits) -> Result<Vec<StatFile>, GitError> {
     let mut stat_only = Vec::new();
     let file = File::open(archive).map_err(GitError::io("opening the snapshot"))?;

@@ -39,6 +39,10 @@ pub const ALL: &[Row] = &[
     Row { name: "airlock run trivial tool vs nsjail", run: Run::One(crate::run_rows::run_vs_nsjail) },
     Row { name: "airlock run trivial tool vs runsc do", run: Run::One(crate::run_rows::run_vs_runsc_do) },
     Row { name: "airlock run trivial tool vs bare command", run: Run::One(crate::run_rows::run_vs_bare) },
+    Row {
+        name: "airlock run: sandbox started during preparation vs after it",
+        run: Run::One(crate::run_rows::run_prestarted_vs_after),
+    },
     Row { name: "journal: 7 records (one run's worth) vs the run", run: Run::One(crate::run_rows::journal_share) },
     Row { name: "authorize: 100 Cedar policies vs 1", run: Run::One(crate::policy_rows::authorization_latency) },
     Row {

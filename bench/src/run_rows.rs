@@ -192,6 +192,25 @@ pub fn run_vs_bwrap(quick: bool) -> Result<Report, String> {
     })
 }
 
+/// `airlock run` with its sandbox started while the call is prepared (the
+/// default) vs the same binary started after it (`[sandbox] warm_pool =
+/// 0`), the same tool, alternated: what the overlap saves.
+pub fn run_prestarted_vs_after(quick: bool) -> Result<Report, String> {
+    let prestarted = setup()?;
+    let after = setup_with("[sandbox]\nwarm_pool = 0\n")?;
+    let samples = if quick { 10 } else { 60 };
+    let (candidate, baseline) = compare(samples, || prestarted.airlock_once(), || after.airlock_once())?;
+    Ok(Report {
+        name: "airlock run: sandbox started during preparation vs after it",
+        candidate,
+        baseline,
+        target: Target::ForScale,
+        bytes: None,
+        samples,
+        extra: vec!["both: the trivial copy tool, native tier; baseline: `[sandbox] warm_pool = 0`".into()],
+    })
+}
+
 /// `airlock run` vs the bare command: what the whole pipeline costs.
 pub fn run_vs_bare(quick: bool) -> Result<Report, String> {
     let s = setup()?;

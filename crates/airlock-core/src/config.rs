@@ -270,7 +270,8 @@ pub struct Config {
     pub cgroup_parent: Option<PathBuf>,
     /// How many warm sandboxes a long-lived airlock (`airlock mcp`) keeps
     /// ready for native calls (`[sandbox] warm_pool`, default
-    /// [`DEFAULT_WARM_POOL`], at most [`MAX_WARM_POOL`]; 0: none).
+    /// [`DEFAULT_WARM_POOL`], at most [`MAX_WARM_POOL`]; 0: none, and
+    /// `airlock run` builds no sandbox while it prepares).
     pub warm_pool: usize,
     /// Ceilings, at most [`MAX_CEILINGS`], with distinct virtual destinations.
     pub ceilings: Vec<Ceiling>,

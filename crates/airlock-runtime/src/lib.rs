@@ -185,6 +185,29 @@ impl Runtime {
         Ok(())
     }
 
+    /// Starts one sandbox now, for the one native call this process is
+    /// about to make (`airlock run`): its start overlaps the call's
+    /// preparation. Nothing when `[sandbox] warm_pool = 0`, the tier is not
+    /// native, no init program was configured, or workers get cgroups of
+    /// their own here (a delegated cgroup, or `require_cgroup`: such a call
+    /// starts cold, so the skeleton would be wasted); a call that does not
+    /// fit it (another image or tier, a bound program) starts cold and the
+    /// skeleton is discarded.
+    pub fn prestart_sandbox(&mut self) {
+        let Some((program, _)) = self.init_program.clone() else { return };
+        if self.config.warm_pool == 0 || self.warm.is_some() || self.config.tier != airlock_core::config::Tier::Native {
+            return;
+        }
+        let parent = self.config.cgroup_parent.as_deref();
+        if self.config.require_cgroup || airlock_sandbox::cgroup_limits_available(parent).is_ok() {
+            return;
+        }
+        match airlock_sandbox::WarmPool::start_one(program, self.image()) {
+            Ok(pool) => self.warm = Some(std::sync::Arc::new(pool)),
+            Err(e) => tracing::debug!(error = %e, "no sandbox started ahead of the call"),
+        }
+    }
+
     /// The authorizer for this configuration: the cluster's policy bundle,
     /// the configured Cedar policies, or the built-in default policy.
     pub fn authorizer(&self) -> Result<&dyn Authorizer, Refusal> {

@@ -62,6 +62,8 @@ struct Shared {
     init_program: PathBuf,
     image: Vec<ImageMount>,
     size: usize,
+    /// Build one skeleton, once, and never refill ([`WarmPool::start_one`]).
+    one_shot: bool,
     state: Mutex<State>,
     wake: Condvar,
 }
@@ -78,6 +80,8 @@ struct State {
     active: u32,
     /// Why the last skeleton could not be started, if it could not.
     last_error: Option<String>,
+    /// A one-shot pool's skeleton is still being built: a claim waits for it.
+    building: bool,
 }
 
 /// Counts of a pool, for reports.
@@ -95,18 +99,37 @@ impl WarmPool {
     /// Starts a pool that keeps `size` skeletons (at least one) of
     /// `init_program` with `image` ready, refilled by a thread of its own.
     pub fn start(init_program: PathBuf, image: Vec<ImageMount>, size: usize) -> Result<WarmPool, SandboxError> {
+        WarmPool::spawn(init_program, image, size.max(1), false)
+    }
+
+    /// Starts building one skeleton now, on a thread of its own, for the
+    /// one call a short-lived caller (`airlock run`) is about to make: the
+    /// sandbox's start overlaps the call's preparation instead of following
+    /// it. The pool never refills; a claim waits for the skeleton while it
+    /// is being built.
+    pub fn start_one(init_program: PathBuf, image: Vec<ImageMount>) -> Result<WarmPool, SandboxError> {
+        WarmPool::spawn(init_program, image, 1, true)
+    }
+
+    fn spawn(
+        init_program: PathBuf,
+        image: Vec<ImageMount>,
+        size: usize,
+        one_shot: bool,
+    ) -> Result<WarmPool, SandboxError> {
         let shared = Arc::new(Shared {
             init_program,
             image,
-            size: size.max(1),
-            state: Mutex::new(State::default()),
+            size,
+            one_shot,
+            state: Mutex::new(State { building: one_shot, ..State::default() }),
             wake: Condvar::new(),
         });
         let refill = {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name("airlock-warm".into())
-                .spawn(move || shared.refill())
+                .spawn(move || if shared.one_shot { shared.build_once() } else { shared.refill() })
                 .map_err(|e| SandboxError::Fork { role: "warm pool refill thread".into(), errno: errno(e) })?
         };
         Ok(WarmPool { shared, refill: Some(refill) })
@@ -127,6 +150,9 @@ impl WarmPool {
         let mut discarded = Vec::new();
         let found = {
             let mut state = self.shared.lock();
+            while state.building && state.ready.is_empty() {
+                state = self.shared.wake.wait(state).unwrap_or_else(|p| p.into_inner());
+            }
             let found = loop {
                 match state.ready.pop_front() {
                     None => break None,
@@ -166,6 +192,20 @@ impl Drop for WarmPool {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A one-shot pool's builder: one skeleton, then done.
+    fn build_once(&self) {
+        let made = Skeleton::spawn(&self.init_program, &self.image);
+        let mut state = self.lock();
+        match made {
+            Ok(skeleton) if !state.stopping => state.ready.push_back(skeleton),
+            Ok(_) => {}
+            Err(why) => state.last_error = Some(why.to_string()),
+        }
+        state.building = false;
+        drop(state);
+        self.wake.notify_all();
     }
 
     fn refill(&self) {

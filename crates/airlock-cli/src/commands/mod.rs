@@ -90,6 +90,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
     let answer = match cli.command {
         Command::Run(call) => {
             runtime.set_init_program(init_executable()?, true);
+            runtime.prestart_sandbox();
             crate::signals::cancel_on_signal(runtime.canceller())?;
             run::run(&runtime, call)?.into()
         }

@@ -1,7 +1,8 @@
 //! `airlock mcp` with warm sandboxes (`[sandbox] warm_pool`, default 2):
 //! its native calls start in skeletons built before them, say so in
 //! `evidence.limits.warm_sandbox`, publish the same bytes as a cold call,
-//! and leave nothing behind when the server is SIGKILLed mid-call.
+//! and leave nothing behind when the server is SIGKILLed mid-call. `airlock
+//! run` builds its one skeleton while it prepares, with the same guarantees.
 
 use crate::mcpkit::McpSession;
 use crate::runkit::{marker, procs_with, sh_tool, wait_until, KillOnDrop};
@@ -65,6 +66,47 @@ fn a_pool_size_out_of_range_is_refused() {
     let r = p.run(&["doctor"]);
     assert!(r.stdout.contains("warm_pool") || r.stderr.contains("warm_pool"), "{r:#?}");
     assert_eq!(r.code, 78, "{r:#?}");
+}
+
+#[test]
+fn a_run_starts_in_the_sandbox_it_built_while_preparing() {
+    let p = Project::new();
+    p.write("data/in.txt", "warm bytes\n");
+    let run = p.run(&["run", "copy", "data/in.txt", "results/warm.txt"]);
+    run.assert_ok();
+    assert_eq!(run.envelope["evidence"]["limits"]["warm_sandbox"], true, "{run:#?}");
+    assert_eq!(std::fs::read(p.path("results/warm.txt")).unwrap(), b"warm bytes\n");
+    // A refused call returns its refusal (its skeleton is discarded).
+    p.run(&["run", "copy", "data/missing.txt", "results/never.txt"]).assert_refused("input.missing", 66);
+    p.run(&["journal", "verify"]).assert_ok();
+
+    let cold = Project::with_config(NO_POOL);
+    cold.write("data/in.txt", "cold bytes\n");
+    let run = cold.run(&["run", "copy", "data/in.txt", "results/cold.txt"]);
+    run.assert_ok();
+    assert!(run.envelope["evidence"]["limits"].get("warm_sandbox").is_none(), "{run:#?}");
+}
+
+#[test]
+fn killing_airlock_run_mid_call_leaves_no_sandbox() {
+    let p = Project::new();
+    let mark = marker(32);
+    let _guard = KillOnDrop(mark.clone());
+    p.tool("slow", &sh_tool("slow", "timeout_seconds = 60", &[], &format!("sleep {mark}"), ""));
+    let mut child = p.command(&["run", "slow"]).spawn().unwrap();
+    assert!(wait_until(Duration::from_secs(10), || !procs_with(&mark).is_empty()), "the slow worker never started");
+    let inits = children_of(child.id());
+    let pid1s: Vec<u32> = inits.iter().flat_map(|p| children_of(*p)).collect();
+    assert!(!inits.is_empty() && !pid1s.is_empty(), "inits {inits:?}, PID 1s {pid1s:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let left = || inits.iter().chain(&pid1s).copied().filter(|p| alive(*p)).collect::<Vec<_>>();
+    assert!(
+        wait_until(Duration::from_secs(5), || left().is_empty() && procs_with(&mark).is_empty()),
+        "outlived airlock run: sandboxes {:?}, workers {:?}",
+        left(),
+        procs_with(&mark)
+    );
 }
 
 /// Pids whose parent is `pid`.

@@ -178,3 +178,19 @@ fn a_claimed_skeleton_is_replaced() {
 fn run_warm(pool: &Arc<airlock_sandbox::WarmPool>) -> airlock_sandbox::WorkerOutcome {
     warm_tier(pool).start(sh("true", &[])).unwrap().wait().unwrap()
 }
+
+/// `WarmPool::start_one` (`airlock run`): the call made right after the
+/// pool started waits for its one skeleton instead of starting cold, and
+/// the pool builds no other.
+#[test]
+fn a_one_shot_pool_serves_the_call_made_while_it_builds_and_never_refills() {
+    let pool = Arc::new(airlock_sandbox::WarmPool::start_one(init_program(), ImageMount::default_image()).unwrap());
+    let t = warm_tier(&pool);
+    let o = t.start(sh("echo first", &[])).unwrap().wait().unwrap();
+    assert_eq!((text(&o.stdout).as_str(), pool.stats().claimed), ("first\n", 1), "{}", show(&o));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(pool.stats().ready, 0, "a one-shot pool refilled");
+    // A second call starts cold.
+    let o = t.start(sh("echo second", &[])).unwrap().wait().unwrap();
+    assert_eq!((text(&o.stdout).as_str(), pool.stats().claimed), ("second\n", 1), "{}", show(&o));
+}

@@ -238,21 +238,27 @@ pub fn text(envelope: &Envelope) -> String {
     out
 }
 
-/// What `[sandbox] warm_pool` gives the long-lived commands here.
+/// What `[sandbox] warm_pool` gives the long-lived commands and `airlock
+/// run` here.
 fn warm_report(config: &Config, cgroups_delegated: bool) -> Value {
     let n = config.warm_pool;
     if n == 0 {
-        return check(true, "off ([sandbox] warm_pool = 0): every native call builds its sandbox");
+        return check(true, "off ([sandbox] warm_pool = 0): every native call builds its sandbox after preparing");
     }
-    let cold = if config.require_cgroup || cgroups_delegated {
-        "; calls that get a cgroup of their own (delegated here) start cold"
+    let own_cgroups = config.require_cgroup || cgroups_delegated;
+    let (cold, run) = if own_cgroups {
+        (
+            "; calls that get a cgroup of their own (delegated here) start cold",
+            "airlock run builds its sandbox after preparing (workers get cgroups of their own here)",
+        )
     } else {
-        ""
+        ("", "airlock run builds its sandbox while it prepares the call")
     };
     check(
         true,
         format!(
-            "airlock mcp and a native airlock worker keep {n} single-use sandboxes built ahead of their calls{cold}"
+            "airlock mcp and a native airlock worker keep {n} single-use sandboxes built ahead of their calls{cold}; \
+             {run}"
         ),
     )
 }

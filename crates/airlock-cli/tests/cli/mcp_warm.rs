@@ -79,6 +79,9 @@ fn a_run_starts_in_the_sandbox_it_built_while_preparing() {
     // A refused call returns its refusal (its skeleton is discarded).
     p.run(&["run", "copy", "data/missing.txt", "results/never.txt"]).assert_refused("input.missing", 66);
     p.run(&["journal", "verify"]).assert_ok();
+    let doctor = p.run(&["doctor"]);
+    let said = doctor.envelope["content"]["host"]["warm_sandboxes"]["detail"].as_str().unwrap_or_default().to_owned();
+    assert!(said.contains("airlock run builds its sandbox"), "{said}");
 
     let cold = Project::with_config(NO_POOL);
     cold.write("data/in.txt", "cold bytes\n");

@@ -98,17 +98,25 @@ fn killing_airlock_run_mid_call_leaves_no_sandbox() {
     p.tool("slow", &sh_tool("slow", "timeout_seconds = 60", &[], &format!("sleep {mark}"), ""));
     let mut child = p.command(&["run", "slow"]).spawn().unwrap();
     assert!(wait_until(Duration::from_secs(10), || !procs_with(&mark).is_empty()), "the slow worker never started");
-    let inits = children_of(child.id());
+    kill_and_assert_no_sandbox_left(&mut child, &mark, 1);
+}
+
+/// SIGKILLs `airlock`, which holds a call whose worker's command line
+/// holds `mark`, after checking it has at least `sandboxes` sandbox inits
+/// with their PID 1s; then every one of them, and the worker, must be gone
+/// within 5 s.
+fn kill_and_assert_no_sandbox_left(airlock: &mut std::process::Child, mark: &str, sandboxes: usize) {
+    let inits = children_of(airlock.id());
     let pid1s: Vec<u32> = inits.iter().flat_map(|p| children_of(*p)).collect();
-    assert!(!inits.is_empty() && !pid1s.is_empty(), "inits {inits:?}, PID 1s {pid1s:?}");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    assert!(inits.len() >= sandboxes && pid1s.len() >= sandboxes, "inits {inits:?}, PID 1s {pid1s:?}");
+    airlock.kill().unwrap();
+    airlock.wait().unwrap();
     let left = || inits.iter().chain(&pid1s).copied().filter(|p| alive(*p)).collect::<Vec<_>>();
     assert!(
-        wait_until(Duration::from_secs(5), || left().is_empty() && procs_with(&mark).is_empty()),
-        "outlived airlock run: sandboxes {:?}, workers {:?}",
+        wait_until(Duration::from_secs(5), || left().is_empty() && procs_with(mark).is_empty()),
+        "outlived airlock: sandboxes {:?}, workers {:?}",
         left(),
-        procs_with(&mark)
+        procs_with(mark)
     );
 }
 
@@ -144,17 +152,6 @@ fn killing_airlock_mcp_mid_warm_call_leaves_no_sandbox() {
     std::thread::sleep(Duration::from_millis(500));
     s.send_request("tools/call", json!({"name": "slow", "arguments": {}}));
     assert!(wait_until(Duration::from_secs(10), || !procs_with(&mark).is_empty()), "the slow worker never started");
-    // The server's sandbox inits (the slow call's and the idle skeletons') and their PID 1s.
-    let inits = children_of(s.child.id());
-    let pid1s: Vec<u32> = inits.iter().flat_map(|p| children_of(*p)).collect();
-    assert!(inits.len() >= 2 && pid1s.len() >= 2, "inits {inits:?}, PID 1s {pid1s:?}");
-    s.child.kill().unwrap();
-    s.child.wait().unwrap();
-    let left = || inits.iter().chain(&pid1s).copied().filter(|p| alive(*p)).collect::<Vec<_>>();
-    assert!(
-        wait_until(Duration::from_secs(5), || left().is_empty() && procs_with(&mark).is_empty()),
-        "outlived airlock mcp: sandboxes {:?}, workers {:?}",
-        left(),
-        procs_with(&mark)
-    );
+    // The server's sandbox inits: the slow call's and the idle skeletons'.
+    kill_and_assert_no_sandbox_left(&mut s.child, &mark, 2);
 }

@@ -68,18 +68,8 @@ pub enum Entry {
         /// gix can trust the index's stat data as git does on the host.
         mtime: (i64, u32),
     },
-    /// A regular file recorded by its stat data alone: its content was
-    /// not copied (the driver creates it sparse, `size` bytes long).
-    Stat {
-        /// Its path.
-        path: String,
-        /// Its size.
-        size: u64,
-        /// Whether it is executable.
-        executable: bool,
-        /// Modification time on the host (seconds, nanoseconds).
-        mtime: (i64, u32),
-    },
+    /// A regular file recorded by its stat data alone.
+    Stat(StatOnly),
     /// A symbolic link (recorded, never followed).
     Link {
         /// Its path.
@@ -89,12 +79,27 @@ pub enum Entry {
     },
 }
 
+/// A regular file recorded by its stat data alone: its content was not
+/// copied (the driver creates it sparse, `size` bytes long, unless its
+/// index entry shows it unchanged).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatOnly {
+    /// Its path.
+    pub path: String,
+    /// Its size.
+    pub size: u64,
+    /// Whether it is executable.
+    pub executable: bool,
+    /// Modification time on the host (seconds, nanoseconds).
+    pub mtime: (i64, u32),
+}
+
 impl Entry {
     /// The entry's path.
     pub fn path(&self) -> &str {
         match self {
             Entry::Dir(p) => p,
-            Entry::File { path, .. } | Entry::Stat { path, .. } | Entry::Link { path, .. } => path,
+            Entry::File { path, .. } | Entry::Stat(StatOnly { path, .. }) | Entry::Link { path, .. } => path,
         }
     }
 }
@@ -360,7 +365,7 @@ impl<R: Read> Reader<R> {
                     }
                     self.files += 1;
                     self.limits.check(self.files, self.bytes, 0, &path)?;
-                    sink(&Entry::Stat { path, size, executable: tag[0] == b'T', mtime }, None)?;
+                    sink(&Entry::Stat(StatOnly { path, size, executable: tag[0] == b'T', mtime }), None)?;
                 }
                 b'L' => {
                     let path = self.path()?;
@@ -428,7 +433,10 @@ mod tests {
         assert_eq!(got.len(), 4);
         assert_eq!(got[2], Entry::Link { path: "l".into(), target: b"/etc/passwd".to_vec() });
         // A stat-only file is over the 64 MiB file bound but holds no content.
-        assert_eq!(got[3], Entry::Stat { path: "big".into(), size: 5 << 30, executable: true, mtime: (7, 8) });
+        assert_eq!(
+            got[3],
+            Entry::Stat(StatOnly { path: "big".into(), size: 5 << 30, executable: true, mtime: (7, 8) })
+        );
     }
 
     #[test]

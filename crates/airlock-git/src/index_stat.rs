@@ -26,6 +26,7 @@
 //! worst a lying index can do is make a hostile repository's own answer
 //! wrong: leaving content out never reads more of the host.
 
+use airlock_hostfs::Entry;
 use std::collections::HashMap;
 
 /// The most index entries read; a larger index is not used (every file is
@@ -46,19 +47,6 @@ struct Recorded {
     /// A plain stage-0 regular-file entry: no assume-valid, skip-worktree
     /// or intent-to-add flag, and no other stage of the same path.
     plain: bool,
-}
-
-/// A work-tree file as the host listed it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct HostStat {
-    /// Size in bytes.
-    pub(crate) size: u64,
-    /// Whether any execute bit is set.
-    pub(crate) executable: bool,
-    /// Modification time.
-    pub(crate) mtime: (i64, u32),
-    /// Status change time.
-    pub(crate) ctime: (i64, u32),
 }
 
 /// The index's stat data, by path.
@@ -84,8 +72,8 @@ impl IndexStat {
     }
 
     /// Whether a status or diff needs the content of the work-tree
-    /// regular file `path`.
-    pub(crate) fn content_needed(&self, path: &str, file: &HostStat) -> bool {
+    /// regular file `path`, listed as `file`.
+    pub(crate) fn content_needed(&self, path: &str, file: &Entry) -> bool {
         let name = path.rsplit('/').next().unwrap_or(path);
         if ALWAYS_COPIED.contains(&name) {
             return true;
@@ -266,14 +254,12 @@ mod tests {
         assert!(ok, "git {args:?}");
     }
 
-    fn host(path: &std::path::Path) -> HostStat {
-        let md = std::fs::symlink_metadata(path).unwrap();
-        HostStat {
-            size: md.size(),
-            executable: md.mode() & 0o111 != 0,
-            mtime: (md.mtime(), md.mtime_nsec() as u32),
-            ctime: (md.ctime(), md.ctime_nsec() as u32),
-        }
+    /// `path` as the walker lists it.
+    fn host(path: &std::path::Path) -> Entry {
+        let parent = path.parent().unwrap();
+        let dir = airlock_hostfs::Dir::open_ambient(&airlock_hostfs::HostAuthority::ambient(), parent).unwrap();
+        let name = path.file_name().unwrap().as_encoded_bytes();
+        dir.read_entries(100).unwrap().0.into_iter().find(|e| e.name == name).unwrap()
     }
 
     /// A repository whose files are a second older than its index.
@@ -322,10 +308,10 @@ mod tests {
         let index = read(&t);
         let a = host(&t.path().join("a.txt"));
         let changed = [
-            HostStat { size: a.size + 1, ..a },
-            HostStat { executable: !a.executable, ..a },
-            HostStat { mtime: (a.mtime.0, a.mtime.1 ^ 1), ctime: (a.mtime.0, a.mtime.1 ^ 1), ..a },
-            HostStat { ctime: (a.ctime.0 + 1, a.ctime.1), ..a },
+            Entry { size: a.size + 1, ..a.clone() },
+            Entry { executable: !a.executable, ..a.clone() },
+            Entry { mtime: (a.mtime.0, a.mtime.1 ^ 1), ctime: (a.mtime.0, a.mtime.1 ^ 1), ..a.clone() },
+            Entry { ctime: (a.ctime.0 + 1, a.ctime.1), ..a.clone() },
         ];
         for file in changed {
             assert!(index.content_needed("a.txt", &file), "{file:?}");

@@ -68,7 +68,7 @@
 
 use crate::archive::Writer;
 use crate::error::GitError;
-use crate::index_stat::{HostStat, IndexStat};
+use crate::index_stat::IndexStat;
 use crate::limits::Limits;
 use crate::query::Scope;
 use airlock_core::path::is_control_name;
@@ -558,13 +558,7 @@ impl<W: Write> Walk<'_, W> {
                     }
                 }
                 EntryKind::Regular => {
-                    let host = HostStat {
-                        size: entry.size,
-                        executable: entry.executable,
-                        mtime: entry.mtime,
-                        ctime: entry.ctime,
-                    };
-                    if self.index_decides && !self.index.content_needed(&child, &host) {
+                    if self.index_decides && !self.index.content_needed(&child, &entry) {
                         self.stat_only(&entry, &child, dir_mount)?;
                     } else {
                         self.file(dir, dir_mount, &entry, &child, true)?;

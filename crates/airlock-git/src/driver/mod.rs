@@ -68,11 +68,7 @@ pub fn run(request: &str, archive: &Path, into: &Path) -> Result<String, GitErro
     let repo = open::open(into)?;
     let shared = repo.index_or_empty().map_err(GitError::git("reading the index"))?;
     let mut index: gix::index::File = (**shared).clone();
-    let index_mtime = std::fs::metadata(repo.index_path()).map_or(0, |m| {
-        use std::os::unix::fs::MetadataExt;
-        m.mtime()
-    });
-    stat_only::settle(stat_only, &mut index, index_mtime, into)?;
+    stat_only::settle(stat_only, &mut index, into)?;
     let json = match request.operation {
         Operation::GitStatus => serde_json::to_string(&status::status(&repo, index)?),
         Operation::GitLog => serde_json::to_string(&log::log(&repo, request.max_count)?),

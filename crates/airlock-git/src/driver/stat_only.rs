@@ -14,20 +14,18 @@
 //! untracked file), is created sparse with its size and time, and gix
 //! judges it as it would any file.
 
-use super::unpack::{create_sparse, StatFile};
+use super::unpack::create_sparse;
+use crate::archive::StatOnly;
 use crate::error::GitError;
 use gix::index::entry::{Flags, Mode, Stage};
 use std::path::Path;
 
-/// Marks the tracked, unchanged files of `files` up to date in `index`
-/// (written at `index_mtime` seconds) and creates every other one under
-/// `work_tree` (its directories exist: the archive recorded them first).
-pub(crate) fn settle(
-    files: Vec<StatFile>,
-    index: &mut gix::index::File,
-    index_mtime: i64,
-    work_tree: &Path,
-) -> Result<(), GitError> {
+/// Marks the tracked, unchanged files of `files` up to date in `index` and
+/// creates every other one under `work_tree` (its directories exist: the
+/// archive recorded them first). "Older than the index" is judged against
+/// the index file's time as gix loaded it, the time its own racy check uses.
+pub(crate) fn settle(files: Vec<StatOnly>, index: &mut gix::index::File, work_tree: &Path) -> Result<(), GitError> {
+    let index_mtime = index.timestamp().seconds();
     for file in files {
         let found = index.entry_index_by_path_and_stage(file.path.as_str().into(), Stage::Unconflicted);
         let unchanged = found.is_some_and(|i| matches_entry(&index.entries()[i], &file, index_mtime));
@@ -41,7 +39,7 @@ pub(crate) fn settle(
 
 /// Whether gix, finding `file` on disk, would trust `entry`'s stat data
 /// (the snapshot's rule, checked again here).
-fn matches_entry(entry: &gix::index::Entry, file: &StatFile, index_mtime: i64) -> bool {
+fn matches_entry(entry: &gix::index::Entry, file: &StatOnly, index_mtime: i64) -> bool {
     let mode = if file.executable { Mode::FILE_EXECUTABLE } else { Mode::FILE };
     let (Ok(secs), Ok(size)) = (u32::try_from(file.mtime.0), u32::try_from(file.size)) else {
         return false;

@@ -8,7 +8,7 @@
 //! are created as links and never followed by the unpacking. Stat-only
 //! records are handed back (`stat_only.rs` settles them).
 
-use crate::archive::{Entry, Reader};
+use crate::archive::{Entry, Reader, StatOnly};
 use crate::error::GitError;
 use crate::limits::Limits;
 use std::fs::{DirBuilder, File, OpenOptions};
@@ -16,18 +16,9 @@ use std::io::{BufReader, Read};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
-/// One stat-only record of the archive, not yet created.
-#[derive(Debug, Clone)]
-pub(crate) struct StatFile {
-    pub(crate) path: String,
-    pub(crate) size: u64,
-    pub(crate) executable: bool,
-    pub(crate) mtime: (i64, u32),
-}
-
 /// Unpacks `archive` into the new directory `into`; stat-only files are
 /// returned, not created (`stat_only.rs` decides).
-pub(crate) fn unpack(archive: &Path, into: &Path, limits: Limits) -> Result<Vec<StatFile>, GitError> {
+pub(crate) fn unpack(archive: &Path, into: &Path, limits: Limits) -> Result<Vec<StatOnly>, GitError> {
     let mut stat_only = Vec::new();
     let file = File::open(archive).map_err(GitError::io("opening the snapshot"))?;
     DirBuilder::new().mode(0o700).create(into).map_err(GitError::io("creating the unpack directory"))?;
@@ -43,8 +34,8 @@ pub(crate) fn unpack(archive: &Path, into: &Path, limits: Limits) -> Result<Vec<
                 std::io::copy(data, &mut out).map_err(GitError::io("writing a file"))?;
                 set_mtime(&out, *mtime)
             }
-            Entry::Stat { path, size, executable, mtime } => {
-                stat_only.push(StatFile { path: path.clone(), size: *size, executable: *executable, mtime: *mtime });
+            Entry::Stat(file) => {
+                stat_only.push(file.clone());
                 Ok(())
             }
             Entry::Link { target, .. } => {
@@ -59,7 +50,7 @@ pub(crate) fn unpack(archive: &Path, into: &Path, limits: Limits) -> Result<Vec<
 
 /// Creates `file` at `at` sparse: its size without its bytes (tmpfs
 /// charges no memory for a hole), and its time.
-pub(crate) fn create_sparse(at: &Path, file: &StatFile) -> Result<(), GitError> {
+pub(crate) fn create_sparse(at: &Path, file: &StatOnly) -> Result<(), GitError> {
     let out = create(at, file.executable)?;
     out.set_len(file.size).map_err(GitError::io("sizing a stat-only file"))?;
     set_mtime(&out, file.mtime)

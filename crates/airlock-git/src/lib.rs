@@ -47,6 +47,7 @@ pub mod driver;
 mod error;
 mod index_stat;
 mod limits;
+mod lookahead;
 mod query;
 pub mod snapshot;
 

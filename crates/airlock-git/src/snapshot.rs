@@ -70,6 +70,7 @@ use crate::archive::Writer;
 use crate::error::GitError;
 use crate::index_stat::IndexStat;
 use crate::limits::Limits;
+use crate::lookahead::{self, CloseOnDrop, Lookahead, Ticket};
 use crate::query::Scope;
 use airlock_core::path::is_control_name;
 use airlock_core::ReasonCode;
@@ -237,6 +238,8 @@ struct Walk<'a, W: Write> {
     writer: Writer<Hashing<std::io::BufWriter<&'a mut W>>>,
     limits: Limits,
     control: &'a ControlIds,
+    /// Work-tree directories being listed ahead of the walk.
+    lookahead: &'a Lookahead,
     /// The index's stat data, once `.git/index` was read (work-tree scopes).
     index: IndexStat,
     /// Whether the scope wants the index read for the work tree's sake.
@@ -271,6 +274,43 @@ fn list(dir: &Dir) -> Result<Vec<Entry>, GitError> {
     Ok(entries)
 }
 
+/// What opening a child directory found.
+enum Opened {
+    /// One of airlock's own (as listed, or once opened): never entered.
+    Control,
+    /// On another mount (where mounts are skipped).
+    Mount,
+    /// The directory.
+    Dir(Dir),
+}
+
+/// Opens the child directory `entry` of `dir` by the walk's rules, without
+/// counting anything (the walk counts when it reaches the entry): never
+/// one whose listed identity is airlock's own, and not one on another
+/// mount if `mounts_skipped`.
+fn open_sub(control: &ControlIds, dir: &Dir, entry: &Entry, mounts_skipped: bool) -> Result<Opened, GitError> {
+    if control.contains(entry.dev_ino) {
+        return Ok(Opened::Control);
+    }
+    let sub = match dir.open_child_dir(entry) {
+        Ok(sub) => sub,
+        Err(e) if mounts_skipped && e.code() == ReasonCode::PathMountCrossing => return Ok(Opened::Mount),
+        Err(e) => return Err(e.into()),
+    };
+    if control.contains(sub.dev_ino()) {
+        return Ok(Opened::Control);
+    }
+    Ok(Opened::Dir(sub))
+}
+
+/// A work-tree subdirectory prepared before the walk reaches it.
+enum Ahead {
+    /// Opened and handed to the lookahead.
+    Listing(Ticket),
+    /// Left out, or failed to open: settled when the walk reaches it.
+    Settled(Result<Opened, GitError>),
+}
+
 fn control_refused(what: &str) -> GitError {
     GitError::new(
         ReasonCode::PathControlDir,
@@ -287,6 +327,21 @@ pub fn take<W: Write>(
     limits: Limits,
     control: &ControlIds,
     out: &mut W,
+) -> Result<SnapshotStats, GitError> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    take_with_helpers(repo, scope, limits, control, out, lookahead::helpers_for(cores))
+}
+
+/// [`take`] with `helpers` threads listing work-tree directories ahead of
+/// the walk (none: the walk lists alone). The archive and the counts are
+/// the same whatever the number.
+fn take_with_helpers<W: Write>(
+    repo: &Dir,
+    scope: Scope,
+    limits: Limits,
+    control: &ControlIds,
+    out: &mut W,
+    helpers: usize,
 ) -> Result<SnapshotStats, GitError> {
     if control.contains(repo.dev_ino()) {
         return Err(control_refused("the repository directory"));
@@ -312,11 +367,34 @@ pub fn take<W: Write>(
             "its .git is a linked worktree (commondir); the common directory is never followed",
         ));
     }
+    let lookahead = Lookahead::new(list, helpers);
+    std::thread::scope(|s| {
+        for _ in 0..helpers {
+            // Without a helper the walk lists alone.
+            let _ = std::thread::Builder::new().name("airlock-git-list".into()).spawn_scoped(s, || lookahead.serve());
+        }
+        let _closing = CloseOnDrop(&lookahead);
+        walk(repo, top, git_dir, scope, limits, control, &lookahead, out)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn walk<W: Write>(
+    repo: &Dir,
+    top: Vec<Entry>,
+    git_dir: Dir,
+    scope: Scope,
+    limits: Limits,
+    control: &ControlIds,
+    lookahead: &Lookahead,
+    out: &mut W,
+) -> Result<SnapshotStats, GitError> {
     let hashing = Hashing { inner: std::io::BufWriter::with_capacity(1 << 20, out), hasher: Sha256::new(), bytes: 0 };
     let mut walk = Walk {
         writer: Writer::new(hashing)?,
         limits,
         control,
+        lookahead,
         index: IndexStat::none(),
         index_decides: scope.work_tree && scope.index,
         stats: SnapshotStats {
@@ -365,23 +443,47 @@ impl<W: Write> Walk<'_, W> {
     /// of airlock's own (as listed, so also when mounted elsewhere, or once
     /// opened) or on another mount (if `mounts_skipped`).
     fn enter(&mut self, dir: &Dir, entry: &Entry, path: &str, mounts_skipped: bool) -> Result<Option<Dir>, GitError> {
-        if self.control.contains(entry.dev_ino) {
-            self.skip(Skip::ControlDir, None);
-            return Ok(None);
-        }
-        let sub = match dir.open_child_dir(entry) {
-            Ok(sub) => sub,
-            Err(e) if mounts_skipped && e.code() == ReasonCode::PathMountCrossing => {
-                self.skip(Skip::Mount, Some(path.to_owned()));
-                return Ok(None);
+        let opened = open_sub(self.control, dir, entry, mounts_skipped);
+        self.reached(opened, path)
+    }
+
+    /// Counts what opening a child directory found, once the walk reaches
+    /// it: the directory to enter, or `None`.
+    fn reached(&mut self, opened: Result<Opened, GitError>, path: &str) -> Result<Option<Dir>, GitError> {
+        match opened? {
+            Opened::Control => {
+                self.skip(Skip::ControlDir, None);
+                Ok(None)
             }
-            Err(e) => return Err(e.into()),
-        };
-        if self.control.contains(sub.dev_ino()) {
-            self.skip(Skip::ControlDir, None);
-            return Ok(None);
+            Opened::Mount => {
+                self.skip(Skip::Mount, Some(path.to_owned()));
+                Ok(None)
+            }
+            Opened::Dir(sub) => Ok(Some(sub)),
         }
-        Ok(Some(sub))
+    }
+
+    /// Opens the work-tree subdirectories among `entries[*next..]` and hands
+    /// them to the lookahead while it has room, recording each in `ahead`.
+    fn prepare_ahead(&self, dir: &Dir, path: &str, entries: &[Entry], ahead: &mut [Option<Ahead>], next: &mut usize) {
+        while *next < entries.len() && self.lookahead.has_room() {
+            let entry = &entries[*next];
+            let index = *next;
+            *next += 1;
+            if entry.kind != EntryKind::Directory {
+                continue;
+            }
+            // The names the walk skips before opening, or refuses (not
+            // UTF-8), are left to the walk.
+            let Some(name) = entry.name_str() else { continue };
+            if (path.is_empty() && name == ".git") || is_control_name(name) {
+                continue;
+            }
+            ahead[index] = Some(match open_sub(self.control, dir, entry, true) {
+                Ok(Opened::Dir(sub)) => Ahead::Listing(self.lookahead.submit(sub)),
+                other => Ahead::Settled(other),
+            });
+        }
     }
 
     fn dir(&mut self, path: &str) -> Result<(), GitError> {
@@ -539,8 +641,12 @@ impl<W: Write> Walk<'_, W> {
     /// files are skipped.
     fn work_tree(&mut self, dir: &Dir, path: &str, entries: Vec<Entry>) -> Result<(), GitError> {
         let dir_mount = dir.mount_id()?;
-        for entry in entries {
-            let name = utf8(&entry, path)?;
+        let mut ahead: Vec<Option<Ahead>> = Vec::new();
+        ahead.resize_with(entries.len(), || None);
+        let mut next = 0;
+        for (index, entry) in entries.iter().enumerate() {
+            self.prepare_ahead(dir, path, &entries, &mut ahead, &mut next);
+            let name = utf8(entry, path)?;
             let child = join(path, &name);
             if path.is_empty() && name == ".git" {
                 continue; // the repository itself, copied by `git_dir`
@@ -550,24 +656,141 @@ impl<W: Write> Walk<'_, W> {
                 continue;
             }
             match entry.kind {
-                EntryKind::Directory => {
-                    if let Some(sub) = self.enter(dir, &entry, &child, true)? {
+                EntryKind::Directory => match ahead[index].take() {
+                    Some(Ahead::Listing(ticket)) => {
+                        let (sub, listing) = self.lookahead.take(ticket).ok_or_else(|| {
+                            GitError::new(ReasonCode::Internal, "a directory listed ahead was not handed back")
+                        })?;
                         self.dir(&child)?;
-                        let entries = list(&sub)?;
-                        self.work_tree(&sub, &child, entries)?;
+                        self.work_tree(&sub, &child, listing?)?;
                     }
-                }
+                    prepared => {
+                        let opened = match prepared {
+                            Some(Ahead::Settled(opened)) => opened,
+                            _ => open_sub(self.control, dir, entry, true),
+                        };
+                        if let Some(sub) = self.reached(opened, &child)? {
+                            self.dir(&child)?;
+                            let entries = list(&sub)?;
+                            self.work_tree(&sub, &child, entries)?;
+                        }
+                    }
+                },
                 EntryKind::Regular => {
-                    if self.index_decides && !self.index.content_needed(&child, &entry) {
-                        self.stat_only(&entry, &child, dir_mount)?;
+                    if self.index_decides && !self.index.content_needed(&child, entry) {
+                        self.stat_only(entry, &child, dir_mount)?;
                     } else {
-                        self.file(dir, dir_mount, &entry, &child, true)?;
+                        self.file(dir, dir_mount, entry, &child, true)?;
                     }
                 }
-                EntryKind::Symlink => self.link(dir, &entry, &child)?,
+                EntryKind::Symlink => self.link(dir, entry, &child)?,
                 EntryKind::Special => self.skip(Skip::Special, Some(child)),
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use airlock_hostfs::HostAuthority;
+    use std::path::Path;
+    use std::process::Command;
+
+    fn git(dir: &Path, args: &[&str]) {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", dir.parent().unwrap())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// A work tree of 120 directories, three deep, some wide and some
+    /// empty, with files added to the index and some left untracked, a
+    /// control directory by name, one by identity, a link to a directory
+    /// and a nested repository.
+    fn repository() -> (tempfile::TempDir, std::path::PathBuf, ControlIds) {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q"]);
+        for a in 0..6 {
+            for b in 0..4 {
+                for c in 0..5 {
+                    let d = repo.join(format!("a{a}/b{b}/c{c}"));
+                    std::fs::create_dir_all(&d).unwrap();
+                    for f in 0..(a * b + c) % 7 {
+                        std::fs::write(d.join(format!("f{f}.txt")), format!("{a}{b}{c}{f}")).unwrap();
+                    }
+                }
+            }
+        }
+        std::fs::create_dir_all(repo.join("a1/.airlock")).unwrap();
+        std::fs::write(repo.join("a1/.airlock/secret"), "s").unwrap();
+        std::fs::create_dir_all(repo.join("a2/state")).unwrap();
+        std::fs::create_dir_all(repo.join("a3/inner/.git")).unwrap();
+        std::os::unix::fs::symlink("a0", repo.join("a0-link")).unwrap();
+        git(&repo, &["add", "a0", "a1", "a2/b0", "a5"]);
+        std::fs::write(repo.join("a0/b0/c0/f0.txt"), "changed").unwrap();
+        let state = std::fs::metadata(repo.join("a2/state")).unwrap();
+        let mut control = ControlIds::new();
+        control.insert((std::os::linux::fs::MetadataExt::st_dev(&state), std::os::unix::fs::MetadataExt::ino(&state)));
+        (tmp, repo, control)
+    }
+
+    fn snapshot(
+        repo: &Path,
+        limits: Limits,
+        control: &ControlIds,
+        helpers: usize,
+    ) -> Result<(SnapshotStats, Vec<u8>), GitError> {
+        let dir = Dir::open_ambient(&HostAuthority::ambient(), repo).unwrap();
+        let scope = Scope { work_tree: true, index: true };
+        let mut archive = Vec::new();
+        let stats = take_with_helpers(&dir, scope, limits, control, &mut archive, helpers)?;
+        Ok((stats, archive))
+    }
+
+    #[test]
+    fn helpers_listing_ahead_change_no_byte_and_no_count() {
+        let (_tmp, repo, control) = repository();
+        let (alone, archive) = snapshot(&repo, Limits::default(), &control, 0).unwrap();
+        assert!(alone.dirs > 100 && alone.stat_only > 0 && alone.files > alone.stat_only, "{alone:?}");
+        assert_eq!(alone.skipped_by.get(&Skip::ControlDir), Some(&3), "{alone:?}");
+        for helpers in [1, 3] {
+            for _ in 0..5 {
+                let (stats, bytes) = snapshot(&repo, Limits::default(), &control, helpers).unwrap();
+                assert_eq!(stats, alone, "{helpers} helpers");
+                assert!(bytes == archive, "{helpers} helpers: the archive differs");
+            }
+        }
+    }
+
+    #[test]
+    fn helpers_listing_ahead_end_the_walk_where_it_ends_alone() {
+        let (_tmp, repo, control) = repository();
+        // A bound the walk passes part-way through the work tree.
+        let limits = Limits { max_files: 100, ..Limits::default() };
+        let alone = snapshot(&repo, limits, &control, 0).unwrap_err();
+        assert_eq!(alone.code(), ReasonCode::GitSnapshotTooLarge);
+        for helpers in [1, 3] {
+            let ahead = snapshot(&repo, limits, &control, helpers).unwrap_err();
+            assert_eq!((ahead.code(), ahead.to_string()), (alone.code(), alone.to_string()));
+        }
+        // A name the walk refuses, in a directory the helpers list ahead.
+        let bad: &std::ffi::OsStr = std::os::unix::ffi::OsStrExt::from_bytes(b"a4/b2/c\xff");
+        std::fs::create_dir(repo.join(bad)).unwrap();
+        let alone = snapshot(&repo, Limits::default(), &control, 0).unwrap_err();
+        assert_eq!(alone.code(), ReasonCode::GitPathRejected);
+        for helpers in [1, 3] {
+            let ahead = snapshot(&repo, Limits::default(), &control, helpers).unwrap_err();
+            assert_eq!((ahead.code(), ahead.to_string()), (alone.code(), alone.to_string()));
+        }
     }
 }

@@ -303,7 +303,36 @@ fn open_sub(control: &ControlIds, dir: &Dir, entry: &Entry, mounts_skipped: bool
     Ok(Opened::Dir(sub))
 }
 
-/// A work-tree subdirectory prepared before the walk reaches it.
+/// Whether the entry `name` of the `.git` directory `path` is left out
+/// (`.git`'s entries no query reads, the index where the scope has none,
+/// alternates files).
+fn git_dir_left_out(path: &str, name: &str, scope: Scope) -> bool {
+    (path == ".git" && (GIT_DIR_SKIPPED.contains(&name) || (name == "index" && !scope.index)))
+        || (path == ".git/objects/info" && ALTERNATES.contains(&name))
+}
+
+/// One directory's entries as the walk goes through them, with the
+/// subdirectories prepared ahead of it.
+struct Prepared {
+    entries: Vec<Entry>,
+    /// Per entry: the subdirectory prepared ahead, if it was.
+    slots: Vec<Option<Ahead>>,
+    /// The first entry not looked at for preparing.
+    next: usize,
+    /// Whether a subdirectory on another mount is skipped (the work tree)
+    /// rather than refused (`.git`).
+    mounts_skipped: bool,
+}
+
+impl Prepared {
+    fn new(entries: Vec<Entry>, mounts_skipped: bool) -> Prepared {
+        let mut slots = Vec::new();
+        slots.resize_with(entries.len(), || None);
+        Prepared { entries, slots, next: 0, mounts_skipped }
+    }
+}
+
+/// A subdirectory prepared before the walk reaches it.
 enum Ahead {
     /// Opened and handed to the lookahead.
     Listing(Ticket),
@@ -412,7 +441,8 @@ fn walk<W: Write>(
     };
     walk.writer.dir(".git")?;
     walk.stats.dirs += 1;
-    walk.git_dir(&git_dir, ".git", scope)?;
+    let entries = list(&git_dir)?;
+    walk.git_dir(&git_dir, ".git", entries, scope)?;
     if scope.work_tree {
         walk.work_tree(repo, "", top)?;
     }
@@ -439,16 +469,10 @@ impl<W: Write> Walk<'_, W> {
         }
     }
 
-    /// Opens the child directory `entry`, or `None` (counted) when it is one
-    /// of airlock's own (as listed, so also when mounted elsewhere, or once
-    /// opened) or on another mount (if `mounts_skipped`).
-    fn enter(&mut self, dir: &Dir, entry: &Entry, path: &str, mounts_skipped: bool) -> Result<Option<Dir>, GitError> {
-        let opened = open_sub(self.control, dir, entry, mounts_skipped);
-        self.reached(opened, path)
-    }
-
     /// Counts what opening a child directory found, once the walk reaches
-    /// it: the directory to enter, or `None`.
+    /// it: the directory to enter, or `None` (counted) when it is one of
+    /// airlock's own (as listed, so also when mounted elsewhere, or once
+    /// opened) or on another mount (where mounts are skipped).
     fn reached(&mut self, opened: Result<Opened, GitError>, path: &str) -> Result<Option<Dir>, GitError> {
         match opened? {
             Opened::Control => {
@@ -463,27 +487,58 @@ impl<W: Write> Walk<'_, W> {
         }
     }
 
-    /// Opens the work-tree subdirectories among `entries[*next..]` and hands
-    /// them to the lookahead while it has room, recording each in `ahead`.
-    fn prepare_ahead(&self, dir: &Dir, path: &str, entries: &[Entry], ahead: &mut [Option<Ahead>], next: &mut usize) {
-        while *next < entries.len() && self.lookahead.has_room() {
-            let entry = &entries[*next];
-            let index = *next;
-            *next += 1;
+    /// Opens the subdirectories among `ahead.entries[ahead.next..]` whose
+    /// names `walked` accepts and hands them to the lookahead while it has
+    /// room.
+    fn prepare_ahead(&self, dir: &Dir, ahead: &mut Prepared, walked: impl Fn(&str) -> bool) {
+        while ahead.next < ahead.entries.len() && self.lookahead.has_room() {
+            let index = ahead.next;
+            ahead.next += 1;
+            let entry = &ahead.entries[index];
             if entry.kind != EntryKind::Directory {
                 continue;
             }
-            // The names the walk skips before opening, or refuses (not
-            // UTF-8), are left to the walk.
+            // A name the walk skips before opening, or refuses (not
+            // UTF-8), is left to the walk.
             let Some(name) = entry.name_str() else { continue };
-            if (path.is_empty() && name == ".git") || is_control_name(name) {
+            if !walked(name) || is_control_name(name) {
                 continue;
             }
-            ahead[index] = Some(match open_sub(self.control, dir, entry, true) {
+            ahead.slots[index] = Some(match open_sub(self.control, dir, entry, ahead.mounts_skipped) {
                 Ok(Opened::Dir(sub)) => Ahead::Listing(self.lookahead.submit(sub)),
                 other => Ahead::Settled(other),
             });
         }
+    }
+
+    /// Enters the subdirectory `entry` of `dir` (prepared ahead or not) as
+    /// the walk reaches it, and walks it with `walk_sub`.
+    fn subdirectory(
+        &mut self,
+        dir: &Dir,
+        entry: &Entry,
+        child: &str,
+        prepared: Option<Ahead>,
+        mounts_skipped: bool,
+        walk_sub: impl FnOnce(&mut Self, &Dir, Vec<Entry>) -> Result<(), GitError>,
+    ) -> Result<(), GitError> {
+        let opened = match prepared {
+            Some(Ahead::Listing(ticket)) => {
+                let (sub, listing) = self.lookahead.take(ticket).ok_or_else(|| {
+                    GitError::new(ReasonCode::Internal, "a directory listed ahead was not handed back")
+                })?;
+                self.dir(child)?;
+                return walk_sub(self, &sub, listing?);
+            }
+            Some(Ahead::Settled(opened)) => opened,
+            None => open_sub(self.control, dir, entry, mounts_skipped),
+        };
+        if let Some(sub) = self.reached(opened, child)? {
+            self.dir(child)?;
+            let entries = list(&sub)?;
+            walk_sub(self, &sub, entries)?;
+        }
+        Ok(())
     }
 
     fn dir(&mut self, path: &str) -> Result<(), GitError> {
@@ -602,15 +657,15 @@ impl<W: Write> Walk<'_, W> {
 
     /// `.git` (or a directory beneath it): files and directories only;
     /// control directories (`.git/.airlock`, …) are never entered.
-    fn git_dir(&mut self, dir: &Dir, path: &str, scope: Scope) -> Result<(), GitError> {
+    fn git_dir(&mut self, dir: &Dir, path: &str, entries: Vec<Entry>, scope: Scope) -> Result<(), GitError> {
         let dir_mount = dir.mount_id()?;
-        for entry in list(dir)? {
-            let name = utf8(&entry, path)?;
+        let mut ahead = Prepared::new(entries, false);
+        for index in 0..ahead.entries.len() {
+            self.prepare_ahead(dir, &mut ahead, |name| !git_dir_left_out(path, name, scope));
+            let entry = &ahead.entries[index];
+            let name = utf8(entry, path)?;
             let child = join(path, &name);
-            let left_out = (path == ".git"
-                && (GIT_DIR_SKIPPED.contains(&name.as_str()) || (name == "index" && !scope.index)))
-                || (path == ".git/objects/info" && ALTERNATES.contains(&name.as_str()));
-            if left_out {
+            if git_dir_left_out(path, &name, scope) {
                 if path == ".git/objects/info" {
                     // worth reporting: an alternates file is never honoured
                     self.skip(Skip::Alternates, Some(child));
@@ -623,12 +678,12 @@ impl<W: Write> Walk<'_, W> {
             }
             match entry.kind {
                 EntryKind::Directory => {
-                    if let Some(sub) = self.enter(dir, &entry, &child, false)? {
-                        self.dir(&child)?;
-                        self.git_dir(&sub, &child, scope)?;
-                    }
+                    let prepared = ahead.slots[index].take();
+                    self.subdirectory(dir, entry, &child, prepared, false, |walk, sub, entries| {
+                        walk.git_dir(sub, &child, entries, scope)
+                    })?;
                 }
-                EntryKind::Regular => self.file(dir, dir_mount, &entry, &child, false)?,
+                EntryKind::Regular => self.file(dir, dir_mount, entry, &child, false)?,
                 EntryKind::Symlink => self.skip(Skip::Symlink, Some(child)),
                 EntryKind::Special => self.skip(Skip::Special, Some(child)),
             }
@@ -641,11 +696,10 @@ impl<W: Write> Walk<'_, W> {
     /// files are skipped.
     fn work_tree(&mut self, dir: &Dir, path: &str, entries: Vec<Entry>) -> Result<(), GitError> {
         let dir_mount = dir.mount_id()?;
-        let mut ahead: Vec<Option<Ahead>> = Vec::new();
-        ahead.resize_with(entries.len(), || None);
-        let mut next = 0;
-        for (index, entry) in entries.iter().enumerate() {
-            self.prepare_ahead(dir, path, &entries, &mut ahead, &mut next);
+        let mut ahead = Prepared::new(entries, true);
+        for index in 0..ahead.entries.len() {
+            self.prepare_ahead(dir, &mut ahead, |name| !(path.is_empty() && name == ".git"));
+            let entry = &ahead.entries[index];
             let name = utf8(entry, path)?;
             let child = join(path, &name);
             if path.is_empty() && name == ".git" {
@@ -656,26 +710,12 @@ impl<W: Write> Walk<'_, W> {
                 continue;
             }
             match entry.kind {
-                EntryKind::Directory => match ahead[index].take() {
-                    Some(Ahead::Listing(ticket)) => {
-                        let (sub, listing) = self.lookahead.take(ticket).ok_or_else(|| {
-                            GitError::new(ReasonCode::Internal, "a directory listed ahead was not handed back")
-                        })?;
-                        self.dir(&child)?;
-                        self.work_tree(&sub, &child, listing?)?;
-                    }
-                    prepared => {
-                        let opened = match prepared {
-                            Some(Ahead::Settled(opened)) => opened,
-                            _ => open_sub(self.control, dir, entry, true),
-                        };
-                        if let Some(sub) = self.reached(opened, &child)? {
-                            self.dir(&child)?;
-                            let entries = list(&sub)?;
-                            self.work_tree(&sub, &child, entries)?;
-                        }
-                    }
-                },
+                EntryKind::Directory => {
+                    let prepared = ahead.slots[index].take();
+                    self.subdirectory(dir, entry, &child, prepared, true, |walk, sub, entries| {
+                        walk.work_tree(sub, &child, entries)
+                    })?;
+                }
                 EntryKind::Regular => {
                     if self.index_decides && !self.index.content_needed(&child, entry) {
                         self.stat_only(entry, &child, dir_mount)?;
@@ -712,9 +752,10 @@ mod tests {
     }
 
     /// A work tree of 120 directories, three deep, some wide and some
-    /// empty, with files added to the index and some left untracked, a
-    /// control directory by name, one by identity, a link to a directory
-    /// and a nested repository.
+    /// empty, with files added to the index (loose objects: `.git` has
+    /// many directories too) and some left untracked, a control directory
+    /// by name in the work tree and in `.git`, one by identity, a link to
+    /// a directory and a nested repository.
     fn repository() -> (tempfile::TempDir, std::path::PathBuf, ControlIds) {
         let tmp = tempfile::tempdir().unwrap();
         let repo = tmp.path().join("repo");
@@ -735,6 +776,7 @@ mod tests {
         std::fs::write(repo.join("a1/.airlock/secret"), "s").unwrap();
         std::fs::create_dir_all(repo.join("a2/state")).unwrap();
         std::fs::create_dir_all(repo.join("a3/inner/.git")).unwrap();
+        std::fs::create_dir_all(repo.join(".git/.airlock")).unwrap();
         std::os::unix::fs::symlink("a0", repo.join("a0-link")).unwrap();
         git(&repo, &["add", "a0", "a1", "a2/b0", "a5"]);
         std::fs::write(repo.join("a0/b0/c0/f0.txt"), "changed").unwrap();
@@ -762,7 +804,9 @@ mod tests {
         let (_tmp, repo, control) = repository();
         let (alone, archive) = snapshot(&repo, Limits::default(), &control, 0).unwrap();
         assert!(alone.dirs > 100 && alone.stat_only > 0 && alone.files > alone.stat_only, "{alone:?}");
-        assert_eq!(alone.skipped_by.get(&Skip::ControlDir), Some(&3), "{alone:?}");
+        assert_eq!(alone.skipped_by.get(&Skip::ControlDir), Some(&4), "{alone:?}");
+        // Loose objects: `.git` is listed ahead too.
+        assert!(std::fs::read_dir(repo.join(".git/objects")).unwrap().count() > 20);
         for helpers in [1, 3] {
             for _ in 0..5 {
                 let (stats, bytes) = snapshot(&repo, Limits::default(), &control, helpers).unwrap();

@@ -241,8 +241,9 @@ struct CallFiles {
 
 impl CallFiles {
     /// The init's spec of the call: its files and `spec`'s command, image,
-    /// limits and deadline; no status pipe and nothing only a cold start
-    /// passes (bound program, live stdin, terminal, id maps).
+    /// limits and deadline; no status pipe, no bound program (the caller
+    /// adds it) and nothing only a cold start passes (live stdin, terminal,
+    /// id maps).
     fn into_spec(self, spec: &WorkerSpec) -> InitSpec {
         InitSpec {
             build: airlock_fsproto::BUILD_FINGERPRINT.to_owned(),
@@ -301,6 +302,18 @@ impl NativeTier {
         let (master, slave) = open_pty()?;
         let (worker, _) = self.start_with(spec, Stdio::Tty(slave))?;
         Ok((worker, std::fs::File::from(master)))
+    }
+
+    /// The bound program (a regular file), handed over with `handed`.
+    fn hand_program(&self, handed: &mut Handed) -> Result<Option<i32>, SandboxError> {
+        let Some(file) = &self.program else { return Ok(None) };
+        let md = file
+            .metadata()
+            .map_err(|e| SandboxError::Descriptor { call: "fstat(bound program)".into(), errno: errno(e) })?;
+        if !md.is_file() {
+            return Err(SandboxError::InvalidSpec("the bound program is not a regular file".into()));
+        }
+        Ok(Some(handed.hand(&**file)?))
     }
 
     /// The call's files (inputs, output, provided files, file-system
@@ -390,7 +403,7 @@ impl NativeTier {
         let Some(pool) = &self.warm else { return Ok(None) };
         // Dying with the caller holds without PR_SET_PDEATHSIG: the init
         // kills the sandbox when the caller's end of the channel closes.
-        if self.program.is_some() || self.shared_cgroup.is_some() || self.require_cgroup {
+        if self.shared_cgroup.is_some() || self.require_cgroup {
             return Ok(None);
         }
         // A skeleton is in no cgroup of its own: a call that would get one starts cold.
@@ -408,11 +421,12 @@ impl NativeTier {
         let worker_id = crate::init::privileged_caller().then_some(crate::init::ROOT_CALLER_HOST_ID);
         let mut files = self.call_files(spec, worker_id, &mut handed)?;
         let lent_output = files.lent_output.take();
+        let program_fd = self.hand_program(&mut handed)?;
         if handed.fds.len() > crate::call_channel::MAX_CALL_FDS {
             return Ok(None);
         }
         // PID 1 puts its own status pipe in the spec.
-        let call = files.into_spec(spec);
+        let call = InitSpec { program_fd, ..files.into_spec(spec) };
         let call = serde_json::to_vec(&call).map_err(|e| SandboxError::Protocol(format!("encode spec: {e}")))?;
         let limits = AppliedLimits { cgroup_skipped: Some(cgroup_skipped), warm: true, ..AppliedLimits::default() };
         match skeleton.run(lease, &call, &handed.fds, spec, started, limits) {
@@ -450,18 +464,7 @@ impl NativeTier {
         let worker_id = crate::init::privileged_caller().then_some(crate::init::ROOT_CALLER_HOST_ID);
         let mut files = self.call_files(&spec, worker_id, &mut handed)?;
         let lent_output = files.lent_output.take();
-        let program_fd = match &self.program {
-            Some(file) => {
-                let md = file
-                    .metadata()
-                    .map_err(|e| SandboxError::Descriptor { call: "fstat(bound program)".into(), errno: errno(e) })?;
-                if !md.is_file() {
-                    return Err(SandboxError::InvalidSpec("the bound program is not a regular file".into()));
-                }
-                Some(handed.hand(&**file)?)
-            }
-            None => None,
-        };
+        let program_fd = self.hand_program(&mut handed)?;
         // Live stdio: the read end of a fresh pipe goes to the init (and on to
         // the worker as fd 0); the caller keeps the write end.
         let tty = matches!(stdio, Stdio::Tty(_));

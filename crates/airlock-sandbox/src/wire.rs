@@ -168,15 +168,15 @@ impl InitSpec {
     /// Puts the descriptors a warm sandbox received in place of the slots
     /// the call names ([`crate::call_channel`]), each first renumbered above
     /// [`FS_SOCKET_FD`]; every descriptor received must fill exactly one
-    /// slot. A call cannot carry what only a cold start can pass (a bound
-    /// program, live stdin, a terminal, id maps). Returns the renumbered
-    /// descriptors; [`InitSpec::check`] still runs afterwards.
+    /// slot. A call cannot carry what only a cold start can pass (live
+    /// stdin, a terminal, id maps). Returns the renumbered descriptors;
+    /// [`InitSpec::check`] still runs afterwards.
     pub(crate) fn resolve_slots(
         &mut self,
         received: Vec<std::os::fd::OwnedFd>,
     ) -> Result<Vec<std::os::fd::OwnedFd>, SandboxError> {
         use std::os::fd::AsRawFd;
-        if self.program_fd.is_some() || self.stdin_fd.is_some() || self.tty || self.maps_fd.is_some() {
+        if self.stdin_fd.is_some() || self.tty || self.maps_fd.is_some() {
             return Err(SandboxError::Protocol(
                 "a warm sandbox's call named a descriptor only a cold start passes".into(),
             ));
@@ -214,6 +214,9 @@ impl InitSpec {
         }
         for p in &mut self.provided {
             fill(&mut p.fd)?;
+        }
+        if let Some(p) = &mut self.program_fd {
+            fill(p)?;
         }
         if let Some(s) = &mut self.fs_socket_fd {
             fill(s)?;

@@ -194,3 +194,26 @@ fn a_one_shot_pool_serves_the_call_made_while_it_builds_and_never_refills() {
     let o = t.start(sh("echo second", &[])).unwrap().wait().unwrap();
     assert_eq!((text(&o.stdout).as_str(), pool.stats().claimed), ("second\n", 1), "{}", show(&o));
 }
+
+/// A bound program (how the Git driver runs) in a warm sandbox: bound
+/// through its call slot, read-only, alone, as cold (`program.rs`).
+#[test]
+fn a_bound_program_runs_warm_read_only_and_alone() {
+    let pool = ready_pool(1);
+    let mut t = warm_tier(&pool);
+    t.bind_program(Arc::new(std::fs::File::open(init_program()).unwrap()));
+    let mut spec = airlock_sandbox::WorkerSpec::new([airlock_sandbox::PROGRAM_PATH, "probe-program"]);
+    spec.timeout = Duration::from_secs(30);
+    let o = t.start(spec).unwrap().wait().unwrap();
+    assert_eq!(pool.stats().claimed, 1, "the call did not start warm");
+    assert!(o.exit.success(), "{}", show(&o));
+    let out = text(&o.stdout);
+    assert!(out.contains("ran as /.airlock/program"), "{out}");
+    for line in ["write-self: ", "list-dir: ", "create-beside: "] {
+        let value = out.lines().find_map(|l| l.strip_prefix(line)).unwrap_or("missing");
+        assert_ne!(value, "ok", "{line} was allowed:\n{out}");
+    }
+    // The next call, with no program bound, finds nothing there.
+    let o = warm_tier(&pool).start(sh("test -e /.airlock/program && echo present || echo absent", &[])).unwrap();
+    assert_eq!(text(&o.wait().unwrap().stdout), "absent\n");
+}

@@ -191,9 +191,20 @@ impl Runtime {
     /// native, no init program was configured, or workers get cgroups of
     /// their own here (a delegated cgroup, or `require_cgroup`: such a call
     /// starts cold, so the skeleton would be wasted); a call that does not
-    /// fit it (another image or tier, a bound program) starts cold and the
-    /// skeleton is discarded.
+    /// fit it (another image or tier) starts cold and the skeleton is
+    /// discarded.
     pub fn prestart_sandbox(&mut self) {
+        self.prestart_sandbox_with(self.image());
+    }
+
+    /// [`Runtime::prestart_sandbox`] for the one Git query this process is
+    /// about to make (`airlock query git_*`): a sandbox with the Git
+    /// driver's image, started while the repository is snapshotted.
+    pub fn prestart_git_driver(&mut self) {
+        self.prestart_sandbox_with(transport::git::driver_image(self.authority()));
+    }
+
+    fn prestart_sandbox_with(&mut self, image: Vec<airlock_sandbox::ImageMount>) {
         let Some((program, _)) = self.init_program.clone() else { return };
         if self.config.warm_pool == 0 || self.warm.is_some() || self.config.tier != airlock_core::config::Tier::Native {
             return;
@@ -202,7 +213,7 @@ impl Runtime {
         if self.config.require_cgroup || airlock_sandbox::cgroup_limits_available(parent).is_ok() {
             return;
         }
-        match airlock_sandbox::WarmPool::start_one(program, self.image()) {
+        match airlock_sandbox::WarmPool::start_one(program, image) {
             Ok(pool) => self.warm = Some(std::sync::Arc::new(pool)),
             Err(e) => tracing::debug!(error = %e, "no sandbox started ahead of the call"),
         }

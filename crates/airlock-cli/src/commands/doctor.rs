@@ -249,10 +249,10 @@ fn warm_report(config: &Config, cgroups_delegated: bool) -> Value {
     let (cold, run) = if own_cgroups {
         (
             "; calls that get a cgroup of their own (delegated here) start cold",
-            "airlock run builds its sandbox after preparing (workers get cgroups of their own here)",
+            "airlock run and Git queries build their sandbox after preparing (workers get cgroups of their own here)",
         )
     } else {
-        ("", "airlock run builds its sandbox while it prepares the call")
+        ("", "airlock run and Git queries build their sandbox while they prepare the call")
     };
     check(
         true,

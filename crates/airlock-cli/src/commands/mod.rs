@@ -120,6 +120,9 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         Command::Prepare(call) => prepare::run(&runtime, call)?.into(),
         Command::Query(args) => {
             runtime.set_init_program(init_executable()?, true);
+            if airlock_git::Operation::parse(&args.operation).is_ok() {
+                runtime.prestart_git_driver();
+            }
             crate::signals::cancel_on_signal(runtime.canceller())?;
             query::run(&runtime, args)?.into()
         }

@@ -115,6 +115,30 @@ fn sandboxed_answers_equal_the_drivers_on_a_busy_repository() {
     assert_eq!(log.envelope["content"]["commits"][0]["parents"].as_array().unwrap().len(), 2);
 }
 
+/// `airlock query git_*` builds the driver's sandbox while it snapshots
+/// the repository (`[sandbox] warm_pool` > 0, no cgroup of its own here):
+/// the driver, a bound program, runs in it and answers as a cold one does.
+#[test]
+fn a_git_query_runs_in_the_sandbox_it_built_while_snapshotting() {
+    let p = Project::new();
+    let repo = busy(&p);
+    let cold = Project::with_config(
+        "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n[sandbox]\nwarm_pool = 0\n",
+    );
+    let cold_repo = busy(&cold);
+    for op in ["git_status", "git_diff", "git_log"] {
+        let warm = p.run(&["query", op, "path=data/repo"]);
+        warm.assert_ok();
+        assert_eq!(warm.envelope["evidence"]["limits"]["warm_sandbox"], true, "{op}: {warm:#?}");
+        assert_eq!(warm.envelope["content"], in_process(&repo, json!({ "operation": op })), "{op}");
+        let without = cold.run(&["query", op, "path=data/repo"]);
+        without.assert_ok();
+        assert!(without.envelope["evidence"]["limits"].get("warm_sandbox").is_none(), "{op}: {without:#?}");
+        assert_eq!(without.envelope["content"], in_process(&cold_repo, json!({ "operation": op })), "{op}");
+    }
+    p.run(&["journal", "verify"]).assert_ok();
+}
+
 #[test]
 fn unchanged_files_are_recorded_by_stat_alone_and_the_answers_stay_git_s() {
     let p = Project::new();

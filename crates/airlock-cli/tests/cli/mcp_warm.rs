@@ -81,7 +81,7 @@ fn a_run_starts_in_the_sandbox_it_built_while_preparing() {
     p.run(&["journal", "verify"]).assert_ok();
     let doctor = p.run(&["doctor"]);
     let said = doctor.envelope["content"]["host"]["warm_sandboxes"]["detail"].as_str().unwrap_or_default().to_owned();
-    assert!(said.contains("airlock run builds its sandbox"), "{said}");
+    assert!(said.contains("airlock run and Git queries build their sandbox"), "{said}");
 
     let cold = Project::with_config(NO_POOL);
     cold.write("data/in.txt", "cold bytes\n");

@@ -90,6 +90,12 @@ const SCRATCH_MARGIN: u64 = 16 << 20;
 /// loader needs, no `bin` directory (so no shell, no `git`).
 const DRIVER_IMAGE: &[&str] = &["/lib", "/lib64", "/lib32", "/usr/lib", "/usr/lib64", "/usr/lib32"];
 
+/// The driver's image: the library directories of [`DRIVER_IMAGE`] this
+/// host has.
+pub fn driver_image(authority: &airlock_hostfs::HostAuthority) -> Vec<ImageMount> {
+    DRIVER_IMAGE.iter().filter(|p| authority.lstat(std::path::Path::new(p)).is_ok()).map(ImageMount::new).collect()
+}
+
 /// One Git query: the operation and its arguments (`path`, `max_count`).
 pub(crate) struct Git<'a> {
     pub operation: &'a str,
@@ -180,11 +186,7 @@ impl Transport for Git<'_> {
             file: prepared.staged()?.open_file(ARCHIVE)?,
             held: false,
         });
-        spec.image = DRIVER_IMAGE
-            .iter()
-            .filter(|p| rt.authority().lstat(std::path::Path::new(p)).is_ok())
-            .map(ImageMount::new)
-            .collect();
+        spec.image = driver_image(rt.authority());
         spec.limits = driver_limits(stats);
         spec.timeout = DRIVER_TIMEOUT;
         spec.stdout_limit = ANSWER_LIMIT;

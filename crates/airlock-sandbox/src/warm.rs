@@ -17,8 +17,9 @@
 //! with it to use it: the image, the init program's build, captured
 //! stdio, no cgroup of its own (a call that would get one, or that must
 //! have one, starts cold). A bound program comes with the call, in a slot
-//! like its files, and is bound as a cold start binds it. A skeleton idle longer than
-//! [`MAX_IDLE`] is discarded (its copy of the host's mounts is that old).
+//! like its files, and is bound as a cold start binds it. A skeleton idle
+//! longer than [`MAX_IDLE`] is discarded (its copy of the host's mounts is
+//! that old).
 //!
 //! The caller's end of the channel is the skeleton's lifeline: when the
 //! caller goes away (even SIGKILLed), the init sees the channel hang up and

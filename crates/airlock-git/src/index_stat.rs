@@ -235,24 +235,8 @@ fn parse(data: &[u8]) -> Option<(HashMap<String, Recorded>, bool)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_git::git;
     use std::os::unix::fs::MetadataExt;
-    use std::process::Command;
-
-    fn git(dir: &std::path::Path, args: &[&str]) {
-        let ok = Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("HOME", dir)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args:?}");
-    }
 
     /// `path` as the walker lists it.
     fn host(path: &std::path::Path) -> Entry {

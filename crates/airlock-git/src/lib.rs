@@ -50,6 +50,8 @@ mod limits;
 mod lookahead;
 mod query;
 pub mod snapshot;
+#[cfg(test)]
+mod test_git;
 
 pub use error::GitError;
 pub use limits::{Limits, MAX_FILES, MAX_FILE_BYTES, MAX_SNAPSHOT_BYTES};

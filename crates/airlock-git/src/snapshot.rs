@@ -390,7 +390,8 @@ fn take_with_helpers<W: Write>(
     if control.contains(git_dir.dev_ino()) {
         return Err(control_refused("its .git"));
     }
-    if list(&git_dir)?.iter().any(|e| e.name == b"commondir") {
+    let git_entries = list(&git_dir)?;
+    if git_entries.iter().any(|e| e.name == b"commondir") {
         return Err(GitError::new(
             ReasonCode::GitNotRepository,
             "its .git is a linked worktree (commondir); the common directory is never followed",
@@ -403,15 +404,23 @@ fn take_with_helpers<W: Write>(
             let _ = std::thread::Builder::new().name("airlock-git-list".into()).spawn_scoped(s, || lookahead.serve());
         }
         let _closing = CloseOnDrop(&lookahead);
-        walk(repo, top, git_dir, scope, limits, control, &lookahead, out)
+        let opened = Repository { work_tree: repo, top, git_dir, git_entries };
+        walk(opened, scope, limits, control, &lookahead, out)
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn walk<W: Write>(
-    repo: &Dir,
+/// The repository as [`take_with_helpers`] opened and checked it.
+struct Repository<'r> {
+    work_tree: &'r Dir,
+    /// The work tree's entries.
     top: Vec<Entry>,
     git_dir: Dir,
+    /// `.git`'s entries.
+    git_entries: Vec<Entry>,
+}
+
+fn walk<W: Write>(
+    repo: Repository<'_>,
     scope: Scope,
     limits: Limits,
     control: &ControlIds,
@@ -441,10 +450,9 @@ fn walk<W: Write>(
     };
     walk.writer.dir(".git")?;
     walk.stats.dirs += 1;
-    let entries = list(&git_dir)?;
-    walk.git_dir(&git_dir, ".git", entries, scope)?;
+    walk.git_dir(&repo.git_dir, ".git", repo.git_entries, scope)?;
     if scope.work_tree {
-        walk.work_tree(repo, "", top)?;
+        walk.work_tree(repo.work_tree, "", repo.top)?;
     }
     let Walk { writer, mut stats, .. } = walk;
     let hashing = writer.finish()?;
@@ -679,7 +687,7 @@ impl<W: Write> Walk<'_, W> {
             match entry.kind {
                 EntryKind::Directory => {
                     let prepared = ahead.slots[index].take();
-                    self.subdirectory(dir, entry, &child, prepared, false, |walk, sub, entries| {
+                    self.subdirectory(dir, entry, &child, prepared, ahead.mounts_skipped, |walk, sub, entries| {
                         walk.git_dir(sub, &child, entries, scope)
                     })?;
                 }
@@ -696,14 +704,16 @@ impl<W: Write> Walk<'_, W> {
     /// files are skipped.
     fn work_tree(&mut self, dir: &Dir, path: &str, entries: Vec<Entry>) -> Result<(), GitError> {
         let dir_mount = dir.mount_id()?;
+        // The repository itself is copied by `git_dir`.
+        let walked = |name: &str| !(path.is_empty() && name == ".git");
         let mut ahead = Prepared::new(entries, true);
         for index in 0..ahead.entries.len() {
-            self.prepare_ahead(dir, &mut ahead, |name| !(path.is_empty() && name == ".git"));
+            self.prepare_ahead(dir, &mut ahead, walked);
             let entry = &ahead.entries[index];
             let name = utf8(entry, path)?;
             let child = join(path, &name);
-            if path.is_empty() && name == ".git" {
-                continue; // the repository itself, copied by `git_dir`
+            if !walked(&name) {
+                continue;
             }
             if is_control_name(&name) {
                 self.skip(Skip::ControlDir, Some(child));
@@ -712,7 +722,7 @@ impl<W: Write> Walk<'_, W> {
             match entry.kind {
                 EntryKind::Directory => {
                     let prepared = ahead.slots[index].take();
-                    self.subdirectory(dir, entry, &child, prepared, true, |walk, sub, entries| {
+                    self.subdirectory(dir, entry, &child, prepared, ahead.mounts_skipped, |walk, sub, entries| {
                         walk.work_tree(sub, &child, entries)
                     })?;
                 }
@@ -734,22 +744,9 @@ impl<W: Write> Walk<'_, W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_git::git;
     use airlock_hostfs::HostAuthority;
     use std::path::Path;
-    use std::process::Command;
-
-    fn git(dir: &Path, args: &[&str]) {
-        let out = Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", dir.parent().unwrap())
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
 
     /// A work tree of 120 directories, three deep, some wide and some
     /// empty, with files added to the index (loose objects: `.git` has

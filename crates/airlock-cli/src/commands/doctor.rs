@@ -238,8 +238,8 @@ pub fn text(envelope: &Envelope) -> String {
     out
 }
 
-/// What `[sandbox] warm_pool` gives the long-lived commands and `airlock
-/// run` here.
+/// What `[sandbox] warm_pool` gives the long-lived commands, `airlock run`
+/// and Git queries here.
 fn warm_report(config: &Config, cgroups_delegated: bool) -> Value {
     let n = config.warm_pool;
     if n == 0 {

@@ -36,9 +36,10 @@ use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
 
 use airlock_hostfs::Resolver;
 use airlock_sandbox::{confine_broker, BROKER_FIRST_ROOT_FD};
+use serve::send_with_file;
 
 pub use args::{Args, UsageError};
-pub use serve::{Answer, Broker, Fatal, MAX_OUTSTANDING};
+pub use serve::{Answer, Broker, Channel, Fatal, MAX_OUTSTANDING};
 
 /// The command line was refused (sysexits `EX_USAGE`).
 pub const EXIT_USAGE: i32 = 64;
@@ -128,5 +129,12 @@ impl Write for Socket {
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+impl Channel for Socket {
+    fn write_with_file(&mut self, parts: &[&[u8]], file: BorrowedFd<'_>) -> std::io::Result<()> {
+        let socket = self.0;
+        send_with_file(socket, self, parts, file)
     }
 }

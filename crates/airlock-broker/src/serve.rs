@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use airlock_fsproto::{
     check_path, check_stage_name, codes, decode_body, encode, frame_head, read_frame_into, write_frame, write_parts,
@@ -52,20 +52,72 @@ struct Root {
     rights: Rights,
 }
 
-/// One answer: the response, and a read's bytes (sent after it as a data
-/// frame), which lie in the broker's read buffer until the next request.
+/// One answer: the response, a read's bytes (sent after it as a data
+/// frame), which lie in the broker's read buffer until the next request,
+/// and the file a request asked to be handed over with it.
 #[derive(Debug)]
 pub struct Answer<'a> {
     /// The response (a read's is the data frame's header).
     pub response: BrokerResponse,
     /// A read's bytes.
     pub data: Option<&'a [u8]>,
+    /// The descriptor passed with the answer (`response.handle`).
+    pub file: Option<OwnedFd>,
 }
 
 impl From<BrokerResponse> for Answer<'_> {
     fn from(response: BrokerResponse) -> Self {
-        Answer { response, data: None }
+        Answer { response, data: None, file: None }
     }
+}
+
+/// The broker's end of its socket to airlock: a byte stream that can also
+/// pass a descriptor.
+pub trait Channel: Read + Write {
+    /// Writes all of `parts`, `file`'s descriptor attached to their first
+    /// byte (`SCM_RIGHTS`).
+    fn write_with_file(&mut self, parts: &[&[u8]], file: BorrowedFd<'_>) -> std::io::Result<()>;
+}
+
+impl Channel for std::os::unix::net::UnixStream {
+    fn write_with_file(&mut self, parts: &[&[u8]], file: BorrowedFd<'_>) -> std::io::Result<()> {
+        let this: &std::os::unix::net::UnixStream = self;
+        send_with_file(this.as_fd(), &mut &*this, parts, file)
+    }
+}
+
+/// Sends `parts` on `socket` with `file`'s descriptor on their first byte;
+/// what one `sendmsg` leaves (a signal may cut it short) goes through `rest`,
+/// the same socket as a byte stream.
+pub(crate) fn send_with_file(
+    socket: BorrowedFd<'_>,
+    rest: &mut impl Write,
+    parts: &[&[u8]],
+    file: BorrowedFd<'_>,
+) -> std::io::Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let files = [file];
+    if !control.push(SendAncillaryMessage::ScmRights(&files)) {
+        return Err(std::io::Error::other("no room for one descriptor in the control buffer"));
+    }
+    let slices: Vec<std::io::IoSlice<'_>> = parts.iter().map(|p| std::io::IoSlice::new(p)).collect();
+    let sent = loop {
+        match rustix::net::sendmsg(socket, &slices, &mut control, SendFlags::NOSIGNAL) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => break other?,
+        }
+    };
+    let mut skip = sent;
+    for part in parts {
+        let from = skip.min(part.len());
+        skip -= from;
+        if from < part.len() {
+            rest.write_all(&part[from..])?;
+        }
+    }
+    Ok(())
 }
 
 struct Pending {
@@ -112,7 +164,7 @@ impl Broker {
     /// A protocol error is answered (`broker.protocol`) before it is returned.
     /// Each answer goes out in one vectored write: the frame's head, then a
     /// read's bytes from where they were read.
-    pub fn serve(&mut self, stream: &mut (impl Read + Write)) -> Result<(), Fatal> {
+    pub fn serve(&mut self, stream: &mut impl Channel) -> Result<(), Fatal> {
         // One request buffer for every frame, like the read buffer.
         let mut body = Vec::new();
         loop {
@@ -133,7 +185,12 @@ impl Broker {
             };
             // A read answers at most MAX_IO_BYTES (checked in `handle`).
             let head = frame_head(&answer.response, answer.data).map_err(|e| Fatal::Protocol(e.to_string()))?;
-            write_parts(stream, &[&head, answer.data.unwrap_or_default()]).map_err(Fatal::Io)?;
+            let parts = [&head[..], answer.data.unwrap_or_default()];
+            match &answer.file {
+                Some(file) => stream.write_with_file(&parts, file.as_fd()),
+                None => write_parts(stream, &parts),
+            }
+            .map_err(Fatal::Io)?;
         }
     }
 
@@ -164,13 +221,20 @@ impl Broker {
                     return Ok(refused(id, codes::LIMIT, message).into());
                 }
                 let offset = req.offset.unwrap_or(0);
-                let read = rooted::read_file_into(&self.resolver, &root.fd, &comps, offset, max, &mut buf);
+                let read = rooted::read_file_keeping(&self.resolver, &root.fd, &comps, offset, max, &mut buf);
                 self.read_buf = buf;
                 Ok(match read {
-                    Ok(stamp) => Answer {
-                        response: BrokerResponse { id, stamp: Some(stamp), ..Default::default() },
-                        data: Some(&self.read_buf),
-                    },
+                    Ok((stamp, file)) => {
+                        // Handed over only for a stream that goes on.
+                        let more = offset.saturating_add(self.read_buf.len() as u64) < stamp.size;
+                        let file = (req.handle == Some(true) && more).then(|| OwnedFd::from(file));
+                        let handle = file.is_some().then_some(true);
+                        Answer {
+                            response: BrokerResponse { id, stamp: Some(stamp), handle, ..Default::default() },
+                            data: Some(&self.read_buf),
+                            file,
+                        }
+                    }
                     Err(e) => from_rooted(id, e).into(),
                 })
             }
@@ -197,9 +261,7 @@ impl Broker {
                 }
                 .into())
             }
-            BrokerOp::WritePrepare | BrokerOp::WriteOpen => {
-                self.prepare(req, data.unwrap_or_default()).map(Answer::from)
-            }
+            BrokerOp::WritePrepare | BrokerOp::WriteOpen => self.prepare(req, data.unwrap_or_default()),
             BrokerOp::WriteAppend => self.append(req, data.unwrap_or_default()).map(Answer::from),
             BrokerOp::WriteCommit => {
                 let pending = self.take_pending(req)?;
@@ -218,20 +280,22 @@ impl Broker {
         }
     }
 
-    fn prepare(&mut self, req: &BrokerRequest, bytes: &[u8]) -> Result<BrokerResponse, Fatal> {
+    /// Prepares (or opens) a write; an open asked with `handle` hands the
+    /// unnamed file over with its answer, for airlock to append to.
+    fn prepare(&mut self, req: &BrokerRequest, bytes: &[u8]) -> Result<Answer<'static>, Fatal> {
         let id = req.id;
         if self.prepared.contains_key(&id) {
             return Err(Fatal::Protocol(format!("request id {id} already names a prepared write")));
         }
         let (root, comps) = match self.checked(req, |r| r.write, false) {
             Ok(ok) => ok,
-            Err(r) => return Ok(refused(id, r.code, r.message)),
+            Err(r) => return Ok(refused(id, r.code, r.message).into()),
         };
         if let Some(refusal) = over_frame(id, bytes) {
-            return Ok(refusal);
+            return Ok(refusal.into());
         }
         if self.prepared.len() >= MAX_OUTSTANDING {
-            return Ok(refused(id, codes::LIMIT, format!("at most {MAX_OUTSTANDING} prepared writes at once")));
+            return Ok(refused(id, codes::LIMIT, format!("at most {MAX_OUTSTANDING} prepared writes at once")).into());
         }
         let made = match req.op {
             BrokerOp::WriteOpen => rooted::open_write(&self.resolver, &root.fd, &comps, self.file_mode),
@@ -239,13 +303,22 @@ impl Broker {
         };
         let write = match made {
             Ok(w) => w,
-            Err(e) => return Ok(from_rooted(id, e)),
+            Err(e) => return Ok(from_rooted(id, e).into()),
+        };
+        let file = match req.handle {
+            Some(true) if req.op == BrokerOp::WriteOpen => match write.share() {
+                Ok(file) => Some(file),
+                Err(e) => return Ok(from_rooted(id, e).into()),
+            },
+            _ => None,
         };
         let (d, f) = (write.dir_id(), write.file_id());
         let identity =
             WriteIdentity { dir_dev: d.dev, dir_ino: d.ino, file_dev: f.dev, file_ino: f.ino, bytes: write.bytes() };
         self.prepared.insert(id, Pending { root: req.root, write });
-        Ok(BrokerResponse { id, identity: Some(identity), ..Default::default() })
+        let handle = file.is_some().then_some(true);
+        let response = BrokerResponse { id, identity: Some(identity), handle, ..Default::default() };
+        Ok(Answer { response, data: None, file })
     }
 
     /// Appends one frame to an opened (or prepared) write on the same root;

@@ -303,6 +303,11 @@ pub struct BrokerRequest {
     /// `write_commit`: the staging name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<String>,
+    /// `read`, `write_open`: also pass the opened file's descriptor with
+    /// the answer (a read's only when it did not reach the end), so
+    /// airlock moves the rest of a stream's bytes itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle: Option<bool>,
 }
 
 impl BrokerRequest {
@@ -318,15 +323,15 @@ impl BrokerRequest {
         at_most("offset", self.offset.unwrap_or(0), MAX_OFFSET, codes::PROTOCOL)?;
         let (p, m, d, pr, s) =
             (self.path.is_some(), self.max.is_some(), data.is_some(), self.prepared.is_some(), self.stage.is_some());
-        let o = self.offset.is_some();
+        let (o, h) = (self.offset.is_some(), self.handle.is_some());
         let ok = match self.op {
             BrokerOp::Read => p && m && !d && !pr && !s,
-            BrokerOp::List => p && m && !o && !d && !pr && !s,
-            BrokerOp::WritePrepare => p && !m && !o && d && !pr && !s,
+            BrokerOp::List => p && m && !o && !d && !pr && !s && !h,
+            BrokerOp::WritePrepare => p && !m && !o && d && !pr && !s && !h,
             BrokerOp::WriteOpen => p && !m && !o && !d && !pr && !s,
-            BrokerOp::WriteAppend => !p && !m && !o && d && pr && !s,
-            BrokerOp::WriteCommit => !p && !m && !o && !d && pr && s,
-            BrokerOp::WriteAbort => !p && !m && !o && !d && pr && !s,
+            BrokerOp::WriteAppend => !p && !m && !o && d && pr && !s && !h,
+            BrokerOp::WriteCommit => !p && !m && !o && !d && pr && s && !h,
+            BrokerOp::WriteAbort => !p && !m && !o && !d && pr && !s && !h,
         };
         if ok {
             Ok(())
@@ -401,6 +406,10 @@ pub struct BrokerResponse {
     /// `write_abort`: dropped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aborted: Option<bool>,
+    /// `read`, `write_open` asked with `handle`: the opened file's
+    /// descriptor came with this answer (`SCM_RIGHTS` on its first byte).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle: Option<bool>,
     /// The operation failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorBody>,
@@ -545,8 +554,13 @@ mod tests {
             offset: None,
             prepared: Some(1),
             stage: Some("s".into()),
+            handle: None,
         };
         commit.validate(None).unwrap();
+        assert!(
+            BrokerRequest { handle: Some(true), ..commit.clone() }.validate(None).is_err(),
+            "only a read or an open"
+        );
         assert!(commit.validate(Some(b"")).is_err(), "a commit carries no data");
         assert!(BrokerRequest { id: MAX_ID + 1, ..commit.clone() }.validate(None).is_err());
         assert!(BrokerRequest { prepared: Some(MAX_ID + 1), ..commit.clone() }.validate(None).is_err());
@@ -554,6 +568,18 @@ mod tests {
         let append = BrokerRequest { op: BrokerOp::WriteAppend, stage: None, ..commit.clone() };
         append.validate(Some(b"x")).unwrap();
         assert!(append.validate(None).is_err(), "an append needs its data frame");
-        assert!(BrokerRequest { op: BrokerOp::WriteAbort, ..commit }.validate(None).is_err());
+        assert!(BrokerRequest { op: BrokerOp::WriteAbort, ..commit.clone() }.validate(None).is_err());
+        let read = BrokerRequest {
+            op: BrokerOp::Read,
+            path: Some("a".into()),
+            max: Some(1),
+            prepared: None,
+            stage: None,
+            handle: Some(true),
+            ..commit
+        };
+        read.validate(None).unwrap();
+        let open = BrokerRequest { op: BrokerOp::WriteOpen, max: None, ..read };
+        open.validate(None).unwrap();
     }
 }

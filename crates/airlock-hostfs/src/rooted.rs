@@ -47,6 +47,7 @@ use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, StatxFlags};
 use rustix::io::Errno;
 use std::collections::BinaryHeap;
+use std::fs::File;
 
 /// Why an operation beneath a root was refused or failed. Each variant has
 /// exactly one reason code ([`RootedError::code`]).
@@ -287,6 +288,20 @@ pub fn read_file_into(
     max: u64,
     bytes: &mut Vec<u8>,
 ) -> RootedResult<airlock_fsproto::ReadStamp> {
+    read_file_keeping(resolver, root, comps, offset, max, bytes).map(|(stamp, _)| stamp)
+}
+
+/// [`read_file_into`], also returning the file it read, open `O_RDONLY`:
+/// for a caller that hands a stream's file on (the broker passes it to
+/// airlock, which reads the rest of the stream itself).
+pub fn read_file_keeping(
+    resolver: &Resolver,
+    root: impl AsFd,
+    comps: &[&str],
+    offset: u64,
+    max: u64,
+    bytes: &mut Vec<u8>,
+) -> RootedResult<(airlock_fsproto::ReadStamp, File)> {
     let read = read_into(resolver, root.as_fd(), comps, offset, max, bytes);
     if read.is_err() {
         bytes.clear();
@@ -301,7 +316,7 @@ fn read_into(
     offset: u64,
     max: u64,
     bytes: &mut Vec<u8>,
-) -> RootedResult<airlock_fsproto::ReadStamp> {
+) -> RootedResult<(airlock_fsproto::ReadStamp, File)> {
     if comps.is_empty() {
         return Err(RootedError::NotRegular { path: display(comps), what: "it is a directory" });
     }
@@ -329,7 +344,7 @@ fn read_into(
     {
         return Err(RootedError::Changed { path: display(comps) });
     }
-    Ok(airlock_fsproto::ReadStamp { dev, ino, size, ctime, ctime_nsec })
+    Ok((airlock_fsproto::ReadStamp { dev, ino, size, ctime, ctime_nsec }, file))
 }
 
 /// Lists the directory `comps` (empty: the root): at most `max` names,
@@ -522,6 +537,15 @@ impl PreparedWrite {
         self.file.as_fd()
     }
 
+    /// A second descriptor of the unnamed file, for a writer in another
+    /// process (the broker hands a chunked write's file to airlock, which
+    /// appends to it). [`PreparedWrite::commit`] counts the bytes the file
+    /// holds then, whoever wrote them.
+    pub fn share(&self) -> RootedResult<OwnedFd> {
+        rustix::io::fcntl_dupfd_cloexec(&self.file, 0)
+            .map_err(|e| RootedError::io(format!("F_DUPFD_CLOEXEC(tmpfile for {:?})", self.path), e))
+    }
+
     /// The target's directory handle (for [`remove_stage_entry`]).
     pub fn dir(&self) -> BorrowedFd<'_> {
         self.dir.as_fd()
@@ -535,7 +559,9 @@ impl PreparedWrite {
     /// (after checking it is still this file). After the rename the target
     /// must be the prepared file's `(dev, ino)`: a staging entry swapped by
     /// another process in between is [`RootedError::Replaced`], never a
-    /// write reported as landed. Returns the byte count.
+    /// write reported as landed. Returns the byte count: the file's size
+    /// once synced (with a [`PreparedWrite::share`]d file, what the other
+    /// writer appended).
     ///
     /// `stage_name` must be a single component that does not exist (the
     /// caller picks it, e.g. to write a recovery record first).
@@ -543,6 +569,9 @@ impl PreparedWrite {
         check_components(&[stage_name])?;
         self.sync()?;
         let path = &self.path;
+        let bytes = fstat(self.file.as_fd(), "tmpfile before naming")
+            .map_err(|f| RootedError::from_fault(f, &[path.as_str()]))?
+            .st_size as u64;
         rustix::fs::linkat(&self.file, "", &self.dir, stage_name, AtFlags::EMPTY_PATH).map_err(|e| {
             RootedError::io(format!("linkat(tmpfile, \"\", dir of {path:?}, {stage_name:?}, AT_EMPTY_PATH)"), e)
         })?;
@@ -558,7 +587,7 @@ impl PreparedWrite {
         if FileId::of(&now) != self.file_id {
             return Err(RootedError::Replaced { path: path.clone(), found: FileId::of(&now), expected: self.file_id });
         }
-        Ok(self.bytes)
+        Ok(bytes)
     }
 }
 

@@ -28,7 +28,17 @@ fn broker() -> (tempfile::TempDir, Broker) {
 }
 
 fn req(id: u64, op: BrokerOp, root: u32, path: Option<&str>) -> BrokerRequest {
-    BrokerRequest { id, op, root, path: path.map(str::to_owned), max: None, offset: None, prepared: None, stage: None }
+    BrokerRequest {
+        id,
+        op,
+        root,
+        path: path.map(str::to_owned),
+        max: None,
+        offset: None,
+        prepared: None,
+        stage: None,
+        handle: None,
+    }
 }
 
 fn read(id: u64, root: u32, path: &str, max: u64) -> BrokerRequest {
@@ -215,6 +225,12 @@ impl Write for Duplex {
     }
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+impl Channel for Duplex {
+    fn write_with_file(&mut self, _: &[&[u8]], _: BorrowedFd<'_>) -> std::io::Result<()> {
+        unreachable!("the in-memory socket is never asked to pass a descriptor")
     }
 }
 

@@ -18,13 +18,23 @@ fn only_the_socket_stdio_and_roots_are_open_and_the_environment_is_empty() {
 #[test]
 fn a_system_call_outside_the_allowlist_kills_it() {
     let roots = Roots::new(&["rwl"]);
-    for call in ["socket", "exec", "ioctl"] {
+    for call in ["socket", "exec", "ioctl", "sendmsg-stderr"] {
         let mut p = start(PROBE, &roots);
         let got = p.probe(&["env", call, "env"]);
         assert_eq!(got, ["ok 0"], "{call}: nothing answered after the call");
         let (status, stderr) = p.finish();
         assert_eq!(status.signal(), Some(libc::SIGSYS), "{call}: {status:?} {stderr}");
     }
+}
+
+#[test]
+fn a_descriptor_passes_only_on_the_socket_to_airlock() {
+    let roots = Roots::new(&["r"]);
+    let mut p = start(PROBE, &roots);
+    let got = p.probe(&["pass-root 0", "env"]);
+    assert_eq!(got, ["ok passed", "ok 0"], "sendmsg on fd 0 (with a descriptor) is allowed");
+    let (status, stderr) = p.finish();
+    assert_eq!(status.code(), Some(0), "{stderr}");
 }
 
 #[test]

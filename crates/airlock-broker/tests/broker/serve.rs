@@ -7,7 +7,7 @@ use airlock_fsproto::{codes, write_frame, BrokerOp, BrokerRequest, BrokerRespons
 use crate::util::{start, Roots, MAIN};
 
 fn req(id: u64, op: BrokerOp, root: u32) -> BrokerRequest {
-    BrokerRequest { id, op, root, path: None, max: None, offset: None, prepared: None, stage: None }
+    BrokerRequest { id, op, root, path: None, max: None, offset: None, prepared: None, stage: None, handle: None }
 }
 
 fn read(id: u64, root: u32, path: &str) -> BrokerRequest {
@@ -52,6 +52,46 @@ fn reads_lists_and_writes_through_the_jail() {
     let (status, stderr) = b.finish();
     assert_eq!(status.code(), Some(0), "EOF ends the broker cleanly: {stderr}");
     assert_eq!(stderr, "");
+    roots.outside_untouched();
+}
+
+#[test]
+fn a_stream_s_file_is_handed_over_with_the_answer_that_opened_it() {
+    let roots = Roots::new(&["r", "w"]);
+    let content: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(roots.path(0).join("big"), &content).unwrap();
+    let mut b = start(MAIN, &roots);
+    // A read that does not reach the end: its file comes with it.
+    let first =
+        BrokerRequest { path: Some("big".into()), max: Some(4096), handle: Some(true), ..req(1, BrokerOp::Read, 0) };
+    let (r, data, fd) = b.call_receiving(&first);
+    assert_eq!((code(&r), r.handle, data.as_deref()), ("ok", Some(true), Some(&content[..4096])));
+    let fd = fd.expect("the file's descriptor came with the answer");
+    let (st, stamp) = (rustix::fs::fstat(&fd).unwrap(), r.stamp.unwrap());
+    assert_eq!((st.st_dev, st.st_ino, st.st_size as u64), (stamp.dev, stamp.ino, 10_000));
+    let mut rest = vec![0; 10_000 - 4096];
+    assert_eq!(rustix::io::pread(&fd, &mut rest, 4096).unwrap(), rest.len());
+    assert_eq!(rest, &content[4096..]);
+    assert!(rustix::io::write(&fd, b"x").is_err(), "handed over read-only");
+    // A read that reaches the end, or one not asking, comes alone.
+    let whole = BrokerRequest { path: Some("a.txt".into()), ..first.clone() };
+    let (r, _, fd) = b.call_receiving(&BrokerRequest { id: 2, ..whole });
+    assert_eq!((code(&r), r.handle, fd.is_none()), ("ok", None, true));
+    let (r, _, fd) = b.call_receiving(&BrokerRequest { id: 3, handle: None, ..first });
+    assert_eq!((code(&r), r.handle, fd.is_none()), ("ok", None, true));
+    // A chunked write's unnamed file: airlock appends, the broker names it.
+    let open = BrokerRequest { path: Some("new".into()), handle: Some(true), ..req(4, BrokerOp::WriteOpen, 1) };
+    let (r, _, fd) = b.call_receiving(&open);
+    let (identity, fd) = (r.identity.unwrap(), fd.expect("the unnamed file came with the open"));
+    let st = rustix::fs::fstat(&fd).unwrap();
+    assert_eq!((st.st_dev, st.st_ino, st.st_size), (identity.file_dev, identity.file_ino, 0));
+    assert_eq!(rustix::io::pwrite(&fd, b"appended here", 0).unwrap(), 13);
+    assert!(!roots.path(1).join("new").exists(), "nothing is named before the commit");
+    let c = b.call(&BrokerRequest { prepared: Some(4), stage: Some(stage(2)), ..req(5, BrokerOp::WriteCommit, 1) });
+    assert_eq!(c.written, Some(13), "the commit counts what the file holds: {c:?}");
+    assert_eq!(std::fs::read(roots.path(1).join("new")).unwrap(), b"appended here");
+    let (status, stderr) = b.finish();
+    assert_eq!(status.code(), Some(0), "{stderr}");
     roots.outside_untouched();
 }
 

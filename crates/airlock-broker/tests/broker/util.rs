@@ -123,6 +123,17 @@ impl Running {
         })
     }
 
+    /// Sends a message request and reads the response, its data and the
+    /// descriptor passed with it (read with `recvmsg`, as airlock reads).
+    pub fn call_receiving(&mut self, req: &BrokerRequest) -> (BrokerResponse, Option<Vec<u8>>, Option<OwnedFd>) {
+        write_frame(&mut self.sock, &encode_body(req, None).unwrap()).unwrap();
+        let mut passed = Vec::new();
+        let body = read_frame(&mut Receiving { sock: &self.sock, passed: &mut passed }, MAX_FRAME).unwrap().unwrap();
+        let (response, data) = decode_body::<BrokerResponse>(&body).unwrap();
+        assert!(passed.len() <= 1, "one descriptor at most");
+        (response, data.map(<[u8]>::to_vec), passed.pop())
+    }
+
     /// Sends probe commands and reads one answer line per command; stops
     /// early when the probe dies.
     pub fn probe(&mut self, commands: &[&str]) -> Vec<String> {
@@ -155,5 +166,31 @@ impl Running {
         self.stderr.rewind().unwrap();
         self.stderr.read_to_string(&mut s).unwrap();
         s
+    }
+}
+
+/// The socket read with `recvmsg`, keeping what descriptors come.
+struct Receiving<'a> {
+    sock: &'a UnixStream,
+    passed: &'a mut Vec<OwnedFd>,
+}
+
+impl Read for Receiving<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let got = rustix::net::recvmsg(
+            self.sock,
+            &mut [std::io::IoSliceMut::new(buf)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        )?;
+        for message in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(fds) = message {
+                self.passed.extend(fds);
+            }
+        }
+        Ok(got.bytes)
     }
 }

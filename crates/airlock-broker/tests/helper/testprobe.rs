@@ -1,16 +1,18 @@
 //! Test helper (not shipped): confines itself exactly as the broker does
 //! (same command line, same [`airlock_broker::confine`]), then reads one
 //! command a line from fd 0 and answers each with one line, to show what
-//! the jail refuses. `socket`, `exec` and `ioctl` are expected to kill it
-//! with SIGSYS before it answers.
+//! the jail refuses. `socket`, `exec`, `ioctl` and `sendmsg-stderr` are
+//! expected to kill it with SIGSYS before it answers.
 //!
 //! Commands: `fds`, `env`, `read-path P`, `write-path P`,
 //! `openat ROOT REL path|read|dir|write|tmpfile`, `hostfs-read ROOT PATH`,
-//! `hostfs-list ROOT PATH`, `hostfs-write ROOT PATH`, `socket`, `exec`, `ioctl`.
+//! `hostfs-list ROOT PATH`, `hostfs-write ROOT PATH`, `socket`, `exec`, `ioctl`,
+//! `pass-root ROOT` (the answer goes with the root's descriptor, as the
+//! broker hands a stream's file over), `sendmsg-stderr`.
 use std::io::{BufRead, BufReader, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
-use airlock_broker::{Args, Socket};
+use airlock_broker::{Args, Channel, Socket};
 use airlock_hostfs::{rooted, Resolver};
 use rustix::fs::{Mode, OFlags};
 
@@ -26,6 +28,13 @@ fn main() {
     let mut out = Socket::stdin();
     for line in BufReader::new(Socket::stdin()).lines() {
         let Ok(line) = line else { std::process::exit(74) };
+        if let Some(i) = line.strip_prefix("pass-root ") {
+            let root = &roots[i.parse::<usize>().expect("root index")];
+            if out.write_with_file(&[b"ok passed\n"], root.as_fd()).is_err() {
+                std::process::exit(74)
+            }
+            continue;
+        }
         let answer = run(&line, &roots, &resolver);
         if writeln!(out, "{answer}").is_err() {
             std::process::exit(74)
@@ -76,6 +85,12 @@ fn run(line: &str, roots: &[OwnedFd], resolver: &Resolver) -> String {
         ["socket"] => std::os::unix::net::UnixStream::connect("/nowhere").map_or_else(errno, |_| "ok".into()),
         ["exec"] => std::process::Command::new("/bin/true").status().map_or_else(errno, |s| format!("ok {s}")),
         ["ioctl"] => rustix::io::ioctl_fionbio(rustix::stdio::stdin(), true).map_or_else(errno, |()| "ok".into()),
+        ["sendmsg-stderr"] => {
+            let mut control = rustix::net::SendAncillaryBuffer::default();
+            let bytes = [std::io::IoSlice::new(b"x")];
+            rustix::net::sendmsg(rustix::stdio::stderr(), &bytes, &mut control, rustix::net::SendFlags::empty())
+                .map_or_else(errno, |_| "ok".into())
+        }
         _ => format!("unknown command {line:?}"),
     }
 }

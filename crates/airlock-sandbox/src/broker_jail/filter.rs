@@ -78,6 +78,13 @@ pub(crate) fn broker_filter_rules() -> BTreeMap<i64, Vec<SeccompRule>> {
         })
         .collect();
     rules.insert(libc::SYS_fcntl, fcntl);
+    // Only on descriptor 0, the socket to airlock: a stream's file handed
+    // over with the answer that opened it (`SCM_RIGHTS`). No other socket
+    // can exist here (no socket, connect or accept), and the file is one
+    // the broker could already read or write for airlock.
+    let on_socket = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, 0)
+        .expect("argument 0 is a valid seccomp argument");
+    rules.insert(libc::SYS_sendmsg, vec![SeccompRule::new(vec![on_socket]).expect("a rule with one condition")]);
     rules
 }
 
@@ -114,7 +121,8 @@ mod tests {
             libc::SYS_socket,
             libc::SYS_connect,
             libc::SYS_bind,
-            libc::SYS_sendmsg,
+            libc::SYS_sendto,
+            libc::SYS_recvmsg,
             libc::SYS_execve,
             libc::SYS_execveat,
             libc::SYS_clone,
@@ -144,6 +152,7 @@ mod tests {
             assert!(!rules.contains_key(&nr), "{nr} must not be allowed");
         }
         assert_eq!(rules[&libc::SYS_fcntl].len(), FCNTL_COMMANDS.len(), "fcntl only with listed commands");
+        assert_eq!(rules[&libc::SYS_sendmsg].len(), 1, "sendmsg only on descriptor 0");
     }
 
     #[test]

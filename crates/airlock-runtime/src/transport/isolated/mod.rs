@@ -79,6 +79,7 @@
 //! the operation log, the failure, the cleanup) and `InvocationFinished`.
 
 mod approved;
+mod handed;
 mod hasher;
 mod helpers;
 mod inbox;

@@ -54,7 +54,9 @@
 use std::collections::VecDeque;
 use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::ops::ControlFlow;
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
+use std::rc::Rc;
 use std::time::Instant;
 
 use airlock_core::broker::BrokerBudgets;
@@ -67,6 +69,7 @@ use rustix::event::{PollFd, PollFlags};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::handed::{AnswerReader, HeldRead, HeldWrite, Refused};
 use super::hasher::{HasherLost, StreamHasher, StreamId};
 use super::inbox::Inbox;
 use super::records::{RecordBook, StageRecord};
@@ -147,16 +150,22 @@ struct OpenWrite {
     /// is fed these.
     sent: u64,
     stream: StreamId,
+    /// The unnamed file the broker handed over with its open: appends are
+    /// written to it here.
+    file: Option<HeldWrite>,
 }
 
 /// A read frame or an append forwarded to the broker whose answer has not
-/// been taken yet: what checking that answer needs.
+/// been taken yet, or a read frame the relay serves from a held file once
+/// the answers before it are out: what checking that answer needs.
 struct InFlight {
-    /// The broker request's id.
+    /// The broker request's id (0 for a frame served here).
     broker_id: u64,
     req: Request,
     /// An append: the bytes its write holds once this one is appended.
     total: u64,
+    /// A read frame served from this file, not by the broker.
+    held: Option<Rc<HeldRead>>,
 }
 
 /// A broker answer's data frame payload, where it lies in the frame.
@@ -182,6 +191,8 @@ struct Reading {
     next: u64,
     hash: ReadHash,
     log: usize,
+    /// The file the broker handed over with the stream's first frame.
+    held: Option<Rc<HeldRead>>,
 }
 
 /// Where a streamed read's SHA-256 is kept: a read whose first frame is
@@ -215,6 +226,11 @@ pub(crate) struct Relay<'a> {
     next_stream: StreamId,
     /// Reads hashed on the thread: their log entries and streams.
     threaded_reads: Vec<(usize, StreamId)>,
+    /// Descriptors the broker passed, taken by the answer that announced
+    /// them.
+    passed: Vec<OwnedFd>,
+    /// The descriptor the last answer taken announced (`handle`).
+    handed: Option<OwnedFd>,
 }
 
 /// Why one request failed.
@@ -271,6 +287,8 @@ impl<'a> Relay<'a> {
             hasher: None,
             next_stream: 0,
             threaded_reads: Vec::new(),
+            passed: Vec::new(),
+            handed: None,
         }
     }
 
@@ -353,6 +371,17 @@ impl<'a> Relay<'a> {
     /// answered. A failure first lets the requests before it be answered.
     fn take(&mut self, frame: &[u8]) -> ControlFlow<RelayEnd> {
         let result = match self.admit(frame) {
+            Ok((req, _, _)) if self.held_for(&req).is_some() => {
+                let held = self.held_for(&req);
+                self.inflight.push_back(InFlight { broker_id: 0, req, total: 0, held });
+                return ControlFlow::Continue(());
+            }
+            Ok((req, data, index)) if self.appends_here(&req) => {
+                self.drain()?;
+                self.append_here(&req, index, data.unwrap_or_default())
+                    .map(|r| (r, None))
+                    .map_err(|f| (req.id, Some(req.clone()), f))
+            }
             Ok((req, data, index)) if matches!(req.op, Op::Read | Op::WriteAppend) => {
                 match self.forward(&req, index, data.unwrap_or_default()) {
                     Ok(()) => return ControlFlow::Continue(()),
@@ -390,10 +419,13 @@ impl<'a> Relay<'a> {
     /// and logs it, and answers the worker.
     fn complete_next(&mut self) -> ControlFlow<RelayEnd> {
         let Some(sent) = self.inflight.pop_front() else { return ControlFlow::Continue(()) };
-        let result = self.broker_receive(sent.broker_id).and_then(|(response, data)| match sent.req.op {
-            Op::Read => self.read_answered(&sent.req, response, data).map(|(r, bytes)| (r, Some(bytes))),
-            _ => self.append_answered(&sent.req, response, data, sent.total).map(|r| (r, None)),
-        });
+        let result = match &sent.held {
+            Some(held) => self.read_held(&sent.req, held).map(|(r, bytes)| (r, Some(bytes))),
+            None => self.broker_receive(sent.broker_id).and_then(|(response, data)| match sent.req.op {
+                Op::Read => self.read_answered(&sent.req, response, data).map(|(r, bytes)| (r, Some(bytes))),
+                _ => self.append_answered(&sent.req, response, data, sent.total).map(|r| (r, None)),
+            }),
+        };
         match result {
             Ok((response, data)) => {
                 let answered = self.answer(&response, data.as_deref());
@@ -563,6 +595,9 @@ impl<'a> Relay<'a> {
                 path: Some(req.path.clone()),
                 max: req.max,
                 offset: req.offset,
+                // A stream's first frame: its file, to read the middle
+                // frames from here.
+                handle: req.version.is_none().then_some(true),
                 ..Self::broker_request(BrokerOp::Read, root)
             };
             (request, None, 0)
@@ -577,7 +612,7 @@ impl<'a> Relay<'a> {
             )
         };
         let broker_id = self.broker_send(request, data)?;
-        self.inflight.push_back(InFlight { broker_id, req: req.clone(), total });
+        self.inflight.push_back(InFlight { broker_id, req: req.clone(), total, held: None });
         // Hashed on the thread while the broker writes it.
         if let Some(bytes) = data {
             let stream = self.stream_mut(req, root)?.stream;
@@ -704,7 +739,9 @@ impl<'a> Relay<'a> {
         let _ = self.broker.set_read_timeout(Some(left));
         // The buffer of the last answer, back from `recycle`.
         let mut body = std::mem::take(&mut self.spare);
-        match read_frame_into(&mut self.broker, MAX_FRAME, &mut body) {
+        self.handed = None;
+        let mut answers = AnswerReader { socket: &self.broker, passed: &mut self.passed };
+        match read_frame_into(&mut answers, MAX_FRAME, &mut body) {
             Ok(true) => {}
             Ok(false) => return Err(lost("the broker exited".into())),
             Err(e) => return Err(lost(format!("reading the broker: {e}"))),
@@ -716,6 +753,11 @@ impl<'a> Relay<'a> {
         if response.id != id {
             return Err(lost(format!("the broker answered call {} for call {id}", response.id)));
         }
+        let handed = self.passed.pop();
+        if !self.passed.is_empty() || handed.is_some() != (response.handle == Some(true)) {
+            return Err(lost("the broker passed a descriptor its answer did not announce, or none it did".into()));
+        }
+        self.handed = handed;
         if let Some(e) = response.error {
             return Err(Fail { code: e.code, message: e.message });
         }
@@ -730,7 +772,17 @@ impl<'a> Relay<'a> {
     }
 
     fn broker_request(op: BrokerOp, root: u32) -> BrokerRequest {
-        BrokerRequest { id: 0, op, root, path: None, max: None, offset: None, prepared: None, stage: None }
+        BrokerRequest {
+            id: 0,
+            op,
+            root,
+            path: None,
+            max: None,
+            offset: None,
+            prepared: None,
+            stage: None,
+            handle: None,
+        }
     }
 
     /// The broker's answer to a read frame, checked: the worker's answer
@@ -741,12 +793,64 @@ impl<'a> Relay<'a> {
         response: BrokerResponse,
         bytes: Option<Payload>,
     ) -> Result<(Response, Payload), Fail> {
-        let offset = req.offset.unwrap_or(0);
         let bytes = bytes.ok_or_else(|| fail("broker.lost", "a read answer without data"))?;
         let stamp = response.stamp.ok_or_else(|| fail("broker.lost", "a read answer without the file's stamp"))?;
         if bytes.len() as u64 > req.max.unwrap_or(0) {
             return Err(fail("broker.lost", "the broker returned more than asked"));
         }
+        let handed = self.handed.take();
+        let answered = self.read_checked(req, stamp, bytes)?;
+        if let Some(fd) = handed {
+            self.hold(req, fd, stamp)?;
+        }
+        Ok(answered)
+    }
+
+    /// A read frame served from the stream's held file: read here, then
+    /// checked like the broker's answers (a file that moved since the
+    /// stream's first frame is `broker.changed`).
+    fn read_held(&mut self, req: &Request, held: &HeldRead) -> Result<(Response, Payload), Fail> {
+        let mut body = std::mem::take(&mut self.spare);
+        let offset = req.offset.unwrap_or(0);
+        let stamp = held
+            .read_at(offset, req.max.unwrap_or(0), &mut body)
+            .map_err(|e| fail(codes::IO, format!("reading {}:{}: {e}", req.root, req.path)))?;
+        self.read_checked(req, stamp, Payload { body, start: 0 })
+    }
+
+    /// The stream's held file for a read frame the relay may serve itself:
+    /// one that continues the stream's version and does not reach the end
+    /// (the last frame goes to the broker, whose fresh look at the path
+    /// also catches a file replaced under the stream).
+    fn held_for(&self, req: &Request) -> Option<Rc<HeldRead>> {
+        if req.op != Op::Read {
+            return None;
+        }
+        let held = self.reading.as_ref()?.held.as_ref()?;
+        let end = req.offset.unwrap_or(0).saturating_add(req.max.unwrap_or(0));
+        let same = held.root == req.root && held.path == req.path && req.version.as_deref() == Some(&held.version);
+        (same && end < held.stamp.size).then(|| Rc::clone(held))
+    }
+
+    /// Keeps the file the broker handed over with a stream's first frame
+    /// for the stream's later frames.
+    fn hold(&mut self, req: &Request, fd: OwnedFd, stamp: ReadStamp) -> Result<(), Fail> {
+        let Some(reading) = self.reading.as_mut().filter(|r| r.root == req.root && r.path == req.path) else {
+            return Ok(());
+        };
+        match HeldRead::take(fd, stamp, &req.root, &req.path, &reading.version) {
+            Ok(held) => reading.held = Some(Rc::new(held)),
+            Err(Refused::Changed) => {}
+            Err(Refused::NotTheFile(why)) => return Err(fail("broker.lost", why)),
+        }
+        Ok(())
+    }
+
+    /// A read frame's bytes and the stamp of the file they came from,
+    /// checked against the version the frame continues, then logged: the
+    /// worker's answer and the bytes.
+    fn read_checked(&mut self, req: &Request, stamp: ReadStamp, bytes: Payload) -> Result<(Response, Payload), Fail> {
+        let offset = req.offset.unwrap_or(0);
         let version = version_of(&stamp);
         if let Some(expected) = req.version.as_deref().filter(|v| *v != version) {
             return Err(fail(
@@ -789,7 +893,8 @@ impl<'a> Relay<'a> {
                 ReadHash::Thread(stream)
             };
             let (root, path) = (req.root.clone(), req.path.clone());
-            self.reading = Some(Reading { root, path, version: version.to_owned(), next: offset, hash, log });
+            let version = version.to_owned();
+            self.reading = Some(Reading { root, path, version, next: offset, hash, log, held: None });
         }
         if let Some(r) = self.reading.as_mut() {
             r.next += amount;
@@ -878,15 +983,45 @@ impl<'a> Relay<'a> {
         if self.open_writes.len() >= MAX_OPEN_WRITES {
             return Err(fail(codes::LIMIT, format!("at most {MAX_OPEN_WRITES} chunked writes are open at once")));
         }
-        let opened = self
-            .call(BrokerRequest { path: Some(req.path.clone()), ..Self::broker_request(BrokerOp::WriteOpen, root) })?;
+        let opened = self.call(BrokerRequest {
+            path: Some(req.path.clone()),
+            handle: Some(true),
+            ..Self::broker_request(BrokerOp::WriteOpen, root)
+        })?;
         let identity = opened.identity.ok_or_else(|| fail("broker.lost", "an open answer without identity"))?;
+        let file = match self.handed.take() {
+            Some(fd) => Some(HeldWrite::take(fd, &identity).map_err(|why| fail("broker.lost", why))?),
+            None => None,
+        };
         let (root_name, path) = (req.root.clone(), req.path.clone());
         let stream = self.new_stream()?;
-        let open = OpenWrite { root, root_name, path, prepared: opened.id, identity, bytes: 0, sent: 0, stream };
+        let prepared = opened.id;
+        let open = OpenWrite { root, root_name, path, prepared, identity, bytes: 0, sent: 0, stream, file };
         self.open_writes.insert(req.id, open);
         self.logged(req, 0, None);
         Ok(Response { id: req.id, stream: Some(req.id), ..Response::default() })
+    }
+
+    /// Whether `req` is an append to a chunked write whose file the relay
+    /// holds.
+    fn appends_here(&self, req: &Request) -> bool {
+        req.op == Op::WriteAppend
+            && self.open_writes.get(&req.stream.unwrap_or_default()).is_some_and(|open| open.file.is_some())
+    }
+
+    /// Appends one frame to a chunked write's held file (nothing is in
+    /// flight): written where the last frame ended, handed to the hashing
+    /// thread, answered by the bytes the write holds now.
+    fn append_here(&mut self, req: &Request, root: u32, data: &[u8]) -> Result<Response, Fail> {
+        let open = self.stream_mut(req, root)?;
+        let file = open.file.as_mut().ok_or_else(|| fail(codes::PROTOCOL, "the chunked write's file is not held"))?;
+        file.write_at(open.bytes, data)
+            .map_err(|e| fail(codes::IO, format!("appending to {}:{}: {e}", open.root_name, open.path)))?;
+        open.bytes += data.len() as u64;
+        open.sent = open.bytes;
+        let (total, stream) = (open.bytes, open.stream);
+        self.hasher()?.feed_copy(stream, data).map_err(lost_hasher)?;
+        Ok(Response { id: req.id, written: Some(total), ..Response::default() })
     }
 
     /// The open chunked write `req.stream`, taken out; it must be for the

@@ -8,7 +8,9 @@
 //! no host path reachable, Landlock to the roots' rights, a default-deny
 //! seccomp allowlist), then [`Broker::serve`]s `airlock-fsproto` frames:
 //! read, list, and writes in two steps (prepare: synced unnamed file;
-//! commit: link under airlock's staging name, rename over the target).
+//! commit: link under airlock's staging name, rename over the target). A
+//! stream's file (a read that goes on, a chunked write's unnamed file) is
+//! handed to airlock with the answer that opened it, on fd 0.
 //! Every request is checked again here (root, right, path rules, limits),
 //! under airlock's own checks.
 //!

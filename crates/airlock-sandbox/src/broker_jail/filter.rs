@@ -1,5 +1,6 @@
 //! The broker's seccomp filter: a default-deny allowlist of exactly what the
-//! serve loop needs (frames on fd 0, file operations beneath held
+//! serve loop needs (frames on fd 0, and a stream's file passed on it with
+//! `sendmsg`, allowed on fd 0 only; file operations beneath held
 //! directories, the allocator, exit). Anything else kills the process
 //! (`SECCOMP_RET_KILL_PROCESS`), as does a call made with another
 //! architecture's convention or, on x86_64, an x32 number (never listed).

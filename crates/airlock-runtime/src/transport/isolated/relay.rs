@@ -30,6 +30,14 @@
 //! ([`Inbox`]), a broker answer in the one buffer every answer is read
 //! into, and each goes out in one vectored write of its head and payload.
 //!
+//! The broker resolves and opens; the relay moves a stream's bytes
+//! ([`super::handed`]): a stream's first read frame asks for its file, and
+//! the relay serves the frames after it from that descriptor (checked
+//! against the stream's `version` after each is read), except the last,
+//! which goes to the broker so a file renamed over the path still fails
+//! the read; a chunked write's appends go straight into the unnamed file
+//! the broker handed over with its open.
+//!
 //! The window (issue 17): a worker may send up to `outstanding` requests
 //! before it reads their answers. Read frames and appends are charged,
 //! checked and forwarded to the broker as they arrive, without waiting for

@@ -187,6 +187,16 @@ fn a_file_shrinking_during_a_streamed_read_fails_loudly() {
 }
 
 #[test]
+fn a_file_rewritten_in_place_during_a_streamed_read_fails_loudly() {
+    // Same size, same inode: the frames airlock reads from the file it
+    // holds would otherwise mix two versions.
+    changed_during_a_read(|f| {
+        use std::os::unix::fs::FileExt;
+        std::fs::OpenOptions::new().write(true).open(f).unwrap().write_all_at(&[0xAA; 4096], 4_000_000).unwrap();
+    });
+}
+
+#[test]
 fn a_file_replaced_during_a_streamed_read_fails_loudly() {
     changed_during_a_read(|f| {
         let other = f.with_file_name("other.bin");

@@ -221,7 +221,7 @@ impl Broker {
                     return Ok(refused(id, codes::LIMIT, message).into());
                 }
                 let offset = req.offset.unwrap_or(0);
-                let read = rooted::read_file_keeping(&self.resolver, &root.fd, &comps, offset, max, &mut buf);
+                let read = rooted::read_file_into(&self.resolver, &root.fd, &comps, offset, max, &mut buf);
                 self.read_buf = buf;
                 Ok(match read {
                     Ok((stamp, file)) => {

@@ -264,14 +264,17 @@ pub fn read_file(
     max: u64,
 ) -> RootedResult<FileRead> {
     let mut bytes = Vec::new();
-    let stamp = read_file_into(resolver, root, comps, offset, max, &mut bytes)?;
+    let (stamp, _) = read_file_into(resolver, root, comps, offset, max, &mut bytes)?;
     Ok(FileRead { bytes, stamp })
 }
 
 /// Reads at most `max` bytes from `offset` of the regular file `comps`
 /// (fewer at its end, none past it) into `bytes`, which then holds exactly
-/// them, and returns the file's identity, size and change time. A caller
-/// that reuses `bytes` for frames of one size neither allocates nor zeroes.
+/// them, and returns the file's identity, size and change time, and the
+/// file itself, open `O_RDONLY` (for a caller that hands a stream's file
+/// on: the broker passes it to airlock, which reads the rest of the stream
+/// itself). A caller that reuses `bytes` for frames of one size neither
+/// allocates nor zeroes.
 ///
 /// The entry is opened `O_PATH | O_NOFOLLOW` first and must be a regular
 /// file with exactly one link; only then is it reopened `O_RDONLY |
@@ -281,20 +284,6 @@ pub fn read_file(
 /// than its size promised, is [`RootedError::Changed`]. On an error
 /// `bytes` holds nothing of the file's.
 pub fn read_file_into(
-    resolver: &Resolver,
-    root: impl AsFd,
-    comps: &[&str],
-    offset: u64,
-    max: u64,
-    bytes: &mut Vec<u8>,
-) -> RootedResult<airlock_fsproto::ReadStamp> {
-    read_file_keeping(resolver, root, comps, offset, max, bytes).map(|(stamp, _)| stamp)
-}
-
-/// [`read_file_into`], also returning the file it read, open `O_RDONLY`:
-/// for a caller that hands a stream's file on (the broker passes it to
-/// airlock, which reads the rest of the stream itself).
-pub fn read_file_keeping(
     resolver: &Resolver,
     root: impl AsFd,
     comps: &[&str],

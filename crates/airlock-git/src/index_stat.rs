@@ -20,7 +20,8 @@
 //! parser of attacker-controlled data) runs only inside the worker, never
 //! in the host process (DESIGN "gix runs only in a worker"). The parser
 //! reads only the fixed-width stat fields and the paths, is bounded
-//! ([`MAX_ENTRIES`]), and fails closed: an index it cannot read in full
+//! ([`MAX_ENTRIES`] entries, [`MAX_PATH_BYTES`] a path, [`MAX_PATH_TOTAL`]
+//! in all), and fails closed: an index it cannot read in full
 //! (a version other than 2–4, a malformed entry, too many entries) gives
 //! no entries at all, so every work-tree file is copied, as before. The
 //! worst a lying index can do is make a hostile repository's own answer
@@ -33,6 +34,16 @@ use std::collections::HashMap;
 /// copied then). The snapshot holds at most 10,000 files, so a repository
 /// it can answer for has a far smaller index.
 pub(crate) const MAX_ENTRIES: usize = 100_000;
+
+/// The longest path read (Linux's `PATH_MAX`: no work-tree file has a
+/// longer one). A version-4 index builds each path from the last one, so
+/// without this an index of a few MB could spell paths of GBs.
+const MAX_PATH_BYTES: usize = 4096;
+
+/// The most path bytes read in all: what bounds the memory and time one
+/// index costs the host process, whatever its entries spell (a real
+/// repository of 100,000 files needs a few MB).
+const MAX_PATH_TOTAL: usize = 16 << 20;
 
 /// Names whose content gix reads whatever their stat data says: the
 /// per-directory ignore, attribute and submodule files.
@@ -91,6 +102,42 @@ impl IndexStat {
             && file.ctime == file.mtime
             && i64::from(secs) < self.written;
         !trusted
+    }
+}
+
+/// For the fuzz target: parses `bytes` and checks the bounds the parser
+/// promises (entries, each path, all paths), then asks of every path read
+/// whether its content is needed, for a file of the entry's own stat data.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn check_bounds(bytes: &[u8]) {
+    let written = i64::from(u32::MAX);
+    let index = IndexStat::parse(bytes, written);
+    assert!(index.entries.len() <= MAX_ENTRIES);
+    assert!(index.entries.keys().all(|p| p.len() <= MAX_PATH_BYTES));
+    assert!(index.entries.keys().map(String::len).sum::<usize>() <= MAX_PATH_TOTAL);
+    for (path, recorded) in &index.entries {
+        let mtime = (i64::from(recorded.mtime.0), recorded.mtime.1);
+        let file = Entry {
+            name: path.rsplit('/').next().unwrap_or(path).as_bytes().to_vec(),
+            kind: airlock_hostfs::EntryKind::Regular,
+            size: u64::from(recorded.size),
+            executable: recorded.executable,
+            nlink: 1,
+            dev_ino: (0, 0),
+            mtime,
+            ctime: mtime,
+            mount_id: 0,
+        };
+        let needed = index.content_needed(path, &file);
+        // A flagged, conflicted or non-file entry is never trusted; a plain
+        // one matching its file, older than the index, always is (but for
+        // the names gix reads anyway).
+        let always = ALWAYS_COPIED.contains(&std::str::from_utf8(&file.name).unwrap_or(""));
+        if !recorded.plain || always {
+            assert!(needed, "{path:?}");
+        } else if i64::from(recorded.mtime.0) < written {
+            assert!(!needed, "{path:?}");
+        }
     }
 }
 
@@ -168,6 +215,7 @@ fn parse(data: &[u8]) -> Option<(HashMap<String, Recorded>, bool)> {
     let mut entries: HashMap<String, Recorded> = HashMap::with_capacity(count);
     let mut complete = true;
     let mut previous: Vec<u8> = Vec::new();
+    let mut total = 0usize;
     for _ in 0..count {
         let start = b.at;
         let stat = b.take(STAT_BYTES)?;
@@ -186,8 +234,12 @@ fn parse(data: &[u8]) -> Option<(HashMap<String, Recorded>, bool)> {
         let path = if version == 4 {
             let strip = b.varint()?;
             let keep = previous.len().checked_sub(strip)?;
+            let added = b.until_nul()?;
+            if keep.checked_add(added.len())? > MAX_PATH_BYTES {
+                return None;
+            }
             previous.truncate(keep);
-            previous.extend_from_slice(b.until_nul()?);
+            previous.extend_from_slice(added);
             previous.clone()
         } else {
             let path = b.until_nul()?.to_vec();
@@ -197,6 +249,10 @@ fn parse(data: &[u8]) -> Option<(HashMap<String, Recorded>, bool)> {
             b.take((8 - used % 8) % 8)?;
             path
         };
+        total = total.checked_add(path.len())?;
+        if path.len() > MAX_PATH_BYTES || total > MAX_PATH_TOTAL {
+            return None;
+        }
         if mode == MODE_DIRECTORY {
             complete = false; // a sparse directory entry: its files are not listed
             continue;
@@ -332,6 +388,67 @@ mod tests {
                 assert!(IndexStat::parse(&hostile, i64::MAX).entries.len() <= 3, "byte {at} = {value:#x}");
             }
         }
+    }
+
+    /// Git's offset varint, as `Bytes::varint` reads it.
+    fn varint(mut value: usize) -> Vec<u8> {
+        let mut out = vec![(value & 0x7f) as u8];
+        value >>= 7;
+        while value != 0 {
+            value -= 1;
+            out.insert(0, 0x80 | (value & 0x7f) as u8);
+            value >>= 7;
+        }
+        out
+    }
+
+    /// A version-4 index of `count` entries; each strips `strip(previous
+    /// length)` bytes of the last path and adds `add` bytes; then the
+    /// trailer.
+    fn v4(count: u32, add: usize, strip: impl Fn(usize) -> usize) -> Vec<u8> {
+        let mut bytes = b"DIRC".to_vec();
+        bytes.extend_from_slice(&4u32.to_be_bytes());
+        bytes.extend_from_slice(&count.to_be_bytes());
+        let mut previous = 0;
+        for _ in 0..count {
+            let mut stat = [0u8; STAT_BYTES];
+            stat[24..28].copy_from_slice(&MODE_REGULAR.to_be_bytes());
+            bytes.extend_from_slice(&stat);
+            bytes.extend_from_slice(&[0u8; OID_BYTES]);
+            bytes.extend_from_slice(&0x0fffu16.to_be_bytes());
+            let cut = strip(previous);
+            bytes.extend(varint(cut));
+            bytes.extend(std::iter::repeat_n(b'a', add));
+            bytes.push(0);
+            previous = previous - cut + add;
+        }
+        bytes.extend_from_slice(&[0u8; OID_BYTES]);
+        bytes
+    }
+
+    #[test]
+    fn varints_round_trip() {
+        for value in [0, 1, 127, 128, 4_000, 16_511, 1 << 20] {
+            let bytes = varint(value);
+            assert_eq!(Bytes { data: &bytes, at: 0 }.varint(), Some(value));
+        }
+    }
+
+    #[test]
+    fn an_index_whose_paths_grow_without_end_gives_nothing_and_stays_small() {
+        // 20,000 entries, each keeping the last path and adding 1,000
+        // bytes: 21 MB of index (under the snapshot's 64 MiB a file),
+        // whose paths together would be 200 GB held in the host process.
+        let hostile = IndexStat::parse(&v4(20_000, 1_000, |_| 0), i64::MAX);
+        assert!(hostile.entries.is_empty() && !hostile.complete);
+        // Paths up to the bound still read.
+        let fine = IndexStat::parse(&v4(4, 1_000, |_| 0), i64::MAX);
+        assert_eq!((fine.entries.len(), fine.complete), (4, true));
+        // Paths each under the bound, whose total passes its own bound.
+        let many = |count| IndexStat::parse(&v4(count, 4_000, |previous| previous), i64::MAX);
+        let under = (MAX_PATH_TOTAL / 4_000) as u32;
+        assert!(many(under).complete, "{under} paths of 4,000 bytes are within {MAX_PATH_TOTAL}");
+        assert!(!many(under + 1).complete && many(under + 1).entries.is_empty());
     }
 
     #[test]

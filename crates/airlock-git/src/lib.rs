@@ -53,6 +53,19 @@ pub mod snapshot;
 #[cfg(test)]
 mod test_git;
 
+/// Entry points for the fuzz targets (`fuzz/`), built only with the
+/// `fuzzing` feature.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Reads `bytes` as the snapshot reads `.git/index` and asks, of every
+    /// path it read, whether its content is needed; panics if a bound the
+    /// parser promises does not hold.
+    pub fn index(bytes: &[u8]) {
+        crate::index_stat::check_bounds(bytes);
+    }
+}
+
 pub use error::GitError;
 pub use limits::{Limits, MAX_FILES, MAX_FILE_BYTES, MAX_SNAPSHOT_BYTES};
 pub use query::{Operation, Request, Scope, DEFAULT_LOG_COUNT, MAX_LOG_COUNT};

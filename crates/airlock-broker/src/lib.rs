@@ -38,7 +38,6 @@ use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
 
 use airlock_hostfs::Resolver;
 use airlock_sandbox::{confine_broker, BROKER_FIRST_ROOT_FD};
-use serve::send_with_file;
 
 pub use args::{Args, UsageError};
 pub use serve::{Answer, Broker, Channel, Fatal, MAX_OUTSTANDING};
@@ -135,8 +134,31 @@ impl Write for Socket {
 }
 
 impl Channel for Socket {
+    /// One `sendmsg` with the descriptor; what it leaves (a signal may cut
+    /// it short) goes out as plain bytes.
     fn write_with_file(&mut self, parts: &[&[u8]], file: BorrowedFd<'_>) -> std::io::Result<()> {
-        let socket = self.0;
-        send_with_file(socket, self, parts, file)
+        use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        let files = [file];
+        if !control.push(SendAncillaryMessage::ScmRights(&files)) {
+            return Err(std::io::Error::other("no room for one descriptor in the control buffer"));
+        }
+        let slices: Vec<std::io::IoSlice<'_>> = parts.iter().map(|p| std::io::IoSlice::new(p)).collect();
+        let sent = loop {
+            match rustix::net::sendmsg(self.0, &slices, &mut control, SendFlags::NOSIGNAL) {
+                Err(rustix::io::Errno::INTR) => continue,
+                other => break other?,
+            }
+        };
+        let mut skip = sent;
+        for part in parts {
+            let from = skip.min(part.len());
+            skip -= from;
+            if from < part.len() {
+                self.write_all(&part[from..])?;
+            }
+        }
+        Ok(())
     }
 }

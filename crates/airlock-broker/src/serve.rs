@@ -16,12 +16,6 @@ use airlock_hostfs::Resolver;
 /// Most prepared writes held at once (each holds two descriptors).
 pub const MAX_OUTSTANDING: usize = 8;
 
-/// A chunked write's bytes start for the disk a MiB at a time as appends
-/// complete each MiB (`airlock_sandbox::start_writeback`), so the `fsync`
-/// at its commit waits on at most the last MiB's writeback instead of the
-/// whole file's (64 MiB: about 22 ms of fsync became 1–4 ms here).
-const WRITEBACK_BYTES: u64 = 1 << 20;
-
 /// Why serving stopped before the end of the stream. The broker exits
 /// nonzero on either; airlock treats a dead broker as a failed submission.
 #[derive(Debug)]
@@ -77,47 +71,6 @@ pub trait Channel: Read + Write {
     /// Writes all of `parts`, `file`'s descriptor attached to their first
     /// byte (`SCM_RIGHTS`).
     fn write_with_file(&mut self, parts: &[&[u8]], file: BorrowedFd<'_>) -> std::io::Result<()>;
-}
-
-impl Channel for std::os::unix::net::UnixStream {
-    fn write_with_file(&mut self, parts: &[&[u8]], file: BorrowedFd<'_>) -> std::io::Result<()> {
-        let this: &std::os::unix::net::UnixStream = self;
-        send_with_file(this.as_fd(), &mut &*this, parts, file)
-    }
-}
-
-/// Sends `parts` on `socket` with `file`'s descriptor on their first byte;
-/// what one `sendmsg` leaves (a signal may cut it short) goes through `rest`,
-/// the same socket as a byte stream.
-pub(crate) fn send_with_file(
-    socket: BorrowedFd<'_>,
-    rest: &mut impl Write,
-    parts: &[&[u8]],
-    file: BorrowedFd<'_>,
-) -> std::io::Result<()> {
-    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
-    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    let files = [file];
-    if !control.push(SendAncillaryMessage::ScmRights(&files)) {
-        return Err(std::io::Error::other("no room for one descriptor in the control buffer"));
-    }
-    let slices: Vec<std::io::IoSlice<'_>> = parts.iter().map(|p| std::io::IoSlice::new(p)).collect();
-    let sent = loop {
-        match rustix::net::sendmsg(socket, &slices, &mut control, SendFlags::NOSIGNAL) {
-            Err(rustix::io::Errno::INTR) => continue,
-            other => break other?,
-        }
-    };
-    let mut skip = sent;
-    for part in parts {
-        let from = skip.min(part.len());
-        skip -= from;
-        if from < part.len() {
-            rest.write_all(&part[from..])?;
-        }
-    }
-    Ok(())
 }
 
 struct Pending {
@@ -334,11 +287,7 @@ impl Broker {
             return Ok(from_rooted(id, e));
         }
         let written = pending.write.bytes();
-        if before / WRITEBACK_BYTES != written / WRITEBACK_BYTES {
-            // Best effort: only how long the commit's fsync takes depends on it.
-            let end = written / WRITEBACK_BYTES * WRITEBACK_BYTES;
-            let _ = airlock_sandbox::start_writeback(pending.write.file(), end - WRITEBACK_BYTES, WRITEBACK_BYTES);
-        }
+        airlock_sandbox::start_writeback_after_append(pending.write.file(), before, written);
         self.prepared.insert(req.prepared.unwrap_or_default(), pending);
         Ok(BrokerResponse { id, written: Some(written), ..Default::default() })
     }

@@ -236,7 +236,7 @@ mod worker_exec;
 
 pub use any_tier::{AnyTier, AnyWorker};
 pub use broker_jail::{
-    confine_broker, spawn_broker, spawn_broker_with, start_writeback, BrokerOptions, BrokerProcess,
+    confine_broker, spawn_broker, spawn_broker_with, start_writeback_after_append, BrokerOptions, BrokerProcess,
     BROKER_FIRST_ROOT_FD, DEFAULT_MAX_FILE_BYTES,
 };
 pub use cancel::Cancel;

@@ -119,13 +119,7 @@ impl HeldRead {
 /// the relay appends each frame to it, the broker names it at the commit.
 pub(crate) struct HeldWrite {
     file: File,
-    written: u64,
 }
-
-/// A chunked write's bytes start for the disk a MiB at a time, so the
-/// `fsync` at its commit waits on at most the last MiB's writeback instead
-/// of the whole file's.
-const WRITEBACK_BYTES: u64 = 1 << 20;
 
 impl HeldWrite {
     /// Takes `fd` as the unnamed file `identity` describes: a regular file
@@ -136,12 +130,12 @@ impl HeldWrite {
         if !regular || (st.st_dev, st.st_ino) != (identity.file_dev, identity.file_ino) || st.st_size != 0 {
             return Err("the handed file is not the empty file the open answered".into());
         }
-        Ok(HeldWrite { file: File::from(fd), written: 0 })
+        Ok(HeldWrite { file: File::from(fd) })
     }
 
     /// Writes all of `data` at `offset`, the end of what was written
-    /// before; starts the writeback of each MiB it completes.
-    pub fn write_at(&mut self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+    /// before; starts the writeback of the MiB it completes.
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
         let mut done = 0;
         while done < data.len() {
             match rustix::io::pwrite(&self.file, &data[done..], offset + done as u64) {
@@ -151,13 +145,7 @@ impl HeldWrite {
                 Err(e) => return Err(e.into()),
             }
         }
-        let before = self.written;
-        self.written = offset + data.len() as u64;
-        if before / WRITEBACK_BYTES != self.written / WRITEBACK_BYTES {
-            // Best effort: only how long the commit's fsync takes depends on it.
-            let end = self.written / WRITEBACK_BYTES * WRITEBACK_BYTES;
-            let _ = airlock_sandbox::start_writeback(self.file.as_fd(), end - WRITEBACK_BYTES, WRITEBACK_BYTES);
-        }
+        airlock_sandbox::start_writeback_after_append(self.file.as_fd(), offset, offset + data.len() as u64);
         Ok(())
     }
 }
@@ -218,7 +206,7 @@ mod tests {
         let rw = || -> OwnedFd { std::fs::OpenOptions::new().write(true).open(&path).unwrap().into() };
         let wrong = WriteIdentity { file_ino: st.st_ino + 1, ..identity };
         assert!(HeldWrite::take(rw(), &wrong).is_err());
-        let mut held = HeldWrite::take(rw(), &identity).ok().unwrap();
+        let held = HeldWrite::take(rw(), &identity).ok().unwrap();
         held.write_at(0, b"abc").unwrap();
         held.write_at(3, b"def").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"abcdef");

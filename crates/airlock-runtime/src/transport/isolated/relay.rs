@@ -1022,7 +1022,7 @@ impl<'a> Relay<'a> {
     /// thread, answered by the bytes the write holds now.
     fn append_here(&mut self, req: &Request, root: u32, data: &[u8]) -> Result<Response, Fail> {
         let open = self.stream_mut(req, root)?;
-        let file = open.file.as_mut().ok_or_else(|| fail(codes::PROTOCOL, "the chunked write's file is not held"))?;
+        let file = open.file.as_ref().ok_or_else(|| fail(codes::PROTOCOL, "the chunked write's file is not held"))?;
         file.write_at(open.bytes, data)
             .map_err(|e| fail(codes::IO, format!("appending to {}:{}: {e}", open.root_name, open.path)))?;
         open.bytes += data.len() as u64;

@@ -575,7 +575,8 @@ impl NativeTier {
                 return Err(e);
             }
         };
-        let pid = Pid::from_child(&child);
+        let pid =
+            Pid::from_raw(child.id() as i32).ok_or_else(|| SandboxError::Protocol("an init without a pid".into()))?;
 
         // Into the cgroup before the init reads its spec (so before it forks).
         let adopted = match (&cgroup, self.shared_cgroup.as_deref().filter(|_| self.cgroups)) {

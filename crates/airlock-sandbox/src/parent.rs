@@ -11,9 +11,13 @@
 //! init finishes exiting; the init itself is reaped here.
 #![forbid(unsafe_code)]
 
+use std::ffi::CString;
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::os::fd::{AsFd, OwnedFd};
-use std::process::Child;
+use std::os::unix::ffi::OsStrExt;
+
+use crate::sys::InitProcess;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -72,7 +76,7 @@ impl NativeWorker {
     /// stdout goes to `stdout_sink` when it has one.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        child: Child,
+        child: InitProcess,
         cgroup: Option<WorkerCgroup>,
         pidfd: Arc<OwnedFd>,
         pipes: Pipes,
@@ -147,25 +151,40 @@ pub(crate) struct InitStart<'a> {
 /// Spawns the init as `how` says, with a neutral `argv[0]` and an empty
 /// environment in `/`, and opens its pidfd. Our copies of its stdio ends
 /// are closed; on failure nothing is left running.
-pub(crate) fn spawn_init(how: InitStart<'_>) -> Result<(Child, Arc<OwnedFd>), SandboxError> {
-    let mut cmd = std::process::Command::new(how.program);
+///
+/// The init is started with `posix_spawn` (a vfork, see
+/// [`crate::sys::spawn_vforked`]), so nothing runs between its fork and its
+/// exec but the descriptor moves: a caller that wants it to die with the
+/// calling thread says so in its `argv` ([`crate::init::DIE_WITH_PREFIX`]),
+/// and the init arms `PR_SET_PDEATHSIG` itself, first of all, and checks
+/// the caller is still its parent.
+pub(crate) fn spawn_init(how: InitStart<'_>) -> Result<(InitProcess, Arc<OwnedFd>), SandboxError> {
+    let failed =
+        |e: std::io::Error| SandboxError::SpawnInit { program: how.program.display().to_string(), errno: errno(e) };
+    let cstring = |s: &str| {
+        CString::new(s).map_err(|_| failed(std::io::Error::from_raw_os_error(rustix::io::Errno::INVAL.raw_os_error())))
+    };
+    let program = CString::new(how.program.as_os_str().as_bytes())
+        .map_err(|_| failed(std::io::Error::from_raw_os_error(rustix::io::Errno::INVAL.raw_os_error())))?;
     // A neutral argv[0]: PID 1's command line is visible inside.
-    std::os::unix::process::CommandExt::arg0(&mut cmd, "airlock-sandbox-init");
-    cmd.args(how.markers)
-        .env_clear()
-        .current_dir("/")
-        .stdin(std::process::Stdio::from(how.stdin))
-        .stdout(std::process::Stdio::from(how.stdout))
-        .stderr(std::process::Stdio::from(how.stderr));
-    crate::sys::inherit_fds_at_exec(&mut cmd, how.fds);
-    if how.die_with_caller {
-        crate::sys::die_with_parent_at_exec(&mut cmd);
+    let mut argv = vec![cstring("airlock-sandbox-init")?];
+    for marker in how.markers {
+        argv.push(cstring(marker)?);
     }
-    let spawned = cmd.spawn();
-    drop(cmd); // closes our copies of the child's stdio ends
-    let mut child =
-        spawned.map_err(|e| SandboxError::SpawnInit { program: how.program.display().to_string(), errno: errno(e) })?;
-    let pid = Pid::from_child(&child);
+    if how.die_with_caller {
+        argv.push(cstring(&format!("{}{}", crate::init::DIE_WITH_PREFIX, std::process::id()))?);
+    }
+    let spawned = crate::sys::spawn_vforked(&crate::sys::VforkSpawn {
+        program: &program,
+        argv: &argv,
+        cwd: c"/",
+        stdio: [how.stdin.as_raw_fd(), how.stdout.as_raw_fd(), how.stderr.as_raw_fd()],
+        keep: &how.fds,
+    });
+    drop((how.stdin, how.stdout, how.stderr)); // our copies of the child's stdio ends
+    let mut child = spawned.map_err(failed)?;
+    let pid =
+        Pid::from_raw(child.id() as i32).ok_or_else(|| SandboxError::Protocol("posix_spawn returned pid 0".into()))?;
     match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
         Ok(fd) => Ok((child, Arc::new(fd))),
         Err(e) => {
@@ -483,7 +502,7 @@ impl Worker for NativeWorker {
 /// cgroup removed) on a background thread.
 #[derive(Debug)]
 struct InitGuard {
-    child: Option<Child>,
+    child: Option<InitProcess>,
     cgroup: Option<WorkerCgroup>,
     pidfd: Arc<OwnedFd>,
 }

@@ -194,26 +194,6 @@ pub(crate) fn reset_signals() -> io::Result<()> {
     }
 }
 
-/// Arranges for `cmd`'s child to keep `fds` across `exec` by clearing their
-/// close-on-exec flag in the child only (`fcntl(F_SETFD, 0)` between fork
-/// and exec). The descriptors stay close-on-exec in the caller, so a
-/// concurrent spawn on another thread never inherits them.
-pub(crate) fn inherit_fds_at_exec(cmd: &mut Command, fds: Vec<RawFd>) {
-    // SAFETY: the closure runs between fork and exec in the child; it only
-    // calls fcntl, which is async-signal-safe, and does not allocate (it
-    // iterates a Vec built before the fork).
-    unsafe {
-        cmd.pre_exec(move || {
-            for &fd in &fds {
-                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-}
-
 /// Arranges for `cmd`'s child to receive SIGKILL when the spawning thread
 /// exits (`PR_SET_PDEATHSIG`), and to fail its spawn if the caller is already
 /// gone by then.
@@ -419,4 +399,138 @@ pub(crate) fn start_writeback(fd: std::os::fd::BorrowedFd<'_>, offset: u64, len:
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// What [`spawn_vforked`] starts: `program` with `argv` (its `argv[0]`
+/// first) and an empty environment, in `cwd`, with `stdio` on 0, 1 and 2,
+/// `keep` inherited at their numbers, every other descriptor left to its
+/// close-on-exec flag, no blocked signals and `SIGPIPE` at its default.
+pub(crate) struct VforkSpawn<'a> {
+    pub program: &'a CStr,
+    pub argv: &'a [CString],
+    pub cwd: &'a CStr,
+    pub stdio: [RawFd; 3],
+    pub keep: &'a [RawFd],
+}
+
+/// Starts a process with `posix_spawn(3)`, which glibc makes with
+/// `clone(CLONE_VM | CLONE_VFORK)`: the caller's address space is shared
+/// until the child's `exec`, not copied as `fork` copies it (the caller is
+/// a large, multi-threaded program; a fork copies its page tables and
+/// write-protects every private page the caller then faults on again).
+/// Every descriptor must be at least 3, so no `dup2` onto 0, 1 or 2
+/// replaces a descriptor a later action still reads (`EINVAL` otherwise).
+pub(crate) fn spawn_vforked(how: &VforkSpawn<'_>) -> io::Result<InitProcess> {
+    if how.stdio.iter().chain(how.keep).any(|&fd| fd < 3) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut argv: Vec<*mut libc::c_char> = how.argv.iter().map(|a| a.as_ptr().cast_mut()).collect();
+    argv.push(std::ptr::null_mut());
+    let envp: [*mut libc::c_char; 1] = [std::ptr::null_mut()];
+    let check = |r: libc::c_int| if r == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(r)) };
+    // SAFETY: the file actions and attributes are initialised before use
+    // and destroyed on every path (the guards below); every pointer passed
+    // (program, cwd, argv and its strings, envp) outlives the call, and argv
+    // and envp end with a null pointer. posix_spawn itself runs only
+    // async-signal-safe code in the child before exec.
+    unsafe {
+        let mut actions = std::mem::MaybeUninit::<libc::posix_spawn_file_actions_t>::uninit();
+        check(libc::posix_spawn_file_actions_init(actions.as_mut_ptr()))?;
+        let actions = SpawnActions(actions.assume_init());
+        let mut attr = std::mem::MaybeUninit::<libc::posix_spawnattr_t>::uninit();
+        check(libc::posix_spawnattr_init(attr.as_mut_ptr()))?;
+        let attr = SpawnAttr(attr.assume_init());
+        let fa = std::ptr::addr_of!(actions.0).cast_mut();
+        let at = std::ptr::addr_of!(attr.0).cast_mut();
+        for (target, &source) in how.stdio.iter().enumerate() {
+            check(libc::posix_spawn_file_actions_adddup2(fa, source, target as libc::c_int))?;
+        }
+        // glibc (2.29 on) clears close-on-exec when a descriptor is
+        // duplicated onto itself: inherited in the child only.
+        for &fd in how.keep {
+            check(libc::posix_spawn_file_actions_adddup2(fa, fd, fd))?;
+        }
+        check(libc::posix_spawn_file_actions_addchdir_np(fa, how.cwd.as_ptr()))?;
+        let mut none = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigemptyset(none.as_mut_ptr());
+        check(libc::posix_spawnattr_setsigmask(at, none.as_ptr()))?;
+        let mut pipe = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigemptyset(pipe.as_mut_ptr());
+        libc::sigaddset(pipe.as_mut_ptr(), libc::SIGPIPE);
+        check(libc::posix_spawnattr_setsigdefault(at, pipe.as_ptr()))?;
+        check(libc::posix_spawnattr_setflags(at, (libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF) as _))?;
+        let mut pid: libc::pid_t = 0;
+        check(libc::posix_spawn(&mut pid, how.program.as_ptr(), fa, at, argv.as_ptr(), envp.as_ptr()))?;
+        Ok(InitProcess { pid, status: None })
+    }
+}
+
+struct SpawnActions(libc::posix_spawn_file_actions_t);
+
+impl Drop for SpawnActions {
+    fn drop(&mut self) {
+        // SAFETY: initialised by posix_spawn_file_actions_init, destroyed once.
+        unsafe { libc::posix_spawn_file_actions_destroy(&mut self.0) };
+    }
+}
+
+struct SpawnAttr(libc::posix_spawnattr_t);
+
+impl Drop for SpawnAttr {
+    fn drop(&mut self) {
+        // SAFETY: initialised by posix_spawnattr_init, destroyed once.
+        unsafe { libc::posix_spawnattr_destroy(&mut self.0) };
+    }
+}
+
+/// A child process started by [`spawn_vforked`], waited for at most once
+/// (its pid is never signalled after it was reaped, so never reused).
+#[derive(Debug)]
+pub(crate) struct InitProcess {
+    pid: libc::pid_t,
+    status: Option<std::process::ExitStatus>,
+}
+
+impl InitProcess {
+    /// Its pid.
+    pub(crate) fn id(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// `SIGKILL`, unless it was already reaped.
+    pub(crate) fn kill(&mut self) -> io::Result<()> {
+        if self.status.is_some() {
+            return Ok(());
+        }
+        // SAFETY: kill with integer arguments; the pid is our unreaped child,
+        // so it cannot name another process.
+        if unsafe { libc::kill(self.pid, libc::SIGKILL) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Waits for it to exit and reaps it (once; later calls return the
+    /// same status).
+    pub(crate) fn wait(&mut self) -> io::Result<std::process::ExitStatus> {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(status) = self.status {
+            return Ok(status);
+        }
+        let mut raw: libc::c_int = 0;
+        loop {
+            // SAFETY: waitpid on our own child with a valid out pointer.
+            let r = unsafe { libc::waitpid(self.pid, &mut raw, 0) };
+            if r == self.pid {
+                break;
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(e);
+            }
+        }
+        let status = std::process::ExitStatus::from_raw(raw);
+        self.status = Some(status);
+        Ok(status)
+    }
 }

@@ -30,7 +30,6 @@ use std::collections::VecDeque;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::process::Child;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -281,7 +280,7 @@ impl Drop for Lease {
 #[derive(Debug)]
 pub(crate) struct Skeleton {
     /// `None` once the skeleton became a worker.
-    child: Option<Child>,
+    child: Option<crate::sys::InitProcess>,
     pidfd: Arc<OwnedFd>,
     pipes: Option<Pipes>,
     channel: Option<OwnedFd>,
@@ -336,7 +335,8 @@ impl Skeleton {
         let started = spawn_init(how);
         drop((status_fd, call_fd, maps_theirs));
         let (child, pidfd) = started?;
-        let pid = Pid::from_child(&child);
+        let pid = Pid::from_raw(child.id() as i32)
+            .ok_or_else(|| SandboxError::Protocol("a skeleton without a pid".into()))?;
         let skeleton = Skeleton {
             child: Some(child),
             pidfd,

@@ -133,18 +133,24 @@ pub struct PendingMarker<'a> {
     _state: std::marker::PhantomData<&'a ()>,
 }
 
-/// Marks invocation `id` as publishing, owned by this process, durably.
+/// Marks invocation `id` as publishing, owned by this process, not yet
+/// durably: [`PendingMarker::sync`] makes it durable, and must return
+/// before the publication's first effect.
 pub fn mark_pending<'a>(state: &'a PrivateDir, id: &str) -> Result<PendingMarker<'a>, Refusal> {
     let dir = state.ensure_subdir(PENDING)?;
     let me = ProcessIdentity::current()
         .ok_or_else(|| Refusal::new(ReasonCode::Internal, "cannot read this process's identity from /proc"))?;
     let name = format!("{id}@{}.{}", me.pid, me.start_ticks);
     drop(dir.create_file(&name)?);
-    dir.sync()?;
     Ok(PendingMarker { dir, name, _state: std::marker::PhantomData })
 }
 
 impl PendingMarker<'_> {
+    /// Makes the marker's name durable (`fsync` of its directory).
+    pub fn sync(&self) -> Result<(), Refusal> {
+        Ok(self.dir.sync()?)
+    }
+
     /// Removes the marker once the publication's outcome is durably
     /// recorded. The removal itself is not synced: a marker that outlives a
     /// power loss has a dead owner and a recorded outcome, and the next

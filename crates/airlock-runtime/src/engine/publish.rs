@@ -3,7 +3,9 @@
 //!
 //! # Publication steps and recovery
 //!
-//! Pending marker `STATE/pending/ID@PID.START` (synced) → with
+//! Pending marker `STATE/pending/ID@PID.START` (synced before the first
+//! effect: before a missing parent is made, else beside the candidate's
+//! sync) → with
 //! `create_parents`, each missing parent made through the handle of the one
 //! before and journaled (`OutputDirectoryCreated`, synced; made after the
 //! call was authorized and ran, so a refused or failed call makes none) →
@@ -77,6 +79,16 @@ impl Runtime {
         let expected = (parse_id(&rec.parent.dev)?, parse_id(&rec.parent.ino)?);
         let max = prepared.descriptor().command_boundary.filesystem.max_file_bytes;
         let marker = ledger::mark_pending(self.state(), id)?;
+        // The marker is durable before the first effect: before a parent is
+        // made, else (the usual case) while the candidate is synced, on a
+        // thread of its own, since neither sync needs the other.
+        let parents = !held.missing_paths().is_empty();
+        if parents {
+            if let Err(r) = marker.sync() {
+                marker.clear()?;
+                return Err(r);
+            }
+        }
         let made = match self.make_parents(held, id) {
             Ok(made) => made,
             Err(r) => {
@@ -93,16 +105,31 @@ impl Runtime {
         // else a copy of it beside the destination (always, when a named
         // candidate is asked for).
         let mode = ledger::candidate_mode();
-        let adopted = if mode == CandidateMode::Named { Ok(None) } else { held.adopt_staged(file, max, expected) };
-        let made = adopted.and_then(|adopted| match adopted {
-            Some(c) => Ok((c, ORIGIN_STAGED)),
-            None => held.write_candidate(file.file(), max, expected, id, mode).map(|c| (c, ORIGIN_COPY)),
+        let (made, marked) = std::thread::scope(|s| {
+            let marking = (!parents).then(|| s.spawn(|| marker.sync()));
+            let adopted = if mode == CandidateMode::Named { Ok(None) } else { held.adopt_staged(file, max, expected) };
+            let made = adopted.and_then(|adopted| match adopted {
+                Some(c) => Ok((c, ORIGIN_STAGED)),
+                None => held.write_candidate(file.file(), max, expected, id, mode).map(|c| (c, ORIGIN_COPY)),
+            });
+            let marked = match marking.map(std::thread::ScopedJoinHandle::join) {
+                None | Some(Ok(Ok(()))) => Ok(()),
+                Some(Ok(Err(r))) => Err(r),
+                Some(Err(_)) => {
+                    Err(Refusal::new(ReasonCode::Internal, "the thread syncing the pending marker panicked"))
+                }
+            };
+            (made, marked)
         });
-        let (candidate, origin) = match made {
-            Ok((c, origin)) => (c.with_mode(self.output_modes().file), origin),
-            Err(e) => {
+        let (candidate, origin) = match (made, marked) {
+            (Ok((c, origin)), Ok(())) => (c.with_mode(self.output_modes().file), origin),
+            (Err(e), _) => {
                 marker.clear()?;
                 return Err(e.into());
+            }
+            (Ok(_), Err(r)) => {
+                marker.clear()?;
+                return Err(r);
             }
         };
         ledger::crash_point("before_prepared");

@@ -58,6 +58,9 @@ pub const TORN_DIR: &str = "journal.torn";
 /// The kind of the record written after a torn last line was cut away.
 const TAIL_REPAIRED: &str = crate::record::kind::JOURNAL_TAIL_REPAIRED;
 
+/// How much of a segment's end an append reads first to find the last line.
+const TAIL_GUESS_BYTES: u64 = 4096;
+
 /// What an append wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Appended {
@@ -560,18 +563,17 @@ impl Journal {
     /// Finds the last record of a segment of `size` bytes, reading at most
     /// [`MAX_RECORD_BYTES`] + 1 bytes.
     fn tail(&self, file: &File, path: &Path, size: u64) -> Result<Tail, JournalError> {
-        let n = size.min(MAX_RECORD_BYTES as u64 + 1);
-        let start = size - n;
-        let mut buf = vec![0u8; n as usize];
-        file.read_exact_at(&mut buf, start)
-            .map_err(|e| JournalError::io(path, format_args!("pread({}, {n}, {start}): {e}", file_name(path))))?;
-        if buf.last() != Some(&b'\n') {
-            return Err(JournalError::TornTail { file: path.to_path_buf(), size });
-        }
+        // Most records are far shorter than the bound: the last 4 KiB
+        // usually hold the whole last line, and reading the bound's 64 KiB
+        // each time was most of an append's cost.
+        let short = self.tail_bytes(file, path, size, TAIL_GUESS_BYTES)?;
+        let buf = match last_line_start(&short, size) {
+            Some(_) => short,
+            None => self.tail_bytes(file, path, size, MAX_RECORD_BYTES as u64 + 1)?,
+        };
         let body = &buf[..buf.len() - 1];
-        let line = match body.iter().rposition(|&b| b == b'\n') {
-            Some(i) => &body[i + 1..],
-            None if start == 0 => body,
+        let line = match last_line_start(&buf, size) {
+            Some(i) => &body[i..],
             None => {
                 return Err(JournalError::corrupt(
                     path,
@@ -589,6 +591,20 @@ impl Journal {
             return Err(JournalError::KeyMismatch { file: path.to_path_buf(), found: key_id.to_string(), ours });
         }
         Ok(Tail { seq, hash: line_hash(line) })
+    }
+
+    /// The last `at_most` bytes of the segment `file` of `size` bytes,
+    /// which must end with a newline (`journal.torn_tail` otherwise).
+    fn tail_bytes(&self, file: &File, path: &Path, size: u64, at_most: u64) -> Result<Vec<u8>, JournalError> {
+        let n = size.min(at_most);
+        let start = size - n;
+        let mut buf = vec![0u8; n as usize];
+        file.read_exact_at(&mut buf, start)
+            .map_err(|e| JournalError::io(path, format_args!("pread({}, {n}, {start}): {e}", file_name(path))))?;
+        if buf.last() != Some(&b'\n') {
+            return Err(JournalError::TornTail { file: path.to_path_buf(), size });
+        }
+        Ok(buf)
     }
 
     /// Writes `line` with one `write(2)`; a short write is truncated back to
@@ -724,6 +740,17 @@ fn open_live(state: &PrivateDir, path: &Path) -> Result<File, JournalError> {
         state.sync().map_err(|e| JournalError::io(path, e.message()))?;
     }
     Ok(file)
+}
+
+/// Where the last line starts in `buf`, the last bytes of a segment of
+/// `size` bytes ending with a newline: after the newline before it, or at 0
+/// when `buf` is the whole segment; `None` when `buf` holds only part of it.
+fn last_line_start(buf: &[u8], size: u64) -> Option<usize> {
+    let body = &buf[..buf.len().saturating_sub(1)];
+    match body.iter().rposition(|&b| b == b'\n') {
+        Some(i) => Some(i + 1),
+        None => (buf.len() as u64 == size).then_some(0),
+    }
 }
 
 fn next_seq(tail: &Tail, path: &Path) -> Result<u64, JournalError> {

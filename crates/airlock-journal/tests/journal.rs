@@ -121,6 +121,27 @@ fn an_unreadable_last_line_stops_appends() {
 }
 
 #[test]
+fn records_longer_than_the_first_tail_read_are_continued() {
+    // An append first reads the last 4 KiB of the segment to find the last
+    // line; a longer last line (first in the file, or after others) is read
+    // whole before the next record chains to it.
+    let s = State::new();
+    let journal = open(&s);
+    let long = |n: usize| json!({"stdout": "x".repeat(n)});
+    let a = journal.append(kind::WORKER_FINISHED, None, long(9_000)).unwrap();
+    let b = journal.append(kind::WORKER_STARTED, None, json!({})).unwrap();
+    let c = journal.append(kind::WORKER_FINISHED, None, long(30_000)).unwrap();
+    let d = journal.append(kind::WORKER_STARTED, None, json!({})).unwrap();
+    assert_eq!((a.seq, b.seq, c.seq, d.seq), (1, 2, 3, 4));
+    let records = journal.records().unwrap();
+    assert_eq!(records[1].prev, a.line_sha256);
+    assert_eq!(records[3].prev, c.line_sha256);
+    let report = verify(&std::fs::read(s.path("journal.jsonl")).unwrap(), &pinned(&s));
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(report.records, 4);
+}
+
+#[test]
 fn an_overlong_last_line_stops_appends() {
     let s = State::new();
     let journal = open(&s);

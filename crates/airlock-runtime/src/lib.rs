@@ -185,37 +185,25 @@ impl Runtime {
         Ok(())
     }
 
-    /// Starts one sandbox now, for the one native call this process is
-    /// about to make (`airlock run`): its start overlaps the call's
-    /// preparation. Nothing when `[sandbox] warm_pool = 0`, the tier is not
-    /// native, no init program was configured, or workers get cgroups of
-    /// their own here (a delegated cgroup, or `require_cgroup`: such a call
-    /// starts cold, so the skeleton would be wasted); a call that does not
-    /// fit it (another image or tier) starts cold and the skeleton is
-    /// discarded.
-    pub fn prestart_sandbox(&mut self) {
-        self.prestart_sandbox_with(self.image());
+    /// Takes the sandbox started for this process's one native call
+    /// ([`Prestarted::start`]).
+    pub fn adopt_prestarted(&mut self, prestarted: Option<Prestarted>) {
+        if let Some(Prestarted(pool)) = prestarted {
+            self.warm = Some(std::sync::Arc::new(pool));
+        }
     }
 
-    /// [`Runtime::prestart_sandbox`] for the one Git query this process is
-    /// about to make (`airlock query git_*`): a sandbox with the Git
-    /// driver's image, started while the repository is snapshotted.
+    /// [`Prestarted::start`] for the one Git query this process is about to
+    /// make (`airlock query git_*`): a sandbox with the Git driver's image,
+    /// started while the repository is snapshotted.
     pub fn prestart_git_driver(&mut self) {
-        self.prestart_sandbox_with(transport::git::driver_image(self.authority()));
-    }
-
-    fn prestart_sandbox_with(&mut self, image: Vec<airlock_sandbox::ImageMount>) {
         let Some((program, _)) = self.init_program.clone() else { return };
-        if self.config.warm_pool == 0 || self.warm.is_some() || self.config.tier != airlock_core::config::Tier::Native {
+        if self.warm.is_some() {
             return;
         }
-        let parent = self.config.cgroup_parent.as_deref();
-        if self.config.require_cgroup || airlock_sandbox::cgroup_limits_available(parent).is_ok() {
-            return;
-        }
-        match airlock_sandbox::WarmPool::start_one(program, image) {
-            Ok(pool) => self.warm = Some(std::sync::Arc::new(pool)),
-            Err(e) => tracing::debug!(error = %e, "no sandbox started ahead of the call"),
+        let image = transport::git::driver_image(self.authority());
+        if let Some(pool) = prestart(&self.config, program, image) {
+            self.warm = Some(std::sync::Arc::new(pool));
         }
     }
 
@@ -279,10 +267,7 @@ impl Runtime {
 
     /// The image directories bound read-only into every worker.
     pub fn image(&self) -> Vec<airlock_sandbox::ImageMount> {
-        match &self.config.image {
-            None => airlock_sandbox::ImageMount::default_image(),
-            Some(dirs) => dirs.iter().map(airlock_sandbox::ImageMount::new).collect(),
-        }
+        image_of(&self.config)
     }
 
     /// The signed journal of this state directory.
@@ -339,4 +324,48 @@ fn check_image(authority: &HostAuthority, config: &Config, protected: &Protected
         }
     }
     Ok(())
+}
+
+/// The image `config` gives native workers.
+fn image_of(config: &Config) -> Vec<airlock_sandbox::ImageMount> {
+    match &config.image {
+        None => airlock_sandbox::ImageMount::default_image(),
+        Some(dirs) => dirs.iter().map(airlock_sandbox::ImageMount::new).collect(),
+    }
+}
+
+/// One sandbox started for the one native call a process is about to make
+/// (`airlock run`), before its runtime is open, so that its start overlaps
+/// opening the state and preparing the call; [`Runtime::adopt_prestarted`]
+/// takes it. The call claims it, waiting for it if it is still being built;
+/// a call that does not fit it (another image or tier) starts cold and it is
+/// killed at exit, as it is when the runtime refuses to open (the
+/// configuration's image is checked there, after this start: the sandbox
+/// only ever holds airlock's own init, never a call's files or a tool).
+pub struct Prestarted(airlock_sandbox::WarmPool);
+
+impl Prestarted {
+    /// Starts it with `config`'s image and `init_program`. Nothing when
+    /// `[sandbox] warm_pool = 0`, the tier is not native, or workers get
+    /// cgroups of their own here (a delegated cgroup, or `require_cgroup`:
+    /// such a call starts cold, so the sandbox would be wasted).
+    pub fn start(config: &Config, init_program: std::path::PathBuf) -> Option<Prestarted> {
+        prestart(config, init_program, image_of(config)).map(Prestarted)
+    }
+}
+
+fn prestart(
+    config: &Config,
+    program: std::path::PathBuf,
+    image: Vec<airlock_sandbox::ImageMount>,
+) -> Option<airlock_sandbox::WarmPool> {
+    if config.warm_pool == 0 || config.tier != airlock_core::config::Tier::Native {
+        return None;
+    }
+    if config.require_cgroup || airlock_sandbox::cgroup_limits_available(config.cgroup_parent.as_deref()).is_ok() {
+        return None;
+    }
+    airlock_sandbox::WarmPool::start_one(program, image)
+        .inspect_err(|e| tracing::debug!(error = %e, "no sandbox started ahead of the call"))
+        .ok()
 }

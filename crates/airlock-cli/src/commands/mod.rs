@@ -82,6 +82,12 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         let specs = airlock_runtime::policy_tool_specs(&HostAuthority::ambient(), &config.tools_dir);
         return Ok(Answer::Text(airlock_policy::schema_text(&specs)));
     }
+    // `airlock run`'s sandbox starts before the runtime opens: its start is
+    // most of a trivial call's wait.
+    let prestarted = match &cli.command {
+        Command::Run(_) => airlock_runtime::Prestarted::start(&config, init_executable()?),
+        _ => None,
+    };
     let mut runtime = Runtime::open(HostAuthority::ambient(), config, settings::resolver_override()?)?;
     let principal = cli.principal.clone();
     if let Some(principal) = cli.principal {
@@ -90,7 +96,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
     let answer = match cli.command {
         Command::Run(call) => {
             runtime.set_init_program(init_executable()?, true);
-            runtime.prestart_sandbox();
+            runtime.adopt_prestarted(prestarted);
             crate::signals::cancel_on_signal(runtime.canceller())?;
             run::run(&runtime, call)?.into()
         }

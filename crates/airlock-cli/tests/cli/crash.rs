@@ -11,7 +11,13 @@ use std::time::Duration;
 /// A project whose `nap` tool writes a partial output, then sleeps for
 /// its marker argument's seconds (timeout 60 s).
 fn nap_project() -> Project {
-    let p = Project::new();
+    nap_project_with(None)
+}
+
+/// [`nap_project`] with `extra` appended to the configuration.
+fn nap_project_with(extra: Option<&str>) -> Project {
+    let base = "state_dir = \".airlock\"\n[filesystem]\nroots = [\"./data:data:ro\", \"./results:results:rw\"]\n";
+    let p = Project::with_config(&format!("{base}{}", extra.unwrap_or("")));
     p.write("data/in.txt", "quick\n");
     let args = [("marker", "string"), ("output", "path")];
     let script = r#"echo partial > "$2"; sleep "$1""#;
@@ -91,6 +97,16 @@ fn crash_story(p: &Project, cmd: &dyn Fn(&[&str]) -> Command, run: &dyn Fn(&[&st
 #[test]
 fn sigkill_of_airlock_leaves_nothing_behind() {
     let p = nap_project();
+    crash_story(&p, &|args| p.command(args), &|args| p.run(args));
+}
+
+/// The same story for a call that starts cold (no sandbox is built ahead of
+/// it): what kills its workers is the parent-death signal its init arms
+/// itself, from its `argv`, before anything else (it is started with
+/// `posix_spawn`, which runs no code of ours between fork and exec).
+#[test]
+fn sigkill_of_airlock_during_a_cold_call_leaves_nothing_behind() {
+    let p = nap_project_with(Some("[sandbox]\nwarm_pool = 0\n"));
     crash_story(&p, &|args| p.command(args), &|args| p.run(args));
 }
 

@@ -265,6 +265,11 @@ impl Runtime {
         Ok(tier)
     }
 
+    /// The warm sandboxes this process keeps, if any.
+    pub(crate) fn warm_pool(&self) -> Option<&airlock_sandbox::WarmPool> {
+        self.warm.as_deref()
+    }
+
     /// The image directories bound read-only into every worker.
     pub fn image(&self) -> Vec<airlock_sandbox::ImageMount> {
         image_of(&self.config)

@@ -258,5 +258,5 @@ pub use spec::{
 };
 pub use tier_report::{Leftover, TierReport};
 pub use visible::{find_program, NotRunnable, WORKER_PATH};
-pub use warm::{WarmPool, WarmPoolStats, MAX_IDLE as WARM_MAX_IDLE};
+pub use warm::{PoolBusy, WarmPool, WarmPoolStats, MAX_IDLE as WARM_MAX_IDLE};
 pub use worker::{KillHandle, Tier, Worker};

@@ -79,6 +79,9 @@ struct State {
     claimed: u64,
     /// Calls running in a skeleton now (their [`Lease`]s).
     active: u32,
+    /// Calls in progress in the pool's process, from their start to their
+    /// answer ([`WarmPool::busy`]), whether or not in a skeleton.
+    busy: u32,
     /// Why the last skeleton could not be started, if it could not.
     last_error: Option<String>,
     /// A one-shot pool's skeleton is still being built: a claim waits for it.
@@ -134,6 +137,14 @@ impl WarmPool {
                 .map_err(|e| SandboxError::Fork { role: "warm pool refill thread".into(), errno: errno(e) })?
         };
         Ok(WarmPool { shared, refill: Some(refill) })
+    }
+
+    /// Counts a call in progress until the guard is dropped (its answer is
+    /// ready): while one is, the pool builds no skeleton unless none is
+    /// ready.
+    pub fn busy(&self) -> PoolBusy {
+        self.shared.lock().busy += 1;
+        PoolBusy(Arc::clone(&self.shared))
     }
 
     /// The pool's counts.
@@ -225,11 +236,13 @@ impl Shared {
                 state = self.lock();
                 continue;
             }
-            // While a call runs in a skeleton and another is ready, the
-            // next is built after it: building one takes the kernel's
-            // mount lock some thirty times and a core, which the running
-            // call's own start would wait for.
-            if state.ready.len() >= self.size || (state.active > 0 && !state.ready.is_empty()) {
+            // While a call is in progress and another skeleton is ready,
+            // the next is built after the call is answered: building one
+            // takes the kernel's mount lock some thirty times and a core,
+            // which the call's own start, and its publication's syncs after
+            // its sandbox is gone, would wait for.
+            let calls = state.active > 0 || state.busy > 0;
+            if state.ready.len() >= self.size || (calls && !state.ready.is_empty()) {
                 // Woken by a claim or a call's end, or in time to replace an old skeleton.
                 state = self.wake.wait_timeout(state, MAX_IDLE).map(|(s, _)| s).unwrap_or_else(|p| p.into_inner().0);
                 continue;
@@ -271,6 +284,19 @@ impl Drop for Lease {
     fn drop(&mut self) {
         let mut state = self.0.lock();
         state.active = state.active.saturating_sub(1);
+        drop(state);
+        self.0.wake.notify_all();
+    }
+}
+
+/// A call in progress, as [`WarmPool::busy`] counts it.
+#[derive(Debug)]
+pub struct PoolBusy(Arc<Shared>);
+
+impl Drop for PoolBusy {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.busy = state.busy.saturating_sub(1);
         drop(state);
         self.0.wake.notify_all();
     }

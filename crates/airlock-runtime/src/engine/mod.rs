@@ -379,6 +379,8 @@ impl Runtime {
         call: impl FnOnce() -> Result<Envelope, Refusal>,
     ) -> Envelope {
         let started = std::time::Instant::now();
+        // Warm sandboxes are built again once this call is answered.
+        let _busy = self.warm_pool().map(airlock_sandbox::WarmPool::busy);
         let caller = self.enter_call(id, principal);
         self.sweep_if_due();
         let valid = id::check_invocation_id(id).ok().map(|()| id);

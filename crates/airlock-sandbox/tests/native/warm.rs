@@ -175,6 +175,27 @@ fn a_claimed_skeleton_is_replaced() {
     let _ = run; // the cold runner stays the suite's
 }
 
+/// While a call is counted busy (from its start to its answer, after its
+/// sandbox is gone) and another skeleton is ready, the used one is not
+/// replaced; once the call is answered, it is.
+#[test]
+fn a_used_skeleton_is_replaced_after_its_call_is_answered() {
+    let pool = ready_pool(2);
+    let busy = pool.busy();
+    let o = run_warm(&pool);
+    assert!(o.exit.success());
+    assert_eq!(pool.stats().claimed, 1, "the call did not start warm");
+    // The worker is gone; the call (say, its publication) is not answered.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(pool.stats().ready, 1, "a skeleton was built while a call was in progress: {:?}", pool.stats());
+    drop(busy);
+    let t = Instant::now();
+    while pool.stats().ready < 2 {
+        assert!(t.elapsed() < Duration::from_secs(20), "no skeleton replaced the one used: {:?}", pool.stats());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn run_warm(pool: &Arc<airlock_sandbox::WarmPool>) -> airlock_sandbox::WorkerOutcome {
     warm_tier(pool).start(sh("true", &[])).unwrap().wait().unwrap()
 }

@@ -28,13 +28,6 @@ pub const INIT_MARKER: &str = "__airlock_sandbox_init";
 /// ([`crate::warm`]), which reads a [`SkeletonSpec`] instead of an [`InitSpec`].
 pub(crate) const WARM_MARKER: &str = "warm";
 
-/// The prefix of a cold init's `argv[2]` when it must die with the thread
-/// that started it: `die-with=PID`, the caller's pid. The caller spawns it
-/// with `posix_spawn`, which runs nothing between fork and exec, so the init
-/// arms `PR_SET_PDEATHSIG` itself before anything else and exits if its
-/// parent is no longer that process (it died in between).
-pub(crate) const DIE_WITH_PREFIX: &str = "die-with=";
-
 /// How long past its own deadline the init waits before killing PID 1
 /// itself (the caller normally kills first; this covers a caller that died).
 const INIT_DEADLINE_GRACE: Duration = Duration::from_secs(3);
@@ -69,10 +62,9 @@ fn read_spec<T: serde::de::DeserializeOwned>(status_fd: impl Fn(&T) -> i32) -> (
 }
 
 fn run_init() -> ! {
-    if let Some(caller) = std::env::args_os()
-        .nth(2)
-        .and_then(|a| a.to_str().and_then(|a| a.strip_prefix(DIE_WITH_PREFIX)).map(|pid| pid.parse::<i32>().ok()))
-    {
+    if let Some(caller) = std::env::args_os().nth(2).and_then(|a| {
+        a.to_str().and_then(|a| a.strip_prefix(crate::wire::DIE_WITH_PREFIX)).map(|pid| pid.parse::<i32>().ok())
+    }) {
         die_with_caller(caller);
     }
     let result = if std::env::args_os().nth(2).as_deref() == Some(std::ffi::OsStr::new(WARM_MARKER)) {

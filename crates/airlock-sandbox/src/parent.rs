@@ -155,7 +155,7 @@ pub(crate) struct InitStart<'a> {
 /// The init is started with `posix_spawn` (a vfork, see
 /// [`crate::sys::spawn_vforked`]), so nothing runs between its fork and its
 /// exec but the descriptor moves: a caller that wants it to die with the
-/// calling thread says so in its `argv` ([`crate::init::DIE_WITH_PREFIX`]),
+/// calling thread says so in its `argv` ([`crate::wire::DIE_WITH_PREFIX`]),
 /// and the init arms `PR_SET_PDEATHSIG` itself, first of all, and checks
 /// the caller is still its parent.
 pub(crate) fn spawn_init(how: InitStart<'_>) -> Result<(InitProcess, Arc<OwnedFd>), SandboxError> {
@@ -172,7 +172,7 @@ pub(crate) fn spawn_init(how: InitStart<'_>) -> Result<(InitProcess, Arc<OwnedFd
         argv.push(cstring(marker)?);
     }
     if how.die_with_caller {
-        argv.push(cstring(&format!("{}{}", crate::init::DIE_WITH_PREFIX, std::process::id()))?);
+        argv.push(cstring(&format!("{}{}", crate::wire::DIE_WITH_PREFIX, std::process::id()))?);
     }
     let spawned = crate::sys::spawn_vforked(&crate::sys::VforkSpawn {
         program: &program,

@@ -9,8 +9,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use rustix::process::Pid;
-
 use crate::cgroup::{SharedCgroup, WorkerCgroup};
 use crate::error::{errno, SandboxError};
 use crate::outcome::AppliedLimits;
@@ -575,8 +573,7 @@ impl NativeTier {
                 return Err(e);
             }
         };
-        let pid =
-            Pid::from_raw(child.id() as i32).ok_or_else(|| SandboxError::Protocol("an init without a pid".into()))?;
+        let pid = child.pid();
 
         // Into the cgroup before the init reads its spec (so before it forks).
         let adopted = match (&cgroup, self.shared_cgroup.as_deref().filter(|_| self.cgroups)) {

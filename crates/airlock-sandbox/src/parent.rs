@@ -161,18 +161,16 @@ pub(crate) struct InitStart<'a> {
 pub(crate) fn spawn_init(how: InitStart<'_>) -> Result<(InitProcess, Arc<OwnedFd>), SandboxError> {
     let failed =
         |e: std::io::Error| SandboxError::SpawnInit { program: how.program.display().to_string(), errno: errno(e) };
-    let cstring = |s: &str| {
-        CString::new(s).map_err(|_| failed(std::io::Error::from_raw_os_error(rustix::io::Errno::INVAL.raw_os_error())))
-    };
-    let program = CString::new(how.program.as_os_str().as_bytes())
-        .map_err(|_| failed(std::io::Error::from_raw_os_error(rustix::io::Errno::INVAL.raw_os_error())))?;
+    // A NUL inside a path or marker: EINVAL, as exec would say.
+    let cstring = |s: &[u8]| CString::new(s).map_err(|_| failed(std::io::Error::from_raw_os_error(libc::EINVAL)));
+    let program = cstring(how.program.as_os_str().as_bytes())?;
     // A neutral argv[0]: PID 1's command line is visible inside.
-    let mut argv = vec![cstring("airlock-sandbox-init")?];
+    let mut argv = vec![cstring(b"airlock-sandbox-init")?];
     for marker in how.markers {
-        argv.push(cstring(marker)?);
+        argv.push(cstring(marker.as_bytes())?);
     }
     if how.die_with_caller {
-        argv.push(cstring(&format!("{}{}", crate::wire::DIE_WITH_PREFIX, std::process::id()))?);
+        argv.push(cstring(format!("{}{}", crate::wire::DIE_WITH_PREFIX, std::process::id()).as_bytes())?);
     }
     let spawned = crate::sys::spawn_vforked(&crate::sys::VforkSpawn {
         program: &program,
@@ -183,8 +181,7 @@ pub(crate) fn spawn_init(how: InitStart<'_>) -> Result<(InitProcess, Arc<OwnedFd
     });
     drop((how.stdin, how.stdout, how.stderr)); // our copies of the child's stdio ends
     let mut child = spawned.map_err(failed)?;
-    let pid =
-        Pid::from_raw(child.id() as i32).ok_or_else(|| SandboxError::Protocol("posix_spawn returned pid 0".into()))?;
+    let pid = child.pid();
     match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
         Ok(fd) => Ok((child, Arc::new(fd))),
         Err(e) => {

@@ -461,6 +461,7 @@ pub(crate) fn spawn_vforked(how: &VforkSpawn<'_>) -> io::Result<InitProcess> {
         check(libc::posix_spawnattr_setflags(at, (libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF) as _))?;
         let mut pid: libc::pid_t = 0;
         check(libc::posix_spawn(&mut pid, how.program.as_ptr(), fa, at, argv.as_ptr(), envp.as_ptr()))?;
+        let pid = rustix::process::Pid::from_raw(pid).ok_or_else(|| io::Error::other("posix_spawn gave pid 0"))?;
         Ok(InitProcess { pid, status: None })
     }
 }
@@ -487,14 +488,19 @@ impl Drop for SpawnAttr {
 /// (its pid is never signalled after it was reaped, so never reused).
 #[derive(Debug)]
 pub(crate) struct InitProcess {
-    pid: libc::pid_t,
+    pid: rustix::process::Pid,
     status: Option<std::process::ExitStatus>,
 }
 
 impl InitProcess {
     /// Its pid.
+    pub(crate) fn pid(&self) -> rustix::process::Pid {
+        self.pid
+    }
+
+    /// Its pid, as a number.
     pub(crate) fn id(&self) -> u32 {
-        self.pid as u32
+        self.pid.as_raw_nonzero().get() as u32
     }
 
     /// `SIGKILL`, unless it was already reaped.
@@ -504,7 +510,7 @@ impl InitProcess {
         }
         // SAFETY: kill with integer arguments; the pid is our unreaped child,
         // so it cannot name another process.
-        if unsafe { libc::kill(self.pid, libc::SIGKILL) } != 0 {
+        if unsafe { libc::kill(self.pid.as_raw_nonzero().get(), libc::SIGKILL) } != 0 {
             return Err(io::Error::last_os_error());
         }
         Ok(())
@@ -520,8 +526,9 @@ impl InitProcess {
         let mut raw: libc::c_int = 0;
         loop {
             // SAFETY: waitpid on our own child with a valid out pointer.
-            let r = unsafe { libc::waitpid(self.pid, &mut raw, 0) };
-            if r == self.pid {
+            let pid = self.pid.as_raw_nonzero().get();
+            let r = unsafe { libc::waitpid(pid, &mut raw, 0) };
+            if r == pid {
                 break;
             }
             let e = io::Error::last_os_error();

@@ -35,7 +35,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
-use rustix::process::Pid;
 
 use crate::error::{errno, SandboxError};
 use crate::outcome::AppliedLimits;
@@ -361,8 +360,7 @@ impl Skeleton {
         let started = spawn_init(how);
         drop((status_fd, call_fd, maps_theirs));
         let (child, pidfd) = started?;
-        let pid = Pid::from_raw(child.id() as i32)
-            .ok_or_else(|| SandboxError::Protocol("a skeleton without a pid".into()))?;
+        let pid = child.pid();
         let skeleton = Skeleton {
             child: Some(child),
             pidfd,

@@ -525,8 +525,8 @@ impl InitProcess {
         }
         let mut raw: libc::c_int = 0;
         loop {
-            // SAFETY: waitpid on our own child with a valid out pointer.
             let pid = self.pid.as_raw_nonzero().get();
+            // SAFETY: waitpid on our own child with a valid out pointer.
             let r = unsafe { libc::waitpid(pid, &mut raw, 0) };
             if r == pid {
                 break;

@@ -353,6 +353,13 @@ impl StatusWriter {
     }
 }
 
+/// The prefix of a cold init's `argv[2]` when it must die with the thread
+/// that started it: `die-with=PID`, the caller's pid. The caller spawns it
+/// with `posix_spawn`, which runs nothing between fork and exec, so the init
+/// arms `PR_SET_PDEATHSIG` itself before anything else and exits if its
+/// parent is no longer that process (it died in between).
+pub(crate) const DIE_WITH_PREFIX: &str = "die-with=";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,10 +386,3 @@ mod tests {
         assert!(m.to_line().len() < 4096);
     }
 }
-
-/// The prefix of a cold init's `argv[2]` when it must die with the thread
-/// that started it: `die-with=PID`, the caller's pid. The caller spawns it
-/// with `posix_spawn`, which runs nothing between fork and exec, so the init
-/// arms `PR_SET_PDEATHSIG` itself before anything else and exits if its
-/// parent is no longer that process (it died in between).
-pub(crate) const DIE_WITH_PREFIX: &str = "die-with=";

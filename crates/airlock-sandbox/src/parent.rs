@@ -16,8 +16,6 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-
-use crate::sys::InitProcess;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -180,7 +178,7 @@ pub(crate) fn spawn_init(how: InitStart<'_>) -> Result<(InitProcess, Arc<OwnedFd
         keep: &how.fds,
     });
     drop((how.stdin, how.stdout, how.stderr)); // our copies of the child's stdio ends
-    let mut child = spawned.map_err(failed)?;
+    let mut child = InitProcess { pid: spawned.map_err(failed)?, status: None };
     let pid = child.pid();
     match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
         Ok(fd) => Ok((child, Arc::new(fd))),
@@ -189,6 +187,53 @@ pub(crate) fn spawn_init(how: InitStart<'_>) -> Result<(InitProcess, Arc<OwnedFd
             let _ = child.wait();
             Err(SandboxError::Wait { call: format!("pidfd_open({pid}, 0)"), errno: errno(e) })
         }
+    }
+}
+
+/// An init started by [`spawn_init`], waited for at most once (its pid is
+/// never signalled after it was reaped, so never reused).
+#[derive(Debug)]
+pub(crate) struct InitProcess {
+    pid: Pid,
+    status: Option<std::process::ExitStatus>,
+}
+
+impl InitProcess {
+    /// Its pid.
+    pub(crate) fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// Its pid, as a number.
+    pub(crate) fn id(&self) -> u32 {
+        self.pid.as_raw_nonzero().get() as u32
+    }
+
+    /// `SIGKILL`, unless it was already reaped.
+    pub(crate) fn kill(&mut self) -> rustix::io::Result<()> {
+        if self.status.is_some() {
+            return Ok(());
+        }
+        rustix::process::kill_process(self.pid, Signal::KILL)
+    }
+
+    /// Waits for it to exit and reaps it (once; later calls return the
+    /// same status).
+    pub(crate) fn wait(&mut self) -> rustix::io::Result<std::process::ExitStatus> {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(status) = self.status {
+            return Ok(status);
+        }
+        let raw = loop {
+            match rustix::process::waitpid(Some(self.pid), rustix::process::WaitOptions::empty()) {
+                Ok(Some((_, st))) => break st.as_raw(),
+                Ok(None) | Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        let status = std::process::ExitStatus::from_raw(raw);
+        self.status = Some(status);
+        Ok(status)
     }
 }
 

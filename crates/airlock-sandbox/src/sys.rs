@@ -420,7 +420,7 @@ pub(crate) struct VforkSpawn<'a> {
 /// write-protects every private page the caller then faults on again).
 /// Every descriptor must be at least 3, so no `dup2` onto 0, 1 or 2
 /// replaces a descriptor a later action still reads (`EINVAL` otherwise).
-pub(crate) fn spawn_vforked(how: &VforkSpawn<'_>) -> io::Result<InitProcess> {
+pub(crate) fn spawn_vforked(how: &VforkSpawn<'_>) -> io::Result<rustix::process::Pid> {
     if how.stdio.iter().chain(how.keep).any(|&fd| fd < 3) {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
@@ -461,8 +461,7 @@ pub(crate) fn spawn_vforked(how: &VforkSpawn<'_>) -> io::Result<InitProcess> {
         check(libc::posix_spawnattr_setflags(at, (libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF) as _))?;
         let mut pid: libc::pid_t = 0;
         check(libc::posix_spawn(&mut pid, how.program.as_ptr(), fa, at, argv.as_ptr(), envp.as_ptr()))?;
-        let pid = rustix::process::Pid::from_raw(pid).ok_or_else(|| io::Error::other("posix_spawn gave pid 0"))?;
-        Ok(InitProcess { pid, status: None })
+        rustix::process::Pid::from_raw(pid).ok_or_else(|| io::Error::other("posix_spawn gave pid 0"))
     }
 }
 
@@ -481,63 +480,5 @@ impl Drop for SpawnAttr {
     fn drop(&mut self) {
         // SAFETY: initialised by posix_spawnattr_init, destroyed once.
         unsafe { libc::posix_spawnattr_destroy(&mut self.0) };
-    }
-}
-
-/// A child process started by [`spawn_vforked`], waited for at most once
-/// (its pid is never signalled after it was reaped, so never reused).
-#[derive(Debug)]
-pub(crate) struct InitProcess {
-    pid: rustix::process::Pid,
-    status: Option<std::process::ExitStatus>,
-}
-
-impl InitProcess {
-    /// Its pid.
-    pub(crate) fn pid(&self) -> rustix::process::Pid {
-        self.pid
-    }
-
-    /// Its pid, as a number.
-    pub(crate) fn id(&self) -> u32 {
-        self.pid.as_raw_nonzero().get() as u32
-    }
-
-    /// `SIGKILL`, unless it was already reaped.
-    pub(crate) fn kill(&mut self) -> io::Result<()> {
-        if self.status.is_some() {
-            return Ok(());
-        }
-        // SAFETY: kill with integer arguments; the pid is our unreaped child,
-        // so it cannot name another process.
-        if unsafe { libc::kill(self.pid.as_raw_nonzero().get(), libc::SIGKILL) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    }
-
-    /// Waits for it to exit and reaps it (once; later calls return the
-    /// same status).
-    pub(crate) fn wait(&mut self) -> io::Result<std::process::ExitStatus> {
-        use std::os::unix::process::ExitStatusExt;
-        if let Some(status) = self.status {
-            return Ok(status);
-        }
-        let mut raw: libc::c_int = 0;
-        loop {
-            let pid = self.pid.as_raw_nonzero().get();
-            // SAFETY: waitpid on our own child with a valid out pointer.
-            let r = unsafe { libc::waitpid(pid, &mut raw, 0) };
-            if r == pid {
-                break;
-            }
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EINTR) {
-                return Err(e);
-            }
-        }
-        let status = std::process::ExitStatus::from_raw(raw);
-        self.status = Some(status);
-        Ok(status)
     }
 }

@@ -205,6 +205,15 @@ impl Shared {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// One call fewer in the count `counter` picks; wakes the refill.
+    fn count_down(&self, counter: impl FnOnce(&mut State) -> &mut u32) {
+        let mut state = self.lock();
+        let count = counter(&mut state);
+        *count = count.saturating_sub(1);
+        drop(state);
+        self.wake.notify_all();
+    }
+
     /// A one-shot pool's builder: one skeleton, then done.
     fn build_once(&self) {
         let made = Skeleton::spawn(&self.init_program, &self.image);
@@ -281,10 +290,7 @@ pub(crate) struct Lease(Arc<Shared>);
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        let mut state = self.0.lock();
-        state.active = state.active.saturating_sub(1);
-        drop(state);
-        self.0.wake.notify_all();
+        self.0.count_down(|state| &mut state.active);
     }
 }
 
@@ -294,10 +300,7 @@ pub struct PoolBusy(Arc<Shared>);
 
 impl Drop for PoolBusy {
     fn drop(&mut self) {
-        let mut state = self.0.lock();
-        state.busy = state.busy.saturating_sub(1);
-        drop(state);
-        self.0.wake.notify_all();
+        self.0.count_down(|state| &mut state.busy);
     }
 }
 
@@ -305,7 +308,7 @@ impl Drop for PoolBusy {
 #[derive(Debug)]
 pub(crate) struct Skeleton {
     /// `None` once the skeleton became a worker.
-    child: Option<crate::sys::InitProcess>,
+    child: Option<crate::parent::InitProcess>,
     pidfd: Arc<OwnedFd>,
     pipes: Option<Pipes>,
     channel: Option<OwnedFd>,

@@ -567,12 +567,16 @@ impl Journal {
         // usually hold the whole last line, and reading the bound's 64 KiB
         // each time was most of an append's cost.
         let short = self.tail_bytes(file, path, size, TAIL_GUESS_BYTES)?;
-        let buf = match last_line_start(&short, size) {
-            Some(_) => short,
-            None => self.tail_bytes(file, path, size, MAX_RECORD_BYTES as u64 + 1)?,
+        let (buf, start) = match last_line_start(&short, size) {
+            Some(i) => (short, Some(i)),
+            None => {
+                let whole = self.tail_bytes(file, path, size, MAX_RECORD_BYTES as u64 + 1)?;
+                let start = last_line_start(&whole, size);
+                (whole, start)
+            }
         };
         let body = &buf[..buf.len() - 1];
-        let line = match last_line_start(&buf, size) {
+        let line = match start {
             Some(i) => &body[i..],
             None => {
                 return Err(JournalError::corrupt(

@@ -84,10 +84,11 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
     }
     // `airlock run`'s sandbox starts before the runtime opens: its start is
     // most of a trivial call's wait.
-    let prestarted = match &cli.command {
-        Command::Run(_) => airlock_runtime::Prestarted::start(&config, init_executable()?),
+    let run_init = match &cli.command {
+        Command::Run(_) => Some(init_executable()?),
         _ => None,
     };
+    let prestarted = run_init.clone().and_then(|init| airlock_runtime::Prestarted::start(&config, init));
     let mut runtime = Runtime::open(HostAuthority::ambient(), config, settings::resolver_override()?)?;
     let principal = cli.principal.clone();
     if let Some(principal) = cli.principal {
@@ -95,7 +96,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
     }
     let answer = match cli.command {
         Command::Run(call) => {
-            runtime.set_init_program(init_executable()?, true);
+            runtime.set_init_program(run_init.map_or_else(init_executable, Ok)?, true);
             runtime.adopt_prestarted(prestarted);
             crate::signals::cancel_on_signal(runtime.canceller())?;
             run::run(&runtime, call)?.into()

@@ -507,6 +507,7 @@ impl Server<'_> {
             stdout_sink,
             stderr_limit: usize::try_from(order.run.stderr_limit).unwrap_or(usize::MAX),
             fs_socket: None,
+            start_gate: None,
             provided: Vec::new(),
             call_id: Some(order.invocation_id.clone()),
         };

@@ -61,6 +61,15 @@ impl Tier for AnyTier {
             AnyTier::Microvm(t) => t.start(spec).map(AnyWorker::Microvm),
         }
     }
+
+    fn gates_start(&self) -> bool {
+        match self {
+            AnyTier::Native(t) => t.gates_start(),
+            AnyTier::Gvisor(t) => t.gates_start(),
+            AnyTier::Docker(t) => t.gates_start(),
+            AnyTier::Microvm(t) => t.gates_start(),
+        }
+    }
 }
 
 impl AnyTier {

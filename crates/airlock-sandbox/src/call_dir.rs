@@ -250,7 +250,7 @@ pub(crate) fn scoped_name(name: &str, scope: &Path) -> String {
 }
 
 /// Refuses what only the native tier gives a worker (the filesystem
-/// socket of isolated submissions, provided helper files): a container
+/// socket of isolated submissions, provided helper files, a start gate): a container
 /// tier binds files, it does not pass descriptors.
 pub(crate) fn refuse_native_only(spec: &WorkerSpec, tier: &str) -> Result<(), SandboxError> {
     let mut missing = Vec::new();
@@ -259,6 +259,9 @@ pub(crate) fn refuse_native_only(spec: &WorkerSpec, tier: &str) -> Result<(), Sa
     }
     if !spec.provided.is_empty() {
         missing.push("provided files");
+    }
+    if spec.start_gate.is_some() {
+        missing.push("a start gate (start_gate)");
     }
     if missing.is_empty() {
         return Ok(());
@@ -280,6 +283,16 @@ pub(crate) fn is_safe_name(name: &str) -> bool {
 mod tests {
     use super::*;
     use std::io::Write as _;
+
+    #[test]
+    fn a_container_tier_refuses_a_start_gate() {
+        let mut spec = WorkerSpec::new(["true"]);
+        assert!(refuse_native_only(&spec, "docker").is_ok());
+        let (gate, _opener) = crate::gate::start_gate().unwrap();
+        spec.start_gate = Some(gate);
+        let refused = refuse_native_only(&spec, "docker").unwrap_err();
+        assert!(matches!(&refused, SandboxError::InvalidSpec(m) if m.contains("start gate")), "{refused}");
+    }
 
     fn staged_output(dir: &Path, max_bytes: u64) -> StagedOutput {
         let file = OpenOptions::new().read(true).write(true).create_new(true).open(dir.join("staged-out")).unwrap();

@@ -259,6 +259,11 @@ pub enum SandboxError {
     /// init died without saying why.
     #[error("sandbox init protocol: {0}")]
     Protocol(String),
+    /// The caller closed the worker's start gate unopened
+    /// ([`WorkerSpec::start_gate`](crate::WorkerSpec::start_gate)): the
+    /// worker exited before executing anything.
+    #[error("the caller withdrew the start before the tool was executed")]
+    StartWithdrawn,
     /// Copying or sealing a program in memory failed ([`crate::SealedProgram`]).
     #[error("seal program: {call}: {errno}")]
     Sealed {
@@ -435,7 +440,8 @@ impl SandboxError {
             | SandboxError::Wait { .. }
             | SandboxError::Export { .. }
             | SandboxError::ContainerEngine { .. }
-            | SandboxError::Protocol(_) => K::SetupFailed,
+            | SandboxError::Protocol(_)
+            | SandboxError::StartWithdrawn => K::SetupFailed,
         }
     }
 }

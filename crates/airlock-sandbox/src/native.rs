@@ -233,6 +233,7 @@ struct CallFiles {
     output: Option<InitOutput>,
     provided: Vec<InitProvided>,
     fs_socket_fd: Option<i32>,
+    start_gate_fd: Option<i32>,
     /// A bound output the worker is made the owner of, taken back after.
     lent_output: Option<std::fs::File>,
 }
@@ -259,6 +260,7 @@ impl CallFiles {
             tty: false,
             provided: self.provided,
             fs_socket_fd: self.fs_socket_fd,
+            start_gate_fd: self.start_gate_fd,
             maps_fd: None,
         }
     }
@@ -391,7 +393,8 @@ impl NativeTier {
             }
             None => None,
         };
-        Ok(CallFiles { inputs, output, provided, fs_socket_fd, lent_output })
+        let start_gate_fd = spec.start_gate.as_ref().map(|gate| handed.hand(gate)).transpose()?;
+        Ok(CallFiles { inputs, output, provided, fs_socket_fd, start_gate_fd, lent_output })
     }
 
     /// Starts the call in a warm sandbox when the tier has a pool and the
@@ -430,8 +433,9 @@ impl NativeTier {
         match skeleton.run(lease, &call, &handed.fds, spec, started, limits) {
             Ok(mut worker) => {
                 drop(handed);
-                // The worker's end of the socket now lives only in the sandbox.
+                // The worker's ends of the socket and the gate now live only in the sandbox.
                 drop(spec.fs_socket.take());
+                drop(spec.start_gate.take());
                 worker.lent_output = lent_output;
                 worker.cancel = self.cancel.as_ref().map(|c| c.register(worker.kill_handle()));
                 Ok(Some(worker))
@@ -562,8 +566,10 @@ impl NativeTier {
         let started_init = crate::parent::spawn_init(how);
         drop(handed);
         // The worker's end of the socket now lives only in the sandbox, so the
-        // caller's end sees end-of-file when the worker's copies are gone.
+        // caller's end sees end-of-file when the worker's copies are gone
+        // (and the gate's with it).
         drop(spec.fs_socket.take());
+        drop(spec.start_gate.take());
         let (mut child, pidfd) = match started_init {
             Ok(started) => started,
             Err(e) => {
@@ -633,5 +639,9 @@ impl Tier for NativeTier {
 
     fn start(&self, spec: WorkerSpec) -> Result<NativeWorker, SandboxError> {
         self.start_with(spec, Stdio::Captured).map(|(worker, _)| worker)
+    }
+
+    fn gates_start(&self) -> bool {
+        true
     }
 }

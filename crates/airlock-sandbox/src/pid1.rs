@@ -34,6 +34,8 @@ pub(crate) struct Inherited {
     pub provided: Vec<OwnedFd>,
     /// The worker's end of the file-system socket.
     pub fs_socket: Option<OwnedFd>,
+    /// The read end of the worker's start gate.
+    pub start_gate: Option<OwnedFd>,
 }
 
 impl Inherited {
@@ -53,6 +55,7 @@ impl Inherited {
             output_mount: spec.output.as_ref().and_then(|o| o.placement.mount_fd()).map(&mut take).transpose()?,
             provided: spec.provided.iter().map(|p| take(p.fd)).collect::<Result<_, _>>()?,
             fs_socket: spec.fs_socket_fd.map(&mut take).transpose()?,
+            start_gate: spec.start_gate_fd.map(&mut take).transpose()?,
         })
     }
 
@@ -65,6 +68,7 @@ impl Inherited {
             .chain(self.output_mount.iter())
             .chain(self.provided.iter())
             .chain(self.fs_socket.iter())
+            .chain(self.start_gate.iter())
     }
 }
 
@@ -159,7 +163,8 @@ fn run_call(
     skeleton: crate::mounts::Skeleton,
     filters: &[seccompiler::BpfProgram],
 ) -> Result<(), SandboxError> {
-    let Inherited { inputs, input_mounts, output: host_output, output_mount, provided, fs_socket } = inherited;
+    let Inherited { inputs, input_mounts, output: host_output, output_mount, provided, fs_socket, start_gate } =
+        inherited;
     let host_output = host_output.map(File::from);
     let staged = StagedFds {
         inputs: inputs.into_iter().zip(input_mounts).collect(),
@@ -188,13 +193,14 @@ fn run_call(
             drop(lifeline);
             drop(host_output);
             drop(built.output);
-            crate::worker_exec::exec_worker(spec, &rules, filters, status, fs_socket)
+            crate::worker_exec::exec_worker(spec, &rules, filters, status, fs_socket, start_gate)
         }
         Forked::Parent(pid) => pid,
     };
     // The socket is the worker's alone: PID 1 keeps no copy, so the caller
     // sees end-of-file as soon as the worker and what it started close theirs.
     drop(fs_socket);
+    drop(start_gate);
 
     // Reap until the worker ends (orphans re-parented to us are reaped too).
     let exit = loop {

@@ -74,6 +74,13 @@ pub struct WorkerSpec {
     /// [`FS_SOCKET_ENV`]. Only the worker process (and what it starts) holds
     /// it: the init and PID 1 close their copies once the worker is forked.
     pub fs_socket: Option<OwnedFd>,
+    /// The worker executes its tool only once the caller opens this gate
+    /// ([`crate::start_gate`]), after the sandbox is built and the worker
+    /// confined; closed unopened, the worker exits without executing
+    /// anything. The time from start to the gate's opening counts against
+    /// [`timeout`](WorkerSpec::timeout). Native tier only (the container
+    /// tiers refuse it).
+    pub start_gate: Option<crate::gate::StartGate>,
     /// Files copied into the sandbox under [`PROVIDED_DIR`], read-only.
     pub provided: Vec<ProvidedFile>,
     /// The call this worker serves (the invocation id): container tiers name
@@ -105,6 +112,7 @@ impl WorkerSpec {
             stdout_sink: None,
             stderr_limit: 1 << 20,
             fs_socket: None,
+            start_gate: None,
             provided: Vec::new(),
             call_id: None,
         }

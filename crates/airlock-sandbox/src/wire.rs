@@ -104,6 +104,10 @@ pub(crate) struct InitSpec {
     /// [`FS_SOCKET_FD`](crate::spec::FS_SOCKET_FD), inherited by the init.
     #[serde(default)]
     pub fs_socket_fd: Option<i32>,
+    /// The read end of the worker's start gate ([`crate::gate`]), inherited
+    /// by the init and held by the worker alone until it executes the tool.
+    #[serde(default)]
+    pub start_gate_fd: Option<i32>,
     /// A root caller's end of the id-map exchange ([`crate::id_maps`]),
     /// inherited by the init and closed once it is mapped.
     #[serde(default)]
@@ -221,6 +225,9 @@ impl InitSpec {
         if let Some(s) = &mut self.fs_socket_fd {
             fill(s)?;
         }
+        if let Some(g) = &mut self.start_gate_fd {
+            fill(g)?;
+        }
         if used != placed.len() {
             return Err(SandboxError::Protocol(format!(
                 "the call named {used} descriptors and {} were received",
@@ -239,6 +246,7 @@ impl InitSpec {
         fds.extend(self.program_fd);
         fds.extend(self.provided.iter().map(|p| p.fd));
         fds.extend(self.fs_socket_fd);
+        fds.extend(self.start_gate_fd);
         fds.extend(self.maps_fd);
         fds
     }

@@ -20,6 +20,12 @@ pub trait Tier {
     /// Starts one worker with exactly the files in `spec`. Nothing is left
     /// running when this returns an error.
     fn start(&self, spec: WorkerSpec) -> Result<Self::Worker, SandboxError>;
+
+    /// Whether this tier honours [`WorkerSpec::start_gate`] (the native
+    /// tier); the others refuse a spec that has one.
+    fn gates_start(&self) -> bool {
+        false
+    }
 }
 
 /// One started worker.

@@ -6,8 +6,9 @@
 //! stdio); every descriptor but 0, 1, 2 (the file-system socket, moved to
 //! 3, and the close-on-exec status pipe) closed; ids set to 65534; every
 //! capability dropped (bounding, ambient, effective/permitted/inheritable);
-//! no-new-privs; rlimits; Landlock; seccomp last (it forbids some of the
-//! calls above); then `execve`.
+//! no-new-privs; rlimits; Landlock; the start gate, if any, waited for
+//! ([`crate::gate`]); seccomp last (it forbids some of the calls above);
+//! then `execve`.
 #![forbid(unsafe_code)]
 
 use std::ffi::CString;
@@ -29,7 +30,8 @@ pub(crate) const WORKER_ID: u32 = 65534;
 const DEFAULT_ENV: [(&str, &str); 3] = [("PATH", crate::visible::WORKER_PATH), ("HOME", "/tmp"), ("LANG", "C.UTF-8")];
 
 /// Confines the calling (freshly forked) process and executes the tool,
-/// with `fs_socket` (if any) as its descriptor [`FS_SOCKET_FD`].
+/// with `fs_socket` (if any) as its descriptor [`FS_SOCKET_FD`], once
+/// `start_gate` (if any) is opened.
 /// Never returns: on failure it reports on the status pipe and exits 127.
 pub(crate) fn exec_worker(
     spec: &InitSpec,
@@ -37,8 +39,9 @@ pub(crate) fn exec_worker(
     filters: &[BpfProgram],
     status: &StatusWriter,
     fs_socket: Option<OwnedFd>,
+    start_gate: Option<OwnedFd>,
 ) -> ! {
-    let error = confine_and_exec(spec, rules, filters, status, fs_socket);
+    let error = confine_and_exec(spec, rules, filters, status, fs_socket, start_gate);
     status.send(&StatusMsg::SetupFailed { error });
     std::process::exit(127)
 }
@@ -71,8 +74,9 @@ fn confine_and_exec(
     filters: &[BpfProgram],
     status: &StatusWriter,
     fs_socket: Option<OwnedFd>,
+    start_gate: Option<OwnedFd>,
 ) -> SandboxError {
-    match confine(spec, rules, filters, status, fs_socket) {
+    match confine(spec, rules, filters, status, fs_socket, start_gate) {
         Ok((program, argv, envp, path)) => exec_search(&program, &argv, &envp, &path),
         Err(e) => e,
     }
@@ -86,6 +90,7 @@ fn confine(
     filters: &[BpfProgram],
     status: &StatusWriter,
     fs_socket: Option<OwnedFd>,
+    start_gate: Option<OwnedFd>,
 ) -> Result<Prepared, SandboxError> {
     rustix::process::setsid().map_err(attr("setsid()"))?;
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
@@ -126,6 +131,7 @@ fn confine(
     }
     let mut keep = vec![status.raw()];
     keep.extend(fs_socket.as_ref().map(|s| s.as_raw_fd()));
+    keep.extend(start_gate.as_ref().map(|g| g.as_raw_fd()));
     crate::sys::close_fds_except(&keep)
         .map_err(|e| SandboxError::ProcessAttr { call: "close_range(3, ~0U, 0)".into(), errno: errno(e) })?;
     if let Some(sock) = fs_socket {
@@ -147,6 +153,11 @@ fn confine(
     // constraints after it, but keep the filtered window small).
     let (program, argv, envp, path) = prepare_exec(spec)?;
     status.send(&StatusMsg::Confined { landlock_abi: abi, landlock_status: how.to_string() });
+    // Everything above overlapped the caller's own work before the tool's
+    // start (its synced `WorkerStarted`); nothing of the tool runs before.
+    if let Some(gate) = start_gate {
+        crate::gate::wait_open(gate)?;
+    }
     crate::seccomp::install(filters)?;
     Ok((program, argv, envp, path))
 }

@@ -5,7 +5,7 @@
 //! run` builds its one skeleton while it prepares, with the same guarantees.
 
 use crate::mcpkit::McpSession;
-use crate::runkit::{marker, procs_with, sh_tool, wait_until, KillOnDrop};
+use crate::runkit::{children_of, marker, procs_with, sh_tool, wait_until, KillOnDrop};
 use crate::util::{sha256_hex, Project};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -118,20 +118,6 @@ fn kill_and_assert_no_sandbox_left(airlock: &mut std::process::Child, mark: &str
         left(),
         procs_with(mark)
     );
-}
-
-/// Pids whose parent is `pid`.
-fn children_of(pid: u32) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let ppid = stat.rsplit_once(") ").and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
-        if ppid == Some(pid) {
-            found.push(child);
-        }
-    }
-    found
 }
 
 fn alive(pid: u32) -> bool {

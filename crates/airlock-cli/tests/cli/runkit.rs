@@ -195,6 +195,32 @@ pub fn procs_with(needle: &str) -> Vec<(u32, String)> {
     found
 }
 
+/// Pids whose parent is `pid`.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let ppid = stat.rsplit_once(") ").and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            found.push(child);
+        }
+    }
+    found
+}
+
+/// Every process descended from `pid` (children, theirs, and so on).
+pub fn descendants_of(pid: u32) -> Vec<u32> {
+    let mut found = children_of(pid);
+    let mut next = 0;
+    while next < found.len() {
+        let more = children_of(found[next]);
+        found.extend(more);
+        next += 1;
+    }
+    found
+}
+
 /// Polls `f` every 20 ms until it holds or `bound` passes; whether it held.
 pub fn wait_until(bound: Duration, mut f: impl FnMut() -> bool) -> bool {
     let start = Instant::now();

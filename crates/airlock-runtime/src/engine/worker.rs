@@ -5,12 +5,20 @@
 //! `WorkerFinished` with one body for every shape — `exit_code`,
 //! `timed_out`, `cleanup_confirmed`, `output_bytes`, or `error` and
 //! `message` when the worker could not be run.
+//!
+//! On a tier with a start gate (the native tier),
+//! [`Runtime::run_journaled`] starts the sandbox first and syncs
+//! `WorkerStarted` while the sandbox is furnished and the worker
+//! confined; the worker executes its tool only once the record is
+//! durable, and a record that cannot be made withdraws the start (the
+//! worker exits without executing anything).
 
 use super::verdict::exit_number;
+use crate::failure::sandbox_refusal;
 use crate::{ledger, Runtime};
 use airlock_core::Refusal;
 use airlock_journal::kind;
-use airlock_sandbox::WorkerOutcome;
+use airlock_sandbox::{Tier, Worker, WorkerOutcome, WorkerSpec};
 use serde_json::{json, Value};
 use std::time::Instant;
 
@@ -37,6 +45,54 @@ impl Runtime {
         self.record(kind::WORKER_STARTED, Some(id), ledger::worker_started_body(argv, extra))?;
         tracing::debug!(program = argv.first().map(String::as_str), "worker started");
         Ok(WorkerStep { runtime: self, id, began: Instant::now() })
+    }
+
+    /// Runs `spec` on `tier` as invocation `id`'s worker, journaled:
+    /// `WorkerStarted` (`argv`, `extra`) synced before the tool executes,
+    /// then the worker waited for (its refusal names `what`). The caller
+    /// journals the end with the step it gets.
+    ///
+    /// On a tier with a start gate the sandbox is started first and the
+    /// record synced while it is built, saving the sync's time on the
+    /// call's path; the gate opens once the record is durable.
+    pub(crate) fn run_journaled<'a, T: Tier>(
+        &'a self,
+        tier: &T,
+        mut spec: WorkerSpec,
+        id: &'a str,
+        argv: &[String],
+        extra: Value,
+        what: &str,
+    ) -> Result<(WorkerStep<'a>, Result<WorkerOutcome, Refusal>), Refusal> {
+        if !tier.gates_start() {
+            let step = self.worker_started(id, argv, extra)?;
+            let outcome = tier.start(spec).and_then(Worker::wait).map_err(|e| sandbox_refusal(&e, what));
+            return Ok((step, outcome));
+        }
+        // A cancelled call builds no sandbox either.
+        self.check_cancelled()?;
+        let (gate, opener) = airlock_sandbox::start_gate().map_err(|e| sandbox_refusal(&e, what))?;
+        spec.start_gate = Some(gate);
+        let worker = tier.start(spec);
+        ledger::crash_point("before_worker_started");
+        let step = match self.worker_started(id, argv, extra) {
+            Ok(step) => step,
+            Err(refusal) => {
+                // Nothing of the tool ran: the gate closes unopened and the
+                // sandbox is killed and reaped with its worker.
+                drop(opener);
+                drop(worker);
+                return Err(refusal);
+            }
+        };
+        let outcome = worker
+            .and_then(|worker| {
+                // A worker already gone reports how in its wait.
+                let _ = opener.open();
+                worker.wait()
+            })
+            .map_err(|e| sandbox_refusal(&e, what));
+        Ok((step, outcome))
     }
 }
 

@@ -60,15 +60,12 @@
 //! finished and finished. It publishes nothing.
 
 use crate::engine::{answer, AuthorizedCall, CallStart, Preparation, Transport};
-use crate::failure::sandbox_refusal;
 use crate::progress::{Meter, Phase};
 use crate::{ceilings, Runtime};
 use airlock_core::{Envelope, FilesystemBoundary, ReadGrant, ReasonCode, Refusal, RelPath, SnapshotBinding};
 use airlock_git::{snapshot, ControlIds, Limits, Operation, Request, SnapshotStats};
 use airlock_hostfs::Dir;
-use airlock_sandbox::{
-    ImageMount, NativeTier, StagedInput, Tier as _, Worker as _, WorkerLimits, WorkerSpec, PROGRAM_PATH,
-};
+use airlock_sandbox::{ImageMount, NativeTier, StagedInput, WorkerLimits, WorkerSpec, PROGRAM_PATH};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -192,8 +189,7 @@ impl Transport for Git<'_> {
         spec.stdout_limit = ANSWER_LIMIT;
         spec.stderr_limit = 64 << 10;
         let argv = [PROGRAM_PATH.to_owned(), "git-driver".to_owned(), op.as_str().to_owned()];
-        let step = rt.worker_started(&id, &argv, json!({}))?;
-        let outcome = tier.start(spec).and_then(|w| w.wait()).map_err(|e| sandbox_refusal(&e, "the Git driver"));
+        let (step, outcome) = rt.run_journaled(&tier, spec, &id, &argv, json!({}), "the Git driver")?;
         step.finished(outcome.as_ref())?;
         let outcome = outcome?;
         let mut base = answer::finished(&prepared, &decision.policy_ids, Some((&outcome, None)));

@@ -150,10 +150,17 @@ impl Runtime {
         }
         let (spec, staged_output) = self.worker_spec(&prepared)?;
         let d = prepared.descriptor();
-        let step = self.worker_started(prepared.invocation_id(), &d.argv, json!({ "tier": d.tier }))?;
-        let (outcome, evidence) = match &local {
-            None => self.run_remote(&prepared, spec),
-            Some(tier) => (run_worker(tier, spec, "the tool"), None),
+        let (id, started) = (prepared.invocation_id(), json!({ "tier": d.tier }));
+        let (step, outcome, evidence) = match &local {
+            None => {
+                let step = self.worker_started(id, &d.argv, started)?;
+                let (outcome, evidence) = self.run_remote(&prepared, spec);
+                (step, outcome, evidence)
+            }
+            Some(tier) => {
+                let (step, outcome) = self.run_journaled(tier, spec, id, &d.argv, started, "the tool")?;
+                (step, outcome, None)
+            }
         };
         step.finished_with(outcome.as_ref(), evidence)?;
         let outcome = outcome?;
@@ -288,6 +295,7 @@ impl Runtime {
             stdout_sink,
             stderr_limit: STDERR_LIMIT,
             fs_socket: None,
+            start_gate: None,
             provided: Vec::new(),
             call_id: Some(prepared.invocation_id().to_string()),
         };

@@ -52,6 +52,7 @@ pub(super) fn run_parser(
         stdout_sink: None,
         stderr_limit: STDERR_LIMIT,
         fs_socket: None,
+        start_gate: None,
         provided: Vec::new(),
         call_id: Some(invocation_id.to_owned()),
     };

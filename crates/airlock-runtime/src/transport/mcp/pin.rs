@@ -88,6 +88,7 @@ impl Runtime {
             stdout_sink: None,
             stderr_limit: super::super::exec::STDERR_LIMIT,
             fs_socket: None,
+            start_gate: None,
             provided: Vec::new(),
             call_id: None,
         };

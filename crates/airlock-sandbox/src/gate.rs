@@ -26,7 +26,8 @@ pub struct GateOpener(OwnedFd);
 
 /// A closed start gate: the worker's end for the spec and the caller's end.
 pub fn start_gate() -> Result<(StartGate, GateOpener), SandboxError> {
-    let (read, write) = crate::parent::pipe()?;
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| SandboxError::Descriptor { call: "pipe2(O_CLOEXEC) (start gate)".into(), errno: errno(e) })?;
     Ok((StartGate(read), GateOpener(write)))
 }
 

@@ -175,29 +175,46 @@ fn a_later_run_reaps_the_stale_staging_of_a_killed_call() {
     assert_no_candidates(&p, "results");
 }
 
+/// A `nap MARKER` call `id` held just before its `WorkerStarted` (a debug
+/// build's pause point, `pause_ms`), observed while held: the child, its
+/// sandbox's processes (whether init, PID 1 and the worker all came up),
+/// and the tool's `sleep` processes (none, unless the tool ran early).
+struct Held {
+    child: Child,
+    built: bool,
+    sandbox: Vec<u32>,
+    sleeping: Vec<(u32, String)>,
+}
+
+fn hold_before_worker_started(p: &Project, m: &str, id: &str, pause_ms: u32) -> Held {
+    let mut cmd = p.command(&["run", "nap", m, "results/gate.txt", "--invocation-id", id]);
+    cmd.env("AIRLOCK_TEST_PAUSE_AT", format!("before_worker_started:{pause_ms}"));
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = cmd.spawn().expect("spawn airlock");
+    let built = wait_until(Duration::from_secs(10), || descendants_of(child.id()).len() >= 3);
+    // Time enough for a tool that ran early to show.
+    std::thread::sleep(Duration::from_millis(400));
+    let sandbox = descendants_of(child.id());
+    let sleeping = procs_with(m).into_iter().filter(|(_, line)| line.starts_with("sleep ")).collect();
+    Held { child, built, sandbox, sleeping }
+}
+
 /// The sandbox is built while `WorkerStarted` is synced, but the tool
-/// executes only once that record is durable: held just before the record
-/// (a debug build's pause point), the call has built its sandbox (init,
-/// PID 1 and the confined worker exist), has no `WorkerStarted`, and its
-/// tool has not run (no `sleep`); released, it runs and publishes as usual.
+/// executes only once that record is durable: held just before the record,
+/// the call has built its sandbox (init, PID 1 and the confined worker
+/// exist), has no `WorkerStarted`, and its tool has not run (no `sleep`);
+/// released, it runs and publishes as usual.
 #[test]
 fn the_tool_executes_only_after_its_worker_started_record() {
     let p = nap_project();
     let m = marker(1);
     let _guard = KillOnDrop(m.clone());
-    let mut cmd = p.command(&["run", "nap", &m, "results/gate.txt", "--invocation-id", "gate-1"]);
-    cmd.env("AIRLOCK_TEST_PAUSE_AT", "before_worker_started:2000");
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let child = cmd.spawn().expect("spawn airlock");
-    let held = wait_until(Duration::from_secs(10), || descendants_of(child.id()).len() >= 3);
-    std::thread::sleep(Duration::from_millis(500));
-    let sandbox = descendants_of(child.id());
+    let held = hold_before_worker_started(&p, &m, "gate-1", 2000);
     let kinds = p.journal_kinds("gate-1");
-    let sleeping: Vec<_> = procs_with(&m).into_iter().filter(|(_, line)| line.starts_with("sleep ")).collect();
-    let out = child.wait_with_output().expect("airlock ends");
-    assert!(held, "no sandbox was built while the record was held back: {sandbox:?}");
+    let out = held.child.wait_with_output().expect("airlock ends");
+    assert!(held.built, "no sandbox was built while the record was held back: {:?}", held.sandbox);
     assert!(!kinds.iter().any(|k| k == "WorkerStarted"), "{kinds:?}");
-    assert_eq!(sleeping, vec![], "the tool ran before its WorkerStarted was durable");
+    assert_eq!(held.sleeping, vec![], "the tool ran before its WorkerStarted was durable");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::read_to_string(p.path("results/gate.txt")).unwrap(), "partial\n");
     let kinds = p.journal_kinds("gate-1");
@@ -213,21 +230,14 @@ fn sigkill_before_worker_started_runs_nothing() {
     let p = nap_project();
     let m = marker(20);
     let _guard = KillOnDrop(m.clone());
-    let mut cmd = p.command(&["run", "nap", &m, "results/gate.txt", "--invocation-id", "gate-2"]);
-    cmd.env("AIRLOCK_TEST_PAUSE_AT", "before_worker_started:5000");
-    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-    let mut child = cmd.spawn().expect("spawn airlock");
-    let held = wait_until(Duration::from_secs(10), || descendants_of(child.id()).len() >= 3);
-    std::thread::sleep(Duration::from_millis(300));
-    let sandbox = descendants_of(child.id());
-    let sleeping: Vec<_> = procs_with(&m).into_iter().filter(|(_, line)| line.starts_with("sleep ")).collect();
-    sigkill(&mut child);
+    let mut held = hold_before_worker_started(&p, &m, "gate-2", 5000);
+    sigkill(&mut held.child);
     let gone = wait_until(Duration::from_secs(5), || {
-        sandbox.iter().all(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+        held.sandbox.iter().all(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
     });
-    assert!(held, "no sandbox was built while the record was held back");
-    assert!(gone, "the sandbox outlived its caller: {sandbox:?}");
-    assert_eq!(sleeping, vec![], "the tool ran before its WorkerStarted was durable");
+    assert!(held.built, "no sandbox was built while the record was held back");
+    assert!(gone, "the sandbox outlived its caller: {:?}", held.sandbox);
+    assert_eq!(held.sleeping, vec![], "the tool ran before its WorkerStarted was durable");
     assert_eq!(procs_with(&m), vec![], "a process of the call remains");
     let kinds = p.journal_kinds("gate-2");
     assert!(!kinds.iter().any(|k| k == "WorkerStarted"), "{kinds:?}");

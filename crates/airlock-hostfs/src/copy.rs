@@ -84,23 +84,13 @@ pub(crate) fn copy_hashed(
     Ok(Copied { bytes, sha256_hex })
 }
 
-/// Hashes all of `file` (from offset 0 to its end) in a second thread while
-/// `meanwhile` runs in this one (a publication candidate's `fsync`), and
-/// answers what was hashed. `file` must not change meanwhile: the caller
-/// holds the only writer, and checks the count against the size after.
-pub(crate) fn hash_while(file: &File, meanwhile: impl FnOnce() -> Result<()>) -> Result<Copied> {
-    let (done, hashed) = std::thread::scope(|s| {
-        let (progress, seen) = channel();
-        let hashing = s.spawn(|| hash_behind(file, seen));
-        // The whole file at once: `hash_behind` reads to each offset it is told.
-        let _ = progress.send(u64::MAX);
-        drop(progress);
-        let done = meanwhile();
-        (done, hashing.join().unwrap_or_else(|_| Err(std::io::Error::other("the hashing thread panicked"))))
-    });
-    done?;
+/// Hashes `file` from its start to its end on this thread.
+pub(crate) fn hash_file(file: &File) -> Result<Copied> {
+    let (progress, seen) = channel();
+    let _ = progress.send(u64::MAX);
+    drop(progress);
     let (bytes, sha256_hex) =
-        hashed.map_err(|e| Error::new(ReasonCode::Internal, format!("reading the file back: {e}")))?;
+        hash_behind(file, seen).map_err(|e| Error::new(ReasonCode::Internal, format!("reading the file back: {e}")))?;
     Ok(Copied { bytes, sha256_hex })
 }
 

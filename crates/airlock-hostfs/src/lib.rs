@@ -164,7 +164,7 @@ pub use input::{InputFile, SnapshotInfo};
 pub use output::HeldOutput;
 pub use parents::MadeDir;
 pub use private::{random_suffix, PrivateDir};
-pub use publish::{Candidate, CandidateMode, EntryIdentity, Published, StagedFile, CANDIDATE_PREFIX};
+pub use publish::{AdoptError, Candidate, CandidateMode, EntryIdentity, Published, StagedFile, CANDIDATE_PREFIX};
 pub use resolve::{Resolver, ResolverKind};
 pub use umask::process_umask;
 pub use walk::{Entry, EntryKind};

@@ -480,7 +480,7 @@ impl Drop for Candidate<'_> {
 }
 
 mod staged;
-pub use staged::StagedFile;
+pub use staged::{AdoptError, StagedFile};
 
 #[cfg(test)]
 mod tests;

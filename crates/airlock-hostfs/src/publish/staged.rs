@@ -8,7 +8,9 @@
 //! be moved into the output's held parent *and* the result is what a
 //! candidate made in that parent would be, it is the candidate: synced and
 //! hashed here (the hash read back through the descriptor while the `fsync`
-//! runs), then published in one call that refuses an existing name:
+//! runs; [`HeldOutput::adopt_staged_announced`] also hands the hashed
+//! candidate to its caller, to journal, before the `fsync` ends), then
+//! published in one call that refuses an existing name:
 //!
 //! - unnamed ([`StagedFile::Unnamed`]): exactly like an unnamed candidate —
 //!   `fchmod` to the output's mode, `linkat` of the descriptor under the
@@ -28,7 +30,7 @@
 //! open file) the answer is `None` and the caller copies, as before.
 
 use super::{Candidate, Kept, Published};
-use crate::copy::hash_while;
+use crate::copy::hash_file;
 use crate::dir::Dir;
 use crate::error::{Error, Result};
 use crate::output::HeldOutput;
@@ -65,6 +67,18 @@ impl StagedFile {
     }
 }
 
+/// Why [`HeldOutput::adopt_staged_announced`] gave no candidate, by
+/// whether the candidate had been announced.
+#[derive(Debug)]
+pub enum AdoptError<E> {
+    /// Before the announcement: nothing was announced.
+    Unannounced(Error),
+    /// The announcement itself failed.
+    Announcing(E),
+    /// After a successful announcement: the candidate's sync failed.
+    Announced(Error),
+}
+
 impl HeldOutput {
     /// Makes the staged output `staged` (only this process writing it) the
     /// publication candidate, when it can be published as itself: checks
@@ -80,41 +94,83 @@ impl HeldOutput {
         max_bytes: u64,
         expected_parent: (u64, u64),
     ) -> Result<Option<Candidate<'_>>> {
-        self.check_ready(expected_parent)?;
+        self.adopt_staged_announced(staged, max_bytes, expected_parent, |_| Ok::<(), std::convert::Infallible>(()))
+            .map_err(|e| match e {
+                AdoptError::Unannounced(e) | AdoptError::Announced(e) => e,
+                AdoptError::Announcing(never) => match never {},
+            })
+    }
+
+    /// [`HeldOutput::adopt_staged`], handing the hashed candidate to
+    /// `announce` (to journal it) while its `fsync` is still in flight:
+    /// the sync starts first, on a thread of its own; the candidate is
+    /// hashed here, checked unchanged, and announced; it is returned only
+    /// once the sync and the announcement both succeeded. Its identity,
+    /// size and hash are final when announced (every process of the
+    /// sandbox is gone; only this one holds it). What is announced may not
+    /// be durable yet: a crash before the sync ends leaves nothing at the
+    /// destination, since only the returned candidate publishes.
+    pub fn adopt_staged_announced<E>(
+        &self,
+        staged: &StagedFile,
+        max_bytes: u64,
+        expected_parent: (u64, u64),
+        announce: impl FnOnce(&Candidate<'_>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<Option<Candidate<'_>>, AdoptError<E>> {
+        self.check_ready(expected_parent).map_err(AdoptError::Unannounced)?;
         let kept = match staged {
-            StagedFile::Unnamed(file) if self.links_here(file)? => Kept::Unnamed,
-            StagedFile::Named { file, dir, name } if self.renames_here(file, dir, name)? => {
-                Kept::Staged { dir: dir.try_clone()?, name: name.clone() }
+            StagedFile::Unnamed(file) if self.links_here(file).map_err(AdoptError::Unannounced)? => Kept::Unnamed,
+            StagedFile::Named { file, dir, name }
+                if self.renames_here(file, dir, name).map_err(AdoptError::Unannounced)? =>
+            {
+                Kept::Staged { dir: dir.try_clone().map_err(AdoptError::Unannounced)?, name: name.clone() }
             }
             StagedFile::Unnamed(_) | StagedFile::Named { .. } => return Ok(None),
         };
         let staged = staged.file();
-        let st = rustix::fs::fstat(staged).map_err(|e| Error::syscall(ReasonCode::Internal, "fstat(staged)", e))?;
+        let fstat = |what| {
+            rustix::fs::fstat(staged)
+                .map_err(|e| AdoptError::Unannounced(Error::syscall(ReasonCode::Internal, what, e)))
+        };
+        let st = fstat("fstat(staged)")?;
         if st.st_size as u64 > max_bytes {
-            return Err(Error::new(ReasonCode::LimitOutputSize, format!("output is larger than {max_bytes} bytes")));
+            return Err(AdoptError::Unannounced(Error::new(
+                ReasonCode::LimitOutputSize,
+                format!("output is larger than {max_bytes} bytes"),
+            )));
         }
-        let hashed = hash_while(staged, || {
-            staged.sync_all().map_err(|e| Error::new(ReasonCode::Internal, format!("syncing the staged output: {e}")))
-        })?;
-        let after = rustix::fs::fstat(staged).map_err(|e| Error::syscall(ReasonCode::Internal, "fstat(staged)", e))?;
-        if hashed.bytes != st.st_size as u64 || after.st_size != st.st_size {
-            return Err(Error::new(
-                ReasonCode::OutputIdentityMismatch,
-                format!(
-                    "the staged output holds {} bytes ({} hashed, {} before): it changed meanwhile",
-                    after.st_size, hashed.bytes, st.st_size
-                ),
-            ));
-        }
-        let file = staged.try_clone().map_err(|e| Error::new(ReasonCode::Internal, format!("dup(staged): {e}")))?;
-        Ok(Some(Candidate {
-            held: self,
-            file,
-            kept,
-            info: Published { bytes: hashed.bytes, sha256_hex: hashed.sha256_hex, dev_ino: (st.st_dev, st.st_ino) },
-            done: false,
-            mode: None,
-        }))
+        let file = staged
+            .try_clone()
+            .map_err(|e| AdoptError::Unannounced(Error::new(ReasonCode::Internal, format!("dup(staged): {e}"))))?;
+        std::thread::scope(|s| {
+            let syncing = s.spawn(|| staged.sync_all());
+            let adopted = hash_file(staged).map_err(AdoptError::Unannounced).and_then(|hashed| {
+                let after = fstat("fstat(staged)")?;
+                if hashed.bytes != st.st_size as u64 || after.st_size != st.st_size {
+                    return Err(AdoptError::Unannounced(Error::new(
+                        ReasonCode::OutputIdentityMismatch,
+                        format!(
+                            "the staged output holds {} bytes ({} hashed, {} before): it changed meanwhile",
+                            after.st_size, hashed.bytes, st.st_size
+                        ),
+                    )));
+                }
+                let info =
+                    Published { bytes: hashed.bytes, sha256_hex: hashed.sha256_hex, dev_ino: (st.st_dev, st.st_ino) };
+                let candidate = Candidate { held: self, file, kept, info, done: false, mode: None };
+                announce(&candidate).map_err(AdoptError::Announcing)?;
+                Ok(candidate)
+            });
+            let synced = syncing.join().unwrap_or_else(|_| Err(std::io::Error::other("the syncing thread panicked")));
+            match (adopted, synced) {
+                (Err(e), _) => Err(e),
+                (Ok(_), Err(e)) => Err(AdoptError::Announced(Error::new(
+                    ReasonCode::Internal,
+                    format!("syncing the staged output: {e}"),
+                ))),
+                (Ok(candidate), Ok(())) => Ok(Some(candidate)),
+            }
+        })
     }
 }
 

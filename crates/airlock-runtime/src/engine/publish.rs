@@ -39,7 +39,7 @@
 use super::prepared::PreparedCall;
 use crate::{ledger, Runtime};
 use airlock_core::{CreatedFile, ReasonCode, Refusal};
-use airlock_hostfs::{CandidateMode, HeldOutput, StagedFile};
+use airlock_hostfs::{AdoptError, Candidate, CandidateMode, HeldOutput, StagedFile};
 use airlock_journal::kind;
 use serde_json::json;
 
@@ -101,17 +101,49 @@ impl Runtime {
             None => (held, expected),
         };
         ledger::crash_point("before_candidate");
+        let intent_of = |candidate: &Candidate<'_>, origin: &str| {
+            let c = candidate.file();
+            json!({
+                "publication_id": publication_id,
+                "path": rec.path,
+                "destination_name": held.name(),
+                "candidate_mode": candidate.mode().as_str(),
+                "candidate_name": candidate.name(),
+                "candidate_origin": origin,
+                "parent": { "dev": expected.0.to_string(), "ino": expected.1.to_string() },
+                "mode": format!("{:04o}", self.output_modes().file),
+                "candidate": { "dev": c.dev_ino.0.to_string(), "ino": c.dev_ino.1.to_string() },
+                "bytes": c.bytes,
+                "sha256": format!("sha256:{}", c.sha256_hex),
+            })
+        };
+        let announce = |candidate: &Candidate<'_>| {
+            ledger::crash_point("before_prepared");
+            self.record(kind::FILE_PUBLICATION_PREPARED, Some(id), intent_of(candidate, ORIGIN_STAGED)).map(drop)
+        };
         // The staged output itself where it can be published as itself,
         // else a copy of it beside the destination (always, when a named
-        // candidate is asked for).
+        // candidate is asked for). The staged output is announced
+        // (`FilePublicationPrepared`, synced) while its own sync runs, the
+        // marker's sync beside both: none needs another, and all three
+        // precede the link or rename. A named candidate, which recovery
+        // may publish from its intent, is announced only once synced.
         let mode = ledger::candidate_mode();
         let (made, marked) = std::thread::scope(|s| {
             let marking = (!parents).then(|| s.spawn(|| marker.sync()));
-            let adopted = if mode == CandidateMode::Named { Ok(None) } else { held.adopt_staged(file, max, expected) };
-            let made = adopted.and_then(|adopted| match adopted {
-                Some(c) => Ok((c, ORIGIN_STAGED)),
-                None => held.write_candidate(file.file(), max, expected, id, mode).map(|c| (c, ORIGIN_COPY)),
-            });
+            let adopted = if mode == CandidateMode::Named {
+                Ok(None)
+            } else {
+                held.adopt_staged_announced(file, max, expected, announce)
+            };
+            let made = match adopted {
+                Ok(Some(c)) => Ok((c, true)),
+                Ok(None) => held
+                    .write_candidate(file.file(), max, expected, id, mode)
+                    .map(|c| (c, false))
+                    .map_err(|e| AdoptError::Unannounced(e)),
+                Err(e) => Err(e),
+            };
             let marked = match marking.map(std::thread::ScopedJoinHandle::join) {
                 None | Some(Ok(Ok(()))) => Ok(()),
                 Some(Ok(Err(r))) => Err(r),
@@ -121,37 +153,36 @@ impl Runtime {
             };
             (made, marked)
         });
-        let (candidate, origin) = match (made, marked) {
-            (Ok((c, origin)), Ok(())) => (c.with_mode(self.output_modes().file), origin),
-            (Err(e), _) => {
+        let (candidate, announced) = match (made, marked) {
+            (Ok((c, announced)), Ok(())) => (c.with_mode(self.output_modes().file), announced),
+            (Err(AdoptError::Unannounced(e)), _) => {
                 marker.clear()?;
                 return Err(e.into());
+            }
+            (Err(AdoptError::Announcing(r)), _) => {
+                marker.clear()?;
+                return Err(r);
+            }
+            (Err(AdoptError::Announced(e)), _) => return Err(self.abandon(marker, id, &publication_id, e.into())),
+            (Ok((c, true)), Err(r)) => {
+                drop(c);
+                return Err(self.abandon(marker, id, &publication_id, r));
             }
             (Ok(_), Err(r)) => {
                 marker.clear()?;
                 return Err(r);
             }
         };
-        ledger::crash_point("before_prepared");
-        let c = candidate.file().clone();
-        let intent = json!({
-            "publication_id": publication_id,
-            "path": rec.path,
-            "destination_name": held.name(),
-            "candidate_mode": candidate.mode().as_str(),
-            "candidate_name": candidate.name(),
-            "candidate_origin": origin,
-            "parent": { "dev": expected.0.to_string(), "ino": expected.1.to_string() },
-            "mode": format!("{:04o}", self.output_modes().file),
-            "candidate": { "dev": c.dev_ino.0.to_string(), "ino": c.dev_ino.1.to_string() },
-            "bytes": c.bytes,
-            "sha256": format!("sha256:{}", c.sha256_hex),
-        });
-        if let Err(r) = self.record(kind::FILE_PUBLICATION_PREPARED, Some(id), intent) {
-            drop(candidate);
-            marker.clear()?;
-            return Err(r);
+        if !announced {
+            ledger::crash_point("before_prepared");
+            let intent = intent_of(&candidate, ORIGIN_COPY);
+            if let Err(r) = self.record(kind::FILE_PUBLICATION_PREPARED, Some(id), intent) {
+                drop(candidate);
+                marker.clear()?;
+                return Err(r);
+            }
         }
+        let origin = if announced { ORIGIN_STAGED } else { ORIGIN_COPY };
         ledger::crash_point("after_prepared");
         let published = candidate.publish();
         ledger::crash_point("after_publish");
@@ -186,6 +217,28 @@ impl Runtime {
 }
 
 impl Runtime {
+    /// A publication announced (`FilePublicationPrepared`) and then given
+    /// up before its link or rename, for `why`: journals its end
+    /// (`FilePublicationFinished`, `result` `error`) and clears the marker;
+    /// answers `why`, or the journal's refusal if the end cannot be
+    /// recorded (the marker then stays, and new effects wait for recovery,
+    /// which finds the name free: nothing was published).
+    fn abandon(&self, marker: ledger::PendingMarker<'_>, id: &str, publication_id: &str, why: Refusal) -> Refusal {
+        let finished = json!({
+            "publication_id": publication_id,
+            "result": "error",
+            "code": why.code.as_str(),
+            "message": why.message,
+        });
+        if let Err(r) = self.record(kind::FILE_PUBLICATION_FINISHED, Some(id), finished) {
+            return r;
+        }
+        match marker.clear() {
+            Ok(()) => why,
+            Err(r) => r,
+        }
+    }
+
     /// Makes the output's missing parents (`create_parents`), outermost
     /// first, each through the handle of the one before, with one synced
     /// `OutputDirectoryCreated` record a directory; the output held through

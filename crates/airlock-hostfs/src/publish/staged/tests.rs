@@ -187,3 +187,46 @@ fn bind_mount_child() {
     assert_eq!(staging.entries().unwrap(), ["output"]);
     assert_eq!(s.names(), Vec::<String>::new());
 }
+
+#[test]
+fn an_announced_candidate_is_announced_once_with_its_final_identity_and_hash() {
+    let (s, held, _source) = setup();
+    let (_staging, staged) = named_in(&s.tmp.path().join("staging"), b"announced bytes");
+    let staged_ino = staged.file().metadata().unwrap().ino();
+    let mut seen = Vec::new();
+    let c = held
+        .adopt_staged_announced(&staged, 100, held.parent.dev_ino(), |c| {
+            seen.push((c.mode(), c.file().bytes, c.file().sha256_hex.clone(), c.file().dev_ino.1));
+            Ok::<(), ()>(())
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen, vec![(CandidateMode::Staged, 15, sha_of(b"announced bytes"), staged_ino)]);
+    assert_eq!(c.file().dev_ino.1, staged_ino);
+    c.publish().unwrap();
+    assert_eq!(fs::read(s.path("result.txt")).unwrap(), b"announced bytes");
+}
+
+#[test]
+fn a_failed_announcement_gives_no_candidate_and_publishes_nothing() {
+    let (s, held, _source) = setup();
+    let (_staging, staged) = named_in(&s.tmp.path().join("staging"), b"never published");
+    let refused = held.adopt_staged_announced(&staged, 100, held.parent.dev_ino(), |_| Err("journal full"));
+    assert!(matches!(refused, Err(super::AdoptError::Announcing("journal full"))), "{refused:?}");
+    assert_eq!(s.names(), Vec::<String>::new(), "nothing at the destination");
+    // The staged output is still the call's, in its staging directory.
+    assert_eq!(fs::read(s.tmp.path().join("staging/output")).unwrap(), b"never published");
+}
+
+#[test]
+fn a_staged_output_that_cannot_be_adopted_is_never_announced() {
+    let (s, held, _source) = setup();
+    let file = unnamed(&s, b"too long for the bound");
+    let refused = held.adopt_staged_announced(&file, 4, held.parent.dev_ino(), |_| -> Result<(), ()> {
+        panic!("announced a refused candidate")
+    });
+    assert!(
+        matches!(&refused, Err(super::AdoptError::Unannounced(e)) if e.code() == ReasonCode::LimitOutputSize),
+        "{refused:?}"
+    );
+}

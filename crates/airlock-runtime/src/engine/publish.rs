@@ -141,7 +141,7 @@ impl Runtime {
                 Ok(None) => held
                     .write_candidate(file.file(), max, expected, id, mode)
                     .map(|c| (c, false))
-                    .map_err(|e| AdoptError::Unannounced(e)),
+                    .map_err(AdoptError::Unannounced),
                 Err(e) => Err(e),
             };
             let marked = match marking.map(std::thread::ScopedJoinHandle::join) {

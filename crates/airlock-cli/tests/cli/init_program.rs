@@ -9,7 +9,13 @@ use std::process::Command;
 use crate::runkit::*;
 use crate::util::{Project, AIRLOCK};
 
-const INIT: &str = env!("CARGO_BIN_EXE_airlock-sandbox-init");
+/// The init built beside the `airlock` under test (`airlock-sandbox`'s
+/// binary: the README's `cargo test --workspace` builds it).
+fn init() -> std::path::PathBuf {
+    let init = Path::new(AIRLOCK).with_file_name("airlock-sandbox-init");
+    assert!(init.is_file(), "{} is missing: build the workspace (cargo test --workspace)", init.display());
+    init
+}
 
 fn link_or_copy(from: &Path, to: &Path) {
     if std::fs::hard_link(from, to).is_err() {
@@ -53,7 +59,7 @@ fn the_init_beside_airlock_is_the_one_started_and_without_one_airlock_is_its_own
 
     // The init of this build beside it: the call runs through it.
     std::fs::remove_file(&impostor).unwrap();
-    link_or_copy(Path::new(INIT), &impostor);
+    link_or_copy(&init(), &impostor);
     copy_with(&p, bin.path(), "results/small.txt").assert_ok();
     let report = doctor(bin.path());
     assert_eq!(report["ok"], true, "{report}");
@@ -63,7 +69,30 @@ fn the_init_beside_airlock_is_the_one_started_and_without_one_airlock_is_its_own
 
 #[test]
 fn the_init_binary_alone_is_not_a_command() {
-    let out = Command::new(INIT).output().unwrap();
+    let out = Command::new(init()).output().unwrap();
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a command"), "{out:?}");
+}
+
+/// A static (musl) build of the init from the same sources
+/// (`scripts/static-init.sh DIR`; CI sets `AIRLOCK_TEST_STATIC_INIT` to it):
+/// it has no program interpreter, pairs with this build's `airlock` (the
+/// build fingerprint is the sources', not the target's), and calls run
+/// through it.
+#[test]
+fn a_static_init_of_the_same_sources_runs_calls() {
+    let Some(init) = std::env::var_os("AIRLOCK_TEST_STATIC_INIT") else {
+        eprintln!("skipped: AIRLOCK_TEST_STATIC_INIT is not set (scripts/static-init.sh DIR builds one)");
+        return;
+    };
+    let bytes = std::fs::read(&init).unwrap();
+    assert!(!bytes.windows(8).any(|w| w == b"ld-linux"), "{init:?} names a dynamic loader: not a static build");
+    let p = Project::new();
+    p.write("data/in.txt", "static line\n");
+    p.tool("shcopy", &sh_tool("shcopy", "", IO_ARGS, r#"cat "$1" > "$2""#, IO_FS));
+    let bin = tempfile::tempdir().unwrap();
+    link_or_copy(Path::new(AIRLOCK), &bin.path().join("airlock"));
+    link_or_copy(Path::new(&init), &bin.path().join("airlock-sandbox-init"));
+    copy_with(&p, bin.path(), "results/static.txt").assert_ok();
+    assert_eq!(std::fs::read_to_string(p.path("results/static.txt")).unwrap(), "static line\n");
 }

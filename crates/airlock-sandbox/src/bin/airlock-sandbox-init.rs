@@ -2,8 +2,10 @@
 //! starts once per sandboxed call (found beside `airlock`; without it,
 //! `airlock` runs itself as the init). Everything is in
 //! [`airlock_sandbox::init`]; this binary links only that, so each call execs
-//! a few MiB with few relocations instead of all of `airlock`. It refuses a
-//! spec from another build (`helper.mismatch`).
+//! about a MiB with few relocations instead of all of `airlock`, and it
+//! builds as a static musl program (`scripts/static-init.sh`), which starts
+//! without glibc's CPU and cache set-up. It refuses a spec from another
+//! build (`helper.mismatch`).
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

@@ -66,8 +66,7 @@ impl Runtime {
     ) -> Result<(WorkerStep<'a>, Result<WorkerOutcome, Refusal>), Refusal> {
         if !tier.gates_start() {
             let step = self.worker_started(id, argv, extra)?;
-            let outcome = tier.start(spec).and_then(Worker::wait).map_err(|e| sandbox_refusal(&e, what));
-            return Ok((step, outcome));
+            return Ok((step, run_worker(tier, spec, what)));
         }
         // A cancelled call builds no sandbox either.
         self.check_cancelled()?;
@@ -94,6 +93,11 @@ impl Runtime {
             .map_err(|e| sandbox_refusal(&e, what));
         Ok((step, outcome))
     }
+}
+
+/// Starts a worker and waits for it; a sandbox failure is a refusal naming `what`.
+pub(crate) fn run_worker<T: Tier>(tier: &T, spec: WorkerSpec, what: &str) -> Result<WorkerOutcome, Refusal> {
+    tier.start(spec).and_then(Worker::wait).map_err(|e| sandbox_refusal(&e, what))
 }
 
 impl WorkerStep<'_> {

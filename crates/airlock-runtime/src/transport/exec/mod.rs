@@ -23,15 +23,12 @@ pub use prepare::CallRequest;
 use crate::engine::publish::OUTPUT_FILE;
 use crate::engine::verdict::judge;
 use crate::engine::{answer, AuthorizedCall, PreparedCall, Transport};
-use crate::failure::sandbox_refusal;
 use crate::Runtime;
 use airlock_core::manifest::Manifest;
 use airlock_core::output::{parse_output, DEFAULT_MAX_OUTPUT_BYTES};
 use airlock_core::{Envelope, ReasonCode, Refusal, Tier};
 use airlock_hostfs::{HeldOutput, StagedFile};
-use airlock_sandbox::{
-    AnyTier, HeldInput, StagedInput, StagedOutput, Tier as _, Worker as _, WorkerLimits, WorkerOutcome, WorkerSpec,
-};
+use airlock_sandbox::{AnyTier, HeldInput, StagedInput, StagedOutput, WorkerLimits, WorkerOutcome, WorkerSpec};
 use parser::{run_parser, ParserPlace};
 use serde_json::json;
 use std::time::Duration;
@@ -316,11 +313,6 @@ pub(crate) fn worker_limits(manifest: &Manifest, max_file_bytes: u64) -> WorkerL
         limits.scratch_bytes = l.scratch_bytes.unwrap_or(limits.scratch_bytes);
     }
     limits
-}
-
-/// Starts a worker and waits for it; a sandbox failure is a refusal naming `what`.
-fn run_worker(tier: &AnyTier, spec: WorkerSpec, what: &str) -> Result<WorkerOutcome, Refusal> {
-    tier.start(spec).and_then(|worker| worker.wait()).map_err(|e| sandbox_refusal(&e, what))
 }
 
 /// The bound of the tool's standard output pipe: `max_file_bytes` when

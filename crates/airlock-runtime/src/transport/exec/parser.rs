@@ -1,7 +1,8 @@
 //! A ToolClad custom parser: run in a fresh worker with no file grant but
 //! the tool's bounded raw output; its standard output must be JSON.
 
-use super::{output_max_bytes, run_worker, STDERR_LIMIT};
+use super::{output_max_bytes, STDERR_LIMIT};
+use crate::engine::worker::run_worker;
 use airlock_core::manifest::Manifest;
 use airlock_core::{ReasonCode, Refusal};
 use airlock_hostfs::PrivateDir;

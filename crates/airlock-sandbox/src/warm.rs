@@ -49,6 +49,14 @@ pub const MAX_IDLE: Duration = Duration::from_secs(60);
 /// most (it doubles from one second with each such death).
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
+/// How long after a call's end the refill waits before it builds, while
+/// another skeleton is ready. A call's end ([`WarmPool::busy`]) comes just
+/// before its answer is written (by another thread, an MCP transport's);
+/// building a skeleton takes a core for half a millisecond and the kernel's
+/// mount lock some thirty times, and on this scheduler it ran on the
+/// answering core ahead of the answer (0.5 ms of an MCP call's 5–6 ms).
+const ANSWER_QUIET: Duration = Duration::from_millis(2);
+
 /// A pool of warm sandboxes for one native tier's init program and image.
 /// Dropping it stops the refill and kills the idle skeletons.
 #[derive(Debug)]
@@ -83,6 +91,8 @@ struct State {
     busy: u32,
     /// Why the last skeleton could not be started, if it could not.
     last_error: Option<String>,
+    /// When the last call in progress ended ([`PoolBusy`] dropped).
+    last_end: Option<Instant>,
     /// A one-shot pool's skeleton is still being built: a claim waits for it.
     building: bool,
 }
@@ -244,16 +254,14 @@ impl Shared {
                 state = self.lock();
                 continue;
             }
-            // While a call is in progress and another skeleton is ready,
-            // the next is built after the call is answered: building one
-            // takes the kernel's mount lock some thirty times and a core,
-            // which the call's own start, and its publication's syncs after
-            // its sandbox is gone, would wait for.
-            let calls = state.active > 0 || state.busy > 0;
-            if state.ready.len() >= self.size || (calls && !state.ready.is_empty()) {
-                // Woken by a claim or a call's end, or in time to replace an old skeleton.
-                state = self.wake.wait_timeout(state, MAX_IDLE).map(|(s, _)| s).unwrap_or_else(|p| p.into_inner().0);
-                continue;
+            match next_step(state.ready.len(), self.size, state.active > 0 || state.busy > 0, state.last_end) {
+                Next::Build => {}
+                Next::Wait(limit) => {
+                    // Woken by a claim or a call's end, after a call's quiet
+                    // time, or in time to replace an old skeleton.
+                    state = self.wake.wait_timeout(state, limit).map(|(s, _)| s).unwrap_or_else(|p| p.into_inner().0);
+                    continue;
+                }
             }
             if state.deaths > 0 {
                 let backoff = Duration::from_secs(1u64 << state.deaths.min(5)).min(MAX_BACKOFF);
@@ -300,7 +308,37 @@ pub struct PoolBusy(Arc<Shared>);
 
 impl Drop for PoolBusy {
     fn drop(&mut self) {
-        self.0.count_down(|state| &mut state.busy);
+        self.0.count_down(|state| {
+            state.last_end = Some(Instant::now());
+            &mut state.busy
+        });
+    }
+}
+
+/// What the refill does next.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    /// Build a skeleton now.
+    Build,
+    /// Wait this long at most (a wake-up comes sooner with a claim or a
+    /// call's end), then decide again.
+    Wait(Duration),
+}
+
+/// The refill's decision for a pool of `size` with `ready` skeletons, when
+/// `calls` are in progress or not and the last ended at `last_end`. While
+/// none is ready it builds at once; otherwise a skeleton is built only
+/// when no call is in progress and none has just ended: building one
+/// takes the kernel's mount lock some thirty times and a core, which a
+/// call's start, its publication's syncs and its answer would wait for.
+fn next_step(ready: usize, size: usize, calls: bool, last_end: Option<Instant>) -> Next {
+    if ready >= size || (calls && ready > 0) {
+        return Next::Wait(MAX_IDLE);
+    }
+    let since_end = last_end.map(|t| t.elapsed());
+    match since_end {
+        Some(since) if ready > 0 && since < ANSWER_QUIET => Next::Wait(ANSWER_QUIET - since),
+        _ => Next::Build,
     }
 }
 
@@ -421,5 +459,34 @@ impl Drop for Skeleton {
             let _ = kill_init(&self.pidfd);
             let _ = child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{next_step, Next, ANSWER_QUIET, MAX_IDLE};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_full_pool_and_a_call_in_progress_with_one_ready_wait() {
+        assert_eq!(next_step(2, 2, false, None), Next::Wait(MAX_IDLE));
+        assert_eq!(next_step(1, 2, true, None), Next::Wait(MAX_IDLE));
+    }
+
+    #[test]
+    fn an_empty_pool_builds_at_once_even_beside_a_call_or_just_after_one() {
+        assert_eq!(next_step(0, 2, true, None), Next::Build);
+        assert_eq!(next_step(0, 2, false, Some(Instant::now())), Next::Build);
+    }
+
+    #[test]
+    fn a_call_that_just_ended_is_answered_before_the_next_skeleton_is_built() {
+        match next_step(1, 2, false, Some(Instant::now())) {
+            Next::Wait(d) => assert!(d <= ANSWER_QUIET && d > Duration::ZERO, "{d:?}"),
+            Next::Build => panic!("built while the answer was being written"),
+        }
+        let long_ago = Instant::now().checked_sub(ANSWER_QUIET * 2).expect("a monotonic clock this old");
+        assert_eq!(next_step(1, 2, false, Some(long_ago)), Next::Build);
+        assert_eq!(next_step(1, 2, false, None), Next::Build);
     }
 }

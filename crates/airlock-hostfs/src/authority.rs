@@ -62,6 +62,13 @@ impl HostAuthority {
         found
     }
 
+    /// The stamp of `dir` and of the regular files in it whose names `keep`
+    /// accepts (`None` if one cannot be read): to tell, later, whether a
+    /// listing and what it read may be reused ([`crate::ListingStamp`]).
+    pub fn stamp_files_in(&self, dir: &Path, keep: impl Fn(&str) -> bool) -> Option<crate::ListingStamp> {
+        crate::stamp::ListingStamp::take(dir, keep)
+    }
+
     /// At most `max` bytes of the file at `path` as text (`None` if it
     /// cannot be read, is not UTF-8 or is larger). For files that only
     /// inform (a listing); anything trusted is read with

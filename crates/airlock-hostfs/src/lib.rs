@@ -150,6 +150,7 @@ mod private;
 mod publish;
 mod resolve;
 pub mod rooted;
+mod stamp;
 #[cfg(test)]
 mod testutil;
 mod umask;
@@ -166,5 +167,6 @@ pub use parents::MadeDir;
 pub use private::{random_suffix, PrivateDir};
 pub use publish::{AdoptError, Candidate, CandidateMode, EntryIdentity, Published, StagedFile, CANDIDATE_PREFIX};
 pub use resolve::{Resolver, ResolverKind};
+pub use stamp::{ListingStamp, SETTLED_AFTER};
 pub use umask::process_umask;
 pub use walk::{Entry, EntryKind};

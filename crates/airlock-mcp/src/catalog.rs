@@ -2,7 +2,7 @@
 //! that airlock can run, by its `[tool] name`, with its argument schema and
 //! annotations derived from what the manifest grants.
 //!
-//! The catalog is read from `tools_dir` on every listing: every manifest
+//! The catalog is read from `tools_dir` for every listing and call: every manifest
 //! that loads, passes `check_executable` and whose programs the worker image
 //! holds (`Runtime::check_runnable`), by `[tool] name`. A name two manifests
 //! answer to (file name or `[tool] name`) is served by neither. A call names
@@ -12,15 +12,28 @@
 //! manifest has no `create` entry; `destructiveHint` is always false
 //! (outputs are only ever new files) and `openWorldHint` false (no network
 //! in the sandbox). Every tool declares the envelope as its `outputSchema`.
+//!
+//! A long-lived server keeps the catalog it read ([`CatalogCache`]) and
+//! reuses it while the tools directory's stamp (its times, and every
+//! manifest's identity, size and times: [`ListingStamp`]) is what it was
+//! when the catalog was read — one directory read and a `stat` per
+//! manifest instead of parsing every manifest and building its schemas for
+//! each request. A catalog is reused only when its stamp was settled (no
+//! time in it younger than [`airlock_hostfs::SETTLED_AFTER`], so no change
+//! can hide inside a clock tick) and no manifest was skipped for a program
+//! the worker image lacks (installing one changes no time in the tools
+//! directory). The call itself reads its manifest again, with every check,
+//! and the called tool's programs are checked again at the call.
 
 use crate::schemas;
 use airlock_core::manifest::Manifest;
 use airlock_core::Config;
+use airlock_hostfs::ListingStamp;
 use airlock_runtime::names::ToolIndex;
 use airlock_runtime::{catalog, Runtime};
 use rmcp::model::{Tool, ToolAnnotations};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// One servable tool: what the client sees and where its manifest is.
 #[derive(Debug, Clone)]
@@ -31,6 +44,9 @@ pub struct Entry {
     pub manifest: PathBuf,
     /// The manifest's file name without `.clad.toml` (empty for a bundled tool).
     pub stem: String,
+    /// The manifest as the catalog read it (its programs are checked
+    /// again when the tool is called).
+    pub parsed: Arc<Manifest>,
 }
 
 /// The servable tools, in manifest file order; names are unique (the
@@ -45,6 +61,10 @@ pub struct Catalog {
     pub ambiguous: Vec<String>,
     /// `[session]` tools: served through the session tools, never called directly.
     pub sessions: Vec<Entry>,
+    /// A manifest was skipped because a program it runs is not in the
+    /// worker image: the host can change that without changing the tools
+    /// directory, so this catalog is read again for every request.
+    pub not_runnable: bool,
 }
 
 impl Catalog {
@@ -64,8 +84,10 @@ impl Catalog {
             let usable =
                 m.check_executable().and_then(|()| index.find(m.name())).and_then(|_| runtime.check_runnable(m));
             if let Err(r) = usable {
-                if r.code == airlock_core::ReasonCode::ManifestAmbiguous {
-                    catalog.ambiguous.push(m.name().to_owned());
+                match r.code {
+                    airlock_core::ReasonCode::ManifestAmbiguous => catalog.ambiguous.push(m.name().to_owned()),
+                    airlock_core::ReasonCode::ToolNotRunnable => catalog.not_runnable = true,
+                    _ => {}
                 }
                 catalog.skipped.push((path, format!("{}: {}", r.code, r.message)));
                 continue;
@@ -75,7 +97,8 @@ impl Catalog {
             if index.find(&stem).is_err() {
                 catalog.ambiguous.push(stem.clone());
             }
-            let entry = Entry { tool: describe(m, runtime.config()), manifest: path, stem };
+            let entry =
+                Entry { tool: describe(m, runtime.config()), manifest: path, stem, parsed: Arc::new(m.clone()) };
             if m.session_spec().is_some() {
                 catalog.sessions.push(entry);
             } else {
@@ -90,6 +113,7 @@ impl Catalog {
                     tool: describe(&m, runtime.config()),
                     manifest: PathBuf::from(m.name()),
                     stem: String::new(),
+                    parsed: Arc::new(m),
                 });
             }
         }
@@ -121,6 +145,37 @@ impl Catalog {
     /// session tools when any `[session]` tool is served).
     pub fn tools(&self) -> Vec<Tool> {
         self.entries.iter().map(|e| e.tool.clone()).collect()
+    }
+}
+
+/// The catalog a server read last, with the stamp of the tools directory it
+/// was read from (see the module documentation).
+#[derive(Debug, Default)]
+pub struct CatalogCache {
+    kept: Mutex<Option<(ListingStamp, Arc<Catalog>)>>,
+}
+
+impl CatalogCache {
+    /// The catalog of `runtime`'s tools directory as it is now: the kept
+    /// one if the directory's stamp still matches it, else read again (and
+    /// kept, if it may be reused).
+    pub fn current(&self, runtime: &Runtime) -> Arc<Catalog> {
+        let tools_dir = &runtime.config().tools_dir;
+        let stamp = runtime.authority().stamp_files_in(tools_dir, airlock_runtime::names::is_manifest_name);
+        let mut kept = self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let (Some(now), Some((then, catalog))) = (&stamp, kept.as_ref()) {
+            if now == then {
+                return Arc::clone(catalog);
+            }
+        }
+        let catalog = Arc::new(Catalog::load(runtime));
+        *kept = match stamp {
+            Some(stamp) if stamp.settled(std::time::SystemTime::now()) && !catalog.not_runnable => {
+                Some((stamp, Arc::clone(&catalog)))
+            }
+            _ => None,
+        };
+        catalog
     }
 }
 

@@ -50,6 +50,8 @@ pub struct AirlockServer {
     in_flight: Arc<tokio::sync::watch::Sender<usize>>,
     /// The live sessions of every client (issue 21).
     sessions: Arc<crate::session_tools::Sessions>,
+    /// The catalog read last, reused while the tools directory is unchanged.
+    catalog: Arc<crate::catalog::CatalogCache>,
 }
 
 /// `reason` of a call cancelled by the client's `notifications/cancelled`.
@@ -83,6 +85,7 @@ impl AirlockServer {
             gated: false,
             in_flight: Arc::new(in_flight),
             sessions: Arc::default(),
+            catalog: Arc::default(),
         }
     }
 
@@ -93,10 +96,10 @@ impl AirlockServer {
         self
     }
 
-    /// The tools served right now (the tools directory is read on every
-    /// listing, so a manifest added while serving appears).
-    pub fn catalog(&self) -> Catalog {
-        Catalog::load(&self.runtime)
+    /// The tools served right now: a manifest added, changed or removed
+    /// while serving is seen by the next request ([`crate::catalog::CatalogCache`]).
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.current(&self.runtime)
     }
 
     /// Runs one call to completion on a new thread and answers with its
@@ -134,6 +137,10 @@ impl AirlockServer {
                 format!("no tool named {name:?} is served"),
             ));
         };
+        // The catalog may be older than the host's programs.
+        if let Err(refusal) = self.runtime.check_runnable(&entry.parsed) {
+            return Envelope { tool: Some(name.to_owned()), ..Envelope::from_refusal(&refusal) };
+        }
         let name = name.to_owned();
         let request = CallRequest {
             tool: entry.manifest.display().to_string(),

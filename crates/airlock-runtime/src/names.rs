@@ -21,7 +21,12 @@ pub const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
 
 /// Every `*.clad.toml` in `tools_dir`, sorted.
 pub fn list_manifests(authority: &HostAuthority, tools_dir: &Path) -> Vec<PathBuf> {
-    authority.files_in(tools_dir, |name| name.ends_with(MANIFEST_SUFFIX))
+    authority.files_in(tools_dir, is_manifest_name)
+}
+
+/// Whether a file of that name in a tools directory is a manifest.
+pub fn is_manifest_name(name: &str) -> bool {
+    name.ends_with(MANIFEST_SUFFIX)
 }
 
 /// One manifest of `tools_dir` and the names it answers to.

@@ -68,7 +68,7 @@ pub fn run(runtime: Runtime, front: Front) -> Result<(), Refusal> {
         }
     };
     let server = AirlockServer::new(runtime);
-    for (path, why) in server.catalog().skipped {
+    for (path, why) in &server.catalog().skipped {
         eprintln!("airlock mcp: not serving {}: {why}", path.display());
     }
     let rt = tokio::runtime::Builder::new_multi_thread()

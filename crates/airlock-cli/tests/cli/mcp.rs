@@ -80,6 +80,37 @@ fn the_bundled_source_tools_are_listed_and_answer() {
     assert!(s.close().success());
 }
 
+/// A long-lived server reuses the catalog it read while the tools
+/// directory is unchanged; a manifest rewritten in place (same size, same
+/// name), added or removed is seen by the next call.
+#[test]
+fn the_kept_catalog_never_serves_a_manifest_that_changed() {
+    let p = Project::new();
+    p.tool("hello", &sh_tool("hello", "", &[], "echo one", ""));
+    // Past the stamp's settling time, so the first catalog is kept.
+    std::thread::sleep(Duration::from_millis(2_500));
+    let mut s = McpSession::start(&p);
+    let said = |r: &Value| r["structuredContent"]["content"]["raw_output"].as_str().unwrap_or_default().to_owned();
+    for _ in 0..2 {
+        let r = s.call("hello", json!({}));
+        assert_eq!(said(&r), "one\n", "{r}");
+    }
+    let before = std::fs::metadata(p.path("tools/hello.clad.toml")).unwrap().len();
+    std::fs::write(p.path("tools/hello.clad.toml"), sh_tool("hello", "", &[], "echo two", "")).unwrap();
+    assert_eq!(std::fs::metadata(p.path("tools/hello.clad.toml")).unwrap().len(), before);
+    let r = s.call("hello", json!({}));
+    assert_eq!(said(&r), "two\n", "{r}");
+
+    p.tool("other", &sh_tool("other", "", &[], "echo three", ""));
+    let r = s.call("other", json!({}));
+    assert_eq!(said(&r), "three\n", "{r}");
+    std::fs::remove_file(p.path("tools/hello.clad.toml")).unwrap();
+    let r = s.call("hello", json!({}));
+    assert_eq!(r["isError"], true, "{r}");
+    assert_eq!(r["structuredContent"]["error"]["code"], "manifest.not_found", "{r}");
+    assert!(s.close().success());
+}
+
 #[test]
 fn a_call_publishes_its_output_and_answers_with_created_files_and_evidence() {
     let p = Project::new();

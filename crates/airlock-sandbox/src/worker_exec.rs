@@ -6,9 +6,9 @@
 //! stdio); every descriptor but 0, 1, 2 (the file-system socket, moved to
 //! 3, and the close-on-exec status pipe) closed; ids set to 65534; every
 //! capability dropped (bounding, ambient, effective/permitted/inheritable);
-//! no-new-privs; rlimits; Landlock; the start gate, if any, waited for
-//! ([`crate::gate`]); seccomp last (it forbids some of the calls above);
-//! then `execve`.
+//! no-new-privs; rlimits; Landlock; seccomp (it forbids some of the calls
+//! above); the start gate, if any, waited for ([`crate::gate`]); then
+//! `execve`.
 #![forbid(unsafe_code)]
 
 use std::ffi::CString;
@@ -153,12 +153,15 @@ fn confine(
     // constraints after it, but keep the filtered window small).
     let (program, argv, envp, path) = prepare_exec(spec)?;
     status.send(&StatusMsg::Confined { landlock_abi: abi, landlock_status: how.to_string() });
+    crate::seccomp::install(filters)?;
     // Everything above overlapped the caller's own work before the tool's
     // start (its synced `WorkerStarted`); nothing of the tool runs before.
+    // The wait is a `read` and a `close` (and, withdrawn, a status write
+    // and an exit), which the filters allow: confined in full while it
+    // waits, the worker only has the `execve` left once the gate opens.
     if let Some(gate) = start_gate {
         crate::gate::wait_open(gate)?;
     }
-    crate::seccomp::install(filters)?;
     Ok((program, argv, envp, path))
 }
 

@@ -50,19 +50,18 @@ impl HostAuthority {
     /// The regular files directly in `dir` whose names `keep` accepts,
     /// sorted; an unreadable directory has none.
     pub fn files_in(&self, dir: &Path, keep: impl Fn(&str) -> bool) -> Vec<PathBuf> {
-        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        let mut found: Vec<PathBuf> = crate::stamp::kept_entries(dir, keep)
             .into_iter()
             .flatten()
             .flatten()
-            .filter(|e| e.file_name().to_str().is_some_and(&keep))
-            .filter(|e| std::fs::metadata(e.path()).is_ok_and(|m| m.is_file()))
-            .map(|e| e.path())
+            .filter(|(_, meta)| meta.is_file())
+            .map(|(entry, _)| entry.path())
             .collect();
         found.sort();
         found
     }
 
-    /// The stamp of `dir` and of the regular files in it whose names `keep`
+    /// The stamp of `dir` and of the entries in it whose names `keep`
     /// accepts (`None` if one cannot be read): to tell, later, whether a
     /// listing and what it read may be reused ([`crate::ListingStamp`]).
     pub fn stamp_files_in(&self, dir: &Path, keep: impl Fn(&str) -> bool) -> Option<crate::ListingStamp> {

@@ -2,7 +2,9 @@
 //! in it may have changed without reading the files again.
 
 use std::ffi::OsString;
+use std::fs::{DirEntry, Metadata};
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 /// How old every time in a stamp must be for the stamp to be
@@ -46,6 +48,18 @@ impl FileStamp {
     }
 }
 
+/// The entries directly in `dir` whose names `keep` accepts, each with its
+/// `stat` (following a link), in directory order: what
+/// [`crate::HostAuthority::files_in`] lists and a stamp records.
+pub(crate) fn kept_entries(
+    dir: &Path,
+    keep: impl Fn(&str) -> bool,
+) -> std::io::Result<impl Iterator<Item = std::io::Result<(DirEntry, Metadata)>>> {
+    Ok(std::fs::read_dir(dir)?
+        .filter(move |entry| entry.as_ref().map_or(true, |e| e.file_name().to_str().is_some_and(&keep)))
+        .map(|entry| entry.and_then(|e| std::fs::metadata(e.path()).map(|meta| (e, meta)))))
+}
+
 /// A directory's identity and times, and those of the entries a listing
 /// kept (name, identity, mode, size, modification and change times). Two
 /// equal stamps taken at different times mean no entry was added, removed,
@@ -59,17 +73,14 @@ pub struct ListingStamp {
 }
 
 impl ListingStamp {
-    pub(crate) fn take(dir: &std::path::Path, keep: impl Fn(&str) -> bool) -> Option<ListingStamp> {
+    pub(crate) fn take(dir: &Path, keep: impl Fn(&str) -> bool) -> Option<ListingStamp> {
         let stamp = FileStamp::of(&std::fs::metadata(dir).ok()?);
         let mut files = Vec::new();
-        for entry in std::fs::read_dir(dir).ok()? {
-            let entry = entry.ok()?;
-            if !entry.file_name().to_str().is_some_and(&keep) {
-                continue;
-            }
-            // A kept name that cannot be stat'ed makes no stamp: the caller
-            // reads the directory again rather than trust an unknown.
-            let meta = std::fs::metadata(entry.path()).ok()?;
+        for kept in kept_entries(dir, keep).ok()? {
+            // A kept name that cannot be read or stat'ed makes no stamp:
+            // the caller reads the directory again rather than trust an
+            // unknown.
+            let (entry, meta) = kept.ok()?;
             files.push((entry.file_name(), FileStamp::of(&meta)));
         }
         files.sort_by(|a, b| a.0.cmp(&b.0));

@@ -216,6 +216,7 @@ mod ipc;
 mod landlock;
 pub mod microvm;
 mod mount_calls;
+mod mount_ns;
 mod mounts;
 pub mod native;
 mod outcome;

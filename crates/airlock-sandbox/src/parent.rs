@@ -8,7 +8,9 @@
 //! by the init and by PID 1 until they exit (the worker never has it), so
 //! its end-of-file means both are gone; PID 1's own pidfd turning readable
 //! means it has exited, and the kernel empties a pid namespace before its
-//! init finishes exiting; the init itself is reaped here.
+//! init finishes exiting; the init itself is reaped here. While it waits,
+//! the caller holds PID 1's mount namespace, so PID 1's exit does not
+//! unmount the sandbox's tree on the wait's path ([`crate::mount_ns`]).
 #![forbid(unsafe_code)]
 
 use std::ffi::CString;
@@ -25,6 +27,7 @@ use rustix::process::{Pid, PidfdFlags, Signal};
 
 use crate::cgroup::WorkerCgroup;
 use crate::error::{errno, SandboxError};
+use crate::mount_ns::MountNsHold;
 use crate::outcome::{AppliedLimits, ExitStatusKind, OutputExport, WorkerOutcome};
 use crate::spec::{WorkerSpec, STDOUT_TAIL};
 use crate::wire::{StatusMsg, MAX_STATUS_BYTES};
@@ -301,6 +304,15 @@ fn timespec(d: Duration) -> rustix::time::Timespec {
 /// Reads whatever is ready on the streams until all are at EOF or
 /// `deadline` passes. Returns whether all reached EOF.
 pub(crate) fn drain(streams: &mut [Stream], deadline: Instant) -> Result<bool, SandboxError> {
+    drain_watching(streams, deadline, &mut |_| {})
+}
+
+/// [`drain`], calling `watch` with the streams after each read.
+fn drain_watching(
+    streams: &mut [Stream],
+    deadline: Instant,
+    watch: &mut dyn FnMut(&[Stream]),
+) -> Result<bool, SandboxError> {
     let mut buf = vec![0u8; 64 << 10];
     loop {
         let open: Vec<usize> = (0..streams.len()).filter(|&i| streams[i].fd.is_some()).collect();
@@ -341,6 +353,7 @@ pub(crate) fn drain(streams: &mut [Stream], deadline: Instant) -> Result<bool, S
                 Err(e) => return Err(SandboxError::Wait { call: "read(pipe)".into(), errno: errno(e) }),
             }
         }
+        watch(streams);
     }
 }
 
@@ -364,6 +377,17 @@ pub(crate) fn readable_by(fd: &impl AsFd, until: Instant) -> bool {
     }
 }
 
+/// `/proc/PID/status`, empty when it cannot be read (the process is gone).
+pub(crate) fn proc_status(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default()
+}
+
+/// The trimmed value of the `name` line (`"PPid:"`) of a `/proc/PID/status`
+/// text, empty when it has none.
+pub(crate) fn status_field<'a>(status: &'a str, name: &str) -> &'a str {
+    status.lines().find_map(|l| l.strip_prefix(name)).map_or("", str::trim)
+}
+
 /// Is the PID 1 reported as `host_pid` gone? Opens a pidfd on it and checks
 /// (through `/proc/<pid>/status`) that it is still the init's child before
 /// trusting it; a pid that no longer exists, or now belongs to someone
@@ -377,22 +401,24 @@ fn pid1_gone(host_pid: i32, init_pid: u32, until: Instant) -> bool {
         Err(rustix::io::Errno::SRCH) => return true,
         Err(_) => return false,
     };
-    let status = std::fs::read_to_string(format!("/proc/{host_pid}/status")).unwrap_or_default();
-    let ppid = status.lines().find_map(|l| l.strip_prefix("PPid:")).map(str::trim).unwrap_or("");
-    let state = status.lines().find_map(|l| l.strip_prefix("State:")).map(str::trim).unwrap_or("");
+    let status = proc_status(host_pid);
+    let (ppid, state) = (status_field(&status, "PPid:"), status_field(&status, "State:"));
     if status.is_empty() || state.starts_with('Z') || state.starts_with('X') {
         return true;
     }
     if ppid != init_pid.to_string() {
         // Re-parented (the init died) or recycled: if recycled, ours is gone;
         // if re-parented, the pidfd still tells when it exits.
-        let nspid = status.lines().find_map(|l| l.strip_prefix("NSpid:")).unwrap_or("");
+        let nspid = status_field(&status, "NSpid:");
         if nspid.split_whitespace().last() != Some("1") {
             return true;
         }
     }
     exited_by(&fd, until)
 }
+
+/// The status records' place in [`wait_worker`]'s streams.
+const STATUS: usize = 2;
 
 fn wait_worker(mut w: NativeWorker) -> Result<WorkerOutcome, SandboxError> {
     let mut streams = [
@@ -401,15 +427,19 @@ fn wait_worker(mut w: NativeWorker) -> Result<WorkerOutcome, SandboxError> {
         Stream { fd: Some(w.status), sink: Bounded::new(MAX_STATUS_BYTES) },
     ];
     let mut timed_out = false;
-    let mut all_eof = drain(&mut streams, w.deadline)?;
+    let init_pid = w.guard.child.as_ref().map_or(0, InitProcess::id);
+    // PID 1's mount namespace is unmounted off the wait (`mount_ns`).
+    let mut mount_ns = MountNsHold::new();
+    let mut watch = |s: &[Stream]| mount_ns.look(&s[STATUS].sink.kept, init_pid);
+    let mut all_eof = drain_watching(&mut streams, w.deadline, &mut watch)?;
     if !all_eof {
         timed_out = !w.killed.load(Ordering::SeqCst);
         kill_init(&w.pidfd)?;
         all_eof = drain(&mut streams, Instant::now() + KILL_GRACE)?;
     }
+    mount_ns.release();
     // The init exits right after its last status record; if it has not, kill it.
     let mut child = w.guard.child.take().ok_or_else(|| SandboxError::Protocol("the init was already reaped".into()))?;
-    let init_pid = child.id();
     if !exited_by(&*w.pidfd, Instant::now() + KILL_GRACE) {
         kill_init(&w.pidfd)?;
     }

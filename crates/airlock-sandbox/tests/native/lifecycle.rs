@@ -174,3 +174,59 @@ fn a_dropped_worker_is_killed() {
     }
     assert!(processes_with(&m).is_empty(), "survivors after drop: {:?}", processes_with(&m));
 }
+
+/// The `mnt:[N]` link of a process's mount namespace.
+fn mount_ns_of(pid: u32) -> Option<std::path::PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok()
+}
+
+/// Whether this process has a descriptor open on `ns`.
+fn holds(ns: &std::path::Path) -> bool {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|link| link == ns))
+}
+
+/// Polls `cond` every 5 ms for up to 5 s.
+fn within_5s(mut cond: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
+}
+
+#[test]
+fn the_sandbox_mount_namespace_is_held_during_the_wait_and_released_after_it() {
+    let m = marker("mntns");
+    let worker = tier().start(sh("sleep 1 & echo \"$1\" >/dev/null; wait", &[&m])).unwrap();
+    let waiting = std::thread::spawn(move || worker.wait().unwrap());
+    // The tool's own mount namespace is PID 1's (the worker makes none).
+    let mut ns = None;
+    assert!(
+        within_5s(|| {
+            ns = processes_with(&m).into_iter().find_map(mount_ns_of);
+            ns.is_some()
+        }),
+        "the worker never showed up"
+    );
+    let ns = ns.unwrap();
+    assert_ne!(Some(&ns), mount_ns_of(std::process::id()).as_ref(), "the worker is in the caller's namespace");
+    // PID 1 is not dumpable and its memory's user namespace is the host's
+    // (the init unshares after its exec): only a caller with CAP_SYS_PTRACE
+    // there may open its namespace. Any other caller holds nothing, and
+    // PID 1 unmounts its tree as it exits.
+    if is_root() {
+        assert!(within_5s(|| holds(&ns)), "the caller never held the sandbox's mount namespace {ns:?}");
+    } else {
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!holds(&ns), "an unprivileged caller holds the sandbox's mount namespace {ns:?}");
+    }
+    let o = waiting.join().unwrap();
+    assert!(o.exit.success() && o.cleanup_confirmed, "{}", show(&o));
+    assert!(within_5s(|| !holds(&ns)), "the sandbox's mount namespace {ns:?} was never released");
+}

@@ -129,6 +129,20 @@ impl fmt::Display for Report {
 /// one warm-up of each) and summarizes both.
 pub fn compare(
     samples: usize,
+    candidate: impl FnMut() -> Result<(), String>,
+    baseline: impl FnMut() -> Result<(), String>,
+) -> Result<(Summary, Summary), String> {
+    compare_settled(samples, Duration::ZERO, candidate, baseline)
+}
+
+/// [`compare`], idle for `settle` (untimed) after each call, so what a
+/// long-lived candidate does after its answer (a warm sandbox's refill, a
+/// namespace's release) is neither timed in the baseline's call nor in its
+/// own next one: each call is timed on an idle server, as calls spaced
+/// apart meet it.
+pub fn compare_settled(
+    samples: usize,
+    settle: Duration,
     mut candidate: impl FnMut() -> Result<(), String>,
     mut baseline: impl FnMut() -> Result<(), String>,
 ) -> Result<(Summary, Summary), String> {
@@ -140,7 +154,9 @@ pub fn compare(
         let time = |f: &mut dyn FnMut() -> Result<(), String>| -> Result<Duration, String> {
             let t = Instant::now();
             f()?;
-            Ok(t.elapsed())
+            let took = t.elapsed();
+            std::thread::sleep(settle);
+            Ok(took)
         };
         if i % 2 == 0 {
             a.push(time(&mut candidate)?);

@@ -6,7 +6,7 @@
 //! process start and the per-process set-up. Target: MCP p50 at most the
 //! `airlock run` p50.
 
-use crate::harness::{compare, throughput, Report, Target};
+use crate::harness::{compare_settled, throughput, Report, Target};
 use crate::run_rows::{setup, Setup};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
@@ -93,11 +93,16 @@ fn settled_setup() -> Result<Setup, String> {
     Ok(s)
 }
 
+/// Idle time after each timed call of the MCP rows: more than a warm
+/// sandbox's refill waits and takes (`ANSWER_QUIET`, then a skeleton's
+/// build) and than a sandbox's mount namespace waits before its release.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(20);
+
 pub fn mcp_vs_run(quick: bool) -> Result<Report, String> {
     let s = settled_setup()?;
     let mut session = Session::start(&s)?;
     let samples = if quick { 10 } else { 60 };
-    let (candidate, baseline) = compare(samples, || session.copy_once(&s), || s.airlock_once())?;
+    let (candidate, baseline) = compare_settled(samples, SETTLE, || session.copy_once(&s), || s.airlock_once())?;
     drop(session);
     let calls = if quick { 20 } else { 80 };
     let one = Mutex::new(Session::start(&s)?);
@@ -131,7 +136,7 @@ pub fn mcp_warm_vs_bwrap(quick: bool) -> Result<Report, String> {
     // Let the pool fill before the first timed call.
     std::thread::sleep(std::time::Duration::from_millis(300));
     let samples = if quick { 20 } else { 100 };
-    let (candidate, baseline) = compare(samples, || session.copy_once(&s), || s.bwrap_once())?;
+    let (candidate, baseline) = compare_settled(samples, SETTLE, || session.copy_once(&s), || s.bwrap_once())?;
     Ok(Report {
         name: "mcp tools/call (warm sandboxes) vs bwrap",
         candidate,

@@ -225,6 +225,7 @@ mod pid1;
 mod placement;
 mod probe;
 mod proc_masks;
+mod proc_status;
 mod sealed;
 mod seccomp;
 mod spec;

@@ -32,10 +32,12 @@ use std::sync::mpsc::Sender;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use rustix::event::{PollFd, PollFlags};
 use rustix::fs::{Mode, OFlags};
 use rustix::process::{Pid, PidfdFlags};
+use rustix::time::Timespec;
 
-use crate::parent::{proc_status, status_field};
+use crate::proc_status;
 use crate::wire::StatusMsg;
 
 /// How many times a PID 1 still in the caller's own mount namespace (it
@@ -134,8 +136,8 @@ fn take(host_pid: i32, init_pid: u32) -> Attempt {
     let Ok(pidfd) = rustix::process::pidfd_open(pid, PidfdFlags::empty()) else {
         return Attempt::Never;
     };
-    let status = proc_status(host_pid);
-    let field = |name| status_field(&status, name);
+    let status = proc_status::read(host_pid);
+    let field = |name| proc_status::field(&status, name);
     if field("PPid:") != init_pid.to_string() || field("NSpid:").split_whitespace().last() != Some("1") {
         return Attempt::Never;
     }
@@ -143,7 +145,8 @@ fn take(host_pid: i32, init_pid: u32) -> Attempt {
     else {
         return Attempt::Never;
     };
-    if crate::parent::exited_by(&pidfd, Instant::now()) {
+    let mut exited = [PollFd::new(&pidfd, PollFlags::IN)];
+    if rustix::event::poll(&mut exited, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })) != Ok(0) {
         return Attempt::Never;
     }
     let same = |a: &rustix::fs::Stat, b: &rustix::fs::Stat| a.st_dev == b.st_dev && a.st_ino == b.st_ino;

@@ -29,6 +29,7 @@ use crate::cgroup::WorkerCgroup;
 use crate::error::{errno, SandboxError};
 use crate::mount_ns::MountNsHold;
 use crate::outcome::{AppliedLimits, ExitStatusKind, OutputExport, WorkerOutcome};
+use crate::proc_status;
 use crate::spec::{WorkerSpec, STDOUT_TAIL};
 use crate::wire::{StatusMsg, MAX_STATUS_BYTES};
 use crate::worker::{KillHandle, Worker};
@@ -377,17 +378,6 @@ pub(crate) fn readable_by(fd: &impl AsFd, until: Instant) -> bool {
     }
 }
 
-/// `/proc/PID/status`, empty when it cannot be read (the process is gone).
-pub(crate) fn proc_status(pid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default()
-}
-
-/// The trimmed value of the `name` line (`"PPid:"`) of a `/proc/PID/status`
-/// text, empty when it has none.
-pub(crate) fn status_field<'a>(status: &'a str, name: &str) -> &'a str {
-    status.lines().find_map(|l| l.strip_prefix(name)).map_or("", str::trim)
-}
-
 /// Is the PID 1 reported as `host_pid` gone? Opens a pidfd on it and checks
 /// (through `/proc/<pid>/status`) that it is still the init's child before
 /// trusting it; a pid that no longer exists, or now belongs to someone
@@ -401,15 +391,15 @@ fn pid1_gone(host_pid: i32, init_pid: u32, until: Instant) -> bool {
         Err(rustix::io::Errno::SRCH) => return true,
         Err(_) => return false,
     };
-    let status = proc_status(host_pid);
-    let (ppid, state) = (status_field(&status, "PPid:"), status_field(&status, "State:"));
+    let status = proc_status::read(host_pid);
+    let (ppid, state) = (proc_status::field(&status, "PPid:"), proc_status::field(&status, "State:"));
     if status.is_empty() || state.starts_with('Z') || state.starts_with('X') {
         return true;
     }
     if ppid != init_pid.to_string() {
         // Re-parented (the init died) or recycled: if recycled, ours is gone;
         // if re-parented, the pidfd still tells when it exits.
-        let nspid = status_field(&status, "NSpid:");
+        let nspid = proc_status::field(&status, "NSpid:");
         if nspid.split_whitespace().last() != Some("1") {
             return true;
         }

@@ -6,6 +6,7 @@
 //! Rows are added here by later issues; `--list` names them.
 
 mod broker_rows;
+mod build_rows;
 mod cluster_rows;
 mod git_rows;
 mod harness;

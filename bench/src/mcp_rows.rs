@@ -24,7 +24,13 @@ pub(crate) struct Session {
 
 impl Session {
     pub(crate) fn start(s: &Setup) -> Result<Session, String> {
-        let mut child = Command::new(&s.airlock)
+        Session::start_with(s, &s.airlock)
+    }
+
+    /// A session with `airlock mcp` of `airlock` (this build's, or another
+    /// build's) in `s`'s project.
+    pub(crate) fn start_with(s: &Setup, airlock: &std::path::Path) -> Result<Session, String> {
+        let mut child = Command::new(airlock)
             .arg("mcp")
             .current_dir(&s.root)
             .stdin(Stdio::piped())
@@ -87,7 +93,7 @@ impl Drop for Session {
 /// The bench's project, once its files are old enough for a server to keep
 /// the catalog it reads ([`airlock_hostfs::SETTLED_AFTER`]): as a tools
 /// directory is when it was not written just before the server started.
-fn settled_setup() -> Result<Setup, String> {
+pub(crate) fn settled_setup() -> Result<Setup, String> {
     let s = setup()?;
     std::thread::sleep(airlock_hostfs::SETTLED_AFTER + std::time::Duration::from_millis(100));
     Ok(s)
@@ -96,7 +102,7 @@ fn settled_setup() -> Result<Setup, String> {
 /// Idle time after each timed call of the MCP rows: more than a warm
 /// sandbox's refill waits and takes (`ANSWER_QUIET`, then a skeleton's
 /// build) and than a sandbox's mount namespace waits before its release.
-const SETTLE: std::time::Duration = std::time::Duration::from_millis(20);
+pub(crate) const SETTLE: std::time::Duration = std::time::Duration::from_millis(20);
 
 pub fn mcp_vs_run(quick: bool) -> Result<Report, String> {
     let s = settled_setup()?;

@@ -54,6 +54,14 @@ pub const ALL: &[Row] = &[
     Row { name: "git_status 5,000 files vs git status", run: Run::One(crate::git_rows::git_status_vs_git) },
     Row { name: "mcp tools/call vs airlock run (same manifest)", run: Run::One(crate::mcp_rows::mcp_vs_run) },
     Row { name: "mcp tools/call (warm sandboxes) vs bwrap", run: Run::One(crate::mcp_rows::mcp_warm_vs_bwrap) },
+    Row {
+        name: "airlock run: this build vs AIRLOCK_BENCH_OTHER",
+        run: Run::One(crate::build_rows::run_vs_other_build),
+    },
+    Row {
+        name: "mcp tools/call: this build vs AIRLOCK_BENCH_OTHER",
+        run: Run::One(crate::build_rows::mcp_vs_other_build),
+    },
     Row { name: "mcp --http read_file (token) vs stdio", run: Run::One(crate::mcp_http_rows::http_vs_stdio) },
     Row { name: "broker read/write/list vs in-process syscalls", run: Run::One(crate::broker_rows::operations) },
     Row { name: "airlock isolated start-up vs airlock run", run: Run::One(crate::broker_rows::startup) },

@@ -87,10 +87,16 @@ impl Setup {
 
     /// One `airlock run` of the copy tool with `flags` (e.g. `--tier gvisor`).
     pub(crate) fn airlock_with(&self, flags: &[&str]) -> Result<(), String> {
+        self.binary_with(&self.airlock, flags)
+    }
+
+    /// One `airlock run` of the copy tool by `airlock` (this build's, or
+    /// another build's) with `flags`.
+    pub(crate) fn binary_with(&self, airlock: &Path, flags: &[&str]) -> Result<(), String> {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let out = format!("results/out-{n}.txt");
         check(
-            Command::new(&self.airlock)
+            Command::new(airlock)
                 .arg("run")
                 .args(flags)
                 .args(["copy", "data/in.txt", &out])

@@ -9,7 +9,7 @@
 //! `airlock run`, step by step"). Both builds share the project and its
 //! state directory, as two releases on one host do.
 
-use crate::harness::{compare, compare_settled, Report, Target};
+use crate::harness::{compare, compare_settled, Report, Summary, Target};
 use crate::mcp_rows::{settled_setup, Session, SETTLE};
 use crate::run_rows::setup;
 use std::path::PathBuf;
@@ -31,16 +31,8 @@ pub fn run_vs_other_build(quick: bool) -> Result<Report, String> {
     let other = other_airlock()?;
     let s = setup()?;
     let samples = if quick { 40 } else { 150 };
-    let (candidate, baseline) = compare(samples, || s.airlock_once(), || s.binary_with(&other, &[]))?;
-    Ok(Report {
-        name: "airlock run: this build vs AIRLOCK_BENCH_OTHER",
-        candidate,
-        baseline,
-        target: Target::ForScale,
-        bytes: None,
-        samples,
-        extra: vec![],
-    })
+    let timed = compare(samples, || s.airlock_once(), || s.binary_with(&other, &[]))?;
+    Ok(report("airlock run: this build vs AIRLOCK_BENCH_OTHER", timed, samples))
 }
 
 /// A `tools/call` through this build's `airlock mcp` vs through the
@@ -51,14 +43,11 @@ pub fn mcp_vs_other_build(quick: bool) -> Result<Report, String> {
     let mut ours = Session::start(&s)?;
     let mut theirs = Session::start_with(&s, &other)?;
     let samples = if quick { 60 } else { 200 };
-    let (candidate, baseline) = compare_settled(samples, SETTLE, || ours.copy_once(&s), || theirs.copy_once(&s))?;
-    Ok(Report {
-        name: "mcp tools/call: this build vs AIRLOCK_BENCH_OTHER",
-        candidate,
-        baseline,
-        target: Target::ForScale,
-        bytes: None,
-        samples,
-        extra: vec![],
-    })
+    let timed = compare_settled(samples, SETTLE, || ours.copy_once(&s), || theirs.copy_once(&s))?;
+    Ok(report("mcp tools/call: this build vs AIRLOCK_BENCH_OTHER", timed, samples))
+}
+
+/// A row with no target: this build's times against the other's.
+fn report(name: &'static str, (candidate, baseline): (Summary, Summary), samples: usize) -> Report {
+    Report { name, candidate, baseline, target: Target::ForScale, bytes: None, samples, extra: vec![] }
 }

@@ -97,7 +97,7 @@ pub(crate) fn unshare_mapped_by_caller(
 /// 65534 inside to `uid`/`gid` outside and answers. The init ending first
 /// (end of file) is not an error here: its status says why it ended.
 pub(crate) fn map_for_init(maps: &OwnedFd, pid: u32, uid: u32, gid: u32) -> Result<(), SandboxError> {
-    if !crate::parent::readable_by(maps, Instant::now() + UNSHARE_TIMEOUT) {
+    if !crate::ready::readable_by(maps, Instant::now() + UNSHARE_TIMEOUT) {
         return Err(SandboxError::Protocol(format!(
             "the sandbox init did not say it had created its namespaces within {} s",
             UNSHARE_TIMEOUT.as_secs()

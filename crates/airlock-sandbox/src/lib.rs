@@ -226,6 +226,7 @@ mod placement;
 mod probe;
 mod proc_masks;
 mod proc_status;
+mod ready;
 mod sealed;
 mod seccomp;
 mod spec;

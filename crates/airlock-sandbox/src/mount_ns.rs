@@ -32,12 +32,11 @@ use std::sync::mpsc::Sender;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use rustix::event::{PollFd, PollFlags};
 use rustix::fs::{Mode, OFlags};
 use rustix::process::{Pid, PidfdFlags};
-use rustix::time::Timespec;
 
 use crate::proc_status;
+use crate::ready::exited_by;
 use crate::wire::StatusMsg;
 
 /// How many times a PID 1 still in the caller's own mount namespace (it
@@ -145,8 +144,7 @@ fn take(host_pid: i32, init_pid: u32) -> Attempt {
     else {
         return Attempt::Never;
     };
-    let mut exited = [PollFd::new(&pidfd, PollFlags::IN)];
-    if rustix::event::poll(&mut exited, Some(&Timespec { tv_sec: 0, tv_nsec: 0 })) != Ok(0) {
+    if exited_by(&pidfd, Instant::now()) {
         return Attempt::Never;
     }
     let same = |a: &rustix::fs::Stat, b: &rustix::fs::Stat| a.st_dev == b.st_dev && a.st_ino == b.st_ino;

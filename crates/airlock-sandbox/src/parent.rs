@@ -30,6 +30,7 @@ use crate::error::{errno, SandboxError};
 use crate::mount_ns::MountNsHold;
 use crate::outcome::{AppliedLimits, ExitStatusKind, OutputExport, WorkerOutcome};
 use crate::proc_status;
+use crate::ready::{exited_by, timespec};
 use crate::spec::{WorkerSpec, STDOUT_TAIL};
 use crate::wire::{StatusMsg, MAX_STATUS_BYTES};
 use crate::worker::{KillHandle, Worker};
@@ -298,10 +299,6 @@ pub(crate) struct Stream {
     pub(crate) sink: Bounded,
 }
 
-fn timespec(d: Duration) -> rustix::time::Timespec {
-    rustix::time::Timespec { tv_sec: d.as_secs() as i64, tv_nsec: d.subsec_nanos() as i64 }
-}
-
 /// Reads whatever is ready on the streams until all are at EOF or
 /// `deadline` passes. Returns whether all reached EOF.
 pub(crate) fn drain(streams: &mut [Stream], deadline: Instant) -> Result<bool, SandboxError> {
@@ -355,26 +352,6 @@ fn drain_watching(
             }
         }
         watch(streams);
-    }
-}
-
-/// Polls a pidfd until it is readable (the process has exited) or `until`.
-pub(crate) fn exited_by(pidfd: &impl AsFd, until: Instant) -> bool {
-    readable_by(pidfd, until)
-}
-
-/// Polls `fd` until it is readable (data, end of file or, for a pidfd, an
-/// exit) or `until`; `false` at the deadline or on a poll error.
-pub(crate) fn readable_by(fd: &impl AsFd, until: Instant) -> bool {
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        let mut fds = [PollFd::new(fd, PollFlags::IN)];
-        match rustix::event::poll(&mut fds, Some(&timespec(left))) {
-            Ok(n) if n > 0 => return true,
-            Ok(_) => return false,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(_) => return false,
-        }
     }
 }
 

@@ -18,7 +18,8 @@ use super::runsc::{self, Runsc};
 use crate::call_dir::CallDir;
 use crate::error::{errno, OsErrno, SandboxError};
 use crate::outcome::{AppliedLimits, ExitStatusKind, OutputExport, WorkerOutcome};
-use crate::parent::{drain, exited_by, Bounded, Stream, KILL_GRACE};
+use crate::parent::{drain, Bounded, Stream, KILL_GRACE};
+use crate::ready::exited_by;
 use crate::spec::{StagedOutput, WorkerSpec};
 use crate::worker::{KillHandle, Worker};
 

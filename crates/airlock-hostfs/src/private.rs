@@ -267,6 +267,18 @@ impl PrivateDir {
         })
     }
 
+    /// Gives entry `name` of this directory a second name, `new_name` in
+    /// `to` (`linkat` without `AT_SYMLINK_FOLLOW`: a link is linked as
+    /// itself, never followed), replacing nothing: an existing `new_name`
+    /// fails with `EEXIST`, as [`PrivateDir::create_file`] does. A marker
+    /// whose existence is the fact it records costs no inode this way.
+    pub fn link_as(&self, name: &str, to: &PrivateDir, new_name: &str) -> Result<()> {
+        check_name(name)?;
+        check_name(new_name)?;
+        rustix::fs::linkat(self.dir.as_fd(), name, to.dir.as_fd(), new_name, AtFlags::empty())
+            .map_err(|e| Error::syscall(ReasonCode::Internal, format_args!("linkat({name:?}, {new_name:?})"), e))
+    }
+
     /// Whether an entry called `name` exists (of any kind).
     pub fn contains(&self, name: &str) -> bool {
         check_name(name).is_ok() && rustix::fs::statat(self.dir.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW).is_ok()
@@ -416,5 +428,23 @@ mod tests {
         dir.replace_file("pub", b"newer").unwrap();
         assert_eq!(std::fs::read(tmp.path().join("state/pub")).unwrap(), b"newer");
         assert_eq!(dir.entries().unwrap(), vec!["pub".to_string()]);
+    }
+
+    #[test]
+    fn link_as_gives_a_second_name_and_never_follows_or_replaces() {
+        let (tmp, dir) = state();
+        let sub = dir.create_subdir("sub").unwrap();
+        dir.write_new_file("record", b"r").unwrap();
+        dir.link_as("record", &sub, "marker").unwrap();
+        let (a, b) = (tmp.path().join("state/record"), tmp.path().join("state/sub/marker"));
+        assert_eq!(std::fs::metadata(&a).unwrap().ino(), std::fs::metadata(&b).unwrap().ino());
+        assert_eq!(std::fs::metadata(&a).unwrap().nlink(), 2);
+        assert_eq!(dir.link_as("record", &sub, "marker").unwrap_err().errno(), Some(Errno::EXIST));
+        std::fs::write(tmp.path().join("target"), b"x").unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("target"), tmp.path().join("state/link")).unwrap();
+        dir.link_as("link", &sub, "linked").unwrap();
+        assert!(std::fs::symlink_metadata(tmp.path().join("state/sub/linked")).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::metadata(tmp.path().join("target")).unwrap().nlink(), 1, "the target is not linked");
+        assert_eq!(dir.link_as("missing", &sub, "m").unwrap_err().errno(), Some(Errno::NOENT));
     }
 }

@@ -331,7 +331,7 @@ impl Runtime {
             .map_err(|_| settled(&store))?;
         // The same exclusive marker a dispatch takes: of a deny and a
         // dispatch at once, exactly one settles the call.
-        if let Err(e) = store.create_file(DISPATCHED) {
+        if let Err(e) = crate::store::mark(&store, DISPATCHED) {
             let _ = store.remove_tree(DENIED);
             return Err(if e.errno() == Some(rustix::io::Errno::EXIST) {
                 Refusal::new(ReasonCode::InvocationDuplicate, format!("{id} has already been dispatched"))

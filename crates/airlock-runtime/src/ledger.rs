@@ -133,15 +133,17 @@ pub struct PendingMarker<'a> {
     _state: std::marker::PhantomData<&'a ()>,
 }
 
-/// Marks invocation `id` as publishing, owned by this process, not yet
-/// durably: [`PendingMarker::sync`] makes it durable, and must return
-/// before the publication's first effect.
-pub fn mark_pending<'a>(state: &'a PrivateDir, id: &str) -> Result<PendingMarker<'a>, Refusal> {
+/// Marks invocation `id` (its directory: `store`) as publishing, owned by
+/// this process, not yet durably: [`PendingMarker::sync`] makes it durable,
+/// and must return before the publication's first effect. Only the
+/// marker's name means anything; it is made as a second name of the
+/// call's record ([`crate::store::mark_in`]).
+pub fn mark_pending<'a>(state: &'a PrivateDir, store: &PrivateDir, id: &str) -> Result<PendingMarker<'a>, Refusal> {
     let dir = state.ensure_subdir(PENDING)?;
     let me = ProcessIdentity::current()
         .ok_or_else(|| Refusal::new(ReasonCode::Internal, "cannot read this process's identity from /proc"))?;
     let name = format!("{id}@{}.{}", me.pid, me.start_ticks);
-    drop(dir.create_file(&name)?);
+    crate::store::mark_in(store, &dir, &name)?;
     Ok(PendingMarker { dir, name, _state: std::marker::PhantomData })
 }
 

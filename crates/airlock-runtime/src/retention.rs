@@ -37,7 +37,7 @@ impl Runtime {
     /// Marks invocation `id` settled: its end has been journaled.
     pub(crate) fn mark_settled(&self, id: &str) {
         if let Ok(dir) = self.invocations().and_then(|i| Ok(i.open_subdir(id)?)) {
-            let _ = dir.create_file(SETTLED);
+            let _ = crate::store::mark(&dir, SETTLED);
         }
     }
 

@@ -3,7 +3,7 @@
 //!
 //! `STATE/staging/` holds `lock`, `index` (see below), `leases/ID` (one
 //! JSON record a reservation: bytes, files, charge, and the owner `(pid,
-//! start ticks)`, or none when durable) and `data/ID/` (`inputs/N`,
+//! start ticks)`, or none when durable) and `data/ID/` (`N`, input N's snapshot;
 //! `output`, a parser's raw output). The snapshots live here, not in
 //! `invocations/ID/`, so every private copy is charged and reaped in one
 //! place; the invocation directory keeps only `prepared.json` and the

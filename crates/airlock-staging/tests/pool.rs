@@ -65,8 +65,8 @@ fn leave_dead_reservation(f: &Fixture, id: &str) {
         pending: None,
     };
     std::fs::write(f.path(&format!("state/staging/leases/{id}")), serde_json::to_vec(&record).unwrap()).unwrap();
-    std::fs::create_dir_all(f.path(&format!("state/staging/data/{id}/inputs"))).unwrap();
-    std::fs::write(f.path(&format!("state/staging/data/{id}/inputs/0")), "copy").unwrap();
+    std::fs::create_dir_all(f.path(&format!("state/staging/data/{id}"))).unwrap();
+    std::fs::write(f.path(&format!("state/staging/data/{id}/0")), "copy").unwrap();
     std::fs::write(f.path(&format!("state/staging/data/{id}/output")), "out").unwrap();
 }
 

@@ -87,11 +87,30 @@ fn a_low_risk_call_prepared_alone_dispatches_without_approval_from_its_snapshot(
     p.run(&["dispatch", "later"]).assert_refused("invocation.duplicate", 77);
 }
 
+/// Earlier builds kept a call's snapshots in `inputs/` beneath its staging
+/// data; such a call still dispatches from them (and is still checked).
+#[test]
+fn a_call_kept_with_the_earlier_snapshot_layout_dispatches_from_it() {
+    use std::os::unix::fs::DirBuilderExt;
+    let p = project("low");
+    for id in ["old1", "old2"] {
+        p.run(&["prepare", "copy", "data/in.txt", &format!("results/{id}.txt"), "--invocation-id", id]).assert_ok();
+        let data = p.path(&format!(".airlock/staging/data/{id}"));
+        std::fs::DirBuilder::new().mode(0o700).create(data.join("inputs")).unwrap();
+        std::fs::rename(data.join("0"), data.join("inputs/0")).unwrap();
+    }
+    p.write("data/in.txt", CANARY);
+    p.run(&["dispatch", "old1"]).assert_ok();
+    assert_eq!(std::fs::read_to_string(p.path("results/old1.txt")).unwrap(), "approved content\n");
+    std::fs::write(p.path(".airlock/staging/data/old2/inputs/0"), "tampered").unwrap();
+    assert_eq!(p.run(&["dispatch", "old2"]).reason(), "input.changed");
+}
+
 #[test]
 fn a_tampered_snapshot_or_a_taken_output_stops_dispatch() {
     let p = project("low");
     p.run(&["prepare", "copy", "data/in.txt", "results/out.txt", "--invocation-id", "t1"]).assert_ok();
-    std::fs::write(p.path(".airlock/staging/data/t1/inputs/0"), "tampered").unwrap();
+    std::fs::write(p.path(".airlock/staging/data/t1/0"), "tampered").unwrap();
     let run = p.run(&["dispatch", "t1"]);
     assert_eq!(run.reason(), "input.changed", "{run:#?}");
     p.run(&["prepare", "copy", "data/in.txt", "results/out2.txt", "--invocation-id", "t2"]).assert_ok();

@@ -228,11 +228,11 @@ fn a_run_refused_after_prepare_keeps_no_copy_of_its_inputs() {
         );
         let run = p.run(&["run", "slowcopy", "data/in.txt", "results/out.txt", "--invocation-id", "r-1"]);
         assert_eq!(run.reason(), reason, "{run:#?}");
-        let snapshots = names(&p.path(".airlock/staging/data/r-1/inputs"));
+        let snapshots = names(&p.path(".airlock/staging/data/r-1"));
         if !snapshots.is_empty() {
-            let copy = std::fs::read(p.path(".airlock/staging/data/r-1/inputs/0")).unwrap_or_default();
+            let copy = std::fs::read(p.path(".airlock/staging/data/r-1/0")).unwrap_or_default();
             kept.push(format!(
-                "{reason}: .airlock/staging/data/r-1/inputs holds {snapshots:?}; inputs/0 is the input: {}",
+                "{reason}: .airlock/staging/data/r-1 holds {snapshots:?}; 0 is the input: {}",
                 copy == CANARY.as_bytes()
             ));
         }

@@ -68,7 +68,7 @@ fn snapshot_survives_rewrite_truncate_and_replace() {
                 std::fs::rename(p.path("data/new.txt"), p.path("data/in.txt")).unwrap();
             }
         }
-        let snapshot = std::fs::read(p.path(&format!(".airlock/staging/data/{id}/inputs/0"))).unwrap();
+        let snapshot = std::fs::read(p.path(&format!(".airlock/staging/data/{id}/0"))).unwrap();
         assert_eq!(snapshot, b"original content\n", "{change}");
         let want = format!("sha256:{}", sha256_hex(&snapshot));
         assert_eq!(
@@ -85,7 +85,7 @@ fn snapshots_and_state_are_private() {
     p.write("data/in.txt", "x");
     let run = p.prepare("data/in.txt", "results/out.txt");
     let id = run.envelope["invocation_id"].as_str().unwrap();
-    for (rel, want) in [(".airlock".to_owned(), 0o700), (format!(".airlock/staging/data/{id}/inputs/0"), 0o600)] {
+    for (rel, want) in [(".airlock".to_owned(), 0o700), (format!(".airlock/staging/data/{id}/0"), 0o600)] {
         let mode = std::fs::metadata(p.path(&rel)).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, want, "{rel}");
     }

@@ -48,11 +48,20 @@ fn a_copy_is_published_with_a_true_receipt_and_everything_else_is_cleaned_up() {
     assert_eq!(names(&p.path("results")), ["out.txt"]);
     assert_staging_empty(&p);
     // The snapshots have served; the prepared record stays, bound to the answer.
-    assert!(!p.path(".airlock/invocations/job-1/inputs").exists(), "{}", p.tree());
     let record: serde_json::Value =
         serde_json::from_slice(&std::fs::read(p.path(".airlock/invocations/job-1/prepared.json")).unwrap()).unwrap();
     assert_eq!(record["descriptor_sha256"], env["evidence"]["descriptor_sha256"]);
     assert_eq!(p.invocations(), ["job-1"]);
+    // `settled` is a second name of the record, no inode of its own; the
+    // pending-publication marker (another one) is gone.
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(names(&p.path(".airlock/invocations/job-1")), ["manifest.clad.toml", "prepared.json", "settled"]);
+    let (settled, prepared) = (
+        std::fs::symlink_metadata(p.path(".airlock/invocations/job-1/settled")).unwrap(),
+        std::fs::symlink_metadata(p.path(".airlock/invocations/job-1/prepared.json")).unwrap(),
+    );
+    assert_eq!((settled.ino(), settled.nlink()), (prepared.ino(), 2));
+    assert_eq!(names(&p.path(".airlock/pending")), Vec::<String>::new());
     p.assert_absent(&run, CANARY);
 
     // The id is single use, whatever the output.

@@ -273,10 +273,8 @@ impl Runtime {
         if let (true, Some(lease)) = (start.keep, &mut lease) {
             // After the commit: a crash in between loses the snapshots of a
             // kept call (its dispatch is refused), never leaks a durable
-            // reservation that no call names.
-            if let Ok(inputs) = lease.data().open_subdir(crate::store::INPUTS_DIR) {
-                inputs.sync()?;
-            }
+            // reservation that no call names. Persisting syncs the data
+            // directory, which holds the snapshots' names.
             lease.persist()?;
         }
         let mut body = json!({

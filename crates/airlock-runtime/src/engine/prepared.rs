@@ -132,7 +132,7 @@ impl<P> PreparedCall<P> {
     /// Marks the call dispatched (exclusively): a second dispatch of the same
     /// prepared call is `invocation.duplicate`.
     pub(crate) fn mark_dispatched(&self) -> Result<(), Refusal> {
-        match self.store.create_file(crate::store::DISPATCHED) {
+        match crate::store::mark(&self.store, crate::store::DISPATCHED) {
             Ok(_) => Ok(self.store.sync()?),
             Err(e) if e.errno() == Some(rustix::io::Errno::EXIST) => Err(Refusal::new(
                 ReasonCode::InvocationDuplicate,

@@ -78,7 +78,7 @@ impl Runtime {
         let publication_id = format!("{id}/0");
         let expected = (parse_id(&rec.parent.dev)?, parse_id(&rec.parent.ino)?);
         let max = prepared.descriptor().command_boundary.filesystem.max_file_bytes;
-        let marker = ledger::mark_pending(self.state(), id)?;
+        let marker = ledger::mark_pending(self.state(), prepared.store(), id)?;
         // The marker is durable before the first effect: before a parent is
         // made, else (the usual case) while the candidate is synced, on a
         // thread of its own, since neither sync needs the other.

@@ -145,7 +145,7 @@ impl Runtime {
         let unstaged = record.expires_at.is_some() && record.inputs.is_empty() && record.output.is_none();
         let staged = if unstaged { None } else { Some(self.pool().data_of(id)?) };
         let inputs = match &staged {
-            Some(staged) if !record.inputs.is_empty() => Some(staged.open_subdir(crate::store::INPUTS_DIR)?),
+            Some(staged) if !record.inputs.is_empty() => Some(crate::store::staged_inputs(staged)?),
             _ => None,
         };
         for rec in &record.inputs {

@@ -74,7 +74,7 @@ impl PreparedCall<ExecPayload> {
             .get(index)
             .ok_or_else(|| Refusal::new(ReasonCode::Internal, "no such input"))?
             .snapshot;
-        let inputs = self.staged()?.open_subdir(crate::store::INPUTS_DIR)?;
+        let inputs = crate::store::staged_inputs(self.staged()?)?;
         Ok(inputs.open_file(name)?)
     }
 

@@ -118,7 +118,7 @@ impl Runtime {
             }
         };
         let inputs_dir = match &lease {
-            Some(lease) => Some(lease.data().create_subdir(crate::store::INPUTS_DIR).map_err(Refusal::from)?),
+            Some(lease) => Some(lease.data().try_clone().map_err(Refusal::from)?),
             None => None,
         };
         let mut reads = Vec::with_capacity(opened.len());

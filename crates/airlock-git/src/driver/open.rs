@@ -13,6 +13,11 @@
 //! the host's modification times (and sizes) but not its inode numbers or
 //! change times, so gix trusts the index's stat data as git would on the
 //! host, and hashes only files whose time or size moved (or are racy).
+//! A third, `index.skipHash = true`, makes gix read the index without
+//! checking its trailing SHA-1 (half of reading it, by gix's own measure):
+//! that checksum guards against a torn write, not against a hostile
+//! repository, whose author can write a valid one, so every byte of the
+//! index is parsed as strictly either way.
 //! gix never runs hooks; with no drivers configured it runs
 //! no filter either. Alternates and linked-worktree pointers are refused
 //! again here even though the snapshot never carries them.
@@ -29,7 +34,7 @@ fn minimal_config(version: i64, object_format: Option<&str>) -> String {
     let mut c = format!(
         "[core]\n\trepositoryformatversion = {version}\n\tbare = false\n\tfilemode = true\n\tsymlinks = true\n\
          \tignorecase = false\n\tprecomposeunicode = false\n\tlogallrefupdates = false\n\
-         \ttrustctime = false\n\tcheckstat = minimal\n"
+         \ttrustctime = false\n\tcheckstat = minimal\n[index]\n\tskipHash = true\n"
     );
     if let Some(f) = object_format {
         c.push_str(&format!("[extensions]\n\tobjectformat = {f}\n"));

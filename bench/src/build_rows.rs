@@ -1,6 +1,6 @@
 //! This build against another one, alternated call by call: `airlock run`
-//! of the trivial tool, and a `tools/call` through one `airlock mcp` of each
-//! build. `AIRLOCK_BENCH_OTHER` names a directory holding the other build's
+//! of the trivial tool, a `tools/call` through one `airlock mcp` of each
+//! build, and `airlock query git_status` of the 5,000-file repository. `AIRLOCK_BENCH_OTHER` names a directory holding the other build's
 //! `airlock` (with the `airlock-sandbox-init` it pairs with, if it uses
 //! one). This host's latency drifts by ±10% within an hour, more than one
 //! step of issue 22 changes a call, so the rows against bwrap cannot show
@@ -45,6 +45,17 @@ pub fn mcp_vs_other_build(quick: bool) -> Result<Report, String> {
     let samples = if quick { 60 } else { 200 };
     let timed = compare_settled(samples, SETTLE, || ours.copy_once(&s), || theirs.copy_once(&s))?;
     Ok(report("mcp tools/call: this build vs AIRLOCK_BENCH_OTHER", timed, samples))
+}
+
+/// `airlock query git_status` by this build vs by the other, one
+/// repository and state directory.
+pub fn git_status_vs_other_build(quick: bool) -> Result<Report, String> {
+    let other = other_airlock()?;
+    let ours = crate::run_rows::sibling_binary("airlock")?;
+    let project = crate::git_rows::GitProject::new()?;
+    let samples = if quick { 10 } else { 41 };
+    let timed = compare(samples, || project.query_with(&ours), || project.query_with(&other))?;
+    Ok(report("git_status: this build vs AIRLOCK_BENCH_OTHER", timed, samples))
 }
 
 /// A row with no target: this build's times against the other's.

@@ -62,18 +62,28 @@ fn build(root: &Path) -> Result<PathBuf, String> {
     Ok(repo)
 }
 
-/// `git_status` (snapshot + sandboxed driver) vs `git status --porcelain=v2`.
-pub fn git_status_vs_git(quick: bool) -> Result<Report, String> {
-    let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let root = tmp.path();
-    std::fs::write(root.join("airlock.toml"), "[filesystem]\nroots = [\"./data:data:ro\"]\n")
-        .map_err(|e| e.to_string())?;
-    let repo = build(root)?;
-    let airlock = crate::run_rows::sibling_binary("airlock")?;
-    let airlock_once = || -> Result<(), String> {
-        let out = Command::new(&airlock)
+/// A project whose `data/repo` is the benchmark repository.
+pub(crate) struct GitProject {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    repo: PathBuf,
+}
+
+impl GitProject {
+    pub(crate) fn new() -> Result<Self, String> {
+        let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let root = tmp.path().to_path_buf();
+        std::fs::write(root.join("airlock.toml"), "[filesystem]\nroots = [\"./data:data:ro\"]\n")
+            .map_err(|e| e.to_string())?;
+        let repo = build(&root)?;
+        Ok(GitProject { _tmp: tmp, root, repo })
+    }
+
+    /// One `airlock query git_status` by `airlock` (this build's or another's).
+    pub(crate) fn query_with(&self, airlock: &Path) -> Result<(), String> {
+        let out = Command::new(airlock)
             .args(["query", "git_status", "path=data/repo"])
-            .current_dir(root)
+            .current_dir(&self.root)
             .output()
             .map_err(|e| e.to_string())?;
         let text = String::from_utf8_lossy(&out.stdout);
@@ -82,8 +92,16 @@ pub fn git_status_vs_git(quick: bool) -> Result<Report, String> {
         } else {
             Err(format!("airlock query failed: {text}{}", String::from_utf8_lossy(&out.stderr)))
         }
-    };
-    let git_once = || git(&repo, &["status", "--porcelain=v2", "--untracked-files=all"]);
+    }
+}
+
+/// `git_status` (snapshot + sandboxed driver) vs `git status --porcelain=v2`.
+pub fn git_status_vs_git(quick: bool) -> Result<Report, String> {
+    let project = GitProject::new()?;
+    let repo = &project.repo;
+    let airlock = crate::run_rows::sibling_binary("airlock")?;
+    let airlock_once = || project.query_with(&airlock);
+    let git_once = || git(repo, &["status", "--porcelain=v2", "--untracked-files=all"]);
     let samples = if quick { 5 } else { 21 };
     let (candidate, baseline) = compare(samples, airlock_once, git_once)?;
     Ok(Report {

@@ -62,6 +62,10 @@ pub const ALL: &[Row] = &[
         name: "mcp tools/call: this build vs AIRLOCK_BENCH_OTHER",
         run: Run::One(crate::build_rows::mcp_vs_other_build),
     },
+    Row {
+        name: "git_status: this build vs AIRLOCK_BENCH_OTHER",
+        run: Run::One(crate::build_rows::git_status_vs_other_build),
+    },
     Row { name: "mcp --http read_file (token) vs stdio", run: Run::One(crate::mcp_http_rows::http_vs_stdio) },
     Row { name: "broker read/write/list vs in-process syscalls", run: Run::One(crate::broker_rows::operations) },
     Row { name: "airlock isolated start-up vs airlock run", run: Run::One(crate::broker_rows::startup) },

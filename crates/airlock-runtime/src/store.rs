@@ -116,6 +116,11 @@ pub struct RecordedInput {
     /// names no file.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub held: bool,
+    /// Copied into a sealed memory file, not the staging data (a small
+    /// input of a call run at once on the native tier, which no later
+    /// dispatch reads), and `snapshot` names no file.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_memory: bool,
 }
 
 /// The output as recorded.

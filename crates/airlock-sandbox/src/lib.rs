@@ -255,6 +255,7 @@ pub use microvm::{Accel, MicrovmSettings, MicrovmTier, MicrovmWorker, Vmm};
 pub use native::{LiveStdio, NativeTier};
 pub use outcome::{AppliedLimits, Enforcement, ExitStatusKind, OutputExport, WorkerOutcome};
 pub use parent::NativeWorker;
+pub use placement::BIND_MIN_BYTES;
 pub use probe::{probe, HostSupport};
 pub use sealed::SealedProgram;
 pub use spec::{

@@ -238,3 +238,35 @@ fn an_unprivileged_caller_holds_its_own_large_input() {
     assert_eq!(std::fs::read(p.path("results/big.bin")).unwrap(), bytes);
     assert_eq!(std::fs::metadata(p.path("data/big.bin")).unwrap().permissions().mode() & 0o7777, 0o600);
 }
+
+/// A small input of a call run at once is copied into a sealed memory file,
+/// not into staging: while the tool runs, the call's staging data holds no
+/// snapshot; the host file rewritten meanwhile changes nothing the tool
+/// reads (attack 11), and the record says where the copy was.
+#[test]
+fn a_small_input_of_a_call_run_at_once_is_snapshotted_in_memory() {
+    let p = project();
+    p.write("data/small.txt", "the bytes that were hashed\n");
+    slow_tool(&p);
+    let call = start_slow(&p, "data/small.txt", "results/small.txt");
+    let data = p.path(".airlock/staging/data");
+    let staged: Vec<String> = crate::runkit::names(&data)
+        .iter()
+        .flat_map(|id| crate::runkit::names(&data.join(id)).into_iter().map(move |n| format!("{id}/{n}")))
+        .collect();
+    p.write("data/small.txt", "REWRITTEN DURING THE RUN\n");
+    let out = call.wait_with_output().unwrap();
+    let envelope: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(envelope["status"], "ok", "{envelope:#}");
+    assert_eq!(staged.len(), 1, "{staged:?}");
+    assert!(staged[0].ends_with("/output"), "a snapshot was staged on disk: {staged:?}");
+    assert_eq!(std::fs::read_to_string(p.path("results/small.txt")).unwrap(), "the bytes that were hashed\n");
+    let id = envelope["invocation_id"].as_str().unwrap();
+    let record = std::fs::read(p.path(&format!(".airlock/invocations/{id}/prepared.json"))).unwrap();
+    let record: serde_json::Value = serde_json::from_slice(&record).unwrap();
+    assert_eq!(record["inputs"][0]["in_memory"], true, "{record:#}");
+    assert_staging_empty(&p);
+    // A call kept for dispatch keeps its snapshot on disk.
+    p.run(&["prepare", "copy", "data/small.txt", "results/later.txt", "--invocation-id", "later"]).assert_ok();
+    assert!(p.path(".airlock/staging/data/later/0").is_file());
+}

@@ -186,6 +186,12 @@ impl Runtime {
         };
         let spec = airlock_policy::ToolSpec::from_manifest(&manifest);
         // A kept call never holds an input (its prepare copied every one).
-        Ok(PreparedCall::reloaded(record, store, spec, staged, ExecPayload { manifest, output, held: Vec::new() }))
+        Ok(PreparedCall::reloaded(
+            record,
+            store,
+            spec,
+            staged,
+            ExecPayload { manifest, output, held: Vec::new(), memory: Vec::new() },
+        ))
     }
 }

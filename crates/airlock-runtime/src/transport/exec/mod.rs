@@ -49,6 +49,9 @@ pub struct ExecPayload {
     /// Per input (declaration order): the host file held unchanged in
     /// place of a snapshot, if it is.
     held: Vec<Option<HeldInput>>,
+    /// Per input: its snapshot in a sealed memory file, if it is there
+    /// (a small input of a call run at once on the native tier).
+    memory: Vec<Option<std::fs::File>>,
 }
 
 impl PreparedCall<ExecPayload> {
@@ -63,10 +66,14 @@ impl PreparedCall<ExecPayload> {
     }
 
     /// Opens the snapshot of input `index` (declaration order), read-only:
-    /// the held host file itself where it is held.
+    /// the held host file itself where it is held, its sealed memory file
+    /// where it is in memory.
     pub fn open_snapshot(&self, index: usize) -> Result<std::fs::File, Refusal> {
         if let Some(Some(held)) = self.payload().held.get(index) {
             return held.file().try_clone().map_err(|e| Refusal::new(ReasonCode::Internal, format!("dup: {e}")));
+        }
+        if let Some(Some(memory)) = self.payload().memory.get(index) {
+            return memory.try_clone().map_err(|e| Refusal::new(ReasonCode::Internal, format!("dup: {e}")));
         }
         let name = &self
             .record()

@@ -68,7 +68,8 @@ impl Runtime {
         let max_input_file_bytes = limits.input_file_bytes(plan.max_input_file_bytes)?;
 
         // A large input of a call run now on the native tier is held
-        // unchanged where the kernel grants a read lease, not copied.
+        // unchanged where the kernel grants a read lease, not copied; a
+        // small one is copied into memory (see `memory_snapshot`).
         let may_hold = !start.keep && !start.session && tier == airlock_core::config::Tier::Native;
         // Open and check every input before reading any of them.
         let mut opened = Vec::with_capacity(plan.reads.len());
@@ -124,6 +125,7 @@ impl Runtime {
         let mut reads = Vec::with_capacity(opened.len());
         let mut recorded = Vec::with_capacity(opened.len());
         let mut held_inputs = Vec::with_capacity(opened.len());
+        let mut memory_inputs = Vec::with_capacity(opened.len());
         let mut total: u64 = 0;
         // Large inputs take seconds to copy and hash: one phase for all of them.
         let mut meter = Meter::begin(start.progress, Phase::Snapshot, Some(declared_bytes));
@@ -131,8 +133,14 @@ impl Runtime {
             let name = index.to_string();
             // A held input is hashed in place, after its lease was taken:
             // the hash is of the bytes the worker will read.
+            let mut memory = None;
             let info = if held.is_some() {
                 file.hash_held(max_input_file_bytes, &mut |n| meter.add(n))?
+            } else if may_hold && file.size() <= airlock_sandbox::BIND_MIN_BYTES {
+                let copy = memory_snapshot()?;
+                let info = file.snapshot_to_file(&copy, max_input_file_bytes, &mut |n| meter.add(n))?;
+                memory = Some(seal(copy)?);
+                info
             } else {
                 let inputs_dir =
                     inputs_dir.as_ref().ok_or_else(|| Refusal::new(ReasonCode::Internal, "no staging room"))?;
@@ -150,9 +158,11 @@ impl Runtime {
                 bytes: grant.bytes,
                 sha256: grant.sha256.clone(),
                 held: held.is_some(),
+                in_memory: memory.is_some(),
             });
             reads.push(grant);
             held_inputs.push(held);
+            memory_inputs.push(memory);
         }
         drop(meter);
 
@@ -179,7 +189,7 @@ impl Runtime {
             lease,
             journal,
             tier: self.config().tiers.descriptor_name(tier),
-            payload: ExecPayload { manifest, output, held: held_inputs },
+            payload: ExecPayload { manifest, output, held: held_inputs, memory: memory_inputs },
         })
     }
 
@@ -242,4 +252,26 @@ fn with_input_hint(refusal: Refusal, operator: u64) -> Refusal {
             refusal.message
         ),
     )
+}
+
+/// A new memory file for the snapshot of a small input of a call run at
+/// once on the native tier. The worker gets a copy of so small an input on
+/// its own tmpfs anyway (`airlock_sandbox::BIND_MIN_BYTES`), and no later
+/// dispatch needs it: in memory it costs the staging file system no inode
+/// (on the bench's host each new one cost 0.3–0.65 ms) and no write-back.
+/// It is still charged to the staging pool as a copy is.
+fn memory_snapshot() -> Result<std::fs::File, Refusal> {
+    use rustix::fs::{memfd_create, MemfdFlags};
+    memfd_create("airlock-input", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+        .map(std::fs::File::from)
+        .map_err(|e| Refusal::new(ReasonCode::Internal, format!("memfd_create(input snapshot): {e}")))
+}
+
+/// Seals a written snapshot: its bytes, the ones hashed, can no longer
+/// change through any descriptor of it.
+fn seal(copy: std::fs::File) -> Result<std::fs::File, Refusal> {
+    use rustix::fs::{fcntl_add_seals, SealFlags};
+    fcntl_add_seals(&copy, SealFlags::WRITE | SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
+        .map_err(|e| Refusal::new(ReasonCode::Internal, format!("sealing an input snapshot: {e}")))?;
+    Ok(copy)
 }

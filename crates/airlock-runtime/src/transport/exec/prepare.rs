@@ -136,8 +136,9 @@ impl Runtime {
             let mut memory = None;
             let info = if held.is_some() {
                 file.hash_held(max_input_file_bytes, &mut |n| meter.add(n))?
-            } else if may_hold && file.size() <= airlock_sandbox::BIND_MIN_BYTES {
-                let copy = memory_snapshot()?;
+            } else if let Some(copy) =
+                (may_hold && file.size() <= airlock_sandbox::BIND_MIN_BYTES).then(memory_snapshot).flatten()
+            {
                 let info = file.snapshot_to_file(&copy, max_input_file_bytes, &mut |n| meter.add(n))?;
                 memory = Some(seal(copy)?);
                 info
@@ -259,12 +260,11 @@ fn with_input_hint(refusal: Refusal, operator: u64) -> Refusal {
 /// its own tmpfs anyway (`airlock_sandbox::BIND_MIN_BYTES`), and no later
 /// dispatch needs it: in memory it costs the staging file system no inode
 /// (on the bench's host each new one cost 0.3–0.65 ms) and no write-back.
-/// It is still charged to the staging pool as a copy is.
-fn memory_snapshot() -> Result<std::fs::File, Refusal> {
+/// It is still charged to the staging pool as a copy is. `None` where the
+/// kernel makes no memory file (the snapshot is staged on disk then).
+fn memory_snapshot() -> Option<std::fs::File> {
     use rustix::fs::{memfd_create, MemfdFlags};
-    memfd_create("airlock-input", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
-        .map(std::fs::File::from)
-        .map_err(|e| Refusal::new(ReasonCode::Internal, format!("memfd_create(input snapshot): {e}")))
+    memfd_create("airlock-input", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).ok().map(std::fs::File::from)
 }
 
 /// Seals a written snapshot: its bytes, the ones hashed, can no longer

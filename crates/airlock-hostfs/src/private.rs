@@ -291,6 +291,13 @@ impl PrivateDir {
         rustix::fs::statat(self.dir.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW).ok().map(|st| st.st_mtime)
     }
 
+    /// How many names entry `name` (not followed if a link) has; `None`
+    /// if it cannot be read.
+    pub fn link_count(&self, name: &str) -> Option<u64> {
+        check_name(name).ok()?;
+        rustix::fs::statat(self.dir.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW).ok().map(|st| st.st_nlink)
+    }
+
     /// Names of the entries, sorted.
     pub fn entries(&self) -> Result<Vec<String>> {
         list(&self.dir)

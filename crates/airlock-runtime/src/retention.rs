@@ -1,7 +1,9 @@
 //! Retention of `STATE/invocations/`: the directory a settled call leaves
 //! (its record and manifest bytes, or the note that reserved a refused id)
 //! is removed once it is older than `[state] keep_settled` (default 7
-//! days). The journal is never touched: it keeps every record.
+//! days), and then every shared manifest copy no call names any more
+//! (`store::SHARED_MANIFESTS`). The journal is never touched: it keeps
+//! every record.
 //!
 //! A call is settled when its end was journaled ([`SETTLED`], written by
 //! [`Runtime::journal_end`](crate::Runtime) unless the call waits for an
@@ -72,6 +74,7 @@ impl Runtime {
                 removed += 1;
             }
         }
+        crate::store::sweep_shared_manifests(&invocations);
         Ok(removed)
     }
 

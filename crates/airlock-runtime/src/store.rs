@@ -32,6 +32,14 @@ pub const PREPARED_FILE: &str = "prepared.json";
 pub const DISPATCHED: &str = "dispatched";
 /// File holding the manifest's bytes.
 pub const MANIFEST_FILE: &str = "manifest.clad.toml";
+/// Directory under [`INVOCATIONS`] holding one copy of each manifest text
+/// calls were prepared from, named by its SHA-256 (hex). A call's
+/// [`MANIFEST_FILE`] is a second name of its text's copy: calls of one
+/// manifest make no inode each for the same bytes (see [`mark_in`] for
+/// what an inode cost). A copy no call names any more goes with the next
+/// retention sweep. Its name starts with a dot, so a sweep never takes it
+/// for a call.
+pub const SHARED_MANIFESTS: &str = ".manifests";
 /// What a kept call of a shape `airlock prepare` does not keep needs at its
 /// dispatch (a source query's sealed result).
 pub const KEPT_FILE: &str = "kept.json";
@@ -210,7 +218,9 @@ impl<'a> PendingInvocation<'a> {
         // The directory is private and renamed into place whole, so its
         // files need no rename of their own; `durable` adds the syncs that
         // let the call survive a crash for a later dispatch.
-        for (name, bytes) in [(MANIFEST_FILE, manifest_text.as_bytes()), (PREPARED_FILE, json.as_slice())] {
+        let shared = self.link_shared_manifest(manifest_text).is_some();
+        let own = (!shared).then_some((MANIFEST_FILE, manifest_text.as_bytes()));
+        for (name, bytes) in own.into_iter().chain([(PREPARED_FILE, json.as_slice())]) {
             let mut f = self.dir.create_file(name).map_err(Refusal::from)?;
             f.write_all(bytes)
                 .and_then(|()| if durable { f.sync_all() } else { Ok(()) })
@@ -235,6 +245,52 @@ impl<'a> PendingInvocation<'a> {
             self.invocations.sync().map_err(Refusal::from)?;
         }
         self.invocations.open_subdir(&record.invocation_id).map_err(Refusal::from)
+    }
+}
+
+impl PendingInvocation<'_> {
+    /// Makes [`MANIFEST_FILE`] a second name of the shared copy of `text`
+    /// in [`SHARED_MANIFESTS`], making that copy (synced) if there is none.
+    /// `None` where it cannot (the call then writes its own copy, as a call
+    /// did before): the shared directory cannot be made, the copy under
+    /// that name does not hold exactly `text`, or it cannot be linked (a
+    /// sweep removed it meanwhile, or it has the most links the file
+    /// system allows).
+    fn link_shared_manifest(&self, text: &str) -> Option<()> {
+        use sha2::Digest;
+        let shared = self.invocations.ensure_subdir(SHARED_MANIFESTS).ok()?;
+        let name = hex::encode(sha2::Sha256::digest(text.as_bytes()));
+        if !holds_exactly(&shared, &name, text) {
+            match shared.write_new_file(&name, text.as_bytes()) {
+                Ok(()) => {}
+                Err(e) if e.errno() == Some(rustix::io::Errno::EXIST) => {}
+                Err(_) => return None,
+            }
+            if !holds_exactly(&shared, &name, text) {
+                return None;
+            }
+        }
+        shared.link_as(&name, &self.dir, MANIFEST_FILE).ok()
+    }
+}
+
+/// Whether file `name` of `dir` holds exactly `text`.
+fn holds_exactly(dir: &PrivateDir, name: &str, text: &str) -> bool {
+    use std::io::Read;
+    let Ok(file) = dir.open_file(name) else { return false };
+    let mut bytes = Vec::with_capacity(text.len() + 1);
+    file.take(text.len() as u64 + 1).read_to_end(&mut bytes).is_ok() && bytes == text.as_bytes()
+}
+
+/// Removes every shared manifest copy no call's directory names any more
+/// (one link left: its own name); see [`SHARED_MANIFESTS`]. A call linking
+/// one as it is removed writes its own copy instead.
+pub fn sweep_shared_manifests(invocations: &PrivateDir) {
+    let Ok(shared) = invocations.open_subdir(SHARED_MANIFESTS) else { return };
+    for name in shared.entries().unwrap_or_default() {
+        if shared.link_count(&name) == Some(1) {
+            let _ = shared.remove_tree(&name);
+        }
     }
 }
 

@@ -160,6 +160,40 @@ fn settled_calls_go_after_keep_settled_and_unsettled_ones_stay() {
     assert_eq!(invocation_dirs(&p), ["next-1", "next-2", "waiting-1"]);
 }
 
+/// Calls of one manifest name one shared copy of its text (a hard link:
+/// no inode each); the copy goes once retention has removed every call
+/// that names it, and the next call makes it again.
+#[test]
+fn calls_of_one_manifest_share_one_copy_of_its_text_until_the_last_is_swept() {
+    use std::os::unix::fs::MetadataExt;
+    let p = with_keep(None);
+    p.write("data/in.txt", "x");
+    for id in ["one-1", "one-2"] {
+        p.run(&["run", "copy", "data/in.txt", &format!("results/{id}.txt"), "--invocation-id", id]).assert_ok();
+    }
+    let shared = crate::runkit::names(&p.path(".airlock/invocations/.manifests"));
+    assert_eq!(shared.len(), 1, "{shared:?}");
+    let copy = p.path(&format!(".airlock/invocations/.manifests/{}", shared[0]));
+    let text = std::fs::read(&copy).unwrap();
+    assert_eq!(shared[0], crate::util::sha256_hex(&text));
+    assert_eq!(text, std::fs::read(p.path("tools/copy.clad.toml")).unwrap());
+    for id in ["one-1", "one-2"] {
+        let named = std::fs::metadata(p.path(&format!(".airlock/invocations/{id}/manifest.clad.toml"))).unwrap();
+        assert_eq!(named.ino(), std::fs::metadata(&copy).unwrap().ino(), "{id}");
+    }
+    assert_eq!(std::fs::metadata(&copy).unwrap().nlink(), 3);
+    backdate(&p, ".airlock/invocations/one-1", "8 days ago");
+    p.run(&["staging", "gc"]).assert_ok();
+    assert_eq!(std::fs::metadata(&copy).unwrap().nlink(), 2, "one call still names it");
+    backdate(&p, ".airlock/invocations/one-2", "8 days ago");
+    p.run(&["staging", "gc"]).assert_ok();
+    assert_eq!(invocation_dirs(&p), Vec::<String>::new());
+    assert!(!copy.exists(), "a copy no call names outlived the sweep");
+    p.run(&["run", "copy", "data/in.txt", "results/again.txt", "--invocation-id", "again-1"]).assert_ok();
+    assert_eq!(std::fs::read(p.path(".airlock/invocations/again-1/manifest.clad.toml")).unwrap(), text);
+    assert_eq!(std::fs::metadata(&copy).unwrap().nlink(), 2);
+}
+
 #[test]
 fn keep_settled_must_be_a_duration() {
     for bad in ["7", "7w", "1.5h", "forever"] {

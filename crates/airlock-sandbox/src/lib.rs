@@ -257,7 +257,7 @@ pub use outcome::{AppliedLimits, Enforcement, ExitStatusKind, OutputExport, Work
 pub use parent::NativeWorker;
 pub use placement::BIND_MIN_BYTES;
 pub use probe::{probe, HostSupport};
-pub use sealed::SealedProgram;
+pub use sealed::{seal_memory_file, SealedProgram};
 pub use spec::{
     ImageMount, ProvidedFile, StagedInput, StagedOutput, WorkerLimits, WorkerSpec, FS_SOCKET_ENV, FS_SOCKET_FD,
     MAX_PROVIDED_FILES, PROGRAM_PATH, PROVIDED_DIR, STDOUT_TAIL,

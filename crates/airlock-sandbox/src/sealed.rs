@@ -74,7 +74,7 @@ impl SealedProgram {
             out.write_all(&buf[..n]).map_err(|e| sealed_err(format!("write(memfd {name:?})"))(errno(e)))?;
             len += n as u64;
         }
-        seal(&out, name)?;
+        seal_memory_file(&out, name)?;
         let file = reopen_read_only(out, name)?;
         Ok(SealedProgram { file, sha256: hasher.finalize().into(), len, name: name.to_owned() })
     }
@@ -85,7 +85,7 @@ impl SealedProgram {
         let memfd = create_memfd(name)?;
         let mut out = File::from(memfd);
         out.write_all(bytes).map_err(|e| sealed_err(format!("write(memfd {name:?})"))(errno(e)))?;
-        seal(&out, name)?;
+        seal_memory_file(&out, name)?;
         let file = reopen_read_only(out, name)?;
         Ok(SealedProgram { file, sha256: Sha256::digest(bytes).into(), len: bytes.len() as u64, name: name.to_owned() })
     }
@@ -128,13 +128,15 @@ impl AsFd for SealedProgram {
     }
 }
 
-/// Seals `file` against any change of content or size, and against new
-/// seals. `F_SEAL_WRITE` waits for page references to drop and can fail
+/// Seals `file`, a memory file made with `MFD_ALLOW_SEALING` and never
+/// mapped, against any change of content or size, and against new seals:
+/// a [`SealedProgram`]'s, or another sealed copy such as an input's
+/// snapshot. `F_SEAL_WRITE` waits for page references to drop and can fail
 /// with `EBUSY` while freshly written pages still sit in another CPU's LRU
 /// batch; then `F_SEAL_FUTURE_WRITE` is used, which refuses every later
-/// write and writable mapping and is as strong here, since this memory file
-/// was never mapped.
-fn seal(file: &File, name: &str) -> Result<(), SandboxError> {
+/// write and writable mapping and is as strong here, since the memory file
+/// was never mapped. `name` is for messages only.
+pub fn seal_memory_file(file: &File, name: &str) -> Result<(), SandboxError> {
     let rest = SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL;
     match rustix::fs::fcntl_add_seals(file, SealFlags::WRITE | rest) {
         Err(rustix::io::Errno::BUSY) => {

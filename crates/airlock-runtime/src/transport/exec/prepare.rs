@@ -270,8 +270,7 @@ fn memory_snapshot() -> Option<std::fs::File> {
 /// Seals a written snapshot: its bytes, the ones hashed, can no longer
 /// change through any descriptor of it.
 fn seal(copy: std::fs::File) -> Result<std::fs::File, Refusal> {
-    use rustix::fs::{fcntl_add_seals, SealFlags};
-    fcntl_add_seals(&copy, SealFlags::WRITE | SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
+    airlock_sandbox::seal_memory_file(&copy, "airlock-input")
         .map_err(|e| Refusal::new(ReasonCode::Internal, format!("sealing an input snapshot: {e}")))?;
     Ok(copy)
 }

@@ -1,6 +1,7 @@
 //! This build against another one, alternated call by call: `airlock run`
 //! of the trivial tool, a `tools/call` through one `airlock mcp` of each
-//! build, and `airlock query git_status` of the 5,000-file repository. `AIRLOCK_BENCH_OTHER` names a directory holding the other build's
+//! build, and `airlock query git_status` of the 5,000-file repository.
+//! `AIRLOCK_BENCH_OTHER` names a directory holding the other build's
 //! `airlock` (with the `airlock-sandbox-init` it pairs with, if it uses
 //! one). This host's latency drifts by ±10% within an hour, more than one
 //! step of issue 22 changes a call, so the rows against bwrap cannot show

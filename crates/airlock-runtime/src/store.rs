@@ -246,9 +246,7 @@ impl<'a> PendingInvocation<'a> {
         }
         self.invocations.open_subdir(&record.invocation_id).map_err(Refusal::from)
     }
-}
 
-impl PendingInvocation<'_> {
     /// Makes [`MANIFEST_FILE`] a second name of the shared copy of `text`
     /// in [`SHARED_MANIFESTS`], making that copy (synced) if there is none.
     /// `None` where it cannot (the call then writes its own copy, as a call

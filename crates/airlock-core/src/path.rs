@@ -97,6 +97,16 @@ pub fn fold_key(name: &str) -> String {
     fold_chars(name)
 }
 
+/// Whether `name`'s [`fold_key`] is `key` (an ASCII, lower-case key),
+/// without making the key of an ASCII name: checks that run on every path
+/// of a snapshot allocate nothing for the usual name.
+pub fn folds_to(name: &str, key: &str) -> bool {
+    if name.is_ascii() {
+        return name.eq_ignore_ascii_case(key);
+    }
+    fold_chars(name) == key
+}
+
 /// [`fold_key`] character by character.
 fn fold_chars(name: &str) -> String {
     let mut key = String::with_capacity(name.len());
@@ -509,6 +519,30 @@ mod tests {
         let every: String = (0u8..0x80).map(char::from).collect();
         assert_eq!(fold_key(&every), fold_chars(&every));
         assert_eq!(fold_key("Src/Main.RS"), "src/main.rs");
+    }
+
+    #[test]
+    fn folds_to_agrees_with_the_key() {
+        let names = [
+            ".git",
+            ".GIT",
+            ".GiT",
+            ".gi",
+            ".gitx",
+            "git",
+            ".g\u{200C}it",
+            ".\u{0130}git",
+            ".GI\u{FEFF}T",
+            ".G\u{0130}T",
+            ".g\u{0131}t",
+            "",
+        ];
+        for name in names {
+            for key in [".git", "", "git"] {
+                assert_eq!(folds_to(name, key), fold_key(name) == key, "{name:?} {key:?}");
+            }
+        }
+        assert!(folds_to(".g\u{200C}IT", ".git"));
     }
 
     #[test]

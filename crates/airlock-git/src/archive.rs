@@ -26,7 +26,8 @@
 use crate::error::GitError;
 use crate::limits::Limits;
 use airlock_core::ReasonCode;
-use std::collections::HashSet;
+use std::collections::hash_map::Entry as Slot;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 
 /// The archive's first bytes.
@@ -120,15 +121,16 @@ pub fn check_path(p: &str) -> Result<(), GitError> {
     if p.bytes().any(|b| matches!(b, 0 | b'\r' | b'\n' | b'\\')) {
         return Err(rejected(format!("path {p:?} holds a NUL, CR, LF or backslash byte")));
     }
-    let parts: Vec<&str> = p.split('/').collect();
-    if parts.len() > MAX_DEPTH {
+    // Both ends check every path of a snapshot: nothing is allocated here
+    // for an ASCII path.
+    if p.bytes().filter(|b| *b == b'/').count() >= MAX_DEPTH {
         return Err(rejected(format!("path {p:?} is deeper than {MAX_DEPTH} levels")));
     }
-    for (i, c) in parts.iter().enumerate() {
-        if c.is_empty() || *c == "." || *c == ".." || c.len() > 255 {
+    for (i, c) in p.split('/').enumerate() {
+        if c.is_empty() || c == "." || c == ".." || c.len() > 255 {
             return Err(rejected(format!("path {p:?} has an empty, `.`, `..` or over-long component")));
         }
-        if airlock_core::path::fold_key(c) == ".git" && (i > 0 || *c != ".git") {
+        if airlock_core::path::folds_to(c, ".git") && (i > 0 || c != ".git") {
             return Err(rejected(format!("path {p:?} holds a nested or case-folded .git")));
         }
     }
@@ -157,11 +159,9 @@ impl<W: Write> Writer<W> {
             return Err(rejected(format!("{path:?} collides with another path that differs only in case")));
         }
         self.count += 1;
-        let mut h = Vec::with_capacity(3 + path.len());
-        h.push(tag);
-        h.extend_from_slice(&(path.len() as u16).to_be_bytes());
-        h.extend_from_slice(path.as_bytes());
-        self.out.write_all(&h).map_err(GitError::io("writing the snapshot"))
+        let [high, low] = (path.len() as u16).to_be_bytes();
+        self.out.write_all(&[tag, high, low]).map_err(GitError::io("writing the snapshot"))?;
+        self.out.write_all(path.as_bytes()).map_err(GitError::io("writing the snapshot"))
     }
 
     /// Records a directory.
@@ -228,8 +228,9 @@ impl<W: Write> Writer<W> {
 pub struct Reader<R: Read> {
     input: R,
     limits: Limits,
-    seen: HashSet<String>,
-    folded: HashSet<String>,
+    /// Each path read, by its fold key; the path itself only where it is
+    /// not its own key (one set tells a repeated path from a case collision).
+    folded: HashMap<String, Option<Box<str>>>,
     dirs: HashSet<String>,
     files: u64,
     bytes: u64,
@@ -248,16 +249,7 @@ impl<R: Read> Reader<R> {
         if magic != MAGIC {
             return Err(bad("wrong header"));
         }
-        Ok(Reader {
-            input,
-            limits,
-            seen: HashSet::new(),
-            folded: HashSet::new(),
-            dirs: HashSet::new(),
-            files: 0,
-            bytes: 0,
-            count: 0,
-        })
+        Ok(Reader { input, limits, folded: HashMap::new(), dirs: HashSet::new(), files: 0, bytes: 0, count: 0 })
     }
 
     fn u16(&mut self) -> Result<u16, GitError> {
@@ -303,11 +295,18 @@ impl<R: Read> Reader<R> {
                 return Err(rejected(format!("{p:?} comes before its directory (or its parent is not a directory)")));
             }
         }
-        if !self.seen.insert(p.clone()) {
-            return Err(rejected(format!("{p:?} appears twice")));
-        }
-        if !self.folded.insert(airlock_core::path::fold_key(&p)) {
-            return Err(rejected(format!("{p:?} collides with another path that differs only in case")));
+        match self.folded.entry(airlock_core::path::fold_key(&p)) {
+            Slot::Occupied(earlier) => {
+                let earlier = earlier.get().as_deref().unwrap_or(earlier.key());
+                if earlier == p {
+                    return Err(rejected(format!("{p:?} appears twice")));
+                }
+                return Err(rejected(format!("{p:?} collides with another path that differs only in case")));
+            }
+            Slot::Vacant(slot) => {
+                let own = (*slot.key() != p).then(|| p.clone().into_boxed_str());
+                slot.insert(own);
+            }
         }
         Ok(p)
     }
@@ -316,7 +315,7 @@ impl<R: Read> Reader<R> {
     /// bytes and must consume all of them.
     pub fn read_all(
         mut self,
-        mut sink: impl FnMut(&Entry, Option<&mut dyn Read>) -> Result<(), GitError>,
+        mut sink: impl FnMut(Entry, Option<&mut dyn Read>) -> Result<(), GitError>,
     ) -> Result<(), GitError> {
         loop {
             let mut tag = [0u8; 1];
@@ -340,7 +339,7 @@ impl<R: Read> Reader<R> {
                 b'D' => {
                     let p = self.path()?;
                     self.dirs.insert(p.clone());
-                    sink(&Entry::Dir(p), None)?;
+                    sink(Entry::Dir(p), None)?;
                 }
                 b'F' | b'X' => {
                     let path = self.path()?;
@@ -349,11 +348,12 @@ impl<R: Read> Reader<R> {
                     self.files += 1;
                     self.bytes = self.bytes.saturating_add(size);
                     self.limits.check(self.files, self.bytes, size, &path)?;
+                    let shown = format!("{path:?}");
                     let entry = Entry::File { path, size, executable: tag[0] == b'X', mtime };
                     let mut take = (&mut self.input).take(size);
-                    sink(&entry, Some(&mut take))?;
+                    sink(entry, Some(&mut take))?;
                     if take.limit() != 0 {
-                        return Err(bad(format!("{:?} was not read to its end", entry.path())));
+                        return Err(bad(format!("{shown} was not read to its end")));
                     }
                 }
                 b'S' | b'T' => {
@@ -365,7 +365,7 @@ impl<R: Read> Reader<R> {
                     }
                     self.files += 1;
                     self.limits.check(self.files, self.bytes, 0, &path)?;
-                    sink(&Entry::Stat(StatOnly { path, size, executable: tag[0] == b'T', mtime }), None)?;
+                    sink(Entry::Stat(StatOnly { path, size, executable: tag[0] == b'T', mtime }), None)?;
                 }
                 b'L' => {
                     let path = self.path()?;
@@ -376,7 +376,7 @@ impl<R: Read> Reader<R> {
                     let target = self.bytes(n)?;
                     self.files += 1;
                     self.limits.check(self.files, self.bytes, 0, &path)?;
-                    sink(&Entry::Link { path, target }, None)?;
+                    sink(Entry::Link { path, target }, None)?;
                 }
                 other => return Err(bad(format!("unknown record tag {other:#x}"))),
             }
@@ -394,7 +394,7 @@ mod tests {
             if let Some(r) = r {
                 std::io::copy(r, &mut std::io::sink()).unwrap();
             }
-            out.push(e.clone());
+            out.push(e);
             Ok(())
         })?;
         Ok(out)

@@ -26,8 +26,19 @@ use std::path::Path;
 /// the index file's time as gix loaded it, the time its own racy check uses.
 pub(crate) fn settle(files: Vec<StatOnly>, index: &mut gix::index::File, work_tree: &Path) -> Result<(), GitError> {
     let index_mtime = index.timestamp().seconds();
+    // The walk lists each directory sorted by name, so a record's entry is
+    // most often the one after the last record's: that one is compared
+    // first, and the index searched only where it is not.
+    let mut next = 0;
     for file in files {
-        let found = index.entry_index_by_path_and_stage(file.path.as_str().into(), Stage::Unconflicted);
+        let path: &gix::bstr::BStr = file.path.as_str().into();
+        let found = match index.entries().get(next) {
+            Some(e) if e.stage() == Stage::Unconflicted && e.path(index) == path => Some(next),
+            _ => index.entry_index_by_path_and_stage(path, Stage::Unconflicted),
+        };
+        if let Some(i) = found {
+            next = i + 1;
+        }
         let unchanged = found.is_some_and(|i| matches_entry(&index.entries()[i], &file, index_mtime));
         match found {
             Some(i) if unchanged => index.entries_mut()[i].flags.insert(Flags::UPTODATE),

@@ -28,19 +28,19 @@ pub(crate) fn unpack(archive: &Path, into: &Path, limits: Limits) -> Result<Vec<
         match entry {
             Entry::Dir(_) => DirBuilder::new().mode(0o755).create(&at).map_err(GitError::io("creating a directory")),
             Entry::File { executable, mtime, .. } => {
-                let mut out = create(&at, *executable)?;
+                let mut out = create(&at, executable)?;
                 let data: &mut dyn Read =
                     data.ok_or_else(|| GitError::io("reading the snapshot")(std::io::ErrorKind::UnexpectedEof.into()))?;
                 std::io::copy(data, &mut out).map_err(GitError::io("writing a file"))?;
-                set_mtime(&out, *mtime)
+                set_mtime(&out, mtime)
             }
             Entry::Stat(file) => {
-                stat_only.push(file.clone());
+                stat_only.push(file);
                 Ok(())
             }
             Entry::Link { target, .. } => {
                 use std::os::unix::ffi::OsStrExt;
-                std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(target), &at)
+                std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(&target), &at)
                     .map_err(GitError::io("creating a link"))
             }
         }

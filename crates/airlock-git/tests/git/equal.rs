@@ -322,6 +322,34 @@ fn only_the_files_git_would_read_are_copied() {
     assert_eq!(paths, ["edited.txt", "mode.sh", "untracked.txt"], "{ours}");
 }
 
+/// The walk lists each directory by name, so `a/…` comes before `a.txt`
+/// and `a-b.txt`, which git's index orders first ('-' and '.' sort below
+/// '/'): the driver's lookup of each stat-only record in the index must
+/// find it wherever it is, and mark nothing else up to date.
+#[test]
+fn status_equals_git_s_where_the_walk_order_is_not_the_index_s() {
+    let r = Repo::new();
+    for name in ["a.txt", "a-b.txt", "a/b.txt", "a/c.txt", "a/d/e.txt", "a0.txt", "b.txt"] {
+        if let Some((dir, _)) = name.rsplit_once('/') {
+            std::fs::create_dir_all(r.path().join(dir)).unwrap();
+        }
+        r.write(name, format!("{name}\n"));
+    }
+    r.git(&["add", "-A"]);
+    r.git(&["commit", "-q", "-m", "one"]);
+    age_the_index(&r);
+    r.write("a/c.txt", "a/c.txt, longer now\n");
+    r.write("a/new.txt", "new\n");
+    r.write("a.txt.orig", "untracked beside a.txt\n");
+    std::fs::remove_file(r.path().join("a0.txt")).unwrap();
+    let (stats, _) = take(&r.path(), Operation::GitStatus, Limits::default()).unwrap();
+    assert_eq!(stats.stat_only, 7, "five unchanged, two untracked: {stats:?}");
+    assert_status_equal(&r);
+    let ours = answer(&r.path(), op("git_status")).unwrap();
+    let paths: Vec<&str> = ours["entries"].as_array().unwrap().iter().map(|e| e["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["a.txt.orig", "a/c.txt", "a/new.txt", "a0.txt"], "{ours}");
+}
+
 #[test]
 fn an_empty_repository_answers_empty() {
     let r = Repo::new();

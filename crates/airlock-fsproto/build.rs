@@ -2,10 +2,11 @@
 //! the first 32 hex digits of SHA-256 over the crate version, the optional
 //! `AIRLOCK_BUILD_ID` (a packager's release or commit id) and every source
 //! file of the crates a helper is built from — this protocol, the broker,
-//! the `airlock-fs` client, the rooted file operations, the sandbox — plus
-//! `Cargo.lock`. `airlock`, `airlock-broker` and `airlock-fs` all link this
-//! crate, so one build gives the three the same fingerprint, and a build
-//! from other helper sources gives another. The Git commit is left out on
+//! the `airlock-fs` client, the rooted file operations, the sandbox, the
+//! Git driver and the core types they share — plus `Cargo.lock`. `airlock`,
+//! `airlock-broker`, `airlock-fs`, `airlock-sandbox-init` and
+//! `airlock-git-driver` all link this crate, so one build gives them the
+//! same fingerprint, and a build from other helper sources gives another. The Git commit is left out on
 //! purpose: it would rebuild the workspace on every commit without telling
 //! two builds of the same helper sources apart any better.
 
@@ -14,8 +15,15 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 /// The crates whose sources a helper is built from (this one first).
-const HELPER_CRATES: &[&str] =
-    &["airlock-fsproto", "airlock-broker", "airlock-fs", "airlock-hostfs", "airlock-sandbox"];
+const HELPER_CRATES: &[&str] = &[
+    "airlock-fsproto",
+    "airlock-broker",
+    "airlock-fs",
+    "airlock-hostfs",
+    "airlock-sandbox",
+    "airlock-git",
+    "airlock-core",
+];
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };

@@ -93,6 +93,7 @@ pub fn run(config: &Config, config_report: Value) -> Envelope {
             "cgroup_delegation": cgroups,
             "warm_sandboxes": warm_report(config, host.cgroup_delegation.is_ok()),
             "sandbox_init": init_report(),
+            "git_driver": git_driver_report(),
             "input_leases": match airlock_sandbox::lease_support() {
                 Ok(secs) => check(true, format!(
                     "an input over 8 MiB of a native call is held under a read lease, not copied; a host writer \
@@ -165,6 +166,26 @@ fn init_report() -> Value {
             ),
         ),
         Err(refusal) => check(false, refusal.message),
+    }
+}
+
+/// Which program a Git query's worker runs: `airlock-git-driver` beside
+/// airlock, else airlock itself.
+fn git_driver_report() -> Value {
+    use airlock_runtime::transport::git::{driver_executable, DRIVER_BIN};
+    match driver_executable() {
+        Ok(path) if path.file_name().is_some_and(|n| n == DRIVER_BIN) => {
+            check(true, format!("{} answers each Git query in its worker", path.display()))
+        }
+        Ok(path) => check(
+            false,
+            format!(
+                "no {DRIVER_BIN} beside {}: airlock is its own Git driver, so a Git query's worker runs all of \
+                 airlock's code instead of the Git reader's alone; install it from the same build",
+                path.display()
+            ),
+        ),
+        Err(e) => check(false, format!("cannot find this executable: {e}")),
     }
 }
 

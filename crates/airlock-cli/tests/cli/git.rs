@@ -139,6 +139,97 @@ fn a_git_query_runs_in_the_sandbox_it_built_while_snapshotting() {
     p.run(&["journal", "verify"]).assert_ok();
 }
 
+/// The Git driver built beside the `airlock` under test (`airlock-git`'s
+/// binary: the README's `cargo test --workspace` builds it).
+fn driver() -> std::path::PathBuf {
+    let driver = Path::new(crate::util::AIRLOCK).with_file_name("airlock-git-driver");
+    assert!(driver.is_file(), "{} is missing: build the workspace (cargo test --workspace)", driver.display());
+    driver
+}
+
+/// Which program a Git query's worker runs: `airlock-git-driver` beside
+/// the `airlock` that runs, else `airlock` itself; the answers are the
+/// same. On the shipping binaries, run from a directory of links to them.
+#[test]
+fn the_driver_beside_airlock_is_the_one_run_and_without_one_airlock_is_its_own() {
+    use crate::init_program::link_or_copy;
+    let p = Project::new();
+    let repo = busy(&p);
+    let bin = tempfile::tempdir().unwrap();
+    link_or_copy(Path::new(crate::util::AIRLOCK), &bin.path().join("airlock"));
+    let args = ["query", "git_status", "path=data/repo"];
+    let query = || p.run_command(p.command_of(&bin.path().join("airlock"), &args), &args);
+    let expected = in_process(&repo, json!({ "operation": "git_status" }));
+
+    let doctor = || {
+        let run = p.run_command(p.command_of(&bin.path().join("airlock"), &["doctor"]), &["doctor"]);
+        run.envelope["content"]["host"]["git_driver"].clone()
+    };
+
+    // Nothing beside it: airlock is its own driver, and `doctor` says so.
+    let alone = query();
+    alone.assert_ok();
+    assert_eq!(alone.envelope["content"], expected);
+    let report = doctor();
+    assert_eq!(report["ok"], false, "{report}");
+    assert!(report["detail"].as_str().unwrap().contains("its own Git driver"), "{report}");
+
+    // A program beside it that is no driver is the one run: the query
+    // fails without an answer.
+    let impostor = bin.path().join("airlock-git-driver");
+    link_or_copy(Path::new("/bin/false"), &impostor);
+    let run = query();
+    assert_eq!(run.reason(), "tool.failed", "{run:#?}");
+    assert!(run.envelope["error"]["message"].as_str().unwrap().contains("without an answer"), "{run:#?}");
+
+    // The driver of this build beside it: the same answer.
+    std::fs::remove_file(&impostor).unwrap();
+    link_or_copy(&driver(), &impostor);
+    let small = query();
+    small.assert_ok();
+    assert_eq!(small.envelope["content"], expected);
+    let report = doctor();
+    assert_eq!(report["ok"], true, "{report}");
+    assert!(report["detail"].as_str().unwrap().contains("answers each Git query"), "{report}");
+    p.run(&["journal", "verify"]).assert_ok();
+}
+
+/// The driver alone is no command; a driver of another build (this one's
+/// with another fingerprint written over its own) beside airlock refuses
+/// the request before it reads anything, and the query says why
+/// (`helper.mismatch`, which the runtime believes of a worker).
+#[test]
+fn a_driver_of_another_build_refuses_the_query() {
+    use crate::init_program::link_or_copy;
+    use std::os::unix::fs::PermissionsExt;
+    let out = Command::new(driver()).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a command"), "{out:?}");
+
+    let p = Project::new();
+    busy(&p);
+    let bin = tempfile::tempdir().unwrap();
+    link_or_copy(Path::new(crate::util::AIRLOCK), &bin.path().join("airlock"));
+    let ours = airlock_fsproto::BUILD_FINGERPRINT.as_bytes();
+    let mut bytes = std::fs::read(driver()).unwrap();
+    let mut patched = 0;
+    while let Some(at) = bytes.windows(ours.len()).position(|w| w == ours) {
+        bytes[at..at + ours.len()].copy_from_slice(b"0123456789abcdef0123456789abcdef");
+        patched += 1;
+    }
+    assert!(patched >= 1, "the fingerprint is embedded in the driver");
+    let other = bin.path().join("airlock-git-driver");
+    std::fs::write(&other, bytes).unwrap();
+    std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let args = ["query", "git_status", "path=data/repo"];
+    let run = p.run_command(p.command_of(&bin.path().join("airlock"), &args), &args);
+    assert_eq!(run.reason(), "helper.mismatch", "{run:#?}");
+    let message = run.envelope["error"]["message"].as_str().unwrap();
+    assert!(message.contains("install the airlock-git-driver built with this airlock"), "{run:#?}");
+    p.run(&["journal", "verify"]).assert_ok();
+}
+
 #[test]
 fn unchanged_files_are_recorded_by_stat_alone_and_the_answers_stay_git_s() {
     let p = Project::new();

@@ -17,7 +17,7 @@ fn init() -> std::path::PathBuf {
     init
 }
 
-fn link_or_copy(from: &Path, to: &Path) {
+pub(crate) fn link_or_copy(from: &Path, to: &Path) {
     if std::fs::hard_link(from, to).is_err() {
         std::fs::copy(from, to).unwrap_or_else(|e| panic!("{} -> {}: {e}", from.display(), to.display()));
     }

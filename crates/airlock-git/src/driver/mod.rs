@@ -1,8 +1,11 @@
 //! The driver: runs inside the worker, sees only the snapshot.
 //!
-//! The `airlock` binary is bound into the worker at
-//! `airlock_sandbox::PROGRAM_PATH` and executed with [`DRIVER_MARKER`],
-//! the request (JSON) and the archive's path (`/workspace/snapshot`, a
+//! `airlock-git-driver` (this crate's binary, beside `airlock`; without
+//! it, `airlock` itself) is bound into the worker at
+//! `airlock_sandbox::PROGRAM_PATH` and executed with [`DRIVER_MARKER`], the
+//! build fingerprint of the `airlock` that sent the request (a driver of
+//! another build refuses it: `helper.mismatch`), the request (JSON) and the
+//! archive's path (`/workspace/snapshot`, a
 //! staged input and the worker's only file; its image holds only `/lib*`
 //! and `/usr/lib*`: no shell, no `git`). The driver unpacks the archive
 //! into `/tmp/repo` with every path checked again
@@ -40,9 +43,11 @@ pub fn maybe_run_driver() {
     if args.get(1).map(String::as_str) != Some(DRIVER_MARKER) {
         return;
     }
-    let result = match (args.get(2), args.get(3), args.len()) {
-        (Some(request), Some(archive), 4) => run(request, Path::new(archive), Path::new(UNPACK_DIR)),
-        _ => Err(GitError::new(ReasonCode::Usage, "usage: DRIVER_MARKER REQUEST_JSON ARCHIVE")),
+    let result = match (args.get(2), args.get(3), args.get(4), args.len()) {
+        (Some(build), Some(request), Some(archive), 5) => {
+            same_build(build).and_then(|()| run(request, Path::new(archive), Path::new(UNPACK_DIR)))
+        }
+        _ => Err(GitError::new(ReasonCode::Usage, "usage: DRIVER_MARKER BUILD REQUEST_JSON ARCHIVE")),
     };
     match result {
         Ok(json) => {
@@ -55,6 +60,28 @@ pub fn maybe_run_driver() {
             std::process::exit(EXIT_ERROR)
         }
     }
+}
+
+/// The driver's arguments after [`DRIVER_MARKER`], for `request` (JSON)
+/// on the archive at `archive`: this build's fingerprint first.
+pub fn driver_args(request: String, archive: String) -> [String; 4] {
+    [DRIVER_MARKER.to_owned(), airlock_fsproto::BUILD_FINGERPRINT.to_owned(), request, archive]
+}
+
+/// Refuses a request from an `airlock` of another build: the archive, the
+/// request and the answer are one build's formats.
+fn same_build(build: &str) -> Result<(), GitError> {
+    if build == airlock_fsproto::BUILD_FINGERPRINT {
+        return Ok(());
+    }
+    Err(GitError::new(
+        ReasonCode::HelperMismatch,
+        format!(
+            "this Git driver is build {:?} and the airlock that started it is build {build:?}: install the \
+             airlock-git-driver built with this airlock beside it, or remove it (airlock is then its own driver)",
+            airlock_fsproto::BUILD_FINGERPRINT
+        ),
+    ))
 }
 
 /// Unpacks `archive` into `into` (which must not exist) and answers

@@ -17,10 +17,11 @@
 //!    built-in default, which permits these low-risk queries unless the
 //!    snapshot found a hard-linked file (`snapshot.linked_files > 0`).
 //! 3. **Run**: a native worker whose only file is the archive and whose
-//!    only program is the `airlock` binary, bound read-only
-//!    ([`airlock_sandbox::NativeTier::bind_program`]) and run as the driver
-//!    ([`airlock_git::driver`]); its image holds only the library
-//!    directories the driver's loader needs, so no shell and no `git`.
+//!    only program is the driver ([`airlock_git::driver`]):
+//!    `airlock-git-driver` beside `airlock`, else the `airlock` binary,
+//!    bound read-only ([`airlock_sandbox::NativeTier::bind_program`]); its
+//!    image holds only the library directories the driver's loader needs,
+//!    so no shell and no `git`.
 //! 4. **Answer**: the driver's JSON, with what the snapshot left out
 //!    (`partial`, `partial_reasons`, `skipped`), is the envelope's
 //!    `content`. Nothing is published. Every step is journaled like a tool call.
@@ -50,11 +51,13 @@
 //!
 //! The driver runs in a native worker whose only file is the archive
 //! (`/workspace/snapshot`, a staged input) and whose image holds only `/lib*`
-//! and `/usr/lib*` (no shell, no `git`); the `airlock` binary is the driver
-//! (`NativeTier::bind_program`), dispatched by `main` on a hidden marker
-//! argument before anything else. Driver errors come back as
+//! and `/usr/lib*` (no shell, no `git`); the driver is `airlock-git-driver`
+//! beside `airlock` (a binary of the Git reader alone), else `airlock`
+//! itself, dispatched by `main` on a hidden marker argument before anything
+//! else (`NativeTier::bind_program`). Driver errors come back as
 //! `{"error":{code,message}}` and become the envelope's error; only `git.*`
-//! codes are believed, anything else from the worker is `tool.failed`.
+//! codes and `helper.mismatch` (a driver of another build) are believed,
+//! anything else from the worker is `tool.failed`.
 //! Refusals reserve the invocation id and are journaled like tool calls; a
 //! query that ran journals prepared, authorized, worker started, worker
 //! finished and finished. It publishes nothing.
@@ -160,23 +163,18 @@ impl Transport for Git<'_> {
         let (mut prepared, decision) = call.into_parts();
         let id = prepared.invocation_id().to_owned();
         let GitPayload { op, request, stats, tier } = prepared.payload();
-        // The driver runs on the archive alone. It is airlock itself (which
-        // links the Git reader), not the tier's init, which may be the small
-        // `airlock-sandbox-init`.
+        // The driver runs on the archive alone.
         let mut tier = tier.clone();
-        let program = std::env::current_exe().and_then(|exe| rt.authority().open_read(&exe)).map_err(|e| {
-            Refusal::new(ReasonCode::SandboxUnavailable, format!("opening the airlock executable for the driver: {e}"))
+        let program = driver_executable().and_then(|exe| rt.authority().open_read(&exe)).map_err(|e| {
+            Refusal::new(ReasonCode::SandboxUnavailable, format!("opening the Git driver's executable: {e}"))
         })?;
         tier.bind_program(Arc::new(program));
         let working_dir = rt.config().working_dir.clone();
         let request_json =
             serde_json::to_string(request).map_err(|e| Refusal::new(ReasonCode::Internal, e.to_string()))?;
-        let mut spec = WorkerSpec::new([
-            PROGRAM_PATH.to_string(),
-            airlock_git::driver::DRIVER_MARKER.to_string(),
-            request_json,
-            format!("{working_dir}/{ARCHIVE}"),
-        ]);
+        let mut words = vec![PROGRAM_PATH.to_string()];
+        words.extend(airlock_git::driver::driver_args(request_json, format!("{working_dir}/{ARCHIVE}")));
+        let mut spec = WorkerSpec::new(words);
         spec.working_dir = working_dir;
         spec.inputs.push(StagedInput {
             virtual_path: ARCHIVE.into(),
@@ -297,6 +295,19 @@ fn parse_args(
     Ok((op, path, request))
 }
 
+/// The file name of the Git driver's own binary.
+pub const DRIVER_BIN: &str = "airlock-git-driver";
+
+/// The Git driver: `airlock-git-driver` beside this executable (it links
+/// only the Git reader, so the worker executes a few MiB of one job's code
+/// instead of all of airlock), else this executable, which can be the
+/// driver too. Not the tier's init, which may be `airlock-sandbox-init`.
+pub fn driver_executable() -> std::io::Result<std::path::PathBuf> {
+    let exe = std::env::current_exe()?;
+    let small = exe.with_file_name(DRIVER_BIN);
+    Ok(if small.is_file() { small } else { exe })
+}
+
 /// Limits for a driver unpacking `stats`: files up to 64 MiB, a `/tmp`
 /// that holds the unpacked repository, and no more processes than it needs.
 fn driver_limits(stats: &SnapshotStats) -> WorkerLimits {
@@ -329,8 +340,9 @@ fn judge(outcome: &airlock_sandbox::WorkerOutcome) -> Result<serde_json::Value, 
     match (outcome.exit.success(), parsed) {
         (true, Some(v)) => Ok(v),
         (false, Some(v)) if v.get("error").is_some() => {
-            // The worker's words are untrusted: only `git.*` codes pass through.
-            let code = v["error"]["code"].as_str().filter(|c| c.starts_with("git."));
+            // The worker's words are untrusted: only `git.*` codes and a
+            // driver's refusal of another build pass through.
+            let code = v["error"]["code"].as_str().filter(|c| c.starts_with("git.") || *c == "helper.mismatch");
             let code = code.and_then(ReasonCode::from_str_code).unwrap_or(ReasonCode::ToolFailed);
             Err(Refusal::new(code, v["error"]["message"].as_str().unwrap_or("").to_owned()))
         }

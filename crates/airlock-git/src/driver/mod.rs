@@ -62,8 +62,8 @@ pub fn maybe_run_driver() {
     }
 }
 
-/// The driver's arguments after [`DRIVER_MARKER`], for `request` (JSON)
-/// on the archive at `archive`: this build's fingerprint first.
+/// The driver's arguments for `request` (JSON) on the archive at
+/// `archive`: [`DRIVER_MARKER`], this build's fingerprint, then those two.
 pub fn driver_args(request: String, archive: String) -> [String; 4] {
     [DRIVER_MARKER.to_owned(), airlock_fsproto::BUILD_FINGERPRINT.to_owned(), request, archive]
 }

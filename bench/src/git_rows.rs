@@ -6,8 +6,8 @@
 //! policy, journal, a native worker (its sandbox built while the snapshot
 //! is taken), unpacking the snapshot there and gix computing the status
 //! (unchanged files marked up to date, never created). Target: ratio at
-//! most 2. Measured (2-core shared host, full row): 33.5 ms vs 8.5 ms,
-//! 3.9 (copying every file: ~100 ms vs ~10 ms, 10–12): MISSED.
+//! most 2. Measured (2-core shared host, full row): 34.4 ms vs 10.5 ms,
+//! 3.27 (copying every file: ~100 ms vs ~10 ms, 10–12): MISSED.
 
 use crate::harness::{compare, Report, Target};
 use std::path::{Path, PathBuf};

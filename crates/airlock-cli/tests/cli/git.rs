@@ -161,18 +161,19 @@ fn the_driver_beside_airlock_is_the_one_run_and_without_one_airlock_is_its_own()
     let query = || p.run_command(p.command_of(&bin.path().join("airlock"), &args), &args);
     let expected = in_process(&repo, json!({ "operation": "git_status" }));
 
-    let doctor = || {
-        let run = p.run_command(p.command_of(&bin.path().join("airlock"), &["doctor"]), &["doctor"]);
-        run.envelope["content"]["host"]["git_driver"].clone()
+    // The query answers as in-process, and `doctor` says which driver ran.
+    let answers = |small: bool, doctor_says: &str| {
+        let run = query();
+        run.assert_ok();
+        assert_eq!(run.envelope["content"], expected);
+        let doctor = p.run_command(p.command_of(&bin.path().join("airlock"), &["doctor"]), &["doctor"]);
+        let report = &doctor.envelope["content"]["host"]["git_driver"];
+        assert_eq!(report["ok"], small, "{report}");
+        assert!(report["detail"].as_str().unwrap().contains(doctor_says), "{report}");
     };
 
-    // Nothing beside it: airlock is its own driver, and `doctor` says so.
-    let alone = query();
-    alone.assert_ok();
-    assert_eq!(alone.envelope["content"], expected);
-    let report = doctor();
-    assert_eq!(report["ok"], false, "{report}");
-    assert!(report["detail"].as_str().unwrap().contains("its own Git driver"), "{report}");
+    // Nothing beside it: airlock is its own driver.
+    answers(false, "its own Git driver");
 
     // A program beside it that is no driver is the one run: the query
     // fails without an answer.
@@ -185,12 +186,7 @@ fn the_driver_beside_airlock_is_the_one_run_and_without_one_airlock_is_its_own()
     // The driver of this build beside it: the same answer.
     std::fs::remove_file(&impostor).unwrap();
     link_or_copy(&driver(), &impostor);
-    let small = query();
-    small.assert_ok();
-    assert_eq!(small.envelope["content"], expected);
-    let report = doctor();
-    assert_eq!(report["ok"], true, "{report}");
-    assert!(report["detail"].as_str().unwrap().contains("answers each Git query"), "{report}");
+    answers(true, "answers each Git query");
     p.run(&["journal", "verify"]).assert_ok();
 }
 

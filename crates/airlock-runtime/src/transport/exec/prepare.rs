@@ -118,10 +118,7 @@ impl Runtime {
                 Some(self.pool().admit_pending(&room, &waiting, self.config().approval.max_pending)?)
             }
         };
-        let inputs_dir = match &lease {
-            Some(lease) => Some(lease.data().try_clone().map_err(Refusal::from)?),
-            None => None,
-        };
+        let inputs_dir = lease.as_ref().map(airlock_staging::Lease::data);
         let mut reads = Vec::with_capacity(opened.len());
         let mut recorded = Vec::with_capacity(opened.len());
         let mut held_inputs = Vec::with_capacity(opened.len());
@@ -143,8 +140,7 @@ impl Runtime {
                 memory = Some(seal(copy)?);
                 info
             } else {
-                let inputs_dir =
-                    inputs_dir.as_ref().ok_or_else(|| Refusal::new(ReasonCode::Internal, "no staging room"))?;
+                let inputs_dir = inputs_dir.ok_or_else(|| Refusal::new(ReasonCode::Internal, "no staging room"))?;
                 let dest = inputs_dir.create_file_rw(&name).map_err(Refusal::from)?;
                 file.snapshot_to_file(&dest, max_input_file_bytes, &mut |n| meter.add(n))?
             };

@@ -40,6 +40,7 @@ pub mod failure;
 mod id;
 pub mod ledger;
 pub mod names;
+pub mod own_program;
 mod policy_files;
 pub mod progress;
 pub mod recovery;

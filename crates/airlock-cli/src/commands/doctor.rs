@@ -152,39 +152,31 @@ pub fn run(config: &Config, config_report: Value) -> Envelope {
 
 /// Which program a native call starts as its sandbox init.
 fn init_report() -> Value {
-    match super::init_executable() {
-        Ok(path) if path.file_name().is_some_and(|n| n == super::INIT_BIN) => {
-            check(true, format!("{} starts each native call", path.display()))
-        }
-        Ok(path) => check(
-            false,
-            format!(
-                "no {} beside {}: airlock is its own sandbox init, so each native call execs all of airlock \
-                 (about 1 ms more a call); install it from the same build",
-                super::INIT_BIN,
-                path.display()
-            ),
-        ),
-        Err(refusal) => check(false, refusal.message),
-    }
+    own_program_report(
+        super::INIT_BIN,
+        "starts each native call",
+        "airlock is its own sandbox init, so each native call execs all of airlock (about 1 ms more a call)",
+    )
 }
 
-/// Which program a Git query's worker runs: `airlock-git-driver` beside
-/// airlock, else airlock itself.
+/// Which program a Git query's worker runs.
 fn git_driver_report() -> Value {
-    use airlock_runtime::transport::git::{driver_executable, DRIVER_BIN};
-    match driver_executable() {
-        Ok(path) if path.file_name().is_some_and(|n| n == DRIVER_BIN) => {
-            check(true, format!("{} answers each Git query in its worker", path.display()))
+    own_program_report(
+        airlock_runtime::transport::git::DRIVER_BIN,
+        "answers each Git query in its worker",
+        "airlock is its own Git driver, so a Git query's worker runs all of airlock's code instead of the Git \
+         reader's alone",
+    )
+}
+
+/// Whether airlock's own program `name` is beside it (the check says what
+/// it `does`), or airlock does its job (`without` says what that costs).
+fn own_program_report(name: &str, does: &str, without: &str) -> Value {
+    match airlock_runtime::own_program::beside_or_self(name) {
+        Ok(path) if path.file_name().is_some_and(|n| n == name) => check(true, format!("{} {does}", path.display())),
+        Ok(path) => {
+            check(false, format!("no {name} beside {}: {without}; install it from the same build", path.display()))
         }
-        Ok(path) => check(
-            false,
-            format!(
-                "no {DRIVER_BIN} beside {}: airlock is its own Git driver, so a Git query's worker runs all of \
-                 airlock's code instead of the Git reader's alone; install it from the same build",
-                path.display()
-            ),
-        ),
         Err(e) => check(false, format!("cannot find this executable: {e}")),
     }
 }

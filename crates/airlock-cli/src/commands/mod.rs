@@ -191,17 +191,10 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
 /// (it links only the init, so a call execs a few MiB instead of all of
 /// airlock), else this executable, which can be the init too.
 pub(crate) fn init_executable() -> Result<std::path::PathBuf, Refusal> {
-    let exe = this_executable()?;
-    let small = exe.with_file_name(INIT_BIN);
-    Ok(if small.is_file() { small } else { exe })
+    airlock_runtime::own_program::beside_or_self(INIT_BIN).map_err(|e| {
+        Refusal::new(airlock_core::ReasonCode::SandboxUnavailable, format!("cannot find this executable: {e}"))
+    })
 }
 
 /// The file name of the native tier's own init binary.
 pub(crate) const INIT_BIN: &str = "airlock-sandbox-init";
-
-/// The running executable.
-fn this_executable() -> Result<std::path::PathBuf, Refusal> {
-    std::env::current_exe().map_err(|e| {
-        Refusal::new(airlock_core::ReasonCode::SandboxUnavailable, format!("cannot find this executable: {e}"))
-    })
-}

@@ -165,7 +165,8 @@ impl Transport for Git<'_> {
         let GitPayload { op, request, stats, tier } = prepared.payload();
         // The driver runs on the archive alone.
         let mut tier = tier.clone();
-        let program = driver_executable().and_then(|exe| rt.authority().open_read(&exe)).map_err(|e| {
+        let program = crate::own_program::beside_or_self(DRIVER_BIN).and_then(|exe| rt.authority().open_read(&exe));
+        let program = program.map_err(|e| {
             Refusal::new(ReasonCode::SandboxUnavailable, format!("opening the Git driver's executable: {e}"))
         })?;
         tier.bind_program(Arc::new(program));
@@ -295,18 +296,12 @@ fn parse_args(
     Ok((op, path, request))
 }
 
-/// The file name of the Git driver's own binary.
+/// The file name of the Git driver's own binary, which the worker runs
+/// when it sits beside airlock (it links only the Git reader, so the
+/// worker executes a few MiB of one job's code instead of all of airlock);
+/// else airlock is the driver. Not the tier's init, which may be
+/// `airlock-sandbox-init`.
 pub const DRIVER_BIN: &str = "airlock-git-driver";
-
-/// The Git driver: `airlock-git-driver` beside this executable (it links
-/// only the Git reader, so the worker executes a few MiB of one job's code
-/// instead of all of airlock), else this executable, which can be the
-/// driver too. Not the tier's init, which may be `airlock-sandbox-init`.
-pub fn driver_executable() -> std::io::Result<std::path::PathBuf> {
-    let exe = std::env::current_exe()?;
-    let small = exe.with_file_name(DRIVER_BIN);
-    Ok(if small.is_file() { small } else { exe })
-}
 
 /// Limits for a driver unpacking `stats`: files up to 64 MiB, a `/tmp`
 /// that holds the unpacked repository, and no more processes than it needs.

@@ -114,7 +114,11 @@ impl Socket {
 }
 
 impl Read for Socket {
+    /// Waits for input in `poll` first ([`airlock_fsproto::wait_readable`]:
+    /// a read blocked here would be woken for nothing each time airlock
+    /// reads an answer), then reads what is there.
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        airlock_fsproto::wait_readable(self.0, None)?;
         Ok(rustix::io::read(self.0, buf)?)
     }
 }

@@ -71,6 +71,7 @@ mod grant;
 mod handshake;
 mod message;
 mod paths;
+mod wait;
 
 pub use data::{decode_body, encode_body, encode_data, frame_head, split, Body, DATA_TAG, MAX_DATA_HEADER};
 pub use frame::{
@@ -82,6 +83,7 @@ pub use message::{
     BrokerOp, BrokerRequest, BrokerResponse, EntryKind, ErrorBody, Op, ReadStamp, Request, Response, WriteIdentity,
 };
 pub use paths::{check_component, check_path, check_stage_name, PathError};
+pub use wait::wait_readable;
 
 /// Largest frame body accepted, in bytes: a 64 KiB data frame's payload
 /// plus room for its header.

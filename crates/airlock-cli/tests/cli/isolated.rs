@@ -1,5 +1,6 @@
 //! `airlock isolated`: the named-root broker on the shipping binary, with
-//! real files, real symlinks, real races and a real SIGKILL.
+//! real files, real symlinks, real races, a real SIGKILL and a broker
+//! stopped with a real SIGSTOP.
 
 use crate::runkit::wait_until;
 use crate::util::{sha256_hex, Project, Run, AIRLOCK, CANARY};
@@ -711,4 +712,60 @@ forbid(principal, action, resource) when {
     assert!(!denied.stdout.contains("ran"));
     // The same root read-only is allowed.
     isolated(&p, &[root(&p, "secrets", "results", "r")], "true").assert_ok();
+}
+
+/// The processes whose parent is `parent`.
+fn children_of(parent: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // The parent is the second field after the command's closing parenthesis.
+        let after = &stat[stat.rfind(')').unwrap_or(0) + 1..];
+        if after.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn a_broker_that_stops_answering_ends_the_submission_at_its_deadline() {
+    let p = Project::with_config("state_dir = \".airlock\"\n[broker]\ncalls = 1000000\nread_bytes = 1000000000\n");
+    p.write("data/f.txt", "a few bytes");
+    let r = root(&p, "data", "data", "r");
+    let reader = "import airlock_fs\nwhile True:\n    airlock_fs.read('data', 'f.txt')\n";
+    let child = p
+        .command(&["isolated", "--timeout", "4", "--root", &r, "--", "python3", "-c", reader])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    // The broker: airlock's child run from its sealed copy, once it serves.
+    let mut broker = None;
+    wait_until(Duration::from_secs(20), || {
+        broker = children_of(child.id()).into_iter().find(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/exe"))
+                .is_ok_and(|exe| exe.to_string_lossy().contains("airlock-broker"))
+        });
+        broker.is_some()
+    });
+    let broker = broker.expect("the broker is airlock's child");
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = rustix::process::Pid::from_raw(broker as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let waited = started.elapsed();
+    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    let envelope: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&envelope["status"], &envelope["error"]["code"]),
+        (&"error".into(), &"broker.failed".into()),
+        "{envelope:#}"
+    );
+    let message = envelope["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("no answer before the deadline"), "{envelope:#}");
+    assert!(waited >= Duration::from_secs(4), "it waited for the deadline: {waited:?}");
+    assert!(waited < Duration::from_secs(20), "and not much longer: {waited:?}");
 }

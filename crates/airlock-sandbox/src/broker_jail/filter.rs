@@ -18,6 +18,7 @@ use crate::error::SandboxError;
 fn unconditional() -> Vec<(i64, &'static str)> {
     let mut calls = vec![
         (libc::SYS_read, "frames from the socket, file contents"),
+        (libc::SYS_ppoll, "waiting for a frame on the socket (airlock_fsproto::wait_readable)"),
         (libc::SYS_write, "frames to the socket, staged bytes, messages on stderr"),
         (libc::SYS_readv, "buffered reads in std"),
         (libc::SYS_writev, "buffered writes in std"),
@@ -107,6 +108,7 @@ mod tests {
         let rules = broker_filter_rules();
         for nr in [
             libc::SYS_read,
+            libc::SYS_ppoll,
             libc::SYS_write,
             libc::SYS_openat2,
             libc::SYS_linkat,

@@ -15,6 +15,7 @@ use std::io::{ErrorKind, IoSliceMut, Read};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::time::Instant;
 
 use airlock_fsproto::{ReadStamp, WriteIdentity};
 use rustix::io::Errno;
@@ -22,23 +23,34 @@ use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 
 /// The broker's answers as a byte stream, read with `recvmsg` so that a
 /// descriptor passed with an answer is kept (a plain `read` would close
-/// it).
+/// it). A read takes what is there; with nothing there it waits in `poll`
+/// until `deadline` ([`airlock_fsproto::wait_readable`]: a receive blocked
+/// on the socket would also be woken each time the broker reads a request).
 pub(crate) struct AnswerReader<'a> {
     pub socket: &'a UnixStream,
     /// Descriptors received, in order.
     pub passed: &'a mut Vec<OwnedFd>,
+    /// When waiting for the broker gives up (`TimedOut`).
+    pub deadline: Instant,
 }
 
 impl Read for AnswerReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
-        let got = rustix::net::recvmsg(
-            self.socket.as_fd(),
-            &mut [IoSliceMut::new(buf)],
-            &mut control,
-            RecvFlags::CMSG_CLOEXEC,
-        )?;
+        let got = loop {
+            match rustix::net::recvmsg(
+                self.socket.as_fd(),
+                &mut [IoSliceMut::new(buf)],
+                &mut control,
+                RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
+            ) {
+                Ok(got) => break got,
+                Err(Errno::AGAIN) => airlock_fsproto::wait_readable(self.socket.as_fd(), Some(self.deadline))?,
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        };
         let before = self.passed.len();
         for message in control.drain() {
             if let RecvAncillaryMessage::ScmRights(fds) = message {
@@ -228,9 +240,31 @@ mod tests {
         let mut passed = Vec::new();
         send(&[x.as_fd()]);
         let mut buf = [0u8; 2];
-        let mut reader = AnswerReader { socket: &ours, passed: &mut passed };
+        let deadline = Instant::now() + std::time::Duration::from_secs(60);
+        let mut reader = AnswerReader { socket: &ours, passed: &mut passed, deadline };
         assert_eq!(reader.read(&mut buf).unwrap(), 2);
         send(&[x.as_fd(), y.as_fd()]);
         assert!(reader.read(&mut buf).is_err(), "two descriptors with one answer: refused");
+    }
+
+    #[test]
+    fn an_answer_is_waited_for_until_the_deadline_and_no_longer() {
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let mut passed = Vec::new();
+        let late = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            theirs.write_all(b"late").unwrap();
+            theirs
+        });
+        let deadline = Instant::now() + std::time::Duration::from_secs(60);
+        let mut buf = [0u8; 4];
+        AnswerReader { socket: &ours, passed: &mut passed, deadline }.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"late");
+        let _theirs = late.join().unwrap();
+        let started = Instant::now();
+        let deadline = started + std::time::Duration::from_millis(40);
+        let err = AnswerReader { socket: &ours, passed: &mut passed, deadline }.read(&mut buf).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+        assert!(started.elapsed() >= std::time::Duration::from_millis(40));
     }
 }

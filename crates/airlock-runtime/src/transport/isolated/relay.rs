@@ -743,12 +743,12 @@ impl<'a> Relay<'a> {
     /// error answer is that request's failure.
     fn broker_receive(&mut self, id: u64) -> Result<(BrokerResponse, Option<Payload>), Fail> {
         let lost = |why: String| fail("broker.lost", why);
-        let left = self.deadline.saturating_duration_since(Instant::now()).max(std::time::Duration::from_millis(1));
-        let _ = self.broker.set_read_timeout(Some(left));
         // The buffer of the last answer, back from `recycle`.
         let mut body = std::mem::take(&mut self.spare);
         self.handed = None;
-        let mut answers = AnswerReader { socket: &self.broker, passed: &mut self.passed };
+        // At least a millisecond's wait, as the send's timeout allows.
+        let deadline = self.deadline.max(Instant::now() + std::time::Duration::from_millis(1));
+        let mut answers = AnswerReader { socket: &self.broker, passed: &mut self.passed, deadline };
         match read_frame_into(&mut answers, MAX_FRAME, &mut body) {
             Ok(true) => {}
             Ok(false) => return Err(lost("the broker exited".into())),

@@ -114,11 +114,11 @@ impl Socket {
 }
 
 impl Read for Socket {
-    /// Waits for input in `poll` first ([`airlock_fsproto::wait_readable`]:
+    /// Waits for input in `poll` first ([`airlock_fsproto::wait_ready`]:
     /// a read blocked here would be woken for nothing each time airlock
     /// reads an answer), then reads what is there.
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        airlock_fsproto::wait_readable(self.0, None)?;
+        airlock_fsproto::wait_ready(self.0, airlock_fsproto::PollFlags::IN, None)?;
         Ok(rustix::io::read(self.0, buf)?)
     }
 }

@@ -83,7 +83,7 @@ pub use message::{
     BrokerOp, BrokerRequest, BrokerResponse, EntryKind, ErrorBody, Op, ReadStamp, Request, Response, WriteIdentity,
 };
 pub use paths::{check_component, check_path, check_stage_name, PathError};
-pub use wait::wait_readable;
+pub use wait::{wait_ready, PollFlags};
 
 /// Largest frame body accepted, in bytes: a 64 KiB data frame's payload
 /// plus room for its header.

@@ -18,7 +18,7 @@ use crate::error::SandboxError;
 fn unconditional() -> Vec<(i64, &'static str)> {
     let mut calls = vec![
         (libc::SYS_read, "frames from the socket, file contents"),
-        (libc::SYS_ppoll, "waiting for a frame on the socket (airlock_fsproto::wait_readable)"),
+        (libc::SYS_ppoll, "waiting for a frame on the socket (airlock_fsproto::wait_ready)"),
         (libc::SYS_write, "frames to the socket, staged bytes, messages on stderr"),
         (libc::SYS_readv, "buffered reads in std"),
         (libc::SYS_writev, "buffered writes in std"),

@@ -17,14 +17,14 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Instant;
 
-use airlock_fsproto::{ReadStamp, WriteIdentity};
+use airlock_fsproto::{wait_ready, PollFlags, ReadStamp, WriteIdentity};
 use rustix::io::Errno;
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 
 /// The broker's answers as a byte stream, read with `recvmsg` so that a
 /// descriptor passed with an answer is kept (a plain `read` would close
 /// it). A read takes what is there; with nothing there it waits in `poll`
-/// until `deadline` ([`airlock_fsproto::wait_readable`]: a receive blocked
+/// until `deadline` ([`airlock_fsproto::wait_ready`]: a receive blocked
 /// on the socket would also be woken each time the broker reads a request).
 pub(crate) struct AnswerReader<'a> {
     pub socket: &'a UnixStream,
@@ -46,7 +46,11 @@ impl Read for AnswerReader<'_> {
                 RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
             ) {
                 Ok(got) => break got,
-                Err(Errno::AGAIN) => airlock_fsproto::wait_readable(self.socket.as_fd(), Some(self.deadline))?,
+                Err(Errno::AGAIN) => {
+                    if !wait_ready(self.socket.as_fd(), PollFlags::IN, Some(self.deadline))? {
+                        return Err(std::io::Error::new(ErrorKind::TimedOut, "no answer before the deadline"));
+                    }
+                }
                 Err(Errno::INTR) => {}
                 Err(e) => return Err(e.into()),
             }

@@ -548,19 +548,9 @@ fn verdict(
 /// Waits for the broker to exit by itself (it reads end-of-file once the
 /// relay is done), at most `bound`, then kills it. `Err` unless it exited 0.
 fn wait_broker(broker: &mut airlock_sandbox::BrokerProcess, bound: Duration) -> Result<(), String> {
-    // The pidfd becomes readable when the broker exits.
-    let until = Instant::now() + bound;
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        let timeout =
-            rustix::event::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: i64::from(left.subsec_nanos()) };
-        let pidfd = broker.pidfd();
-        let mut fds = [rustix::event::PollFd::new(&pidfd, rustix::event::PollFlags::IN)];
-        match rustix::event::poll(&mut fds, Some(&timeout)) {
-            Err(rustix::io::Errno::INTR) if !left.is_zero() => continue,
-            _ => break,
-        }
-    }
+    // The pidfd becomes readable when the broker exits; whether it did is
+    // `try_wait`'s to say.
+    let _ = airlock_fsproto::wait_ready(broker.pidfd(), airlock_fsproto::PollFlags::IN, Some(Instant::now() + bound));
     match broker.try_wait() {
         Ok(Some(status)) if status.success() => Ok(()),
         Ok(Some(status)) => Err(format!("the broker exited with {status}")),

@@ -62,18 +62,17 @@
 use std::collections::VecDeque;
 use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::ops::ControlFlow;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::rc::Rc;
 use std::time::Instant;
 
 use airlock_core::broker::BrokerBudgets;
 use airlock_fsproto::{
-    check_path, codes, decode_body, frame_head, read_frame_into, write_parts, BrokerOp, BrokerRequest, BrokerResponse,
-    Op, ReadStamp, Request, Response, WriteIdentity, MAX_FRAME, MAX_ID, MAX_IO_BYTES, MAX_LIST_NAMES, MAX_OPEN_WRITES,
-    STAGE_PREFIX, VERSION_LEN,
+    check_path, codes, decode_body, frame_head, read_frame_into, wait_ready, write_parts, BrokerOp, BrokerRequest,
+    BrokerResponse, Op, PollFlags, ReadStamp, Request, Response, WriteIdentity, MAX_FRAME, MAX_ID, MAX_IO_BYTES,
+    MAX_LIST_NAMES, MAX_OPEN_WRITES, STAGE_PREFIX, VERSION_LEN,
 };
-use rustix::event::{PollFd, PollFlags};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -505,7 +504,8 @@ impl<'a> Relay<'a> {
     /// only when `wait` (nothing queued).
     fn fill(&mut self, inbox: &mut Inbox, wait: bool) -> Result<Fill, Fail> {
         if wait
-            && !wait_ready(&self.worker, PollFlags::IN, self.deadline).map_err(|e| fail(codes::IO, e.to_string()))?
+            && !wait_ready(self.worker.as_fd(), PollFlags::IN, Some(self.deadline))
+                .map_err(|e| fail(codes::IO, e.to_string()))?
         {
             return Ok(Fill::Open);
         }
@@ -556,7 +556,7 @@ impl<'a> Relay<'a> {
                 Ok(n) => IoSlice::advance_slices(&mut parts, n),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    if !wait_ready(&self.worker, PollFlags::OUT, self.deadline)? {
+                    if !wait_ready(self.worker.as_fd(), PollFlags::OUT, Some(self.deadline))? {
                         return Err(ErrorKind::TimedOut.into());
                     }
                 }
@@ -1188,22 +1188,6 @@ pub(crate) const SOCKET_BUFFER: usize = 1 << 20;
 pub(crate) fn size_buffers(socket: &impl std::os::fd::AsFd) {
     let _ = rustix::net::sockopt::set_socket_send_buffer_size(socket, SOCKET_BUFFER);
     let _ = rustix::net::sockopt::set_socket_recv_buffer_size(socket, SOCKET_BUFFER);
-}
-
-/// Waits until `socket` is ready for `flags` or `deadline` passes; whether
-/// it is ready (an interrupted wait counts as not ready, to be retried).
-fn wait_ready(socket: &UnixStream, flags: PollFlags, deadline: Instant) -> std::io::Result<bool> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Ok(false);
-    }
-    let timeout = rustix::event::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: i64::from(left.subsec_nanos()) };
-    let mut fds = [PollFd::new(socket, flags)];
-    match rustix::event::poll(&mut fds, Some(&timeout)) {
-        Ok(n) => Ok(n > 0),
-        Err(rustix::io::Errno::INTR) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// A read's `version`: the first [`VERSION_LEN`] hex digits of the SHA-256

@@ -14,7 +14,6 @@ mod signals;
 mod version;
 
 use airlock_core::{exit, Envelope, ReasonCode, Refusal};
-use clap::Parser;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -26,7 +25,7 @@ fn main() -> ExitCode {
     airlock_sandbox::microvm::guest::maybe_run_guest();
     // When executed inside a worker as the Git query driver, answer and exit.
     airlock_git::driver::maybe_run_driver();
-    let cli = match cli::Cli::try_parse() {
+    let cli = match cli::Cli::parse_args() {
         Ok(cli) => cli,
         Err(e) => {
             let code = match e.kind() {
@@ -37,7 +36,7 @@ fn main() -> ExitCode {
             return ExitCode::from(code as u8);
         }
     };
-    let pretty = cli.pretty;
+    let pretty = cli.globals.pretty;
     if let Err(refusal) = logging::init(matches!(cli.command, cli::Command::Mcp { .. })) {
         return emit(&Envelope::from_refusal(&refusal), pretty);
     }

@@ -32,10 +32,21 @@ pub(crate) struct WorkerCgroup {
 }
 
 /// The cgroup v2 mount point, from `/proc/self/mountinfo`.
+///
+/// Found once a process: every call asks twice where its worker's cgroup
+/// would be (before its sandbox is started ahead and when the call takes
+/// it), and reading the mount table was most of that. A process that finds
+/// none asks again next time; one whose cgroup2 was unmounted since finds
+/// no delegation there, as if it had asked.
 fn cgroup2_mount() -> Result<PathBuf, String> {
+    static FOUND: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    if let Some(mount) = FOUND.get() {
+        return Ok(mount.clone());
+    }
     let info =
         std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("read /proc/self/mountinfo: {e}"))?;
-    info.lines()
+    let mount = info
+        .lines()
         .find_map(|l| {
             let (pre, post) = l.split_once(" - ")?;
             if post.split(' ').next()? == "cgroup2" {
@@ -44,7 +55,8 @@ fn cgroup2_mount() -> Result<PathBuf, String> {
                 None
             }
         })
-        .ok_or_else(|| "no cgroup2 file system is mounted".to_string())
+        .ok_or_else(|| "no cgroup2 file system is mounted".to_string())?;
+    Ok(FOUND.get_or_init(|| mount).clone())
 }
 
 /// This process's cgroup v2 directory.

@@ -49,7 +49,7 @@ impl From<Envelope> for Answer {
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<Answer, Refusal> {
     match &cli.command {
-        Command::Init => return init::run(cli.config.as_deref()).map(Answer::from),
+        Command::Init => return init::run(cli.globals.config.as_deref()).map(Answer::from),
         Command::Completions { shell } => return Ok(Answer::Text(generate::completions(*shell))),
         Command::Man { subcommand } => return generate::man_page(subcommand.as_deref()).map(Answer::Text),
         _ => {}
@@ -58,8 +58,8 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         let schema = airlock_core::envelope_schema::schema();
         return Ok(Answer::Text(format!("{}\n", serde_json::to_string_pretty(&schema).unwrap_or_default())));
     }
-    let loaded = settings::load_config(cli.config.as_deref())?;
-    if cli.verbose {
+    let loaded = settings::load_config(cli.globals.config.as_deref())?;
+    if cli.globals.verbose {
         eprintln!("airlock: {}", loaded.describe());
     }
     if let Command::Doctor { json } = cli.command {
@@ -90,8 +90,8 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
     };
     let prestarted = run_init.clone().and_then(|init| airlock_runtime::Prestarted::start(&config, init));
     let mut runtime = Runtime::open(HostAuthority::ambient(), config, settings::resolver_override()?)?;
-    let principal = cli.principal.clone();
-    if let Some(principal) = cli.principal {
+    let principal = cli.globals.principal.clone();
+    if let Some(principal) = cli.globals.principal {
         runtime.set_principal(principal);
     }
     let answer = match cli.command {
@@ -104,7 +104,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
         Command::Dispatch { id } => {
             runtime.set_init_program(init_executable()?, true);
             if runtime.kept_session_start(&id) {
-                session::dispatch(&runtime, &id, cli.config.as_deref(), principal.as_deref())?
+                session::dispatch(&runtime, &id, cli.globals.config.as_deref(), principal.as_deref())?
             } else {
                 crate::signals::cancel_on_signal(runtime.canceller())?;
                 runtime.dispatch(&id).into()
@@ -145,7 +145,7 @@ pub fn run(cli: Cli) -> Result<Answer, Refusal> {
             session_holder::serve(&runtime)?;
             Answer::Text(String::new())
         }
-        Command::Session(cmd) => session::run(&runtime, cmd, cli.config.as_deref(), principal.as_deref())?,
+        Command::Session(cmd) => session::run(&runtime, cmd, cli.globals.config.as_deref(), principal.as_deref())?,
         Command::Journal(crate::cli::JournalCommand::Show { json }) => journal::show(&runtime, json)?,
         Command::Journal(crate::cli::JournalCommand::Export { segment, file }) => {
             journal::export(&runtime, segment, &file)?.into()

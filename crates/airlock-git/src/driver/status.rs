@@ -43,11 +43,33 @@ fn letter_of_tree_change(change: &gix::diff::index::Change) -> (&'static str, St
     }
 }
 
+/// Whether the index's cache-tree says it holds exactly `HEAD`'s tree, so
+/// that comparing the two finds nothing: its root is valid, spans every
+/// entry and names `HEAD`'s tree, and no entry is a conflict stage or an
+/// intent to add (each of which a full comparison could report). git's
+/// own `status` skips the trees the cache-tree vouches for in the same way.
+/// A repository whose cache-tree lies gets a wrong answer about itself,
+/// as with a lying index's stat data; nothing else is read or trusted.
+fn index_matches_head(repo: &gix::Repository, index: &gix::index::File) -> Result<bool, GitError> {
+    let Some(root) = index.tree() else { return Ok(false) };
+    if root.num_entries.map(u64::from) != Some(index.entries().len() as u64) {
+        return Ok(false);
+    }
+    let unstaged_kinds =
+        index.entries().iter().any(|e| e.stage_raw() != 0 || e.flags.contains(gix::index::entry::Flags::INTENT_TO_ADD));
+    if unstaged_kinds {
+        return Ok(false);
+    }
+    let head_tree = repo.head_tree_id_or_empty().map_err(GitError::git("reading HEAD's tree"))?;
+    Ok(root.id == head_tree.detach())
+}
+
 /// The status answer, comparing against `index` (the repository's, with
 /// the stat-only files' entries marked up to date).
 pub(crate) fn status(repo: &gix::Repository, index: gix::index::File) -> Result<StatusAnswer, GitError> {
     let head = head(repo)?;
-    let iter = repo
+    let skip_tree_index = index_matches_head(repo, &index)?;
+    let platform = repo
         .status(gix::progress::Discard)
         .map_err(GitError::git("starting status"))?
         .index(gix::worktree::IndexPersistedOrInMemory::InMemory(index))
@@ -57,9 +79,15 @@ pub(crate) fn status(repo: &gix::Repository, index: gix::index::File) -> Result<
             check_dirty: false,
         })
         .index_worktree_rewrites(None)
-        .tree_index_track_renames(gix::status::tree_index::TrackRenames::Given(gix::diff::Rewrites::default()))
-        .into_iter(Vec::<BString>::new())
-        .map_err(GitError::git("computing status"))?;
+        .tree_index_track_renames(gix::status::tree_index::TrackRenames::Given(gix::diff::Rewrites::default()));
+    const COMPUTING: &str = "computing status";
+    let iter: Box<dyn Iterator<Item = Result<Item, GitError>>> = if skip_tree_index {
+        let iter = platform.into_index_worktree_iter(Vec::<BString>::new()).map_err(GitError::git(COMPUTING))?;
+        Box::new(iter.map(|item| item.map(Item::IndexWorktree).map_err(GitError::git(COMPUTING))))
+    } else {
+        let iter = platform.into_iter(Vec::<BString>::new()).map_err(GitError::git(COMPUTING))?;
+        Box::new(iter.map(|item| item.map_err(GitError::git(COMPUTING))))
+    };
     let mut entries: BTreeMap<String, StatusEntry> = BTreeMap::new();
     let mut put = |path: String, index: Option<&str>, worktree: Option<&str>, from: Option<String>| {
         let e = entries.entry(path.clone()).or_insert_with(|| StatusEntry {
@@ -79,7 +107,7 @@ pub(crate) fn status(repo: &gix::Repository, index: gix::index::File) -> Result<
         }
     };
     for item in iter {
-        let item = item.map_err(GitError::git("computing status"))?;
+        let item = item?;
         match item {
             Item::TreeIndex(change) => {
                 let (letter, path, from) = letter_of_tree_change(&change);
@@ -112,4 +140,46 @@ pub(crate) fn status(repo: &gix::Repository, index: gix::index::File) -> Result<
         }
     }
     Ok(StatusAnswer { head, entries: entries.into_values().collect() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_git::git;
+
+    fn vouches(dir: &std::path::Path) -> bool {
+        let repo = gix::open_opts(dir, gix::open::Options::isolated()).unwrap();
+        let index = repo.open_index().unwrap();
+        index_matches_head(&repo, &index).unwrap()
+    }
+
+    #[test]
+    fn the_cache_tree_vouches_only_for_an_index_that_is_head_s_tree() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path();
+        git(dir, &["init", "-q", "-b", "main"]);
+        std::fs::create_dir(dir.join("d")).unwrap();
+        std::fs::write(dir.join("d/a.txt"), "a\n").unwrap();
+        std::fs::write(dir.join("b.txt"), "b\n").unwrap();
+        git(dir, &["add", "-A"]);
+        assert!(!vouches(dir), "no commit yet: the index has no cache-tree");
+        git(dir, &["commit", "-q", "-m", "one"]);
+        assert!(vouches(dir), "just committed: the cache-tree is HEAD's tree");
+        // A work-tree change is the other comparison's: still vouched for.
+        std::fs::write(dir.join("b.txt"), "b, changed\n").unwrap();
+        assert!(vouches(dir));
+        // Staged: git invalidates the path's cache-tree nodes, the root too.
+        git(dir, &["add", "b.txt"]);
+        assert!(!vouches(dir));
+        // Valid again, but for a tree that is not HEAD's.
+        git(dir, &["write-tree"]);
+        assert!(!vouches(dir), "a valid cache-tree of another tree");
+        git(dir, &["commit", "-q", "-m", "two"]);
+        assert!(vouches(dir));
+        // An intent to add, even where the cache-tree is written again.
+        std::fs::write(dir.join("c.txt"), "c\n").unwrap();
+        git(dir, &["add", "-N", "c.txt"]);
+        git(dir, &["write-tree"]);
+        assert!(!vouches(dir), "an intent-to-add entry");
+    }
 }

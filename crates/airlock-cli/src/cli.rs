@@ -57,10 +57,10 @@ impl Cli {
     }
 
     /// [`Cli::parse_args`] of `args` (the first is the program's name).
-    pub fn parse_from_args<I, T>(args: I) -> Result<Cli, clap::Error>
+    fn parse_from_args<I, T>(args: I) -> Result<Cli, clap::Error>
     where
         I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
+        T: Into<std::ffi::OsString>,
     {
         let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
         match OneShotCli::try_parse_from(&args) {

@@ -55,9 +55,9 @@ fn index_matches_head(repo: &gix::Repository, index: &gix::index::File) -> Resul
     if root.num_entries.map(u64::from) != Some(index.entries().len() as u64) {
         return Ok(false);
     }
-    let unstaged_kinds =
+    let conflict_or_intent =
         index.entries().iter().any(|e| e.stage_raw() != 0 || e.flags.contains(gix::index::entry::Flags::INTENT_TO_ADD));
-    if unstaged_kinds {
+    if conflict_or_intent {
         return Ok(false);
     }
     let head_tree = repo.head_tree_id_or_empty().map_err(GitError::git("reading HEAD's tree"))?;

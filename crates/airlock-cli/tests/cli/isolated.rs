@@ -2,7 +2,7 @@
 //! real files, real symlinks, real races, a real SIGKILL and a broker
 //! stopped with a real SIGSTOP.
 
-use crate::runkit::wait_until;
+use crate::runkit::{children_of, wait_until};
 use crate::util::{sha256_hex, Project, Run, AIRLOCK, CANARY};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
@@ -712,21 +712,6 @@ forbid(principal, action, resource) when {
     assert!(!denied.stdout.contains("ran"));
     // The same root read-only is allowed.
     isolated(&p, &[root(&p, "secrets", "results", "r")], "true").assert_ok();
-}
-
-/// The processes whose parent is `parent`.
-fn children_of(parent: u32) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        // The parent is the second field after the command's closing parenthesis.
-        let after = &stat[stat.rfind(')').unwrap_or(0) + 1..];
-        if after.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent) {
-            found.push(pid);
-        }
-    }
-    found
 }
 
 #[test]

@@ -33,7 +33,7 @@
 mod args;
 mod serve;
 
-use std::io::{Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
 
 use airlock_hostfs::Resolver;
@@ -101,35 +101,56 @@ pub fn confine(args: &Args) -> Result<(Vec<OwnedFd>, Resolver), Box<dyn std::err
     Ok((roots, resolver))
 }
 
-/// Descriptor 0 as a byte stream in both directions (the socket to airlock),
-/// without buffering.
+/// Descriptor 0 as a byte stream in both directions (the socket to
+/// airlock). Requests are read through a buffer, so one wait and one read
+/// usually take a whole request (its length and its body, and any requests
+/// sent after it), where reading the length apart took two of each; a
+/// write's payload past the buffer is read straight into the frame. Answers
+/// are written unbuffered.
 #[derive(Debug)]
-pub struct Socket(BorrowedFd<'static>);
-
-impl Socket {
-    /// Standard input, which [`airlock_sandbox::spawn_broker`] makes the socket.
-    pub fn stdin() -> Socket {
-        Socket(rustix::stdio::stdin())
-    }
+pub struct Socket {
+    fd: BorrowedFd<'static>,
+    requests: BufReader<Waiting>,
 }
 
-impl Read for Socket {
-    /// Waits for input in `poll` first ([`airlock_fsproto::wait_ready`]:
-    /// a read blocked here would be woken for nothing each time airlock
-    /// reads an answer), then reads what is there.
+/// Most bytes one read of requests takes: a read request and its
+/// neighbours, or the head and first 16 KiB of a write.
+const REQUEST_BUFFER: usize = 16 * 1024;
+
+/// The socket read after waiting for input in `poll` ([`airlock_fsproto::wait_ready`]:
+/// a read blocked here would be woken for nothing each time airlock reads
+/// an answer).
+#[derive(Debug)]
+struct Waiting(BorrowedFd<'static>);
+
+impl Read for Waiting {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         airlock_fsproto::wait_ready(self.0, airlock_fsproto::PollFlags::IN, None)?;
         Ok(rustix::io::read(self.0, buf)?)
     }
 }
 
+impl Socket {
+    /// Standard input, which [`airlock_sandbox::spawn_broker`] makes the socket.
+    pub fn stdin() -> Socket {
+        let fd = rustix::stdio::stdin();
+        Socket { fd, requests: BufReader::with_capacity(REQUEST_BUFFER, Waiting(fd)) }
+    }
+}
+
+impl Read for Socket {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.requests.read(buf)
+    }
+}
+
 impl Write for Socket {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        Ok(rustix::io::write(self.0, buf)?)
+        Ok(rustix::io::write(self.fd, buf)?)
     }
 
     fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
-        Ok(rustix::io::writev(self.0, bufs)?)
+        Ok(rustix::io::writev(self.fd, bufs)?)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -150,7 +171,7 @@ impl Channel for Socket {
         }
         let slices: Vec<std::io::IoSlice<'_>> = parts.iter().map(|p| std::io::IoSlice::new(p)).collect();
         let sent = loop {
-            match rustix::net::sendmsg(self.0, &slices, &mut control, SendFlags::NOSIGNAL) {
+            match rustix::net::sendmsg(self.fd, &slices, &mut control, SendFlags::NOSIGNAL) {
                 Err(rustix::io::Errno::INTR) => continue,
                 other => break other?,
             }

@@ -28,7 +28,7 @@
 //! only the small JSON headers are decoded and rewritten here. Neither is
 //! copied here: a worker frame is handled where it lies in the inbox
 //! ([`Inbox`]), a broker answer in the one buffer every answer is read
-//! into, and each goes out in one vectored write of its head and payload.
+//! into, and each goes out in one vectored send of its head and payload.
 //!
 //! The broker resolves and opens; the relay moves a stream's bytes
 //! ([`super::handed`]): a stream's first read frame asks for its file, and
@@ -60,19 +60,21 @@
 //! never named (it is dropped when the broker exits).
 
 use std::collections::VecDeque;
-use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::io::{ErrorKind, IoSlice, Read};
 use std::ops::ControlFlow;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::rc::Rc;
 use std::time::Instant;
 
 use airlock_core::broker::BrokerBudgets;
 use airlock_fsproto::{
-    check_path, codes, decode_body, frame_head, read_frame_into, wait_ready, write_parts, BrokerOp, BrokerRequest,
-    BrokerResponse, Op, PollFlags, ReadStamp, Request, Response, WriteIdentity, MAX_FRAME, MAX_ID, MAX_IO_BYTES,
-    MAX_LIST_NAMES, MAX_OPEN_WRITES, STAGE_PREFIX, VERSION_LEN,
+    check_path, codes, decode_body, frame_head, read_frame_into, wait_ready, BrokerOp, BrokerRequest, BrokerResponse,
+    Op, PollFlags, ReadStamp, Request, Response, WriteIdentity, MAX_FRAME, MAX_ID, MAX_IO_BYTES, MAX_LIST_NAMES,
+    MAX_OPEN_WRITES, STAGE_PREFIX, VERSION_LEN,
 };
+use rustix::io::Errno;
+use rustix::net::{SendAncillaryBuffer, SendFlags};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -515,19 +517,25 @@ impl<'a> Relay<'a> {
                 // Full of frames not handled yet: those go first.
                 return Ok(Fill::Open);
             }
-            match self.worker.read(room) {
+            let room_len = room.len();
+            let drained = match self.worker.read(room) {
                 Ok(0) => {
                     if inbox.partial() {
                         return Err(fail(codes::PROTOCOL, "the stream ended inside a frame"));
                     }
                     return Ok(Fill::Eof);
                 }
-                Ok(n) => inbox.received(n),
+                Ok(n) => {
+                    inbox.received(n);
+                    // A stream socket's read stops short only when it has
+                    // nothing more: another read now would find nothing.
+                    n < room_len
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(Fill::Open),
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == ErrorKind::ConnectionReset => return Ok(Fill::Eof),
                 Err(e) => return Err(fail(codes::IO, format!("reading the worker: {e}"))),
-            }
+            };
             // Whole frames, until one more than `outstanding` (with those in
             // flight) is held: that ends the submission, so a flooding
             // worker never has more than that many frames taken by airlock
@@ -537,7 +545,7 @@ impl<'a> Relay<'a> {
                     break;
                 }
             }
-            if (inbox.queued() + self.inflight.len()) as u64 > self.budgets.outstanding {
+            if drained || (inbox.queued() + self.inflight.len()) as u64 > self.budgets.outstanding {
                 return Ok(Fill::Open);
             }
         }
@@ -545,25 +553,10 @@ impl<'a> Relay<'a> {
 
     /// Sends `response`, in a data frame with `data` when there is some.
     /// The payload goes from where it lies, after the frame's head, in one
-    /// vectored write when the socket has room.
+    /// vectored send when the socket has room.
     fn send(&mut self, response: &Response, data: Option<&[u8]>) -> std::io::Result<()> {
         let head = frame_head(response, data).map_err(|e| std::io::Error::other(e.to_string()))?;
-        let mut parts = [IoSlice::new(&head), IoSlice::new(data.unwrap_or_default())];
-        let mut parts = &mut parts[..];
-        while !parts.is_empty() {
-            match self.worker.write_vectored(parts) {
-                Ok(0) => return Err(ErrorKind::WriteZero.into()),
-                Ok(n) => IoSlice::advance_slices(&mut parts, n),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    if !wait_ready(self.worker.as_fd(), PollFlags::OUT, Some(self.deadline))? {
-                        return Err(ErrorKind::TimedOut.into());
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        send_by(self.worker.as_fd(), &head, data.unwrap_or_default(), self.deadline)
     }
 
     /// Charges, decodes and checks one request, in order: the request, its
@@ -724,17 +717,17 @@ impl<'a> Relay<'a> {
 
     /// Sends `request` (in a data frame with `data`) to the broker under the
     /// next broker id, which it returns: the frame's head and the payload in
-    /// one vectored write. The broker reads every request before it answers
+    /// one vectored send. The broker reads every request before it answers
     /// it and at most `outstanding` are in flight, so with the socket buffers
     /// [`size_buffers`] asks for this never waits on an answer not taken.
     fn broker_send(&mut self, mut request: BrokerRequest, data: Option<&[u8]>) -> Result<u64, Fail> {
         self.broker_id += 1;
         request.id = self.broker_id;
         let lost = |why: String| fail("broker.lost", why);
-        let left = self.deadline.saturating_duration_since(Instant::now()).max(std::time::Duration::from_millis(1));
-        let _ = self.broker.set_write_timeout(Some(left));
+        // At least a millisecond's wait, as the answer's read allows.
+        let deadline = self.deadline.max(Instant::now() + std::time::Duration::from_millis(1));
         let head = frame_head(&request, data).map_err(|e| lost(format!("framing a broker request: {e}")))?;
-        write_parts(&mut self.broker, &[&head, data.unwrap_or_default()])
+        send_by(self.broker.as_fd(), &head, data.unwrap_or_default(), deadline)
             .map_err(|e| lost(format!("writing to the broker: {e}")))?;
         Ok(request.id)
     }
@@ -1177,6 +1170,33 @@ impl<'a> Relay<'a> {
     }
 }
 
+/// Sends `head` then `payload` on `socket` in vectored sends that never
+/// block: what finds no room waits in `poll` for it, until `deadline`
+/// (then `TimedOut`). A frame that fits (nearly all do: [`size_buffers`])
+/// is one system call, with no socket option set around it. A peer gone
+/// is an error (`EPIPE`; `MSG_NOSIGNAL`, so no `SIGPIPE` even in a
+/// process that does not ignore it, as a Rust binary does).
+fn send_by(socket: BorrowedFd<'_>, head: &[u8], payload: &[u8], deadline: Instant) -> std::io::Result<()> {
+    let mut slices = [IoSlice::new(head), IoSlice::new(payload)];
+    let mut slices = &mut slices[..];
+    IoSlice::advance_slices(&mut slices, 0);
+    while !slices.is_empty() {
+        let flags = SendFlags::DONTWAIT | SendFlags::NOSIGNAL;
+        match rustix::net::sendmsg(socket, slices, &mut SendAncillaryBuffer::default(), flags) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut slices, n),
+            Err(Errno::INTR) => {}
+            Err(Errno::AGAIN) => {
+                if !wait_ready(socket, PollFlags::OUT, Some(deadline))? {
+                    return Err(ErrorKind::TimedOut.into());
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 /// The send buffer each end of the worker's and the broker's sockets asks
 /// for: room for more than the largest window (8 frames of at most
 /// [`MAX_FRAME`] bytes each way), so that with a window in flight no side
@@ -1202,4 +1222,60 @@ fn version_of(stamp: &ReadStamp) -> String {
 
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Fills `socket`'s send buffer until a send would block.
+    fn fill(socket: &UnixStream) -> usize {
+        let chunk = [7u8; 64 * 1024];
+        let mut sent = 0;
+        loop {
+            match rustix::net::send(socket, &chunk, SendFlags::DONTWAIT) {
+                Ok(n) => sent += n,
+                Err(Errno::AGAIN) => return sent,
+                Err(e) => panic!("filling the socket: {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_send_that_finds_no_room_waits_until_its_deadline_and_no_longer() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        fill(&a);
+        let started = Instant::now();
+        let err = send_by(a.as_fd(), b"head", b"payload", started + Duration::from_millis(60)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::TimedOut);
+        assert!(started.elapsed() >= Duration::from_millis(60), "it waited for room until the deadline");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_send_sends_head_and_payload_whole_as_the_peer_drains() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let queued = fill(&a);
+        let payload: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
+        let reader = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            let mut got = vec![0u8; queued + 4 + payload.len()];
+            b.read_exact(&mut got).unwrap();
+            (got, payload)
+        });
+        let expected: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
+        send_by(a.as_fd(), b"head", &expected, Instant::now() + Duration::from_secs(10)).unwrap();
+        let (got, payload) = reader.join().unwrap();
+        assert_eq!(&got[queued..queued + 4], b"head");
+        assert_eq!(&got[queued + 4..], &payload[..]);
+    }
+
+    #[test]
+    fn a_send_to_a_peer_gone_is_an_error() {
+        let (a, b) = UnixStream::pair().unwrap();
+        drop(b);
+        let err = send_by(a.as_fd(), b"head", b"", Instant::now() + Duration::from_secs(5)).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(Errno::PIPE.raw_os_error()));
+    }
 }

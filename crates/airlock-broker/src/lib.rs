@@ -109,7 +109,6 @@ pub fn confine(args: &Args) -> Result<(Vec<OwnedFd>, Resolver), Box<dyn std::err
 /// are written unbuffered.
 #[derive(Debug)]
 pub struct Socket {
-    fd: BorrowedFd<'static>,
     requests: BufReader<Waiting>,
 }
 
@@ -133,8 +132,12 @@ impl Read for Waiting {
 impl Socket {
     /// Standard input, which [`airlock_sandbox::spawn_broker`] makes the socket.
     pub fn stdin() -> Socket {
-        let fd = rustix::stdio::stdin();
-        Socket { fd, requests: BufReader::with_capacity(REQUEST_BUFFER, Waiting(fd)) }
+        Socket { requests: BufReader::with_capacity(REQUEST_BUFFER, Waiting(rustix::stdio::stdin())) }
+    }
+
+    /// The socket itself, for answers (written unbuffered).
+    fn fd(&self) -> BorrowedFd<'static> {
+        self.requests.get_ref().0
     }
 }
 
@@ -146,11 +149,11 @@ impl Read for Socket {
 
 impl Write for Socket {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        Ok(rustix::io::write(self.fd, buf)?)
+        Ok(rustix::io::write(self.fd(), buf)?)
     }
 
     fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
-        Ok(rustix::io::writev(self.fd, bufs)?)
+        Ok(rustix::io::writev(self.fd(), bufs)?)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -171,7 +174,7 @@ impl Channel for Socket {
         }
         let slices: Vec<std::io::IoSlice<'_>> = parts.iter().map(|p| std::io::IoSlice::new(p)).collect();
         let sent = loop {
-            match rustix::net::sendmsg(self.fd, &slices, &mut control, SendFlags::NOSIGNAL) {
+            match rustix::net::sendmsg(self.fd(), &slices, &mut control, SendFlags::NOSIGNAL) {
                 Err(rustix::io::Errno::INTR) => continue,
                 other => break other?,
             }

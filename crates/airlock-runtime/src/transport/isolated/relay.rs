@@ -724,12 +724,18 @@ impl<'a> Relay<'a> {
         self.broker_id += 1;
         request.id = self.broker_id;
         let lost = |why: String| fail("broker.lost", why);
-        // At least a millisecond's wait, as the answer's read allows.
-        let deadline = self.deadline.max(Instant::now() + std::time::Duration::from_millis(1));
+        let deadline = self.broker_deadline();
         let head = frame_head(&request, data).map_err(|e| lost(format!("framing a broker request: {e}")))?;
         send_by(self.broker.as_fd(), &head, data.unwrap_or_default(), deadline)
             .map_err(|e| lost(format!("writing to the broker: {e}")))?;
         Ok(request.id)
+    }
+
+    /// How long an exchange with the broker may wait: until the
+    /// submission's deadline, but at least a millisecond from now, so a
+    /// request made as the deadline passes still gets its answer read.
+    fn broker_deadline(&self) -> Instant {
+        self.deadline.max(Instant::now() + std::time::Duration::from_millis(1))
     }
 
     /// The broker's next answer, which must be to its request `id`; an
@@ -739,8 +745,7 @@ impl<'a> Relay<'a> {
         // The buffer of the last answer, back from `recycle`.
         let mut body = std::mem::take(&mut self.spare);
         self.handed = None;
-        // At least a millisecond's wait, as the send's timeout allows.
-        let deadline = self.deadline.max(Instant::now() + std::time::Duration::from_millis(1));
+        let deadline = self.broker_deadline();
         let mut answers = AnswerReader { socket: &self.broker, passed: &mut self.passed, deadline };
         match read_frame_into(&mut answers, MAX_FRAME, &mut body) {
             Ok(true) => {}

@@ -35,7 +35,7 @@ pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// `data/repo`: a merge, a rename, a binary file, staged and unstaged changes.
-fn busy(p: &Project) -> std::path::PathBuf {
+pub(crate) fn busy(p: &Project) -> std::path::PathBuf {
     let r = p.path("data/repo");
     std::fs::create_dir_all(&r).unwrap();
     git(&r, &["init", "-q", "-b", "main"]);
@@ -67,7 +67,7 @@ fn busy(p: &Project) -> std::path::PathBuf {
 }
 
 /// The driver's answer computed in-process on a snapshot of `repo`.
-fn in_process(repo: &Path, request: Value) -> Value {
+pub(crate) fn in_process(repo: &Path, request: Value) -> Value {
     let op = airlock_git::Operation::parse(request["operation"].as_str().unwrap()).unwrap();
     let dir = airlock_hostfs::Dir::open_ambient(&airlock_hostfs::HostAuthority::ambient(), repo).unwrap();
     let scratch = tempfile::tempdir().unwrap();

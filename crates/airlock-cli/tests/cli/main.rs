@@ -61,6 +61,7 @@ mod runkit;
 mod session;
 mod source;
 mod staging_pool;
+mod static_programs;
 mod toolclad;
 mod tools;
 mod unprivileged;

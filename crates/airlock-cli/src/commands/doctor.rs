@@ -94,6 +94,7 @@ pub fn run(config: &Config, config_report: Value) -> Envelope {
             "warm_sandboxes": warm_report(config, host.cgroup_delegation.is_ok()),
             "sandbox_init": init_report(),
             "git_driver": git_driver_report(),
+            "linking": super::linking::report(),
             "input_leases": match airlock_sandbox::lease_support() {
                 Ok(secs) => check(true, format!(
                     "an input over 8 MiB of a native call is held under a read lease, not copied; a host writer \

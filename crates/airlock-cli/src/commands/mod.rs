@@ -7,6 +7,7 @@ mod generate;
 mod init;
 mod isolated;
 mod journal;
+mod linking;
 mod mcp;
 mod prepare;
 mod query;

@@ -61,11 +61,17 @@ fn static_programs_of_the_same_sources_run_every_kind_of_call() {
     let p = Project::new();
     let run = |args: &[&str]| -> Run { p.run_command(p.command_of(&airlock, args), args) };
 
-    // `doctor` finds the init and the driver beside it and pairs with both.
+    // `doctor` finds the init and the driver beside it and pairs with both,
+    // and reads from its own auxiliary vector that it runs without a loader
+    // (this test's debug airlock says the opposite).
     let doctor = run(&["doctor"]);
-    for helper in ["sandbox_init", "git_driver"] {
+    for helper in ["sandbox_init", "git_driver", "linking"] {
         assert_eq!(doctor.envelope["content"]["host"][helper]["ok"], true, "{helper}: {:#}", doctor.envelope);
     }
+    let linking = doctor.envelope["content"]["host"]["linking"]["detail"].as_str().unwrap();
+    assert!(linking.contains("static-pie") && linking.contains("DNS only"), "{linking}");
+    let dynamic = p.run(&["doctor"]);
+    assert_eq!(dynamic.envelope["content"]["host"]["linking"]["ok"], false, "{:#}", dynamic.envelope);
 
     // A tool.
     p.write("data/in.txt", "static line\n");

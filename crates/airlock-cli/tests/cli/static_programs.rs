@@ -19,11 +19,16 @@ const PROGRAMS: [&str; 4] = ["airlock", "airlock-broker", "airlock-fs", "airlock
 /// True when the ELF program at `path` names a program interpreter
 /// (`PT_INTERP`): a dynamically linked program.
 fn has_interpreter(path: &Path) -> bool {
-    let elf = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    use std::io::Read;
+    // The ELF header and the program headers after it: the first page.
+    let mut elf = Vec::new();
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    file.take(4096).read_to_end(&mut elf).unwrap();
     assert!(elf.starts_with(b"\x7fELF\x02\x01"), "{}: not a 64-bit little-endian ELF file", path.display());
     let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap()) as usize;
     let phoff = u64::from_le_bytes(elf[0x20..0x28].try_into().unwrap()) as usize;
     let (phentsize, phnum) = (u16_at(0x36), u16_at(0x38));
+    assert!(phoff + phnum * phentsize <= elf.len(), "{}: program headers past the first page", path.display());
     const PT_INTERP: u32 = 3;
     (0..phnum).any(|i| {
         let at = phoff + i * phentsize;

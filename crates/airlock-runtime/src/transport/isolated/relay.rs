@@ -60,7 +60,7 @@
 //! never named (it is dropped when the broker exits).
 
 use std::collections::VecDeque;
-use std::io::{ErrorKind, IoSlice, Read};
+use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::ops::ControlFlow;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -69,9 +69,9 @@ use std::time::Instant;
 
 use airlock_core::broker::BrokerBudgets;
 use airlock_fsproto::{
-    check_path, codes, decode_body, frame_head, read_frame_into, wait_ready, BrokerOp, BrokerRequest, BrokerResponse,
-    Op, PollFlags, ReadStamp, Request, Response, WriteIdentity, MAX_FRAME, MAX_ID, MAX_IO_BYTES, MAX_LIST_NAMES,
-    MAX_OPEN_WRITES, STAGE_PREFIX, VERSION_LEN,
+    check_path, codes, decode_body, frame_head, read_frame_into, wait_ready, write_parts, BrokerOp, BrokerRequest,
+    BrokerResponse, Op, PollFlags, ReadStamp, Request, Response, WriteIdentity, MAX_FRAME, MAX_ID, MAX_IO_BYTES,
+    MAX_LIST_NAMES, MAX_OPEN_WRITES, STAGE_PREFIX, VERSION_LEN,
 };
 use rustix::io::Errno;
 use rustix::net::{SendAncillaryBuffer, SendFlags};
@@ -1182,24 +1182,39 @@ impl<'a> Relay<'a> {
 /// is an error (`EPIPE`; `MSG_NOSIGNAL`, so no `SIGPIPE` even in a
 /// process that does not ignore it, as a Rust binary does).
 fn send_by(socket: BorrowedFd<'_>, head: &[u8], payload: &[u8], deadline: Instant) -> std::io::Result<()> {
-    let mut slices = [IoSlice::new(head), IoSlice::new(payload)];
-    let mut slices = &mut slices[..];
-    IoSlice::advance_slices(&mut slices, 0);
-    while !slices.is_empty() {
+    write_parts(&mut SendBy { socket, deadline }, &[head, payload])
+}
+
+/// A socket written by [`send_by`]: each write is one non-blocking
+/// `sendmsg`, waiting in `poll` for room until the deadline.
+struct SendBy<'a> {
+    socket: BorrowedFd<'a>,
+    deadline: Instant,
+}
+
+impl Write for SendBy<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.write_vectored(&[IoSlice::new(buf)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> std::io::Result<usize> {
         let flags = SendFlags::DONTWAIT | SendFlags::NOSIGNAL;
-        match rustix::net::sendmsg(socket, slices, &mut SendAncillaryBuffer::default(), flags) {
-            Ok(0) => return Err(ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut slices, n),
-            Err(Errno::INTR) => {}
-            Err(Errno::AGAIN) => {
-                if !wait_ready(socket, PollFlags::OUT, Some(deadline))? {
-                    return Err(ErrorKind::TimedOut.into());
+        loop {
+            match rustix::net::sendmsg(self.socket, bufs, &mut SendAncillaryBuffer::default(), flags) {
+                Err(Errno::AGAIN) => {
+                    if !wait_ready(self.socket, PollFlags::OUT, Some(self.deadline))? {
+                        return Err(ErrorKind::TimedOut.into());
+                    }
                 }
+                // `EINTR` is `Interrupted`, which `write_parts` retries.
+                sent => return Ok(sent?),
             }
-            Err(e) => return Err(e.into()),
         }
     }
-    Ok(())
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The send buffer each end of the worker's and the broker's sockets asks
@@ -1263,15 +1278,15 @@ mod tests {
         let (a, mut b) = UnixStream::pair().unwrap();
         let queued = fill(&a);
         let payload: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
+        let expected = payload.len();
         let reader = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(30));
-            let mut got = vec![0u8; queued + 4 + payload.len()];
+            let mut got = vec![0u8; queued + 4 + expected];
             b.read_exact(&mut got).unwrap();
-            (got, payload)
+            got
         });
-        let expected: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
-        send_by(a.as_fd(), b"head", &expected, Instant::now() + Duration::from_secs(10)).unwrap();
-        let (got, payload) = reader.join().unwrap();
+        send_by(a.as_fd(), b"head", &payload, Instant::now() + Duration::from_secs(10)).unwrap();
+        let got = reader.join().unwrap();
         assert_eq!(&got[queued..queued + 4], b"head");
         assert_eq!(&got[queued + 4..], &payload[..]);
     }

@@ -80,6 +80,7 @@ pub fn run(config: &Config, config_report: Value) -> Envelope {
         Some(r) => Some(r.why.clone().unwrap_or_else(|| "its trivial worker did not run".to_owned())),
         None => Some("no report".to_owned()),
     };
+    let (linked_static, linking) = super::linking::report();
     let content = json!({
         "host": {
             "user_namespaces": userns,
@@ -94,7 +95,7 @@ pub fn run(config: &Config, config_report: Value) -> Envelope {
             "warm_sandboxes": warm_report(config, host.cgroup_delegation.is_ok()),
             "sandbox_init": init_report(),
             "git_driver": git_driver_report(),
-            "linking": super::linking::report(),
+            "linking": check(linked_static, linking),
             "input_leases": match airlock_sandbox::lease_support() {
                 Ok(secs) => check(true, format!(
                     "an input over 8 MiB of a native call is held under a read lease, not copied; a host writer \

@@ -3,8 +3,6 @@
 //! start without the dynamic loader, and resolve host names with glibc's
 //! built-in `files` and `dns` sources only (no other NSS module loads).
 
-use serde_json::{json, Value};
-
 /// `AT_BASE` in the auxiliary vector: where the kernel loaded the program
 /// interpreter; absent or 0 for a program without one.
 const AT_BASE: u64 = 7;
@@ -12,19 +10,21 @@ const AT_BASE: u64 = 7;
 /// The NSS sources built into glibc, the only ones a static program has.
 const BUILT_IN_SOURCES: [&str; 2] = ["files", "dns"];
 
-/// `host.linking`: ok when this process started without a program
-/// interpreter; says what that changes for host-name lookups.
-pub fn report() -> Value {
+/// `host.linking` as `(ok, detail)`: ok when this process started
+/// without a program interpreter; the detail says what that changes for
+/// host-name lookups.
+pub fn report() -> (bool, String) {
     let auxv = match std::fs::read("/proc/self/auxv") {
         Ok(auxv) => auxv,
-        Err(e) => return check(false, format!("cannot read /proc/self/auxv: {e}")),
+        Err(e) => return (false, format!("cannot read /proc/self/auxv: {e}")),
     };
     if interpreter_loaded(&auxv) {
-        return check(
+        return (
             false,
             "airlock is dynamically linked: each start (and each fork of it) pays for the dynamic loader; \
              scripts/static-airlock.sh builds airlock and its helpers as static-pie programs (0.3-0.6 ms less \
-             a start here)",
+             a start here)"
+                .to_owned(),
         );
     }
     let unused = match std::fs::read_to_string("/etc/nsswitch.conf") {
@@ -40,11 +40,7 @@ pub fn report() -> Value {
             unused.join(", ")
         ));
     }
-    check(true, detail)
-}
-
-fn check(ok: bool, detail: impl Into<String>) -> Value {
-    json!({ "ok": ok, "detail": detail.into() })
+    (true, detail)
 }
 
 /// True when the auxiliary vector `auxv` (native-endian pairs of words, as
